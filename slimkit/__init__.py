@@ -1,0 +1,8 @@
+"""slimkit: make PyTorch models smaller and faster — offline, on a CPU, with honest measurements."""
+
+from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
+from slimkit.engine import SmashedModel, smash
+
+__version__ = "0.1.0"
+
+__all__ = ["SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__", "smash"]

@@ -1,0 +1,137 @@
+"""The algorithm contract (DESIGN.md §3): one class per algorithm, one base class per group."""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from slimkit.config.hyperparameters import Hyperparameter
+
+if TYPE_CHECKING:
+    from slimkit.config.smash_config import SmashConfigPrefixWrapper
+
+#: Algorithm groups in the order smash() applies them.
+GROUPS: tuple[str, ...] = ("pruner", "distiller", "recoverer", "quantizer", "cacher", "compiler", "batcher")
+
+
+class SaveFn(str, Enum):
+    """How a model smashed by an algorithm is saved and rebuilt (DESIGN.md §4).
+
+    - ``KEEP``: the weights after the algorithm load into the rebuilt base model as they are.
+    - ``REPLAY``: on load, ``replay()`` rebuilds the structure (shrunk layers, int8 modules, a dtype) on the
+      fresh base model, then the saved weights load strictly.
+    - ``REAPPLY``: the algorithm's change is not in the weights (a helper, a hook); it is applied again on load.
+    - ``SAVE_BEFORE_APPLY``: the model is saved as it was before the algorithm (e.g. compilation), and the
+      algorithm and every later one are applied again on load.
+    """
+
+    KEEP = "keep"
+    REPLAY = "replay"
+    REAPPLY = "reapply"
+    SAVE_BEFORE_APPLY = "save_before_apply"
+
+
+class SlimkitAlgorithm(ABC):
+    """Base of every smash algorithm. Subclasses set the class attributes and implement ``_apply``."""
+
+    algorithm_name: ClassVar[str]
+    group: ClassVar[str]
+    references: ClassVar[dict[str, str]] = {}
+    tokenizer_required: ClassVar[bool] = False
+    processor_required: ClassVar[bool] = False
+    dataset_required: ClassVar[bool] = False
+    run_on_cpu: ClassVar[bool] = True
+    run_on_cuda: ClassVar[bool] = True
+    #: group -> list of algorithm names this one combines with, or "*" (default: every group is "*").
+    compatible_algorithms: ClassVar[dict[str, list[str] | str]] = {}
+    save_fn: ClassVar[SaveFn] = SaveFn.KEEP
+    #: pip extra that provides the optional packages ``import_algorithm_packages`` needs ("" when none).
+    extra: ClassVar[str] = ""
+
+    def get_hyperparameters(self) -> list[Hyperparameter]:
+        """Return the algorithm's ConfigSpace hyperparameters (each with ``meta={"desc": ...}``)."""
+        return []
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Whether the algorithm supports ``model`` (smash refuses others unless ``experimental=True``)."""
+        return isinstance(model, torch.nn.Module)
+
+    def model_check_reason(self) -> str:
+        """One sentence saying which models the algorithm supports, used in the refusal message."""
+        return "It supports any torch.nn.Module."
+
+    def import_algorithm_packages(self) -> dict[str, Any]:
+        """Import and return the optional packages the algorithm needs (lazy, so slimkit imports fast)."""
+        return {}
+
+    @abstractmethod
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        """Apply the algorithm and return the smashed model. Hyperparameters are read un-prefixed."""
+
+    def apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        """Apply the algorithm (entry point used by smash and by reload)."""
+        return self._apply(model, smash_config)
+
+    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Rebuild the algorithm's structural change on a fresh base model before weights load (``REPLAY``)."""
+        raise NotImplementedError(f"{self.algorithm_name} declares save_fn=REPLAY but does not implement replay().")
+
+    @classmethod
+    def description(cls) -> str:
+        """First paragraph of the class docstring: what the algorithm does."""
+        doc = inspect.getdoc(cls) or ""
+        return doc.split("\n\n")[0].replace("\n", " ").strip()
+
+    @classmethod
+    def hyperparameter_defaults(cls) -> dict[str, Any]:
+        """Un-prefixed hyperparameter name -> default value."""
+        return {hp.name: hp.default_value for hp in cls().get_hyperparameters()}
+
+
+class SlimkitPruner(SlimkitAlgorithm):
+    """Removes weights, channels or heads."""
+
+    group = "pruner"
+
+
+class SlimkitDistiller(SlimkitAlgorithm):
+    """Trains a smaller model to mimic the original."""
+
+    group = "distiller"
+
+
+class SlimkitRecoverer(SlimkitAlgorithm):
+    """Restores quality after compression (e.g. fine-tuning)."""
+
+    group = "recoverer"
+
+
+class SlimkitQuantizer(SlimkitAlgorithm):
+    """Lowers the precision of weights and/or activations."""
+
+    group = "quantizer"
+
+
+class SlimkitCacher(SlimkitAlgorithm):
+    """Reuses intermediate results across calls."""
+
+    group = "cacher"
+    save_fn = SaveFn.REAPPLY
+
+
+class SlimkitCompiler(SlimkitAlgorithm):
+    """Optimises the model's execution for the hardware."""
+
+    group = "compiler"
+    save_fn = SaveFn.SAVE_BEFORE_APPLY
+
+
+class SlimkitBatcher(SlimkitAlgorithm):
+    """Groups inputs to raise throughput."""
+
+    group = "batcher"
+    save_fn = SaveFn.REAPPLY

@@ -1,0 +1,84 @@
+"""int8_dynamic: fbgemm dynamic int8 quantization of Linear layers (weights int8, activations per batch)."""
+
+from __future__ import annotations
+
+import fnmatch
+import warnings
+from typing import Any
+
+import torch
+
+from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
+from slimkit.algorithms.registry import register
+from slimkit.config.hyperparameters import Boolean, ListHyperparameter
+from slimkit.config.smash_config import SmashConfigPrefixWrapper
+
+
+def _linear_names(model: torch.nn.Module, exclude: tuple[str, ...]) -> list[str]:
+    return [
+        name
+        for name, module in model.named_modules()
+        if type(module) is torch.nn.Linear and not any(fnmatch.fnmatchcase(name, pat) for pat in exclude)
+    ]
+
+
+def quantize_linears(model: torch.nn.Module, per_channel: bool, exclude: tuple[str, ...]) -> torch.nn.Module:
+    """Swap the selected ``nn.Linear`` layers of ``model`` for fbgemm dynamic int8 ones, in place."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao prints deprecation notices on every call
+        from torch.ao.quantization import (
+            default_dynamic_qconfig,
+            per_channel_dynamic_qconfig,
+            quantize_dynamic,
+        )
+
+        engines = torch.backends.quantized.supported_engines
+        torch.backends.quantized.engine = "fbgemm" if "fbgemm" in engines else "qnnpack"
+        qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
+        spec = {name: qconfig for name in _linear_names(model, exclude)}
+        return quantize_dynamic(model, qconfig_spec=spec, dtype=torch.qint8, inplace=True)
+
+
+@register
+class Int8Dynamic(SlimkitQuantizer):
+    """Dynamic int8 quantization of Linear layers with PyTorch's fbgemm kernels (CPU).
+
+    Weights are stored as int8 (4x smaller than fp32); activations are quantized per batch at run time, so no
+    calibration data is needed. Per-channel weight scales keep more accuracy than a single per-tensor scale;
+    modules matching an ``exclude`` pattern stay in fp32.
+    """
+
+    algorithm_name = "int8_dynamic"
+    references = {
+        "PyTorch": "https://pytorch.org/docs/stable/quantization.html#dynamic-quantization",
+        "fbgemm": "https://github.com/pytorch/FBGEMM",
+    }
+    run_on_cpu = True
+    run_on_cuda = False
+    save_fn = SaveFn.REPLAY
+
+    def get_hyperparameters(self) -> list:
+        """Per-channel scales and fp32 exclusions."""
+        return [
+            Boolean("per_channel", True, meta={"desc": "One weight scale per output channel (more accurate) "
+                                                       "instead of one per tensor."}),
+            ListHyperparameter("exclude", (), meta={"desc": "fnmatch patterns of module names kept in fp32, "
+                                                            "e.g. ['*.output.dense', 'classifier']."}),
+        ]
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs at least one nn.Linear."""
+        return isinstance(model, torch.nn.Module) and any(type(m) is torch.nn.Linear for m in model.modules())
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return "It quantizes nn.Linear layers and the model has none."
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        exclude = tuple(smash_config["exclude"])
+        smash_config.state["quantized_layers"] = len(_linear_names(model, exclude))
+        return quantize_linears(model, smash_config["per_channel"], exclude)
+
+    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Rebuild the int8 module structure; the saved int8 weights and scales then load strictly."""
+        return quantize_linears(model, smash_config["per_channel"], tuple(smash_config["exclude"]))

@@ -1,0 +1,315 @@
+"""SmashConfig: which algorithm runs in each group, their hyperparameters, and the components they need."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from slimkit.config.hyperparameters import describe_allowed, is_legal, to_jsonable
+from slimkit.errors import ConfigError, closest
+
+SCHEMA_VERSION = 1
+CONFIG_FILE = "smash_config.json"
+TOKENIZER_DIR = "tokenizer"
+PROCESSOR_DIR = "processor"
+
+
+def _registry():  # late import: the algorithms package imports this module's siblings
+    from slimkit.algorithms import registry
+
+    return registry
+
+
+def _groups() -> tuple[str, ...]:
+    from slimkit.algorithms.base import GROUPS
+
+    return GROUPS
+
+
+def resolve_device(device: str | torch.device | None) -> str:
+    """Normalise a device spec; ``None``/``"auto"`` picks CUDA when present, else CPU."""
+    if device is None or device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    text = str(device)
+    if text != "cpu" and not text.startswith(("cuda", "mps")):
+        raise ConfigError(f"Unknown device {text!r}. Use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'.")
+    return text
+
+
+class SmashConfig:
+    """Dictionary-like configuration for :func:`slimkit.smash`.
+
+    Forms: ``SmashConfig()`` then ``cfg["quantizer"] = "int8_dynamic"``; ``SmashConfig(["int8_dynamic"])``;
+    ``SmashConfig({"int8_dynamic": {"per_channel": True}})``. Hyperparameters are prefixed with the algorithm
+    name (``cfg["int8_dynamic_per_channel"] = True``) and validated against the algorithm's ConfigSpace.
+    """
+
+    def __init__(
+        self,
+        algorithms: list[str] | Mapping[str, Mapping[str, Any]] | None = None,
+        device: str | torch.device | None = None,
+    ) -> None:
+        self._algorithms: dict[str, str | None] = {g: None for g in _groups()}
+        self._hyperparameters: dict[str, Any] = {}
+        self.tokenizer: Any = None
+        self.processor: Any = None
+        self.data: Any = None
+        self.device: str = resolve_device(device)
+        if algorithms is None:
+            return
+        if isinstance(algorithms, str):
+            algorithms = [algorithms]
+        if isinstance(algorithms, Mapping):
+            for name, hps in algorithms.items():
+                self.activate(name)
+                if not isinstance(hps, Mapping):
+                    raise ConfigError(
+                        f"SmashConfig({{{name!r}: {hps!r}}}): hyperparameters must be a dict such as "
+                        f"{{{name!r}: {{'<hyperparameter>': value}}}}."
+                    )
+                for key, value in hps.items():
+                    self[f"{name}_{key}"] = value
+        elif isinstance(algorithms, (list, tuple)):
+            for name in algorithms:
+                self.activate(name)
+        else:
+            raise ConfigError(
+                f"SmashConfig got {type(algorithms).__name__}; pass a list of algorithm names or a dict "
+                "{name: {hyperparameter: value}}."
+            )
+
+    # ----------------------------------------------------------------- algorithms and hyperparameters
+    def activate(self, name: str) -> None:
+        """Activate algorithm ``name`` in its own group."""
+        cls = _registry().get(name)
+        self._algorithms[cls.group] = name
+
+    def _split_key(self, key: str) -> tuple[str, str]:
+        """Split a prefixed hyperparameter key into (algorithm, hyperparameter), validating both."""
+        registry = _registry()
+        owners = [n for n in registry.names() if key.startswith(n + "_")]
+        if not owners:
+            valid = list(_groups()) + [h["name"] for n in registry.names() for h in registry.info(n)["hyperparameters"]]
+            raise ConfigError(
+                f"Unknown SmashConfig key {key!r}.{closest(key, valid)} Keys are a group "
+                f"({', '.join(_groups())}) or a hyperparameter prefixed with its algorithm's name, "
+                "e.g. 'int8_dynamic_per_channel'. Run `slimkit algorithms` to list them."
+            )
+        name = max(owners, key=len)
+        hp_name = key[len(name) + 1 :]
+        hps = {hp.name: hp for hp in registry.get(name)().get_hyperparameters()}
+        if hp_name not in hps:
+            allowed = ", ".join(f"{name}_{h}" for h in hps) or "none"
+            raise ConfigError(
+                f"Algorithm {name!r} has no hyperparameter {hp_name!r} (key {key!r}).{closest(hp_name, hps)} "
+                f"Its hyperparameters: {allowed}."
+            )
+        return name, hp_name
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in self._algorithms:
+            if value is None:
+                self._algorithms[key] = None
+                return
+            cls = _registry().get(value)
+            if cls.group != key:
+                raise ConfigError(
+                    f"{value!r} is a {cls.group}, not a {key}; set it with cfg[{cls.group!r}] = {value!r}."
+                )
+            self._algorithms[key] = value
+            return
+        name, hp_name = self._split_key(key)
+        hp = {h.name: h for h in _registry().get(name)().get_hyperparameters()}[hp_name]
+        if isinstance(value, list):
+            value = tuple(value)
+        if not is_legal(hp, value):
+            raise ConfigError(
+                f"Invalid value {value!r} for {key!r}: allowed is {describe_allowed(hp)} "
+                f"(default {to_jsonable(hp.default_value)!r}). {hp.meta.get('desc', '') if hp.meta else ''}".strip()
+            )
+        self._hyperparameters[key] = value
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._algorithms:
+            return self._algorithms[key]
+        if key in self._hyperparameters:
+            return self._hyperparameters[key]
+        name, hp_name = self._split_key(key)
+        return _registry().get(name).hyperparameter_defaults()[hp_name]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._algorithms or key in self._hyperparameters
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict()["algorithms"])
+
+    def get_active_algorithms(self) -> list[str]:
+        """Active algorithm names in application (stage) order."""
+        return _registry().order([n for n in self._algorithms.values() if n])
+
+    def hyperparameters_of(self, name: str) -> dict[str, Any]:
+        """Un-prefixed hyperparameters of algorithm ``name`` with defaults filled in."""
+        values = _registry().get(name).hyperparameter_defaults()
+        for key, value in self._hyperparameters.items():
+            if key.startswith(name + "_") and self._split_key(key)[0] == name:
+                values[key[len(name) + 1 :]] = value
+        return values
+
+    def get_prefix_wrapper(self, name: str) -> SmashConfigPrefixWrapper:
+        """A view of this config in which ``name``'s hyperparameters are read without the prefix."""
+        return SmashConfigPrefixWrapper(self, name)
+
+    # ----------------------------------------------------------------- components
+    def add_tokenizer(self, tokenizer: Any) -> None:
+        """Attach a tokenizer (an object, or a local path / hub id loaded with transformers' AutoTokenizer)."""
+        if isinstance(tokenizer, (str, os.PathLike)):
+            tokenizer = _load_pretrained("AutoTokenizer", tokenizer, "tokenizer")
+        self.tokenizer = tokenizer
+
+    def add_processor(self, processor: Any) -> None:
+        """Attach a processor (an object, or a local path / hub id loaded with transformers' AutoProcessor)."""
+        if isinstance(processor, (str, os.PathLike)):
+            processor = _load_pretrained("AutoProcessor", processor, "processor")
+        self.processor = processor
+
+    def add_data(self, data: Any, collate_fn: Any = None, **kwargs: Any) -> None:
+        """Attach data: a built-in id (e.g. ``"Digits"``), ``(train, val, test)`` + ``collate_fn``, or a DataModule."""
+        from slimkit.data import make_datamodule
+
+        self.data = make_datamodule(
+            data, collate_fn=collate_fn, tokenizer=self.tokenizer, processor=self.processor, **kwargs
+        )
+
+    add_dataset = add_data
+
+    # ----------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form: schema version, active algorithms per group, their hyperparameters, device, data id."""
+        active = {g: n for g, n in self._algorithms.items() if n}
+        hps = {
+            f"{n}_{k}": to_jsonable(v)
+            for n in self.get_active_algorithms()
+            for k, v in self.hyperparameters_of(n).items()
+        }
+        data_name = getattr(self.data, "name", None) if self.data is not None else None
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "algorithms": active,
+            "hyperparameters": hps,
+            "device": self.device,
+            "data": data_name,
+        }
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> SmashConfig:
+        """Rebuild a SmashConfig from :meth:`to_dict` output (validating every key and value again)."""
+        version = payload.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ConfigError(
+                f"SmashConfig schema_version {version!r} is not supported (this slimkit reads {SCHEMA_VERSION}). "
+                "Re-save the config with this slimkit version."
+            )
+        device = payload.get("device", "auto")
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            device = "cpu"
+        cfg = cls(device=device)
+        for group, name in payload.get("algorithms", {}).items():
+            cfg[group] = name
+        for key, value in payload.get("hyperparameters", {}).items():
+            cfg[key] = value
+        return cfg
+
+    def save_to_json(self, path: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> Path:
+        """Write ``smash_config.json`` (and the tokenizer/processor, if any) into directory ``path``.
+
+        ``extra`` adds top-level keys (the engine stores the applied algorithms and the base model there).
+        """
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / CONFIG_FILE
+        write_json_atomic(target, {**self.to_dict(), **dict(extra or {})})
+        for obj, sub in ((self.tokenizer, TOKENIZER_DIR), (self.processor, PROCESSOR_DIR)):
+            if obj is not None and hasattr(obj, "save_pretrained"):
+                obj.save_pretrained(str(folder / sub))
+        return target
+
+    def load_from_json(self, path: str | os.PathLike) -> None:
+        """Replace this config's content by the one saved in directory (or file) ``path``."""
+        other = SmashConfig.from_json(path)
+        self.__dict__.update(other.__dict__)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> SmashConfig:
+        """Load a SmashConfig saved by :meth:`save_to_json` (a directory or the JSON file itself)."""
+        p = Path(path)
+        file = p / CONFIG_FILE if p.is_dir() else p
+        if not file.is_file():
+            raise ConfigError(f"No SmashConfig at {file}: the file does not exist.")
+        try:
+            payload = json.loads(file.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{file} is not valid JSON ({exc}); the file is truncated or corrupt.") from exc
+        cfg = cls.from_dict(payload)
+        folder = file.parent
+        if (folder / TOKENIZER_DIR).is_dir():
+            cfg.add_tokenizer(str(folder / TOKENIZER_DIR))
+        if (folder / PROCESSOR_DIR).is_dir():
+            cfg.add_processor(str(folder / PROCESSOR_DIR))
+        return cfg
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SmashConfig) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        d = self.to_dict()
+        return (f"SmashConfig(algorithms={d['algorithms']}, hyperparameters={d['hyperparameters']}, "
+                f"device={self.device!r})")
+
+
+class SmashConfigPrefixWrapper:
+    """Read-only view of a SmashConfig where one algorithm's hyperparameters are accessed without prefix."""
+
+    def __init__(self, config: SmashConfig, prefix: str) -> None:
+        self._config = config
+        self._prefix = prefix
+        #: JSON-able replay state an algorithm records during apply (saved with the model).
+        self.state: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._config[f"{self._prefix}_{key}"]
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._config, attr)
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON to ``path`` through a temp file and rename, so no reader ever sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(payload, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _load_pretrained(auto_class: str, source: str | os.PathLike, what: str) -> Any:
+    import transformers
+
+    try:
+        return getattr(transformers, auto_class).from_pretrained(str(source))
+    except Exception as exc:
+        raise ConfigError(
+            f"Could not load a {what} from {str(source)!r}: {exc.__class__.__name__}. A hub id needs network "
+            f"access, which slimkit never assumes; pass a local folder or an already-loaded {what} object."
+        ) from exc

@@ -1,0 +1,155 @@
+"""Save and load SmashedModels as a directory of JSON + safetensors (DESIGN.md §4). Pickle only on request."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from slimkit.algorithms import registry
+from slimkit.algorithms.base import SaveFn
+from slimkit.config.smash_config import CONFIG_FILE, PROCESSOR_DIR, TOKENIZER_DIR, SmashConfig
+from slimkit.engine.base_model import rebuild_base
+from slimkit.engine.smashed_model import SmashedModel
+from slimkit.engine.tensors import flatten_state_dict, load_flat_state_dict
+from slimkit.errors import ConfigError, SaveLoadError
+
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+PICKLE_FILE = "model.pt"
+
+
+def _replace_dir(tmp: Path, target: Path) -> None:
+    """Move finished directory ``tmp`` to ``target``, replacing an earlier save only once the new one is complete."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: bool = False) -> None:
+    """Write ``smashed`` to directory ``path`` through a temp directory and a rename."""
+    target = Path(path)
+    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / CONFIG_FILE).exists())):
+        raise SaveLoadError(
+            f"Refusing to save into {target}: it exists and is not an earlier slimkit save, so its files would be "
+            "lost. Choose a new or empty directory."
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    try:
+        to_save = smashed._pre_apply_model if smashed.saved_before is not None else smashed.model
+        try:
+            flat = flatten_state_dict(to_save)
+            save_file(flat, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "slimkit_format": str(FORMAT_VERSION)})
+            fmt = "safetensors"
+        except TypeError as exc:
+            if not allow_pickle:
+                raise SaveLoadError(
+                    f"The smashed model holds state that safetensors cannot store ({exc}). slimkit never pickles "
+                    "by default; pass allow_pickle=True to save_pretrained (and later to from_pretrained) if you "
+                    "accept a pickle file."
+                ) from exc
+            torch.save(to_save, tmp / PICKLE_FILE)
+            fmt = "pickle"
+        extra = {
+            "format_version": FORMAT_VERSION,
+            "weights_format": fmt,
+            "weights_file": WEIGHTS_FILE if fmt == "safetensors" else PICKLE_FILE,
+            "applied": smashed.applied,
+            "saved_before": smashed.saved_before,
+            "base": smashed.base_spec,
+        }
+        smashed.smash_config.save_to_json(tmp, extra=extra)
+        _replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _read_payload(folder: Path) -> dict[str, Any]:
+    if not folder.is_dir():
+        raise SaveLoadError(f"No saved model at {folder}: the directory does not exist.")
+    file = folder / CONFIG_FILE
+    if not file.is_file():
+        raise SaveLoadError(f"{file} is missing: {folder} is not a complete slimkit save.")
+    try:
+        payload = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise SaveLoadError(f"{file} is not valid JSON ({exc}): the file is truncated or corrupt.") from exc
+    if payload.get("format_version") != FORMAT_VERSION:
+        raise SaveLoadError(
+            f"{file} has format_version {payload.get('format_version')!r}; this slimkit reads {FORMAT_VERSION}."
+        )
+    return payload
+
+
+def _load_weights(model: torch.nn.Module, file: Path) -> None:
+    if not file.is_file():
+        raise SaveLoadError(f"{file} is missing: the save is incomplete.")
+    try:
+        flat = load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise SaveLoadError(f"{file} cannot be read ({exc}): the file is truncated or corrupt.") from exc
+    try:
+        load_flat_state_dict(model, flat, strict=True)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise SaveLoadError(
+            f"The weights in {file} do not fit the rebuilt architecture: {str(exc)[:600]}. If you passed model=, "
+            "pass the same architecture you smashed."
+        ) from exc
+
+
+def load_smashed(
+    path: str | os.PathLike, model: Any = None, allow_pickle: bool = False, device: str | None = None
+) -> SmashedModel:
+    """Rebuild a SmashedModel saved by :func:`save_smashed`."""
+    folder = Path(path)
+    payload = _read_payload(folder)
+    try:
+        cfg = SmashConfig.from_dict(payload)
+    except ConfigError as exc:
+        raise SaveLoadError(f"{folder / CONFIG_FILE}: {exc}") from exc
+    if device is not None:
+        cfg.device = device
+    for obj_dir, adder in ((TOKENIZER_DIR, cfg.add_tokenizer), (PROCESSOR_DIR, cfg.add_processor)):
+        if (folder / obj_dir).is_dir():
+            adder(str(folder / obj_dir))
+    applied: list[dict[str, Any]] = payload["applied"]
+    saved_before = payload.get("saved_before")
+    cut = len(applied) if saved_before is None else saved_before
+    algos = [registry.get(a["name"])() for a in applied]
+
+    if payload["weights_format"] == "pickle":
+        if not allow_pickle:
+            raise SaveLoadError(
+                f"{folder / PICKLE_FILE} is a pickle file, which can run arbitrary code when loaded. "
+                "Pass allow_pickle=True only if you trust its source."
+            )
+        base = torch.load(folder / PICKLE_FILE, weights_only=False)
+    else:
+        base = rebuild_base(payload["base"], model)
+        for algo, record in zip(algos[:cut], applied[:cut], strict=True):
+            if algo.save_fn == SaveFn.REPLAY:
+                base = algo.replay(base, cfg.get_prefix_wrapper(record["name"]), record.get("state", {}))
+        _load_weights(base, folder / payload["weights_file"])
+    if isinstance(base, torch.nn.Module):
+        base = base.to(cfg.device).eval()
+
+    pre_apply = None
+    for i, (algo, record) in enumerate(zip(algos, applied, strict=True)):
+        if i == cut:
+            pre_apply = base
+        if i >= cut or algo.save_fn == SaveFn.REAPPLY:
+            base = algo.apply(base, cfg.get_prefix_wrapper(record["name"]))
+    return SmashedModel(base, cfg, applied, payload["base"], pre_apply, saved_before)

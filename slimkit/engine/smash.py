@@ -1,0 +1,114 @@
+"""smash(): validate a SmashConfig against a model, then apply its algorithms in stage order."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import torch
+
+from slimkit.algorithms import registry
+from slimkit.algorithms.base import SaveFn
+from slimkit.config.smash_config import SmashConfig
+from slimkit.engine.base_model import describe_base
+from slimkit.engine.smashed_model import SmashedModel
+from slimkit.errors import ConfigError, MissingComponentError, MissingPackageError, ModelNotSupportedError
+
+
+def check_config(model: Any, smash_config: SmashConfig, experimental: bool = False) -> list[str]:
+    """Run every pre-smash check in order and return the algorithms to apply; raise a clear error on the first failure.
+
+    Order: unknown algorithm, device, required components, incompatible combination, model refused, missing package.
+    """
+    if not isinstance(smash_config, SmashConfig):
+        raise ConfigError(
+            f"smash() needs a SmashConfig, got {type(smash_config).__name__}; build one with SmashConfig()."
+        )
+    names = smash_config.get_active_algorithms()
+    classes = {n: registry.get(n) for n in names}  # unknown names raise with the valid list
+    device = smash_config.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("SmashConfig device is 'cuda' but no CUDA GPU is available; set cfg.device = 'cpu'.")
+    for n, cls in classes.items():
+        kind = "cuda" if device.startswith("cuda") else "cpu"
+        if kind == "cpu" and not cls.run_on_cpu or kind == "cuda" and not cls.run_on_cuda:
+            other = "cuda" if kind == "cpu" else "cpu"
+            raise ConfigError(
+                f"{n} does not run on {device}. It runs on {other} only; set cfg.device = {other!r} or pick another "
+                f"{cls.group} (`slimkit algorithms` lists devices)."
+            )
+    for n, cls in classes.items():
+        for component, needed in (("tokenizer", cls.tokenizer_required), ("processor", cls.processor_required),
+                                  ("data", cls.dataset_required)):
+            if needed and getattr(smash_config, component) is None:
+                adder = {"tokenizer": "add_tokenizer", "processor": "add_processor", "data": "add_data"}[component]
+                raise MissingComponentError(
+                    f"{n} needs a {component}; add one with cfg.{adder}(...) before smash()."
+                )
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            ok, why = registry.compatible(a, b)
+            if not ok:
+                raise ConfigError(f"{a} and {b} cannot be combined: {why}. Remove one of them from the SmashConfig.")
+    for n, cls in classes.items():
+        algo = cls()
+        if not experimental and not algo.model_check_fn(model):
+            raise ModelNotSupportedError(
+                f"{n} does not support this model ({type(model).__name__}). {algo.model_check_reason()} "
+                "Pass experimental=True to smash() to try anyway."
+            )
+    for n, cls in classes.items():
+        try:
+            cls().import_algorithm_packages()
+        except ImportError as exc:
+            extra = f"pip install 'slimkit[{cls.extra}]'" if cls.extra else f"pip install {exc.name or 'the package'}"
+            raise MissingPackageError(
+                f"{n} needs a package that is not installed ({exc}). Install it: {extra}"
+            ) from exc
+    return names
+
+
+def smash(
+    model: Any,
+    smash_config: SmashConfig,
+    *,
+    experimental: bool = False,
+    verbose: bool = True,
+    copy_model: bool = True,
+) -> SmashedModel:
+    """Apply the SmashConfig's algorithms to ``model`` in stage order and return a :class:`SmashedModel`.
+
+    The input model is deep-copied first (``copy_model=False`` smashes in place to save memory), so it stays
+    usable as the baseline for ``slimkit.evaluation.compare``.
+    """
+    if isinstance(model, SmashedModel):
+        raise ConfigError("This model is already smashed; smash the original model with a SmashConfig that holds "
+                          "every algorithm you want.")
+    if not isinstance(model, torch.nn.Module):
+        raise ModelNotSupportedError(f"smash() needs a torch.nn.Module, got {type(model).__name__}.")
+    names = check_config(model, smash_config, experimental)
+    base_spec = describe_base(model)
+    if copy_model:
+        try:
+            model = copy.deepcopy(model)
+        except Exception as exc:
+            raise ConfigError(f"Could not copy the model ({exc}); pass copy_model=False to smash it in place.") from exc
+    model = model.to(smash_config.device)
+    applied: list[dict[str, Any]] = []
+    pre_apply, saved_before = None, None
+    for i, name in enumerate(names):
+        algo = registry.get(name)()
+        wrapper = smash_config.get_prefix_wrapper(name)
+        if algo.save_fn == SaveFn.SAVE_BEFORE_APPLY and saved_before is None:
+            pre_apply, saved_before = model, i
+        start = time.perf_counter()
+        if verbose:
+            print(f"slimkit: [{i + 1}/{len(names)}] {algo.group} {name} ...", flush=True)
+        model = algo.apply(model, wrapper)
+        seconds = time.perf_counter() - start
+        if verbose:
+            print(f"slimkit: [{i + 1}/{len(names)}] {algo.group} {name} done in {seconds:.2f} s", flush=True)
+        applied.append({"name": name, "group": algo.group, "save_fn": algo.save_fn.value,
+                        "state": wrapper.state, "seconds": round(seconds, 3)})
+    return SmashedModel(model, smash_config, applied, base_spec, pre_apply, saved_before)

@@ -1,0 +1,76 @@
+"""SmashedModel: the smashed nn.Module plus everything needed to save it and rebuild it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from slimkit.config.smash_config import SmashConfig
+
+
+class SmashedModel(torch.nn.Module):
+    """An ``nn.Module`` whose forward is the smashed model's, carrying its SmashConfig and replay record.
+
+    Attributes the wrapper does not have (``config``, ``generate``...) are looked up on the inner model.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        smash_config: SmashConfig,
+        applied: list[dict[str, Any]],
+        base_spec: dict[str, Any],
+        pre_apply_model: Any = None,
+        saved_before: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.smash_config = smash_config
+        #: One record per applied algorithm: name, group, save_fn, state (JSON), seconds.
+        self.applied = applied
+        self.base_spec = base_spec
+        object.__setattr__(self, "_pre_apply_model", pre_apply_model)  # not a submodule: no double state
+        self.saved_before = saved_before
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the smashed model."""
+        return self.model(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self._modules.get("model")
+            if inner is None:
+                raise
+            return getattr(inner, name)
+
+    @property
+    def algorithms(self) -> list[str]:
+        """Names of the applied algorithms in order."""
+        return [a["name"] for a in self.applied]
+
+    def save_pretrained(self, path: str | os.PathLike, allow_pickle: bool = False) -> None:
+        """Save to directory ``path`` atomically: smash_config.json + model.safetensors (+ tokenizer)."""
+        from slimkit.engine.serialization import save_smashed
+
+        save_smashed(self, path, allow_pickle=allow_pickle)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | os.PathLike, model: Any = None, allow_pickle: bool = False, device: str | None = None
+    ) -> SmashedModel:
+        """Load a model saved by :meth:`save_pretrained`.
+
+        The base architecture is rebuilt from its Hugging Face config or zoo name (or ``model=``: an instance or
+        a factory of the original architecture), structural changes are replayed, weights load strictly.
+        """
+        from slimkit.engine.serialization import load_smashed
+
+        return load_smashed(path, model=model, allow_pickle=allow_pickle, device=device)
+
+    def extra_repr(self) -> str:
+        """Show the applied algorithms in ``print(model)``."""
+        return f"algorithms={self.algorithms}"

@@ -1,0 +1,133 @@
+"""Flatten a state dict into plain tensors that safetensors can store, and back — no pickle.
+
+PyTorch state dicts may hold quantized tensors, tuples (packed params), dtypes, ``None`` and tensors that
+share storage (tied weights). safetensors stores only plain named tensors, so each of those is encoded
+in the key names:
+
+- quantized tensor ``k``      -> ``k.__q__.int_repr``, ``k.__q__.scale``, ``k.__q__.zero_point``
+                                 (+ ``k.__q__.axis`` for per-channel), dtype in ``k.__q__.dtype.<name>``
+- tuple/list ``k``            -> ``k.__tuple__.<i>...`` recursively, plus ``k.__tuple__.len`` (its length)
+- ``torch.dtype`` value ``k``  -> ``k.__dtype__.<name>`` (an empty tensor)
+- ``None`` value ``k``         -> ``k.__none__`` (an empty tensor)
+- tensor sharing storage with an earlier key ``a`` -> ``k.__alias__`` (the UTF-8 bytes of ``a``)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_EMPTY = torch.zeros(0, dtype=torch.uint8)
+_QDTYPES = {"qint8": torch.qint8, "quint8": torch.quint8, "qint32": torch.qint32}
+_SUFFIXES = (".__q__.", ".__tuple__.", ".__dtype__.", ".__none__", ".__alias__")
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...], torch.dtype] | None:
+    if t.is_quantized or t.device.type == "meta" or t.numel() == 0:
+        return None
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _flatten_value(key: str, value: Any, out: dict[str, torch.Tensor], seen: dict) -> None:
+    if isinstance(value, torch.Tensor) and value.is_quantized:
+        value = value.detach().cpu()
+        out[f"{key}.__q__.int_repr"] = value.int_repr().contiguous()
+        out[f"{key}.__q__.dtype.{str(value.dtype).split('.')[-1]}"] = _EMPTY
+        if value.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            out[f"{key}.__q__.scale"] = value.q_per_channel_scales().contiguous()
+            out[f"{key}.__q__.zero_point"] = value.q_per_channel_zero_points().contiguous()
+            out[f"{key}.__q__.axis"] = torch.tensor([value.q_per_channel_axis()])
+        else:
+            out[f"{key}.__q__.scale"] = torch.tensor([value.q_scale()], dtype=torch.float64)
+            out[f"{key}.__q__.zero_point"] = torch.tensor([value.q_zero_point()], dtype=torch.int64)
+    elif isinstance(value, torch.Tensor):
+        skey = _storage_key(value)
+        if skey is not None and skey in seen:
+            out[f"{key}.__alias__"] = torch.tensor(list(seen[skey].encode()), dtype=torch.uint8)
+            return
+        if skey is not None:
+            seen[skey] = key
+        out[key] = value.detach().cpu().contiguous()
+    elif isinstance(value, (tuple, list)):
+        out[f"{key}.__tuple__.len"] = torch.tensor([len(value)])
+        for i, item in enumerate(value):
+            _flatten_value(f"{key}.__tuple__.{i}", item, out, seen)
+    elif isinstance(value, torch.dtype):
+        out[f"{key}.__dtype__.{str(value).split('.')[-1]}"] = _EMPTY
+    elif value is None:
+        out[f"{key}.__none__"] = _EMPTY
+    else:
+        raise TypeError(
+            f"State entry {key!r} holds a {type(value).__name__}, which cannot be stored without pickle. "
+            "Give the module a tensor-only state_dict, or save with allow_pickle=True."
+        )
+
+
+def flatten_state_dict(model_or_state: torch.nn.Module | dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Return a dict of plain contiguous CPU tensors that ``safetensors`` can save, encoding non-tensor entries."""
+    state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
+    out: dict[str, torch.Tensor] = {}
+    seen: dict = {}
+    for key, value in state.items():
+        _flatten_value(key, value, out, seen)
+    return out
+
+
+def _base_key(flat_key: str) -> str:
+    cut = len(flat_key)
+    for suffix in _SUFFIXES:
+        idx = flat_key.find(suffix)
+        if idx != -1:
+            cut = min(cut, idx)
+    return flat_key[:cut]
+
+
+def _rebuild(key: str, flat: dict[str, torch.Tensor], keys: list[str]) -> Any:
+    if key in flat:
+        return flat[key]
+    if f"{key}.__none__" in flat:
+        return None
+    if f"{key}.__alias__" in flat:
+        return _rebuild(bytes(flat[f"{key}.__alias__"].tolist()).decode(), flat, keys)
+    dtype_keys = [k for k in keys if k.startswith(f"{key}.__dtype__.")]
+    if dtype_keys:
+        return getattr(torch, dtype_keys[0].rsplit(".", 1)[-1])
+    if f"{key}.__tuple__.len" in flat:
+        n = int(flat[f"{key}.__tuple__.len"].item())
+        return tuple(_rebuild(f"{key}.__tuple__.{i}", flat, keys) for i in range(n))
+    if f"{key}.__q__.int_repr" in flat:
+        qdt = [k for k in keys if k.startswith(f"{key}.__q__.dtype.")][0].rsplit(".", 1)[-1]
+        ints, scale, zp = (flat[f"{key}.__q__.{n}"] for n in ("int_repr", "scale", "zero_point"))
+        if f"{key}.__q__.axis" in flat:
+            axis = int(flat[f"{key}.__q__.axis"].item())
+            q = torch._make_per_channel_quantized_tensor(ints, scale.double(), zp.long(), axis)
+        else:
+            q = torch._make_per_tensor_quantized_tensor(ints, float(scale.item()), int(zp.item()))
+        if q.dtype != _QDTYPES[qdt]:
+            raise ValueError(f"Stored quantized tensor {key!r} has dtype {q.dtype}, expected {qdt}.")
+        return q
+    raise KeyError(key)
+
+
+def unflatten_state_dict(flat: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Invert :func:`flatten_state_dict`: rebuild quantized tensors, tuples, dtypes, ``None`` and aliases."""
+    keys = list(flat)
+    order: list[str] = []
+    for k in keys:
+        base = _base_key(k)
+        if base not in order:
+            order.append(base)
+    return {base: _rebuild(base, flat, keys) for base in order}
+
+
+def load_flat_state_dict(model: torch.nn.Module, flat: dict[str, torch.Tensor], strict: bool = True) -> None:
+    """Load a flattened state dict into ``model`` (strict by default), keeping the model's version metadata.
+
+    Quantized modules read the state-dict version from ``_metadata``; it comes from the freshly rebuilt model.
+    """
+    from collections import OrderedDict
+
+    state = OrderedDict(unflatten_state_dict(flat))
+    state._metadata = getattr(model.state_dict(), "_metadata", None)  # type: ignore[attr-defined]
+    model.load_state_dict(state, strict=strict)
