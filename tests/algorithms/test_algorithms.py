@@ -1,0 +1,106 @@
+"""The one harness (DESIGN.md §5): every tester × model goes smash -> forward -> hook -> save -> load -> compare."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import pkgutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from slimkit import SmashConfig, SmashedModel, smash
+from slimkit.algorithms import registry
+from slimkit.errors import ModelNotSupportedError
+from slimkit.utils import main_tensor, run_model
+from tests.algorithms import testers
+from tests.algorithms.models import get_model
+from tests.algorithms.testers.base import AlgorithmTesterBase
+
+
+def _all_testers() -> list[type[AlgorithmTesterBase]]:
+    found = []
+    for info in pkgutil.iter_modules(testers.__path__):
+        module = importlib.import_module(f"tests.algorithms.testers.{info.name}")
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if issubclass(obj, AlgorithmTesterBase) and obj is not AlgorithmTesterBase and obj.__module__ == module.__name__:
+                found.append(obj)
+    return sorted(found, key=lambda c: c.__name__)
+
+
+TESTERS = _all_testers()
+
+
+def _cases(attr: str) -> list:
+    cases = []
+    for tester in TESTERS:
+        for model in getattr(tester, attr):
+            marks = [getattr(pytest.mark, m) for m in tester.marks]
+            cases.append(pytest.param(tester, model, id=f"{tester.__name__}-{model}", marks=marks))
+    return cases
+
+
+def _config(tester: type[AlgorithmTesterBase]) -> SmashConfig:
+    cfg = SmashConfig(device=tester.device)
+    for key, value in tester.extra_config.items():
+        cfg[key] = value
+    cfg.activate(tester.algorithm)
+    for key, value in tester.hyperparameters.items():
+        cfg[f"{tester.algorithm}_{key}"] = value
+    return cfg
+
+
+def _output(model, inputs) -> torch.Tensor:
+    with torch.no_grad():
+        return main_tensor(run_model(model, inputs)).float()
+
+
+@pytest.mark.parametrize(("tester", "model_name"), _cases("models"))
+def test_smash_save_load(tester: type[AlgorithmTesterBase], model_name: str, tmp_path: Path) -> None:
+    base, inputs, factory = get_model(model_name)
+    base.eval()
+    base_out = _output(base, inputs)
+    cfg = _config(tester)
+
+    smashed = smash(base, cfg, verbose=False)
+    assert isinstance(smashed, SmashedModel) and tester.algorithm in smashed.algorithms
+    out = _output(smashed, inputs)
+    assert out.shape == base_out.shape and torch.isfinite(out).all()
+    tester().post_smash_hook(smashed, base, inputs)
+
+    smashed.save_pretrained(tmp_path / "saved")
+    files = sorted(os.listdir(tmp_path / "saved"))
+    assert "smash_config.json" in files
+    if not tester.allow_pickle_files:
+        assert not any(f.endswith((".pt", ".pth", ".pkl", ".bin")) for f in files), files
+    reloaded = SmashedModel.from_pretrained(tmp_path / "saved", model=factory)
+    assert reloaded.algorithms == smashed.algorithms
+    torch.testing.assert_close(_output(reloaded, inputs), out, atol=tester.reload_atol, rtol=0)
+
+    assert SmashConfig.from_json(tmp_path / "saved") == cfg
+
+
+@pytest.mark.parametrize(("tester", "model_name"), _cases("reject_models"))
+def test_model_check_rejects(tester: type[AlgorithmTesterBase], model_name: str) -> None:
+    model, _, _ = get_model(model_name)
+    algo = registry.get(tester.algorithm)()
+    assert not algo.model_check_fn(model)
+    if isinstance(model, torch.nn.Module):
+        with pytest.raises(ModelNotSupportedError, match=f"{tester.algorithm} does not support this model"):
+            smash(model, _config(tester), verbose=False)
+
+
+def test_every_registered_algorithm_has_a_tester() -> None:
+    tested = {t.algorithm for t in TESTERS}
+    missing = sorted(set(registry.names()) - tested)
+    assert not missing, f"registered algorithms without a tester in tests/algorithms/testers: {missing}"
+
+
+def test_every_tester_has_models_and_rejects() -> None:
+    for tester in TESTERS:
+        assert tester.algorithm in registry.names(), tester
+        assert tester.models, f"{tester.__name__} runs on no model"
+        assert tester.post_smash_hook is not AlgorithmTesterBase.post_smash_hook, f"{tester.__name__} has no hook"
+        assert tester.reject_models, f"{tester.__name__} names no model its algorithm must refuse"
