@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slimkit import SmashConfig
+from slimkit.config import SCHEMA_VERSION
+from slimkit.errors import AlgorithmNotFoundError, ConfigError
+
+
+def test_group_keys_and_prefixed_hyperparameters():
+    cfg = SmashConfig(device="cpu")
+    cfg["pruner"] = "torch_unstructured"
+    cfg["torch_unstructured_sparsity"] = 0.5
+    cfg["quantizer"] = "int8_dynamic"
+    assert cfg["pruner"] == "torch_unstructured"
+    assert cfg["torch_unstructured_sparsity"] == 0.5
+    assert cfg["int8_dynamic_per_channel"] is True  # default filled in
+    assert cfg.get_active_algorithms() == ["torch_unstructured", "int8_dynamic"]  # stage order
+
+
+def test_list_form_orders_by_stage_not_by_argument():
+    cfg = SmashConfig(["torch_compile", "int8_dynamic", "torch_unstructured"], device="cpu")
+    assert cfg.get_active_algorithms() == ["torch_unstructured", "int8_dynamic", "torch_compile"]
+
+
+def test_dict_form_sets_hyperparameters():
+    cfg = SmashConfig({"int8_dynamic": {"per_channel": False, "exclude": ["classifier"]}}, device="cpu")
+    assert cfg["quantizer"] == "int8_dynamic"
+    assert cfg["int8_dynamic_per_channel"] is False
+    assert cfg["int8_dynamic_exclude"] == ("classifier",)
+
+
+def test_prefix_wrapper_reads_unprefixed_names():
+    cfg = SmashConfig({"torch_unstructured": {"sparsity": 0.25}}, device="cpu")
+    wrapper = cfg.get_prefix_wrapper("torch_unstructured")
+    assert wrapper["sparsity"] == 0.25 and wrapper["method"] == "l1"
+    assert wrapper.device == "cpu"
+
+
+def test_unset_group_is_none_and_can_be_cleared():
+    cfg = SmashConfig(["half"], device="cpu")
+    assert cfg["pruner"] is None
+    cfg["quantizer"] = None
+    assert cfg.get_active_algorithms() == []
+
+
+def test_json_round_trip(tmp_path):
+    cfg = SmashConfig({"torch_unstructured": {"sparsity": 0.4, "method": "random"}, "int8_dynamic": {}}, device="cpu")
+    cfg.save_to_json(tmp_path)
+    payload = json.loads((tmp_path / "smash_config.json").read_text())
+    assert payload["schema_version"] == SCHEMA_VERSION
+    assert payload["algorithms"] == {"pruner": "torch_unstructured", "quantizer": "int8_dynamic"}
+    assert payload["hyperparameters"]["torch_unstructured_sparsity"] == 0.4
+    again = SmashConfig.from_json(tmp_path)
+    assert again == cfg
+    other = SmashConfig()
+    other.load_from_json(tmp_path / "smash_config.json")
+    assert other == cfg
+
+
+def test_json_with_tokenizer_round_trip(tmp_path, minilm_tokenizer):
+    cfg = SmashConfig(["int8_dynamic"], device="cpu")
+    cfg.add_tokenizer(minilm_tokenizer)
+    cfg.save_to_json(tmp_path)
+    again = SmashConfig.from_json(tmp_path)
+    assert again.tokenizer("hello world")["input_ids"] == minilm_tokenizer("hello world")["input_ids"]
+
+
+def test_unknown_schema_version_is_refused(tmp_path):
+    (tmp_path / "smash_config.json").write_text(json.dumps({"schema_version": 99, "algorithms": {}}))
+    with pytest.raises(ConfigError, match="schema_version 99 is not supported"):
+        SmashConfig.from_json(tmp_path)
+
+
+def test_truncated_json_names_the_file(tmp_path):
+    (tmp_path / "smash_config.json").write_text('{"schema_version": 1, "algor')
+    with pytest.raises(ConfigError, match="smash_config.json is not valid JSON"):
+        SmashConfig.from_json(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("action", "error", "fragment"),
+    [
+        (lambda c: c.__setitem__("quantizer", "int8_dynamc"), AlgorithmNotFoundError,
+         "Unknown algorithm 'int8_dynamc'. Did you mean 'int8_dynamic'"),
+        (lambda c: c.__setitem__("quantizer", "torch_unstructured"), ConfigError,
+         "'torch_unstructured' is a pruner, not a quantizer; set it with cfg['pruner']"),
+        (lambda c: c.__setitem__("torch_unstructured_sparsity", 1.5), ConfigError,
+         "Invalid value 1.5 for 'torch_unstructured_sparsity': allowed is a float in [0.0, 0.99]"),
+        (lambda c: c.__setitem__("torch_unstructured_method", "l3"), ConfigError,
+         "allowed is one of 'l1', 'random'"),
+        (lambda c: c.__setitem__("int8_dynamic_per_channel", "yes"), ConfigError,
+         "allowed is one of True, False"),
+        (lambda c: c.__setitem__("torch_unstructured_seed", 1.5), ConfigError, "an integer in [0, 2147483647]"),
+        (lambda c: c.__setitem__("int8_dynamic_exclude", [1, 2]), ConfigError, "a list of strings"),
+        (lambda c: c.__setitem__("int8_dynamic_bits", 4), ConfigError,
+         "Algorithm 'int8_dynamic' has no hyperparameter 'bits'"),
+        (lambda c: c.__setitem__("sparsity", 0.5), ConfigError, "Unknown SmashConfig key 'sparsity'"),
+        (lambda c: c.__getitem__("nonsense_key"), ConfigError, "Keys are a group"),
+    ],
+)
+def test_bad_keys_and_values_get_clear_errors(action, error, fragment):
+    cfg = SmashConfig(device="cpu")
+    with pytest.raises(error) as info:
+        action(cfg)
+    assert fragment in str(info.value)
+
+
+def test_unknown_algorithm_error_lists_valid_names():
+    with pytest.raises(AlgorithmNotFoundError) as info:
+        SmashConfig(["gptq9000"])
+    assert "Valid algorithms:" in str(info.value) and "int8_dynamic" in str(info.value)
+
+
+def test_bad_constructor_argument():
+    with pytest.raises(ConfigError, match="pass a list of algorithm names"):
+        SmashConfig(42)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="hyperparameters must be a dict"):
+        SmashConfig({"int8_dynamic": True})  # type: ignore[dict-item]
+
+
+def test_bad_device():
+    with pytest.raises(ConfigError, match="Unknown device 'tpu'"):
+        SmashConfig(device="tpu")
+
+
+def test_add_tokenizer_from_unreachable_hub_id_is_clear():
+    cfg = SmashConfig()
+    with pytest.raises(ConfigError, match="A hub id needs network access"):
+        cfg.add_tokenizer("surely-not/a-local-folder")
+
+
+def test_add_data_builtin_id():
+    cfg = SmashConfig(device="cpu")
+    cfg.add_data("Digits")
+    assert cfg.data.name == "Digits"
+    x, y = next(iter(cfg.data.train_dataloader(batch_size=4)))
+    assert x.shape == (4, 1, 8, 8) and y.shape == (4,)
+    assert cfg.to_dict()["data"] == "Digits"
