@@ -25,7 +25,8 @@ def _all_testers() -> list[type[AlgorithmTesterBase]]:
     for info in pkgutil.iter_modules(testers.__path__):
         module = importlib.import_module(f"tests.algorithms.testers.{info.name}")
         for _, obj in inspect.getmembers(module, inspect.isclass):
-            if issubclass(obj, AlgorithmTesterBase) and obj is not AlgorithmTesterBase and obj.__module__ == module.__name__:
+            own = obj.__module__ == module.__name__
+            if issubclass(obj, AlgorithmTesterBase) and obj is not AlgorithmTesterBase and own:
                 found.append(obj)
     return sorted(found, key=lambda c: c.__name__)
 
