@@ -1,0 +1,154 @@
+"""Built-in datasets that ship with the environment, so they work offline.
+
+- ``Digits``: scikit-learn's 1,797 real 8x8 handwritten digits (image classification).
+- ``PyDocText``: the English prose of Python's own ``pydoc_data.topics`` (~465k characters; text generation,
+  perplexity and calibration text for language models).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from slimkit.data.utils import DictDataset, split_train_into_train_val_test
+from slimkit.errors import DataError, MissingPackageError
+
+PYDOC_SPLIT_FRACTIONS = {"test": 0.1, "val": 0.1}  # share of the characters; train gets the rest
+_BLOCK_SPLITS = {"test": "test", "calibration": "train", "train": "train", "validation": "val", "val": "val"}
+
+
+def load_digits_splits(seed: int = 42) -> tuple[DictDataset, Any, Any]:
+    """Digits as (train, val, test): items ``{"image": float32 [1, 8, 8] in [0, 1], "label": int}``.
+
+    Pixel values 0..16 are divided by 16. The split is ``split_train_into_train_val_test`` with ``seed``
+    (80/10/10: 1,437 / 180 / 180 items for the default fractions).
+    """
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as exc:  # pragma: no cover - sklearn is in the data extra
+        raise MissingPackageError("The 'Digits' dataset needs scikit-learn: pip install 'slimkit[data]'.") from exc
+    bunch = load_digits()
+    images = torch.from_numpy(bunch.images).float().div_(16.0).unsqueeze(1)
+    dataset = DictDataset({"image": list(images), "label": [int(y) for y in bunch.target]})
+    return split_train_into_train_val_test(dataset, seed=seed)
+
+
+def _topics() -> dict[str, str]:
+    from pydoc_data.topics import topics
+
+    return dict(topics)
+
+
+def pydoc_split_topics(seed: int = 42) -> dict[str, list[str]]:
+    """Assign every pydoc topic (a whole document) to exactly one of ``train`` / ``val`` / ``test``.
+
+    Topics are visited in a seeded random order; ``test`` takes topics until it holds 10% of all
+    characters, then ``val`` until it holds 10%, and ``train`` gets the rest. Splitting by whole
+    documents keeps the splits' text disjoint, so calibration text never leaks into evaluation text.
+    """
+    topics = _topics()
+    names = sorted(topics)
+    order = torch.randperm(len(names), generator=torch.Generator().manual_seed(int(seed))).tolist()
+    total = sum(len(text) for text in topics.values())
+    splits: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    chars = {"val": 0, "test": 0}
+    for index in order:
+        name = names[index]
+        target = "train"
+        for split in ("test", "val"):
+            if chars[split] < PYDOC_SPLIT_FRACTIONS[split] * total:
+                target = split
+                break
+        splits[target].append(name)
+        if target != "train":
+            chars[target] += len(topics[name])
+    return splits
+
+
+def _chunks(text: str, chunk_chars: int) -> list[str]:
+    """Pack consecutive paragraphs of ``text`` into chunks of at most ``chunk_chars`` characters.
+
+    A single paragraph longer than ``chunk_chars`` stays one chunk (collate functions truncate).
+    """
+    chunks: list[str] = []
+    current = ""
+    for paragraph in (p.strip() for p in text.split("\n\n")):
+        if not paragraph:
+            continue
+        candidate = f"{current}\n\n{paragraph}" if current else paragraph
+        if current and len(candidate) > chunk_chars:
+            chunks.append(current)
+            current = paragraph
+        else:
+            current = candidate
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def load_pydoc_text_splits(seed: int = 42, chunk_chars: int = 2000) -> tuple[DictDataset, DictDataset, DictDataset]:
+    """PyDocText as (train, val, test) of items ``{"text": str}``.
+
+    Documents are split by ``pydoc_split_topics`` (disjoint text), then each document is cut into
+    paragraph-aligned chunks of up to ``chunk_chars`` characters so a batch holds many short samples.
+    """
+    if isinstance(chunk_chars, bool) or not isinstance(chunk_chars, int) or chunk_chars < 1:
+        raise DataError(f"chunk_chars must be a positive int; got {chunk_chars!r}.")
+    topics, assignment = _topics(), pydoc_split_topics(seed)
+    parts = []
+    for split in ("train", "val", "test"):
+        texts = [chunk for name in assignment[split] for chunk in _chunks(topics[name], chunk_chars)]
+        parts.append(DictDataset({"text": texts}))
+    return parts[0], parts[1], parts[2]
+
+
+def _separator_ids(tokenizer: Any) -> list[int]:
+    """Token placed between documents in a block stream: EOS, else SEP, else nothing."""
+    for attr in ("eos_token_id", "sep_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if isinstance(value, int):
+            return [value]
+    return []
+
+
+def pydoc_token_stream(tokenizer: Any, split: str = "test", seed: int = 42) -> list[int]:
+    """All tokens of one PyDocText split: its documents tokenized and joined by an EOS/SEP token."""
+    if split not in _BLOCK_SPLITS:
+        raise DataError(f"Unknown PyDocText split {split!r}; valid: {', '.join(sorted(_BLOCK_SPLITS))}.")
+    if tokenizer is None or not callable(tokenizer):
+        raise DataError("pydoc_text_blocks needs a tokenizer (a Hugging Face tokenizer or any callable like one).")
+    topics = _topics()
+    names = pydoc_split_topics(seed)[_BLOCK_SPLITS[split]]
+    encoded = tokenizer([topics[name] for name in names], add_special_tokens=False, verbose=False)["input_ids"]
+    separator = _separator_ids(tokenizer)
+    stream: list[int] = []
+    for ids in encoded:
+        if stream:
+            stream.extend(separator)
+        stream.extend(int(i) for i in ids)
+    return stream
+
+
+def pydoc_text_blocks(
+    tokenizer: Any, n_blocks: int, block_len: int, split: str = "test", seed: int = 42
+) -> torch.Tensor:
+    """Return ``n_blocks`` contiguous, non-overlapping token blocks of PyDocText as a LongTensor ``[n, block_len]``.
+
+    ``split="test"`` reads the test documents (for perplexity), ``split="calibration"`` the training
+    documents (for quantizer calibration), ``"validation"`` the validation documents. The splits hold
+    disjoint whole documents (``pydoc_split_topics``), so calibration and evaluation text never overlap.
+    Blocks are cut from the split's token stream from its start, so the result is deterministic.
+    """
+    for label, value in (("n_blocks", n_blocks), ("block_len", block_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DataError(f"{label} must be a positive int; got {value!r}.")
+    stream = pydoc_token_stream(tokenizer, split, seed)
+    available = len(stream) // block_len
+    if n_blocks > available:
+        raise DataError(
+            f"The PyDocText {split!r} split has {len(stream)} tokens with this tokenizer: {available} blocks of "
+            f"{block_len}, fewer than the {n_blocks} asked for. Ask for at most {available} blocks or "
+            "shorter blocks."
+        )
+    return torch.tensor(stream[: n_blocks * block_len], dtype=torch.long).view(n_blocks, block_len)

@@ -1,0 +1,95 @@
+"""The main job behind `slimkit smash`: smash a zoo model, measure it against the original, save, reload, verify."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from slimkit.config.smash_config import SmashConfig
+from slimkit.engine import SmashedModel, smash
+from slimkit.utils import main_tensor, run_model
+
+DEFAULT_MODEL = "minilm"
+#: Default recipe per model: what `slimkit smash` applies when no algorithm is named.
+DEFAULT_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
+    "minilm": {"int8_dynamic": {"per_channel": True}},
+    "smollm2-135m": {"int8_dynamic": {"per_channel": True, "exclude": ["lm_head"]}},
+    "digits_cnn": {"torch_unstructured": {"sparsity": 0.5}},
+    "mobilenet_v2": {"half": {"dtype": "bfloat16"}},
+}
+
+
+def retrieval_top1(model: Any, tokenizer: Any) -> float:
+    """Fraction of the zoo's query sentences whose nearest passage (cosine) is their own match."""
+    from slimkit.zoo import sentence_pairs
+
+    pairs = sentence_pairs()
+    queries = tokenizer([q for q, _ in pairs], padding=True, return_tensors="pt")
+    passages = tokenizer([p for _, p in pairs], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        q = main_tensor(run_model(model, dict(queries))).float()
+        p = main_tensor(run_model(model, dict(passages))).float()
+    sims = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(p, dim=-1).T
+    return float((sims.argmax(dim=1) == torch.arange(len(pairs))).float().mean())
+
+
+def task_metrics(loaded: Any, base: Any, smashed: Any) -> dict[str, tuple[float, float, str]]:
+    """Extra comparison rows that speak the model's task (retrieval, accuracy)."""
+    if loaded.task == "sentence_embedding" and loaded.tokenizer is not None:
+        return {"retrieval top-1 (16 pairs)": (retrieval_top1(base, loaded.tokenizer),
+                                               retrieval_top1(smashed, loaded.tokenizer), "higher")}
+    if loaded.name == "digits_cnn":
+        from slimkit.zoo import digits_split
+
+        _, _, x_test, y_test = digits_split()
+        with torch.inference_mode():
+            acc = [float((main_tensor(m(x_test)).argmax(1) == y_test).float().mean()) for m in (base, smashed)]
+        return {"test accuracy": (acc[0], acc[1], "higher")}
+    return {}
+
+
+def run(
+    model_name: str = DEFAULT_MODEL,
+    config: SmashConfig | None = None,
+    output: str | Path | None = None,
+    threads: int = 2,
+    repeats: int = 10,
+    warmup: int = 3,
+) -> int:
+    """Smash ``model_name``, print the before/after table, save, reload and check outputs. Returns an exit code."""
+    from slimkit import zoo
+    from slimkit.evaluation import compare
+
+    print(f"slimkit: loading zoo model {model_name!r} (offline)", flush=True)
+    loaded = zoo.load(model_name)
+    base, inputs = loaded.model.eval(), loaded.example_inputs
+    if config is None:
+        config = SmashConfig(DEFAULT_RECIPES.get(model_name, {"int8_dynamic": {}}), device="cpu")
+    if loaded.tokenizer is not None and config.tokenizer is None:
+        config.add_tokenizer(loaded.tokenizer)
+    print(f"slimkit: recipe {config.get_active_algorithms()} {config.to_dict()['hyperparameters']}", flush=True)
+    smashed = smash(base, config)
+
+    print(f"slimkit: measuring base vs smashed ({threads} threads, {repeats} repeats, median)", flush=True)
+    result = compare(base, smashed, inputs, threads=threads, warmup=warmup, repeats=repeats,
+                     extra=task_metrics(loaded, base, smashed))
+    result.print()
+
+    if output is None:
+        return 0
+    out = Path(output)
+    smashed.save_pretrained(out)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"slimkit: saved to {out} ({size / 1e6:.1f} MB: {', '.join(sorted(p.name for p in out.iterdir()))})")
+    reloaded = SmashedModel.from_pretrained(out)
+    with torch.inference_mode():
+        a = main_tensor(run_model(smashed, inputs)).float()
+        b = main_tensor(run_model(reloaded, inputs)).float()
+    diff = float((a - b).abs().max())
+    if torch.equal(a, b):
+        print(f"slimkit: reloaded {out}: outputs identical to the smashed model (max |diff| = {diff:g})")
+        return 0
+    print(f"slimkit: RELOAD MISMATCH: reloaded outputs differ from the smashed model (max |diff| = {diff:g})")
+    return 1
