@@ -1,0 +1,76 @@
+"""NNI-shaped pruning: config_list, module wrappers holding masks, weight maskers and pruners.
+
+Typical use::
+
+    pruner = L1FilterPruner(model, [{"sparsity": 0.5, "op_types": ["default"]}])
+    pruner.compress()
+    masks = pruner.get_masks()  # {layer name: {"weight_mask": ..., "bias_mask": ...}} for ModelSpeedup
+"""
+
+from slimkit.compression.pruning.agp import AGPPruner, agp_sparsity
+from slimkit.compression.pruning.attention import AttentionHeadMasker, AttentionHeadPruner, HeadLayout, find_head_layout
+from slimkit.compression.pruning.compressor import Pruner
+from slimkit.compression.pruning.config import PruningConfigError, resolve_config_list
+from slimkit.compression.pruning.data_pruners import (
+    ActivationAPoZRankFilterPruner,
+    ActivationAPoZRankFilterPrunerMasker,
+    ActivationMeanRankFilterPruner,
+    ActivationMeanRankFilterPrunerMasker,
+    TaylorFOWeightFilterPruner,
+    TaylorFOWeightFilterPrunerMasker,
+)
+from slimkit.compression.pruning.io import load_masks, load_state_dict_file, save_masks
+from slimkit.compression.pruning.maskers import (
+    FPGMPrunerMasker,
+    L1FilterPrunerMasker,
+    L2FilterPrunerMasker,
+    LevelPrunerMasker,
+    SlimPrunerMasker,
+    StructuredWeightMasker,
+    WeightMasker,
+    num_to_prune,
+)
+from slimkit.compression.pruning.names import PRUNER_CLASSES, get_pruner_class
+from slimkit.compression.pruning.one_shot import FPGMPruner, L1FilterPruner, L2FilterPruner, LevelPruner, SlimPruner
+from slimkit.compression.pruning.utils import format_sensitivity_table, plot_sensitivity, sensitivity_analysis
+from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+
+__all__ = [
+    "AGPPruner",
+    "ActivationAPoZRankFilterPruner",
+    "ActivationAPoZRankFilterPrunerMasker",
+    "ActivationMeanRankFilterPruner",
+    "ActivationMeanRankFilterPrunerMasker",
+    "AttentionHeadMasker",
+    "AttentionHeadPruner",
+    "FPGMPruner",
+    "FPGMPrunerMasker",
+    "HeadLayout",
+    "L1FilterPruner",
+    "L1FilterPrunerMasker",
+    "L2FilterPruner",
+    "L2FilterPrunerMasker",
+    "LevelPruner",
+    "LevelPrunerMasker",
+    "PRUNER_CLASSES",
+    "Pruner",
+    "PrunerModuleWrapper",
+    "PruningConfigError",
+    "SlimPruner",
+    "SlimPrunerMasker",
+    "StructuredWeightMasker",
+    "TaylorFOWeightFilterPruner",
+    "TaylorFOWeightFilterPrunerMasker",
+    "WeightMasker",
+    "agp_sparsity",
+    "find_head_layout",
+    "format_sensitivity_table",
+    "get_pruner_class",
+    "load_masks",
+    "load_state_dict_file",
+    "num_to_prune",
+    "plot_sensitivity",
+    "resolve_config_list",
+    "save_masks",
+    "sensitivity_analysis",
+]

@@ -1,0 +1,314 @@
+"""The ``Pruner`` base class: config resolution, wrapping, mask bookkeeping, optimizer hook, export."""
+
+from __future__ import annotations
+
+import copy
+import os
+import types
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from slimkit.compression.pruning.config import PruningConfigError, layer_weight, resolve_config_list
+from slimkit.compression.pruning.io import (
+    MODEL_FORMAT,
+    Masks,
+    export_onnx,
+    load_masks,
+    save_masks,
+    save_tensors_atomic,
+)
+from slimkit.compression.pruning.maskers import MaskDict, WeightMasker
+from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+
+Collector = Callable[[PrunerModuleWrapper, tuple, Any], None]
+
+
+class Pruner:
+    """Base pruner: wraps the layers ``config_list`` selects and keeps one mask pair per layer.
+
+    Subclasses set ``self.masker`` and class attributes ``default_op_types`` (what ``"default"`` means),
+    ``supported_op_types`` (``None`` = any layer with a weight) and ``iterative`` (recompute masks after every
+    ``optimizer.step()``; one-shot pruners compute once in :meth:`compress`).
+    """
+
+    default_op_types: tuple[str, ...] = ("Conv2d", "Linear")
+    supported_op_types: tuple[str, ...] | None = None
+    extra_config_keys: tuple[str, ...] = ()
+    iterative: bool = False
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config_list: Sequence[Mapping[str, Any]],
+        optimizer: torch.optim.Optimizer | None = None,
+        dummy_input: Any = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise PruningConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+        if any(isinstance(m, PrunerModuleWrapper) for m in model.modules()):
+            raise PruningConfigError(
+                "This model is already wrapped by a pruner; call that pruner's unwrap_model() first."
+            )
+        if optimizer is not None and not callable(getattr(optimizer, "step", None)):
+            raise PruningConfigError(f"optimizer must have a step() method, got {type(optimizer).__name__}.")
+        self.bound_model = model
+        self.config_list = config_list
+        self.optimizer = optimizer
+        self.dummy_input = dummy_input
+        self.masker: WeightMasker | None = getattr(self, "masker", None)
+        self.step_count = 0
+        self.modules_wrapper: list[PrunerModuleWrapper] = []
+        self._collectors: dict[int, list[RemovableHandle]] = {}
+        self._next_collector_id = 0
+        self._original_step: Callable[..., Any] | None = None
+        self.is_wrapped = False
+        for name, module, config in self._select_layers():
+            layer_weight(module, name)
+            self.modules_wrapper.append(PrunerModuleWrapper(module, name, type(module).__name__, config))
+        self._wrap_model()
+        self.set_wrappers_attribute("if_calculated", False)
+        if optimizer is not None:
+            self.patch_optimizer()
+
+    # --- layer selection and wrapping -------------------------------------------------------------
+    def _select_layers(self) -> list[tuple[str, nn.Module, dict[str, Any]]]:
+        """Resolve ``config_list`` into ``(name, module, config)`` for every layer to wrap."""
+        resolved = resolve_config_list(
+            self.bound_model, self.config_list, self.default_op_types, self.supported_op_types,
+            self.extra_config_keys,
+        )
+        return [(name, self.bound_model.get_submodule(name), cfg) for name, cfg in resolved.items()]
+
+    def _set_child(self, name: str, module: nn.Module) -> None:
+        parent_name, _, child = name.rpartition(".")
+        parent = self.bound_model.get_submodule(parent_name) if parent_name else self.bound_model
+        setattr(parent, child, module)
+
+    def _wrap_model(self) -> None:
+        """Put every wrapper in place of its layer (idempotent)."""
+        if not self.is_wrapped:
+            for wrapper in self.modules_wrapper:
+                self._set_child(wrapper.name, wrapper)
+            self.is_wrapped = True
+
+    def _unwrap_model(self) -> None:
+        """Put the original layers back, keeping the wrappers (and masks) for re-wrapping."""
+        if self.is_wrapped:
+            for wrapper in self.modules_wrapper:
+                self._set_child(wrapper.name, wrapper.module)
+            self.is_wrapped = False
+
+    def unwrap_model(self, apply_masks: bool = False) -> nn.Module:
+        """Return the model with plain layers again; ``apply_masks=True`` multiplies masks into the weights.
+
+        Also restores the optimizer's original ``step``. The pruner can be re-attached with ``_wrap_model()``.
+        """
+        if apply_masks:
+            for wrapper in self.modules_wrapper:
+                wrapper.apply_masks_to_module()
+        self._unwrap_model()
+        self.restore_optimizer()
+        return self.bound_model
+
+    def get_modules_wrapper(self) -> list[PrunerModuleWrapper]:
+        """The wrappers, in model order."""
+        return list(self.modules_wrapper)
+
+    def set_wrappers_attribute(self, name: str, value: Any) -> None:
+        """Give every wrapper attribute ``name``: tensors become buffers, containers are copied per wrapper."""
+        for wrapper in self.modules_wrapper:
+            if isinstance(value, torch.Tensor):
+                if hasattr(wrapper, name) and name not in wrapper._buffers:
+                    delattr(wrapper, name)
+                wrapper.register_buffer(name, value.clone().to(wrapper.weight_mask.device))
+            else:
+                setattr(wrapper, name, copy.copy(value) if isinstance(value, (list, dict, set)) else value)
+
+    # --- activation collectors ------------------------------------------------------------------------
+    def add_activation_collector(self, collector: Collector) -> int:
+        """Call ``collector(wrapper, inputs, output)`` after every wrapped layer's forward; returns an id."""
+        if not callable(collector):
+            raise PruningConfigError(f"collector must be callable(wrapper, input, output), got {collector!r}.")
+        self._next_collector_id += 1
+        self._collectors[self._next_collector_id] = [
+            w.register_forward_hook(collector) for w in self.modules_wrapper
+        ]
+        return self._next_collector_id
+
+    def remove_activation_collector(self, collector_id: int) -> None:
+        """Remove the hooks of a collector added with :meth:`add_activation_collector`."""
+        if collector_id not in self._collectors:
+            raise PruningConfigError(
+                f"No activation collector with id {collector_id!r}; active ids: {sorted(self._collectors)}."
+            )
+        for handle in self._collectors.pop(collector_id):
+            handle.remove()
+
+    # --- optimizer hook -----------------------------------------------------------------------------
+    def patch_optimizer(self) -> None:
+        """Replace ``optimizer.step`` by one that runs the original, then :meth:`_on_optimizer_step`."""
+        if self.optimizer is None or self._original_step is not None:
+            return
+        original = self.optimizer.step
+        pruner = self
+
+        def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
+            pruner._before_optimizer_step()
+            result = original(*args, **kwargs)
+            pruner._on_optimizer_step()
+            return result
+
+        self._original_step = original
+        self._step_was_instance_attr = "step" in vars(self.optimizer)
+        self.optimizer.step = types.MethodType(step, self.optimizer)
+
+    def restore_optimizer(self) -> None:
+        """Undo :meth:`patch_optimizer`."""
+        if self.optimizer is not None and self._original_step is not None:
+            if self._step_was_instance_attr:
+                self.optimizer.step = self._original_step
+            else:
+                del self.optimizer.step  # back to the class's own step
+            self._original_step = None
+
+    def _before_optimizer_step(self) -> None:
+        """Hook run before each optimizer step (data-driven pruners collect gradients here)."""
+
+    def _on_optimizer_step(self) -> None:
+        """After each step: recompute masks for iterative pruners, then zero pruned weights in place."""
+        self.step_count += 1
+        if self.iterative:
+            self.update_mask()
+        for wrapper in self.modules_wrapper:
+            wrapper.apply_masks_to_module()
+
+    def update_epoch(self, epoch: int) -> None:
+        """Tell the pruner a new epoch starts (epoch-scheduled pruners override this)."""
+
+    # --- masks ----------------------------------------------------------------------------------------
+    def calc_mask(self, wrapper: PrunerModuleWrapper, wrapper_idx: int | None = None) -> MaskDict | None:
+        """One-shot default: compute the layer's masks once with the masker, then return ``None``."""
+        if wrapper.if_calculated:
+            return None
+        if self.masker is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no masker; override calc_mask or set self.masker.")
+        masks = self.masker.calc_mask(sparsity=wrapper.config["sparsity"], wrapper=wrapper, wrapper_idx=wrapper_idx)
+        wrapper.if_calculated = True
+        return masks
+
+    def _store_masks(self, wrapper: PrunerModuleWrapper, masks: Mapping[str, torch.Tensor | None]) -> None:
+        for key, value in masks.items():
+            if key not in ("weight_mask", "bias_mask"):
+                raise PruningConfigError(f"A mask dict may hold 'weight_mask' and 'bias_mask', got {key!r}.")
+            current = getattr(wrapper, key)
+            if value is None or current is None:
+                continue
+            if tuple(value.shape) != tuple(current.shape):
+                raise PruningConfigError(
+                    f"{key} for layer {wrapper.name!r} has shape {tuple(value.shape)}; "
+                    f"the layer needs {tuple(current.shape)}."
+                )
+            current.copy_(value.detach().to(device=current.device, dtype=current.dtype))
+
+    @torch.no_grad()
+    def update_mask(self) -> None:
+        """Ask :meth:`calc_mask` for every wrapper and store the masks it returns."""
+        for idx, wrapper in enumerate(self.modules_wrapper):
+            masks = self.calc_mask(wrapper, wrapper_idx=idx)
+            if masks is not None:
+                self._store_masks(wrapper, masks)
+
+    def compress(self) -> nn.Module:
+        """Compute the masks (one-shot pruners) and return the wrapped model."""
+        self.update_mask()
+        return self.bound_model
+
+    def get_masks(self) -> Masks:
+        """``{layer name in the unwrapped model: {"weight_mask": Tensor, "bias_mask": Tensor | None}}``."""
+        return {
+            w.name: {
+                "weight_mask": w.weight_mask.detach().clone(),
+                "bias_mask": None if w.bias_mask is None else w.bias_mask.detach().clone(),
+            }
+            for w in self.modules_wrapper
+        }
+
+    def apply_masks(self, masks: Mapping[str, Mapping[str, torch.Tensor | None]]) -> None:
+        """Install masks in :meth:`get_masks` format and mark those layers as computed."""
+        known = {w.name: w for w in self.modules_wrapper}
+        for name, layer_masks in masks.items():
+            if name not in known:
+                raise PruningConfigError(
+                    f"Masks name layer {name!r}, which this pruner does not wrap; wrapped layers: "
+                    f"{', '.join(known) or '(none)'}."
+                )
+            with torch.no_grad():
+                self._store_masks(known[name], layer_masks)
+            known[name].if_calculated = True
+
+    def load_masks(self, mask_path: str | os.PathLike) -> Masks:
+        """Read masks written by :meth:`export_model` and install them; returns them."""
+        masks = load_masks(mask_path)
+        self.apply_masks(masks)
+        return masks
+
+    # --- export ---------------------------------------------------------------------------------------
+    def masked_state_dict(self) -> dict[str, torch.Tensor]:
+        """State dict of the unwrapped model with the masks multiplied into weight and bias (copies)."""
+        was_wrapped = self.is_wrapped
+        self._unwrap_model()
+        try:
+            state = {k: v.detach().clone() for k, v in self.bound_model.state_dict().items()}
+        finally:
+            if was_wrapped:
+                self._wrap_model()
+        for wrapper in self.modules_wrapper:
+            for param, mask in (("weight", wrapper.weight_mask), ("bias", wrapper.bias_mask)):
+                key = f"{wrapper.name}.{param}"
+                if mask is not None and key in state:
+                    state[key] = state[key] * mask.to(state[key].dtype)
+        return state
+
+    def export_model(
+        self,
+        model_path: str | os.PathLike,
+        mask_path: str | os.PathLike | None = None,
+        onnx_path: str | os.PathLike | None = None,
+        input_shape: Sequence[int] | None = None,
+    ) -> None:
+        """Write the masked weights (and optionally the masks, an ONNX graph) as safetensors, atomically.
+
+        ``model_path`` holds a plain state dict of the unwrapped model; load it with
+        :func:`slimkit.compression.pruning.io.load_state_dict_file` and ``model.load_state_dict``. The ONNX
+        export needs ``input_shape`` (a random float input) or the pruner's ``dummy_input``.
+        """
+        save_tensors_atomic(self.masked_state_dict(), model_path, MODEL_FORMAT)
+        if mask_path is not None:
+            save_masks(self.get_masks(), mask_path)
+        if onnx_path is not None:
+            self._export_onnx(Path(onnx_path), input_shape)
+
+    def _export_onnx(self, path: Path, input_shape: Sequence[int] | None) -> None:
+        if input_shape is not None:
+            dummy: Any = torch.randn(*input_shape)
+        elif self.dummy_input is not None:
+            dummy = self.dummy_input
+        else:
+            raise PruningConfigError(
+                "export_model(onnx_path=...) needs input_shape=(N, C, H, W, ...) or a pruner built with "
+                "dummy_input=..."
+            )
+        was_wrapped = self.is_wrapped
+        self._unwrap_model()
+        try:
+            plain = copy.deepcopy(self.bound_model)
+        finally:
+            if was_wrapped:
+                self._wrap_model()
+        plain.load_state_dict(self.masked_state_dict())
+        export_onnx(plain, dummy, path)

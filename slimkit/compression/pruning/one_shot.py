@@ -1,0 +1,130 @@
+"""One-shot pruners that need only the weights: level (unstructured), L1/L2 filter, FPGM, Slim (BatchNorm)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.compression.pruning.compressor import Pruner
+from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.compression.pruning.maskers import (
+    FPGMPrunerMasker,
+    L1FilterPrunerMasker,
+    L2FilterPrunerMasker,
+    LevelPrunerMasker,
+    SlimPrunerMasker,
+)
+
+FILTER_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear")
+LEVEL_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear")
+
+
+class LevelPruner(Pruner):
+    """Unstructured magnitude pruning: zero the ``sparsity`` fraction of smallest weights in each layer.
+
+    ``"default"`` op types: Conv1d/2d/3d and Linear; any layer with a ``weight`` may be named explicitly.
+    """
+
+    default_op_types = LEVEL_OP_TYPES
+    supported_op_types = None
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config_list: Sequence[Mapping[str, Any]],
+        optimizer: torch.optim.Optimizer | None = None,
+        dummy_input: Any = None,
+    ) -> None:
+        super().__init__(model, config_list, optimizer, dummy_input)
+        self.masker = LevelPrunerMasker(model, self)
+
+
+class _FilterPruner(Pruner):
+    """Shared setup for filter pruners: prune output channels (dim 0) of Conv and Linear layers."""
+
+    default_op_types = ("Conv2d", "Linear")
+    supported_op_types = FILTER_OP_TYPES
+    masker_class: type = L1FilterPrunerMasker
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config_list: Sequence[Mapping[str, Any]],
+        optimizer: torch.optim.Optimizer | None = None,
+        dummy_input: Any = None,
+    ) -> None:
+        super().__init__(model, config_list, optimizer, dummy_input)
+        self.masker = self.masker_class(model, self)
+
+
+class L1FilterPruner(_FilterPruner):
+    """Prune the output filters with the smallest L1 norm (Conv2d and Linear by default)."""
+
+    masker_class = L1FilterPrunerMasker
+
+
+class L2FilterPruner(_FilterPruner):
+    """Prune the output filters with the smallest L2 norm (Conv2d and Linear by default)."""
+
+    masker_class = L2FilterPrunerMasker
+
+
+class FPGMPruner(_FilterPruner):
+    """Prune the filters nearest the geometric median of their layer (Conv2d and Linear by default)."""
+
+    masker_class = FPGMPrunerMasker
+
+
+class SlimPruner(Pruner):
+    """Network Slimming: prune BatchNorm channels with the smallest ``|gamma|``.
+
+    Masks land on the BatchNorm layers' weight and bias (``op_types: ["BatchNorm2d"]``, also the default).
+    ``scope="global"`` (the paper's choice) ranks channels over all selected BN layers together and prunes
+    ``floor(s * total_channels)`` of them (each layer keeps at least one), so every selected layer must share
+    one sparsity; ``scope="layer"`` prunes each BN layer to its own sparsity. Train with an L1 penalty on the
+    BN scales beforehand for the best results.
+    """
+
+    default_op_types = ("BatchNorm2d",)
+    supported_op_types = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config_list: Sequence[Mapping[str, Any]],
+        optimizer: torch.optim.Optimizer | None = None,
+        scope: str = "global",
+        dummy_input: Any = None,
+    ) -> None:
+        if scope not in ("global", "layer"):
+            raise PruningConfigError(f"SlimPruner scope must be 'global' or 'layer', got {scope!r}.")
+        self.scope = scope
+        super().__init__(model, config_list, optimizer, dummy_input)
+        self.masker = SlimPrunerMasker(model, self)
+
+    def _select_layers(self) -> list[tuple[str, nn.Module, dict[str, Any]]]:
+        layers = super()._select_layers()
+        sparsities = sorted({config["sparsity"] for _, _, config in layers})
+        if self.scope == "global" and len(sparsities) > 1:
+            raise PruningConfigError(
+                f"SlimPruner with scope='global' needs one sparsity for all BatchNorm layers, got {sparsities}; "
+                "use a single sparsity or pass scope='layer'."
+            )
+        return layers
+
+    @torch.no_grad()
+    def update_mask(self) -> None:
+        """Global scope: rank all BN channels together once; layer scope: the per-layer default."""
+        if self.scope == "layer":
+            super().update_mask()
+            return
+        pending = [w for w in self.modules_wrapper if not w.if_calculated]
+        if not pending:
+            return
+        all_masks = self.masker.calc_global_masks(pending[0].config["sparsity"], self.modules_wrapper)
+        for wrapper, masks in zip(self.modules_wrapper, all_masks, strict=True):
+            self._store_masks(wrapper, masks)
+            wrapper.if_calculated = True

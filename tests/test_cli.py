@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slimkit.cli import main
+
+
+def test_help_explains_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for word in ("smash", "algorithms", "zoo", "examples:"):
+        assert word in out
+
+
+def test_smash_help_describes_the_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["smash", "--help"])
+    out = capsys.readouterr().out
+    assert "MiniLM" in out and "--set KEY=VALUE" in out and "--no-save" in out
+
+
+def test_algorithms_lists_hyperparameters_with_descriptions(capsys):
+    assert main(["algorithms", "--group", "quantizer"]) == 0
+    out = capsys.readouterr().out
+    assert "int8_dynamic  [quantizer]  devices: cpu" in out
+    assert "int8_dynamic_per_channel = True" in out
+    assert "torch_unstructured" not in out
+
+
+def test_algorithms_json(capsys):
+    assert main(["algorithms", "--json"]) == 0
+    infos = json.loads(capsys.readouterr().out)
+    assert {i["name"] for i in infos} >= {"int8_dynamic", "half", "torch_compile", "torch_unstructured"}
+    assert all(hp["desc"] for i in infos for hp in i["hyperparameters"])
+
+
+def test_zoo_lists_models(capsys):
+    assert main(["zoo"]) == 0
+    out = capsys.readouterr().out.split()
+    assert "minilm" in out and "digits_cnn" in out
+
+
+def test_bad_hyperparameter_exits_2_with_message(capsys):
+    code = main(["smash", "--model", "mlp", "--algorithm", "int8_dynamic", "--set", "int8_dynamic_bits=4", "--no-save"])
+    assert code == 2
+    assert "Algorithm 'int8_dynamic' has no hyperparameter 'bits'" in capsys.readouterr().err
+
+
+def test_smash_other_model_and_recipe(tmp_path, capsys):
+    code = main(["smash", "--model", "digits_cnn", "--algorithm", "torch_unstructured",
+                 "--set", "torch_unstructured_sparsity=0.6", "--output", str(tmp_path / "d"),
+                 "--repeats", "2", "--warmup", "1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "test accuracy" in out and "outputs identical" in out
+    assert (tmp_path / "d" / "model.safetensors").exists()
+
+
+def test_default_demo_on_real_minilm(tmp_path, capsys):
+    """The main job: MiniLM + int8_dynamic, table, save, reload, identical outputs (timing kept short here)."""
+    code = main(["smash", "--output", str(tmp_path / "minilm"), "--repeats", "1", "--warmup", "0"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for row in ("size on disk", "parameters", "MACs", "latency median", "fidelity cosine mean", "retrieval top-1"):
+        assert row in out
+    assert "outputs identical to the smashed model" in out
+    saved = json.loads((tmp_path / "minilm" / "smash_config.json").read_text())
+    assert saved["algorithms"] == {"quantizer": "int8_dynamic"} and saved["base"]["name"] == "minilm"
