@@ -6,7 +6,12 @@ import contextlib
 from collections.abc import Iterator
 
 from slimkit.algorithms import registry
+from slimkit.algorithms import base
 from slimkit.algorithms.base import SlimkitAlgorithm
+
+_GROUP_BASES = {cls.group: cls for cls in (base.SlimkitPruner, base.SlimkitDistiller, base.SlimkitRecoverer,
+                                           base.SlimkitQuantizer, base.SlimkitCacher, base.SlimkitCompiler,
+                                           base.SlimkitBatcher)}
 
 
 @contextlib.contextmanager
@@ -23,10 +28,10 @@ def registered(*classes: type[SlimkitAlgorithm]) -> Iterator[None]:
 
 
 def make(name: str, group: str, **attrs) -> type[SlimkitAlgorithm]:
-    """Build an algorithm class that returns the model unchanged."""
+    """Build an algorithm class (on its group's base class) that returns the model unchanged."""
 
     def _apply(self, model, smash_config):
         return model
 
     body = {"algorithm_name": name, "group": group, "__doc__": f"Fake {name} for tests.", "_apply": _apply, **attrs}
-    return type(f"Fake_{name}", (SlimkitAlgorithm,), body)
+    return type(f"Fake_{name}", (_GROUP_BASES.get(group, SlimkitAlgorithm),), body)

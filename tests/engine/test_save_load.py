@@ -167,3 +167,21 @@ def test_saved_json_records_applied_algorithms_in_order(tmp_path):
     assert [a["name"] for a in payload["applied"]] == ["torch_unstructured", "int8_dynamic"]
     assert payload["applied"][0]["state"]["pruned_weights"] == round(0.2 * 128) + round(0.2 * 64)
     assert payload["hyperparameters"]["int8_dynamic_per_channel"] is False
+
+
+def test_reapply_algorithms_run_again_on_load(tmp_path):
+    """A REAPPLY algorithm's change lives outside the weights (here a forward hook); reload must redo it."""
+    from tests.engine.fakes import make, registered
+
+    def _apply(self, model, smash_config):
+        model.register_forward_hook(lambda module, args, out: out * 2)
+        return model
+
+    doubler = make("fake_doubler", "cacher", _apply=_apply)  # cachers default to SaveFn.REAPPLY
+    with registered(doubler):
+        smashed = smash(custom(), SmashConfig(["fake_doubler"], device="cpu"), verbose=False)
+        x = torch.randn(2, 8)
+        assert torch.allclose(smashed(x), 2 * custom()(x))
+        smashed.save_pretrained(tmp_path / "r")
+        again = SmashedModel.from_pretrained(tmp_path / "r", model=custom)
+        assert torch.equal(again(x), smashed(x))

@@ -1,0 +1,52 @@
+"""Shared benchmark plumbing: interleaved timing of several models, machine description, result tables."""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_line(threads: int) -> str:
+    return (f"{cpu_name()}, {threads} torch threads, torch {torch.__version__}, python {platform.python_version()}, "
+            f"{time.strftime('%Y-%m-%d')}")
+
+
+def interleaved_latency(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, threads: int) -> dict:
+    """Median ms per callable, timing them round-robin so machine noise hits all of them alike."""
+    torch.set_num_threads(threads)
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    with torch.inference_mode():
+        for _ in range(warmup):
+            for fn in fns.values():
+                fn()
+        for r in range(repeats):
+            order = list(fns.items()) if r % 2 == 0 else list(reversed(fns.items()))
+            for name, fn in order:
+                start = time.perf_counter()
+                fn()
+                samples[name].append((time.perf_counter() - start) * 1000)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+    print(line(headers))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print(line(row))
