@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from slimkit.algorithms import registry
-from slimkit.algorithms import base
+from slimkit.algorithms import base, registry
 from slimkit.algorithms.base import SlimkitAlgorithm
 
 _GROUP_BASES = {cls.group: cls for cls in (base.SlimkitPruner, base.SlimkitDistiller, base.SlimkitRecoverer,
