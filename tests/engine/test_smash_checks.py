@@ -155,12 +155,21 @@ def test_registry_requires_hyperparameter_descriptions():
     assert "fake_nodesc" not in registry.names()
 
 
-def test_registered_algorithm_fails_loudly_when_module_breaks(monkeypatch):
+def test_registered_algorithm_fails_loudly_when_module_breaks():
     import slimkit.algorithms as algorithms
 
-    monkeypatch.setattr(algorithms, "ALGORITHM_MODULES", ("slimkit.algorithms.pruning.does_not_exist",))
     with pytest.raises(RegistryError, match="does_not_exist failed to import"):
-        algorithms._load_all()
+        algorithms._load_all(["slimkit.algorithms.pruning.does_not_exist"])
+    with pytest.raises(RegistryError, match="must register an algorithm named 'registry'"):
+        algorithms._load_all(["slimkit.algorithms.registry"])
+
+
+def test_every_algorithm_file_is_discovered():
+    import slimkit.algorithms as algorithms
+
+    modules = algorithms.algorithm_modules()
+    assert "slimkit.algorithms.quantization.int8_dynamic" in modules
+    assert {m.rsplit(".", 1)[-1] for m in modules} == set(registry.names())
 
 
 def test_empty_config_is_a_passthrough():
