@@ -18,6 +18,7 @@ SCHEMA_VERSION = 1
 CONFIG_FILE = "smash_config.json"
 TOKENIZER_DIR = "tokenizer"
 PROCESSOR_DIR = "processor"
+EXAMPLE_INPUTS_FILE = "example_inputs.safetensors"
 
 
 def _registry():  # late import: the algorithms package imports this module's siblings
@@ -60,6 +61,8 @@ class SmashConfig:
         self.tokenizer: Any = None
         self.processor: Any = None
         self.data: Any = None
+        #: inputs for one forward pass (tracing, export, structural speedup); saved with the model when set
+        self.example_inputs: Any = None
         self.device: str = resolve_device(device)
         if algorithms is None:
             return
@@ -188,6 +191,19 @@ class SmashConfig:
 
     add_dataset = add_data
 
+    def add_example_inputs(self, inputs: Any) -> None:
+        """Attach inputs for one forward pass (a Tensor, tuple of Tensors or dict), used to trace or export."""
+        ok = isinstance(inputs, torch.Tensor) or (
+            isinstance(inputs, (tuple, list, Mapping))
+            and all(isinstance(v, torch.Tensor) for v in (inputs.values() if isinstance(inputs, Mapping) else inputs))
+        )
+        if not ok:
+            raise ConfigError(
+                f"add_example_inputs got {type(inputs).__name__}; pass a Tensor, a tuple of Tensors (positional "
+                "arguments) or a dict of Tensors (keyword arguments)."
+            )
+        self.example_inputs = dict(inputs) if isinstance(inputs, Mapping) else inputs
+
     # ----------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form: schema version, active algorithms per group, their hyperparameters, device, data id."""
@@ -237,6 +253,8 @@ class SmashConfig:
         for obj, sub in ((self.tokenizer, TOKENIZER_DIR), (self.processor, PROCESSOR_DIR)):
             if obj is not None and hasattr(obj, "save_pretrained"):
                 obj.save_pretrained(str(folder / sub))
+        if self.example_inputs is not None:
+            _save_inputs(self.example_inputs, folder / EXAMPLE_INPUTS_FILE)
         return target
 
     def load_from_json(self, path: str | os.PathLike) -> None:
@@ -261,6 +279,8 @@ class SmashConfig:
             cfg.add_tokenizer(str(folder / TOKENIZER_DIR))
         if (folder / PROCESSOR_DIR).is_dir():
             cfg.add_processor(str(folder / PROCESSOR_DIR))
+        if (folder / EXAMPLE_INPUTS_FILE).is_file():
+            cfg.example_inputs = load_inputs(folder / EXAMPLE_INPUTS_FILE)
         return cfg
 
     def __eq__(self, other: object) -> bool:
@@ -301,6 +321,35 @@ def write_json_atomic(path: Path, payload: Any) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _save_inputs(inputs: Any, path: Path) -> None:
+    """Store example inputs as safetensors; the key prefix records the form (kwargs, positional, single)."""
+    from safetensors.torch import save_file
+
+    if isinstance(inputs, torch.Tensor):
+        tensors, kind = {"x": inputs}, "tensor"
+    elif isinstance(inputs, Mapping):
+        tensors, kind = dict(inputs), "kwargs"
+    else:
+        tensors, kind = {str(i): t for i, t in enumerate(inputs)}, "args"
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp), metadata={"kind": kind})
+    os.replace(tmp, path)
+
+
+def load_inputs(path: Path) -> Any:
+    """Read example inputs written by ``save_to_json`` back in their original form."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        kind = (fh.metadata() or {}).get("kind", "kwargs")
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+    if kind == "tensor":
+        return tensors["x"]
+    if kind == "args":
+        return tuple(tensors[str(i)] for i in range(len(tensors)))
+    return tensors
 
 
 def _load_pretrained(auto_class: str, source: str | os.PathLike, what: str) -> Any:

@@ -15,7 +15,14 @@ from safetensors.torch import load_file, save_file
 
 from slimkit.algorithms import registry
 from slimkit.algorithms.base import SaveFn
-from slimkit.config.smash_config import CONFIG_FILE, PROCESSOR_DIR, TOKENIZER_DIR, SmashConfig
+from slimkit.config.smash_config import (
+    CONFIG_FILE,
+    EXAMPLE_INPUTS_FILE,
+    PROCESSOR_DIR,
+    TOKENIZER_DIR,
+    SmashConfig,
+    load_inputs,
+)
 from slimkit.engine.base_model import rebuild_base
 from slimkit.engine.smashed_model import SmashedModel
 from slimkit.engine.tensors import flatten_state_dict, load_flat_state_dict
@@ -125,6 +132,8 @@ def load_smashed(
     for obj_dir, adder in ((TOKENIZER_DIR, cfg.add_tokenizer), (PROCESSOR_DIR, cfg.add_processor)):
         if (folder / obj_dir).is_dir():
             adder(str(folder / obj_dir))
+    if (folder / EXAMPLE_INPUTS_FILE).is_file():
+        cfg.example_inputs = load_inputs(folder / EXAMPLE_INPUTS_FILE)
     applied: list[dict[str, Any]] = payload["applied"]
     saved_before = payload.get("saved_before")
     cut = len(applied) if saved_before is None else saved_before

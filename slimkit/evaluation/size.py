@@ -5,51 +5,17 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from slimkit.engine.tensors import flatten_state_dict
 from slimkit.errors import ModelNotSupportedError, SaveLoadError
 
-
-def _add_entry(out: dict[str, torch.Tensor], key: str, value: Any) -> None:
-    """Add one state-dict value; quantized tensors become int representation + scales + zero points."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        if not value.is_quantized:
-            out[key] = value
-            return
-        out[key] = value.int_repr()
-        if value.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-            out[f"{key}.scale"] = torch.tensor([value.q_scale()], dtype=torch.float64)
-            out[f"{key}.zero_point"] = torch.tensor([value.q_zero_point()], dtype=torch.int64)
-        else:
-            out[f"{key}.scale"] = value.q_per_channel_scales()
-            out[f"{key}.zero_point"] = value.q_per_channel_zero_points()
-            out[f"{key}.axis"] = torch.tensor([value.q_per_channel_axis()], dtype=torch.int64)
-    elif isinstance(value, (tuple, list)):  # e.g. packed params of torch.ao quantized Linear: (weight, bias)
-        for i, item in enumerate(value):
-            _add_entry(out, f"{key}.{i}", item)
-    # other entries (dtypes, ints) are metadata that a real saver writes into JSON, not tensor bytes
-
-
-def _fallback_flatten(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Tensors of ``model.state_dict()`` with quantized tensors unpacked (used until the engine's exists)."""
-    out: dict[str, torch.Tensor] = {}
-    for key, value in model.state_dict().items():
-        _add_entry(out, key, value)
-    return out
-
-
-def _flattener() -> Callable[[nn.Module], dict[str, torch.Tensor]]:
-    try:
-        from slimkit.engine.tensors import flatten_state_dict
-    except ImportError:
-        return _fallback_flatten
-    return flatten_state_dict
+#: Saved alongside a model but not part of what compression shrinks: left out of size_on_disk.
+_NOT_MODEL = ("tokenizer", "processor", "example_inputs.safetensors")
 
 
 def _dedup(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -76,7 +42,7 @@ def _dedup(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def state_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """Deduplicated tensors that represent ``model``'s weights as slimkit saves them."""
-    return _dedup(_flattener()(model))
+    return _dedup(flatten_state_dict(model))
 
 
 def state_bytes(model: nn.Module) -> int:
@@ -85,7 +51,8 @@ def state_bytes(model: nn.Module) -> int:
 
 
 def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return sum(p.stat().st_size for p in path.rglob("*")
+               if p.is_file() and p.relative_to(path).parts[0] not in _NOT_MODEL)
 
 
 def _safetensors_size(model: nn.Module, folder: Path) -> int:
@@ -100,8 +67,9 @@ def _safetensors_size(model: nn.Module, folder: Path) -> int:
 def size_on_disk(model: Any) -> int:
     """Bytes ``model`` takes on disk, measured by writing it to a temporary directory.
 
-    Objects with ``save_pretrained(path)`` (Hugging Face models, SmashedModel) are saved with it and all
-    written files summed. Other modules are written as one ``.safetensors`` file of their deduplicated
+    Objects with ``save_pretrained(path)`` (Hugging Face models, SmashedModel) are saved with it and the
+    written files summed, leaving out the tokenizer, processor and example inputs saved beside the weights.
+    Other modules are written as one ``.safetensors`` file of their deduplicated
     tensors (tied weights once, quantized weights as integers + scales). If ``save_pretrained`` fails on an
     ``nn.Module`` (e.g. a Hugging Face model holding packed quantized layers), the safetensors measurement
     is used instead, with a warning.

@@ -43,8 +43,13 @@ def _cases(attr: str) -> list:
     return cases
 
 
-def _config(tester: type[AlgorithmTesterBase]) -> SmashConfig:
+def _config(tester: type[AlgorithmTesterBase], inputs=None) -> SmashConfig:
     cfg = SmashConfig(device=tester.device)
+    if inputs is not None:
+        cfg.add_example_inputs(inputs)
+    prepare = getattr(tester, "prepare_config", None)
+    if prepare is not None:  # testers add components their algorithm needs (tokenizer, data...)
+        prepare(cfg)
     for key, value in tester.extra_config.items():
         cfg[key] = value
     cfg.activate(tester.algorithm)
@@ -63,7 +68,7 @@ def test_smash_save_load(tester: type[AlgorithmTesterBase], model_name: str, tmp
     base, inputs, factory = get_model(model_name)
     base.eval()
     base_out = _output(base, inputs)
-    cfg = _config(tester)
+    cfg = _config(tester, inputs)
 
     smashed = smash(base, cfg, verbose=False)
     assert isinstance(smashed, SmashedModel) and tester.algorithm in smashed.algorithms
@@ -80,17 +85,19 @@ def test_smash_save_load(tester: type[AlgorithmTesterBase], model_name: str, tmp
     assert reloaded.algorithms == smashed.algorithms
     torch.testing.assert_close(_output(reloaded, inputs), out, atol=tester.reload_atol, rtol=0)
 
-    assert SmashConfig.from_json(tmp_path / "saved") == cfg
+    again = SmashConfig.from_json(tmp_path / "saved")
+    assert again == cfg
+    assert again.example_inputs is not None
 
 
 @pytest.mark.parametrize(("tester", "model_name"), _cases("reject_models"))
 def test_model_check_rejects(tester: type[AlgorithmTesterBase], model_name: str) -> None:
-    model, _, _ = get_model(model_name)
+    model, inputs, _ = get_model(model_name)
     algo = registry.get(tester.algorithm)()
     assert not algo.model_check_fn(model)
     if isinstance(model, torch.nn.Module):
         with pytest.raises(ModelNotSupportedError, match=f"{tester.algorithm} does not support this model"):
-            smash(model, _config(tester), verbose=False)
+            smash(model, _config(tester, inputs), verbose=False)
 
 
 def test_every_registered_algorithm_has_a_tester() -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from slimkit import SmashConfig
 from slimkit.config import SCHEMA_VERSION
@@ -139,3 +140,23 @@ def test_add_data_builtin_id():
     x, y = next(iter(cfg.data.train_dataloader(batch_size=4)))
     assert x.shape == (4, 1, 8, 8) and y.shape == (4,)
     assert cfg.to_dict()["data"] == "Digits"
+
+
+@pytest.mark.parametrize("inputs", [torch.randn(2, 3), (torch.randn(2, 3), torch.ones(2, dtype=torch.long)),
+                                    {"input_ids": torch.arange(6).view(1, 6)}])
+def test_example_inputs_round_trip_through_json(tmp_path, inputs):
+    cfg = SmashConfig(["int8_dynamic"], device="cpu")
+    cfg.add_example_inputs(inputs)
+    cfg.save_to_json(tmp_path)
+    back = SmashConfig.from_json(tmp_path).example_inputs
+    if isinstance(inputs, torch.Tensor):
+        assert torch.equal(back, inputs)
+    elif isinstance(inputs, tuple):
+        assert isinstance(back, tuple) and all(torch.equal(a, b) for a, b in zip(back, inputs, strict=True))
+    else:
+        assert back.keys() == inputs.keys() and torch.equal(back["input_ids"], inputs["input_ids"])
+
+
+def test_example_inputs_must_be_tensors():
+    with pytest.raises(ConfigError, match="add_example_inputs got str"):
+        SmashConfig().add_example_inputs("hello")
