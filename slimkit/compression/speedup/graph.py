@@ -1,0 +1,196 @@
+"""The channel graph: which output channels of which layers are tied together, and who consumes them.
+
+Every output channel of a producing layer (Conv, Linear, Embedding, an attention block's heads) gets a
+global integer id. Ops that tie channels (residual adds, multiplications, contractions) merge ids in a
+union-find; a merged class of ids is removed only as a whole. Consumers (the input side of Conv/Linear)
+and followers (norms) remember which id each of their channels carries, so shrinking a producer shrinks
+them too. Pins mark ids that must stay (model outputs, ops the speedup cannot shrink).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten
+
+
+class UnionFind:
+    """Union-find over channel ids with path halving; grows as ids are allocated."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+
+    def allocate(self, n: int) -> np.ndarray:
+        """Allocate ``n`` fresh ids and return them."""
+        start = len(self.parent)
+        self.parent.extend(range(start, start + n))
+        return np.arange(start, start + n, dtype=np.int64)
+
+    def find(self, x: int) -> int:
+        """Return the representative of ``x``."""
+        parent = self.parent
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        """Merge the classes of ``a`` and ``b``."""
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def union_arrays(self, a: np.ndarray, b: np.ndarray) -> None:
+        """Merge ids pairwise where both are tracked (>= 0)."""
+        both = (a >= 0) & (b >= 0) & (a != b)
+        if both.any():
+            pairs = np.unique(np.stack([a[both], b[both]], axis=1), axis=0)
+            for x, y in pairs.tolist():
+                self.union(x, y)
+
+    def roots(self) -> np.ndarray:
+        """Representative of every id, as an array indexed by id."""
+        return np.array([self.find(i) for i in range(len(self.parent))], dtype=np.int64)
+
+
+@dataclass
+class Space:
+    """A block of ids owned by one producer: a layer's output channels or an attention block's heads."""
+
+    owner: str
+    ids: np.ndarray
+    kind: str = "out"  # "out" (a layer's output channels) or "heads" (an attention block's context)
+
+
+@dataclass
+class Pin:
+    """Ids that must be kept. ``fatal`` pins raise when a mask wants to remove one of them."""
+
+    ids: np.ndarray
+    op: str
+    location: str
+    detail: str
+    fatal: bool = True
+
+
+@dataclass
+class LeafRecord:
+    """A module the tracer handled as one unit, with the ids its input and output channels carry."""
+
+    name: str
+    kind: str  # conv, depthwise, grouped_conv, linear, embedding, norm, attention, unknown
+    module: nn.Module
+    in_ids: np.ndarray | None = None
+    out_ids: np.ndarray | None = None
+
+
+@dataclass
+class AttentionRecord:
+    """A recognised multi-head attention block (q/k/v[/o] projections, optional grouped kv heads)."""
+
+    name: str
+    q: str
+    k: str
+    v: str
+    o: str | None
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    heads_space: Space | None = None  # the context ids when no o-projection sits inside the block
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per kv head."""
+        return self.num_heads // self.num_kv_heads
+
+
+@dataclass
+class ModuleCall:
+    """One module call seen during tracing, in call order, with its main input and output shapes."""
+
+    name: str
+    type: str
+    in_shape: tuple[int, ...] | None
+    out_shape: tuple[int, ...] | None
+
+
+@dataclass
+class ChannelGraph:
+    """Everything the tracer learned about channel coupling in one forward pass."""
+
+    uf: UnionFind = field(default_factory=UnionFind)
+    spaces: dict[str, Space] = field(default_factory=dict)
+    leaves: dict[str, LeafRecord] = field(default_factory=dict)
+    attention: dict[str, AttentionRecord] = field(default_factory=dict)
+    pins: list[Pin] = field(default_factory=list)
+    calls: list[ModuleCall] = field(default_factory=list)
+    inner: dict[str, str] = field(default_factory=dict)  # module run inside an unanalysed module -> that module
+    output_shapes: list[tuple[int, ...]] = field(default_factory=list)
+
+    def new_space(self, owner: str, size: int, kind: str = "out") -> Space:
+        """Allocate (or return, for a module called again) the id block of ``owner``."""
+        key = f"{owner}#{kind}"
+        if key not in self.spaces:
+            self.spaces[key] = Space(owner, self.uf.allocate(size), kind)
+        return self.spaces[key]
+
+    def pin(self, ids: np.ndarray | None, op: str, location: str, detail: str, fatal: bool = True) -> None:
+        """Record that the tracked ids in ``ids`` must be kept."""
+        if ids is None:
+            return
+        tracked = np.unique(ids[ids >= 0])
+        if tracked.size:
+            self.pins.append(Pin(tracked, op, location, detail, fatal))
+
+    def owners_of(self, ids: np.ndarray, roots: np.ndarray | None = None) -> list[str]:
+        """Names of the producers whose ids share a class with ``ids``."""
+        roots = self.uf.roots() if roots is None else roots
+        wanted = set(roots[ids[ids >= 0]].tolist())
+        return sorted({s.owner for s in self.spaces.values() if wanted.intersection(roots[s.ids].tolist())})
+
+
+def compact(shadow: torch.Tensor) -> torch.Tensor:
+    """The same ids without broadcast (stride-0) repeats: size 1 along every expanded dim."""
+    index = tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for st, n in zip(shadow.stride(), shadow.shape,
+                                                                                   strict=True))
+    return shadow[index]
+
+
+def channel_vector(shadow: torch.Tensor, dim: int) -> np.ndarray | None:
+    """Ids along ``dim`` of a shadow tensor, or None when they differ between positions of the other dims."""
+    size = shadow.shape[dim]
+    small = compact(shadow)
+    if small.shape[dim] != size:  # broadcast along dim: one id for every position
+        small = small.expand(*small.shape[:dim % shadow.dim()], size, *small.shape[dim % shadow.dim() + 1:])
+    rows = small.movedim(dim, -1).reshape(-1, size)
+    first = rows[:1]
+    if rows.shape[0] > 1 and not bool((rows == first).all()):
+        return None
+    return first[0].cpu().numpy().astype(np.int64)
+
+
+def varying_dims(shadow: torch.Tensor) -> list[int]:
+    """Dims along which the ids of a shadow tensor change."""
+    out = []
+    shadow = compact(shadow)
+    for d, n in enumerate(shadow.shape):
+        if n > 1 and not bool((shadow == shadow.narrow(d, 0, 1)).all()):
+            out.append(d)
+    return out
+
+
+def ids_along(ids: np.ndarray, like: torch.Tensor, dim: int) -> torch.Tensor:
+    """A shadow tensor shaped like ``like`` carrying ``ids`` along ``dim`` (a broadcast view, no copy)."""
+    dim = dim % like.dim()
+    shape = [1] * like.dim()
+    shape[dim] = len(ids)
+    return torch.as_tensor(ids, device=like.device).view(shape).expand(like.shape)
+
+
+def tensors_in(obj: Any) -> list[torch.Tensor]:
+    """All tensors inside a nested args/kwargs structure."""
+    return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]

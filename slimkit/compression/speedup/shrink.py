@@ -1,0 +1,140 @@
+"""Shrinking one module in place to kept channel indices, and undoing that when something fails."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from .errors import SpeedupError
+from .layers import CONV_TYPES, HEAD_DIM_ATTRS, INNER_SIZE_ATTRS, NUM_HEADS_ATTRS, NUM_KV_HEADS_ATTRS, is_norm
+
+
+class Snapshot:
+    """Parameters, buffers and plain attributes of some modules, to restore them after a failed shrink."""
+
+    def __init__(self, modules: list[nn.Module]) -> None:
+        self.saved = [
+            (m, dict(m._parameters), dict(m._buffers), {k: v for k, v in vars(m).items() if not k.startswith("_")})
+            for m in modules
+        ]
+
+    def restore(self) -> None:
+        """Put every saved module back as it was."""
+        for m, params, buffers, attrs in self.saved:
+            m._parameters.clear()
+            m._parameters.update(params)
+            m._buffers.clear()
+            m._buffers.update(buffers)
+            m.__dict__.update(attrs)
+
+
+def _indices(name: str, key: str, value: Any, size: int) -> torch.Tensor:
+    if not isinstance(value, Sequence) or isinstance(value, str) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    ):
+        raise SpeedupError(f"kept_channels[{name!r}][{key!r}] must be a list of ints; got {value!r:.80}.")
+    if len(set(value)) != len(value) or any(i < 0 or i >= size for i in value) or not value:
+        raise SpeedupError(
+            f"kept_channels[{name!r}][{key!r}] must hold 1 to {size} distinct indices in [0, {size}); got "
+            f"{len(value)} values from {min(value, default=None)} to {max(value, default=None)}. Was the record made "
+            "for a different base model (or a model that was already shrunk)?"
+        )
+    return torch.tensor(value, dtype=torch.long)
+
+
+def _set(module: nn.Module, attr: str, value: torch.Tensor | None) -> None:
+    old = getattr(module, attr, None)
+    if old is None or value is None:
+        return
+    if isinstance(old, nn.Parameter):
+        setattr(module, attr, nn.Parameter(value.detach().clone(), requires_grad=old.requires_grad))
+    else:
+        module._buffers[attr] = value.detach().clone()
+
+
+def _take(t: torch.Tensor | None, dim: int, idx: torch.Tensor) -> torch.Tensor | None:
+    return None if t is None else t.index_select(dim, idx.to(t.device))
+
+
+def shrink_module(name: str, module: nn.Module, entry: Mapping[str, Any]) -> None:
+    """Shrink ``module`` to ``entry`` = ``{"out": [...], "in": [...]}`` (or ``{"heads", "kv_heads"}``)."""
+    if not isinstance(entry, Mapping) or not ({"out", "in"} <= set(entry) or {"heads", "kv_heads"} <= set(entry)):
+        raise SpeedupError(f"kept_channels[{name!r}] must be {{'out': [...], 'in': [...]}} (or heads/kv_heads for an "
+                           f"attention block); got {entry!r:.120}.")
+    if "heads" in entry:
+        return _shrink_attention(name, module, entry)
+    kind = type(module).__name__
+    if isinstance(module, CONV_TYPES):
+        out = _indices(name, "out", entry["out"], module.out_channels)
+        inn = _indices(name, "in", entry["in"], module.in_channels)
+        if module.groups == 1:
+            weight = _take(module.weight, 0, out).index_select(1, inn.to(module.weight.device))
+        elif module.groups == module.in_channels:  # depthwise: each output row reads one input channel
+            mult = module.out_channels // module.in_channels
+            if sorted({int(o) // mult for o in out}) != sorted(inn.tolist()) or len(out) != len(inn) * mult:
+                raise SpeedupError(f"kept_channels[{name!r}]: a depthwise conv keeps whole channels; 'out' must be "
+                                   f"the rows of the kept 'in' channels ({mult} per channel).")
+            weight = _take(module.weight, 0, out)
+            module.groups = len(inn)
+        else:
+            if len(out) != module.out_channels or len(inn) != module.in_channels:
+                raise SpeedupError(f"{name!r} is a grouped convolution (groups={module.groups}); it cannot be shrunk.")
+            return
+        _set(module, "weight", weight)
+        _set(module, "bias", _take(module.bias, 0, out))
+        module.out_channels, module.in_channels = len(out), len(inn)
+        return
+    if isinstance(module, nn.Linear):
+        out = _indices(name, "out", entry["out"], module.out_features)
+        inn = _indices(name, "in", entry["in"], module.in_features)
+        _set(module, "weight", _take(module.weight, 0, out).index_select(1, inn.to(module.weight.device)))
+        _set(module, "bias", _take(module.bias, 0, out))
+        module.out_features, module.in_features = len(out), len(inn)
+        return
+    if isinstance(module, nn.Embedding):
+        out = _indices(name, "out", entry["out"], module.embedding_dim)
+        _set(module, "weight", _take(module.weight, 1, out))
+        module.embedding_dim = len(out)
+        return
+    if is_norm(module):
+        return _shrink_norm(name, module, entry)
+    raise SpeedupError(f"kept_channels names {name!r}, a {kind}; only Conv, Linear, Embedding, norm layers and "
+                       "attention blocks can be shrunk.")
+
+
+def _shrink_norm(name: str, module: nn.Module, entry: Mapping[str, Any]) -> None:
+    size = module.weight.numel() if getattr(module, "weight", None) is not None else (
+        getattr(module, "num_features", None) or getattr(module, "num_channels", None)
+        or module.normalized_shape[-1])
+    out = _indices(name, "out", entry["out"], size)
+    for attr in ("weight", "bias", "running_mean", "running_var"):
+        _set(module, attr, _take(getattr(module, attr, None), 0, out))
+    n = len(out)
+    if isinstance(module, _BatchNorm):
+        module.num_features = n
+    elif isinstance(module, nn.GroupNorm):
+        if module.num_groups == module.num_channels:
+            module.num_groups = n
+        elif module.num_groups != 1:
+            raise SpeedupError(f"{name!r}: GroupNorm with {module.num_groups} groups cannot be shrunk channel-wise.")
+        module.num_channels = n
+    elif isinstance(getattr(module, "normalized_shape", None), (tuple, list)):
+        module.normalized_shape = (n,)
+
+
+def _shrink_attention(name: str, module: nn.Module, entry: Mapping[str, Any]) -> None:
+    """Update the head counts an attention block keeps as attributes (projections are shrunk separately)."""
+    heads, kv = entry["heads"], entry["kv_heads"]
+    old_heads = next((getattr(module, a) for a in NUM_HEADS_ATTRS if isinstance(getattr(module, a, None), int)), None)
+    _indices(name, "heads", heads, old_heads or (max(heads, default=0) + 1))
+    _indices(name, "kv_heads", kv, max(kv, default=0) + 1)
+    head_dim = next((getattr(module, a) for a in HEAD_DIM_ATTRS if isinstance(getattr(module, a, None), int)), None)
+    for attrs, value in ((NUM_HEADS_ATTRS, len(heads)), (NUM_KV_HEADS_ATTRS, len(kv)),
+                         (INNER_SIZE_ATTRS, len(heads) * head_dim if head_dim else None)):
+        for a in attrs:
+            if value is not None and isinstance(getattr(module, a, None), int):
+                setattr(module, a, value)

@@ -1,0 +1,164 @@
+"""ModelSpeedup: physically remove pruned channels, and replay that shrink on a fresh model."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.errors import ConfigError, closest
+from slimkit.utils import run_model
+
+from .errors import SpeedupError
+from .graph import ChannelGraph, tensors_in
+from .masks import LayerMask, MaskDict, normalize_masks
+from .planner import KeptChannels, Plan, make_plan
+from .shrink import Snapshot, shrink_module
+from .tracer import _as_tree, trace_channels
+
+
+class SpeedupWarning(UserWarning):
+    """A mask asked for more than the speedup could remove (coupled channels, model outputs)."""
+
+
+class ModelSpeedup:
+    """Shrink a pruned model for real: Conv/Linear/norm layers lose the channels their masks removed.
+
+    Usage (NNI-shaped)::
+
+        model = ModelSpeedup(model, dummy_input, masks).speedup_model()
+
+    ``masks`` maps layer names to ``{"weight_mask": Tensor, "bias_mask": Tensor | None}`` (a filter-pruned
+    layer has whole zero output rows) or to ``{"out_channels": LongTensor}``; a path to a ``torch.save``d
+    mask file also works. Coupled layers (residual adds, concatenations, depthwise convs, norms, flatten ->
+    Linear, attention heads) shrink together. The model is changed in place and returned; if anything fails
+    it is restored. ``kept_channels`` then holds the JSON-ready record that :func:`apply_kept_channels`
+    replays on a freshly built base model, and ``warnings`` every request that could not be honoured.
+    """
+
+    def __init__(self, model: nn.Module, dummy_input: Any, masks: MaskDict | str | os.PathLike,
+                 verify: bool = True) -> None:
+        _refuse_wrapped(model)
+        self.model = model
+        self.dummy_input = dummy_input
+        self.masks: dict[str, LayerMask] = normalize_masks(model, masks)
+        self.verify = verify
+        self.kept_channels: KeptChannels | None = None
+        self.warnings: list[str] = []
+
+    def plan(self) -> KeptChannels:
+        """Trace and decide what would be removed, without changing the model (warnings are emitted)."""
+        return self._plan()[1].kept
+
+    def _plan(self) -> tuple[ChannelGraph, Plan]:
+        graph = trace_channels(self.model, self.dummy_input)
+        plan = make_plan(graph, self.masks)
+        self.warnings = plan.warnings
+        for message in plan.warnings:
+            warnings.warn(message, SpeedupWarning, stacklevel=3)
+        return graph, plan
+
+    def speedup_model(self) -> nn.Module:
+        """Remove the pruned channels in place and return the same model object."""
+        if self.kept_channels is not None:
+            raise SpeedupError("speedup_model() already ran on this model; its masks describe the unshrunk layers. "
+                               "Create a new ModelSpeedup with masks for the shrunk model to prune further.")
+        graph, plan = self._plan()
+        modules = dict(self.model.named_modules())
+        snapshot = Snapshot([modules[n] for n in set(plan.kept) | set(self.masks)])
+        try:
+            with torch.no_grad():
+                _apply_masks(modules, self.masks)
+            _shrink_all(self.model, plan.kept)
+            if self.verify:
+                _verify(self.model, self.dummy_input, graph.output_shapes, plan.kept)
+        except BaseException:
+            snapshot.restore()
+            raise
+        self.kept_channels = plan.kept
+        return self.model
+
+
+def _refuse_wrapped(model: nn.Module) -> None:
+    """A model still wrapped by a pruner has other layer names and masked forwards: ask for the plain one."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"ModelSpeedup needs a torch.nn.Module; got {type(model).__name__}.")
+    for name, module in model.named_modules():
+        if isinstance(getattr(module, "module", None), nn.Module) and "weight_mask" in module._buffers:
+            raise ConfigError(
+                f"Layer {name!r} is still wrapped by a pruner ({type(module).__name__}). Speed up the plain model: "
+                "call pruner.unwrap_model(apply_masks=True) first, then ModelSpeedup(model, dummy_input, "
+                "pruner.get_masks())."
+            )
+
+
+def _apply_masks(modules: dict[str, nn.Module], masks: dict[str, LayerMask]) -> None:
+    """Multiply weights/biases by their masks so the shrunk model equals the masked one."""
+    for name, mask in masks.items():
+        module = modules[name]
+        for attr, m in (("weight", mask.weight_mask), ("bias", mask.bias_mask)):
+            p = getattr(module, attr, None)
+            if m is not None and isinstance(p, nn.Parameter):
+                setattr(module, attr, nn.Parameter(p * m.to(p.device, p.dtype), requires_grad=p.requires_grad))
+
+
+def _shrink_all(model: nn.Module, kept_channels: Mapping[str, Any]) -> None:
+    modules = dict(model.named_modules())
+    def heads_last(name: str) -> bool:  # head counts are set after the projections shrink
+        return isinstance(kept_channels[name], Mapping) and "heads" in kept_channels[name]
+
+    order = sorted(kept_channels, key=heads_last)
+    for name in order:
+        if name not in modules:
+            raise SpeedupError(
+                f"kept_channels names layer {name!r}, which the model does not have.{closest(name, modules)} Build the "
+                "same base architecture the record was made from before replaying it."
+            )
+        shrink_module(name, modules[name], kept_channels[name])
+
+
+def apply_kept_channels(model: nn.Module, kept_channels: Mapping[str, Any]) -> nn.Module:
+    """Replay a recorded shrink on a freshly built base model (no masks or data needed); returns ``model``.
+
+    Typical load path: build the base architecture, ``apply_kept_channels(model, json.load(f))``, then
+    ``model.load_state_dict(load_file("model.safetensors"), strict=True)``. On error the model is unchanged.
+    """
+    if not isinstance(kept_channels, Mapping):
+        raise SpeedupError(f"kept_channels must be a dict of layer name -> {{'out': [...], 'in': [...]}}; got "
+                           f"{type(kept_channels).__name__}.")
+    modules = dict(model.named_modules())
+    snapshot = Snapshot([modules[n] for n in kept_channels if n in modules])
+    try:
+        _shrink_all(model, kept_channels)
+    except BaseException:
+        snapshot.restore()
+        raise
+    return model
+
+
+def _verify(model: nn.Module, dummy_input: Any, shapes: list[tuple[int, ...]], kept: KeptChannels) -> None:
+    """Run the shrunk model once: it must still work and give outputs of the original shapes."""
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    layers = sorted(n for n, e in kept.items() if "out" in e)
+    exclude = {"exclude": True, "op_names": layers}
+    try:
+        with torch.no_grad():
+            out = run_model(model, dummy_input)
+    except Exception as exc:
+        raise SpeedupError(
+            f"After removing channels the model no longer runs on dummy_input ({type(exc).__name__}: {exc}). The "
+            "usual cause is a reshape with hard-coded sizes such as x.view(-1, 400); write x.flatten(1) or "
+            f"x.view(x.size(0), -1), or exclude the shrunk layers with {exclude!r}. The model was left unchanged."
+        ) from exc
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+    got = [tuple(t.shape) for t in tensors_in(_as_tree(out))]
+    if got != shapes:
+        raise SpeedupError(f"After removing channels the model's output shapes changed from {shapes} to {got}; "
+                           f"exclude the shrunk layers with {exclude!r}. The model was left unchanged.")
