@@ -20,9 +20,22 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_isa() -> str:
+    """The int8/bf16-relevant instruction sets this CPU has (speedups depend on them; state them with figures)."""
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return " ".join(f for f in wanted if f in flags) or "no avx2"
+    except OSError:
+        pass
+    return "unknown ISA"
+
+
 def machine_line(threads: int) -> str:
-    return (f"{cpu_name()}, {threads} torch threads, torch {torch.__version__}, python {platform.python_version()}, "
-            f"{time.strftime('%Y-%m-%d')}")
+    return (f"{cpu_name()} [{cpu_isa()}], {threads} torch threads, torch {torch.__version__}, "
+            f"python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
 
 
 def interleaved_latency(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, threads: int) -> dict:
