@@ -31,6 +31,15 @@ def test_readme_quickstart_runs_as_written(tmp_path, monkeypatch):
     assert (tmp_path / "smashed" / "quickstart" / "model.safetensors").exists()
 
 
+def test_user_guide_examples_run(tmp_path, monkeypatch):
+    text = (ROOT / "docs" / "guide.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 5
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code, "docs/guide.md", "exec"), {"__name__": "__guide__"})
+
+
 def test_public_names_are_sorted_and_importable():
     assert slimkit.__all__ == sorted(slimkit.__all__)
     for name in slimkit.__all__:
