@@ -16,6 +16,7 @@ from ConfigSpace.hyperparameters import Hyperparameter
 
 __all__ = [
     "Boolean",
+    "ConfigListHyperparameter",
     "Hyperparameter",
     "ListHyperparameter",
     "describe_allowed",
@@ -42,7 +43,7 @@ def Boolean(name: str, default_value: bool, meta: Mapping[Hashable, Any] | None 
 
 def is_legal(hp: Hyperparameter, value: Any) -> bool:
     """Whether ``value`` is allowed for ``hp`` (strict about bool vs int and int vs float)."""
-    if isinstance(hp, ListHyperparameter):
+    if isinstance(hp, (ListHyperparameter, ConfigListHyperparameter)):
         return hp.legal_value(value)
     if isinstance(hp, UniformIntegerHyperparameter) and (isinstance(value, bool) or not isinstance(value, int)):
         return False
@@ -59,6 +60,8 @@ def is_legal(hp: Hyperparameter, value: Any) -> bool:
 
 def describe_allowed(hp: Hyperparameter) -> str:
     """Human-readable description of what ``hp`` accepts."""
+    if isinstance(hp, ConfigListHyperparameter):
+        return hp.describe()
     if isinstance(hp, ListHyperparameter):
         return "a list of strings"
     if isinstance(hp, UniformFloatHyperparameter):
@@ -81,3 +84,42 @@ def to_jsonable(value: Any) -> Any:
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
         return value.item()
     return value
+
+
+#: Keys a pruning ``config_list`` entry may hold (NNI / Auptimizer form).
+CONFIG_LIST_KEYS: tuple[str, ...] = ("sparsity", "sparsity_per_layer", "op_types", "op_names", "exclude")
+
+
+class ConfigListHyperparameter(Constant):
+    """An NNI-style ``config_list``: a list of dicts such as ``{"sparsity": 0.5, "op_types": ["default"]}``.
+
+    Only the structure is checked here (dicts, known keys, value kinds, JSON-able); whether the names and
+    types exist in a model is checked when the algorithm runs. The default is the empty list (not used).
+    """
+
+    def __init__(self, name: str, meta: Mapping[Hashable, Any] | None = None):
+        super().__init__(name, (), meta=meta)
+
+    def legal_value(self, value: Any) -> bool:  # type: ignore[override]
+        """Accept a list or tuple of dicts whose keys and values have the config_list kinds."""
+        return isinstance(value, (list, tuple)) and all(_legal_config_entry(e) for e in value)
+
+    def describe(self) -> str:
+        """What the hyperparameter accepts, for error messages and the docs."""
+        return ("a list of dicts with keys " + ", ".join(CONFIG_LIST_KEYS) + ", e.g. [{'sparsity': 0.5, "
+                "'op_types': ['default']}, {'exclude': True, 'op_names': ['fc']}]")
+
+
+def _legal_config_entry(entry: Any) -> bool:
+    if not isinstance(entry, Mapping) or not all(isinstance(k, str) and k in CONFIG_LIST_KEYS for k in entry):
+        return False
+    for key, value in entry.items():
+        if key in ("op_types", "op_names"):
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                return False
+        elif key == "exclude":
+            if not isinstance(value, bool):
+                return False
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+    return True

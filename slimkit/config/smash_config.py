@@ -61,6 +61,8 @@ class SmashConfig:
         self.tokenizer: Any = None
         self.processor: Any = None
         self.data: Any = None
+        #: id of data recorded in a saved config but not loaded (e.g. a hub dataset while offline)
+        self._data_id: str | None = None
         #: inputs for one forward pass (tracing, export, structural speedup); saved with the model when set
         self.example_inputs: Any = None
         self.device: str = resolve_device(device)
@@ -213,7 +215,7 @@ class SmashConfig:
             for n in self.get_active_algorithms()
             for k, v in self.hyperparameters_of(n).items()
         }
-        data_name = getattr(self.data, "name", None) if self.data is not None else None
+        data_name = getattr(self.data, "name", None) if self.data is not None else self._data_id
         return {
             "schema_version": SCHEMA_VERSION,
             "algorithms": active,
@@ -239,7 +241,18 @@ class SmashConfig:
             cfg[group] = name
         for key, value in payload.get("hyperparameters", {}).items():
             cfg[key] = value
+        cfg._data_id = payload.get("data")
         return cfg
+
+    def restore_data(self) -> None:
+        """Load the built-in dataset a saved config names (offline ones only; others keep just their id)."""
+        from slimkit.data import DataModule
+
+        if self.data is not None or self._data_id not in ("Digits", "PyDocText"):
+            return
+        if self._data_id == "PyDocText" and self.tokenizer is None:
+            return
+        self.data = DataModule.from_string(self._data_id, tokenizer=self.tokenizer)
 
     def save_to_json(self, path: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> Path:
         """Write ``smash_config.json`` (and the tokenizer/processor, if any) into directory ``path``.
@@ -281,6 +294,7 @@ class SmashConfig:
             cfg.add_processor(str(folder / PROCESSOR_DIR))
         if (folder / EXAMPLE_INPUTS_FILE).is_file():
             cfg.example_inputs = load_inputs(folder / EXAMPLE_INPUTS_FILE)
+        cfg.restore_data()
         return cfg
 
     def __eq__(self, other: object) -> bool:

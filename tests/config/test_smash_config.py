@@ -160,3 +160,18 @@ def test_example_inputs_round_trip_through_json(tmp_path, inputs):
 def test_example_inputs_must_be_tensors():
     with pytest.raises(ConfigError, match="add_example_inputs got str"):
         SmashConfig().add_example_inputs("hello")
+
+
+def test_builtin_data_is_restored_from_json(tmp_path):
+    cfg = SmashConfig(["int8_dynamic"], device="cpu")
+    cfg.add_data("Digits")
+    cfg.save_to_json(tmp_path)
+    again = SmashConfig.from_json(tmp_path)
+    assert again == cfg and again.data.name == "Digits" and len(again.data.train) == len(cfg.data.train)
+
+
+def test_unloadable_data_id_is_kept_in_the_config(tmp_path):
+    payload = SmashConfig(["int8_dynamic"], device="cpu").to_dict()
+    payload["data"] = "WikiText"
+    again = SmashConfig.from_dict(payload)
+    assert again.data is None and again.to_dict()["data"] == "WikiText"

@@ -124,7 +124,7 @@ def _check_op_types(
             raise PruningConfigError(
                 f"config_list[{index}] op_type {op_type!r} is not a torch.nn class name nor a module type "
                 f"in this model.{closest(op_type, known)} Types in this model: {', '.join(sorted(model_types))}; "
-                "'default' means the pruner's own layer types."
+                "'default' means the layer types this compressor supports."
             )
         expanded.append(op_type)
     return expanded

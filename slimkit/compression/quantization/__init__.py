@@ -1,0 +1,52 @@
+"""NNI-shaped quantization: config_list, wrappers that quantize in forward, QuantGrad, trainable quantizers.
+
+Typical use::
+
+    quantizer = QATQuantizer(model, [{"quant_types": ["weight", "output"], "quant_bits": 8,
+                                      "op_types": ["default"]}], optimizer)
+    quantizer.compress()
+    ...train as usual (optimizer.step() also calls quantizer.step())...
+    quantizer.export_model("model.safetensors", "calibration.safetensors")
+    frozen = quantizer.freeze()   # integer weight codes + fixed scales, savable as safetensors
+"""
+
+from slimkit.compression.quantization.bnn import BNNGrad, BNNQuantizer
+from slimkit.compression.quantization.compressor import Quantizer
+from slimkit.compression.quantization.config import QuantizationConfigError, resolve_quant_config_list
+from slimkit.compression.quantization.dorefa import DoReFaQuantizer
+from slimkit.compression.quantization.frozen import QuantizedLayer, quantized_layer_specs, rebuild_quantized_layers
+from slimkit.compression.quantization.grad import ClipGrad, QuantGrad, QuantType, grad_scale, round_ste
+from slimkit.compression.quantization.io import load_calibration
+from slimkit.compression.quantization.lsq import LsqQuantizer
+from slimkit.compression.quantization.names import QUANTIZER_CLASSES, get_quantizer_class
+from slimkit.compression.quantization.observers import affine_qparams, dequantize, fake_quantize, quantize_codes
+from slimkit.compression.quantization.qat import QAT_Quantizer, QATQuantizer
+from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
+
+__all__ = [
+    "BNNGrad",
+    "BNNQuantizer",
+    "ClipGrad",
+    "DoReFaQuantizer",
+    "LsqQuantizer",
+    "QATQuantizer",
+    "QAT_Quantizer",
+    "QUANTIZER_CLASSES",
+    "QuantGrad",
+    "QuantType",
+    "QuantizationConfigError",
+    "QuantizedLayer",
+    "Quantizer",
+    "QuantizerModuleWrapper",
+    "affine_qparams",
+    "dequantize",
+    "fake_quantize",
+    "get_quantizer_class",
+    "grad_scale",
+    "load_calibration",
+    "quantize_codes",
+    "quantized_layer_specs",
+    "rebuild_quantized_layers",
+    "resolve_quant_config_list",
+    "round_ste",
+]

@@ -1,0 +1,307 @@
+"""The ``Quantizer`` base class: config resolution, wrapping, the optimizer hook, calibration export, freezing."""
+
+from __future__ import annotations
+
+import copy
+import os
+import types
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.compression.quantization.config import QuantizationConfigError, resolve_quant_config_list
+from slimkit.compression.quantization.grad import QuantGrad, QuantType
+from slimkit.compression.quantization.io import CALIBRATION_FORMAT, MODEL_FORMAT, Calibration, save_calibration
+from slimkit.compression.quantization.observers import dequantize, quantize_codes
+from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
+from slimkit.utils import model_device
+
+
+class Quantizer:
+    """Base quantizer: wraps the layers ``config_list`` selects and quantizes them in ``forward``.
+
+    Subclasses override :meth:`quantize_weight`, :meth:`quantize_input` and/or :meth:`quantize_output`
+    (each returns the quantized-then-dequantized tensor and records its affine parameters on the wrapper as
+    ``<type>_scale`` / ``<type>_zero_point``), and may set these class attributes: ``quant_grad`` (the
+    :class:`QuantGrad` subclass whose backward replaces rounding's gradient; ``None`` when the ``quantize_*``
+    methods are differentiable themselves), ``supported_quant_types``, ``bits_range``, ``default_op_types``
+    (what ``op_types: ["default"]`` means) and ``extra_config_keys``. ``_init_wrapper`` registers per-layer
+    buffers or parameters before the model is wrapped.
+
+    The ``quantize_*`` methods receive ``(tensor, wrapper)``; NNI's oldest guide names the second argument
+    ``config``, which is ``wrapper.config`` here. ``optimizer.step()`` is patched to call :meth:`step`.
+    """
+
+    quant_grad: type[QuantGrad] | None = QuantGrad
+    supported_quant_types: tuple[str, ...] = ("weight", "input", "output")
+    bits_range: tuple[int, int] = (1, 16)
+    default_op_types: tuple[str, ...] = ("Conv2d", "Linear")
+    extra_config_keys: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config_list: Sequence[Mapping[str, Any]],
+        optimizer: torch.optim.Optimizer | None = None,
+        dummy_input: Any = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise QuantizationConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+        if any(isinstance(m, QuantizerModuleWrapper) for m in model.modules()):
+            raise QuantizationConfigError(
+                "This model is already wrapped by a quantizer; call that quantizer's unwrap_model() first."
+            )
+        if optimizer is not None and not callable(getattr(optimizer, "step", None)):
+            raise QuantizationConfigError(f"optimizer must have a step() method, got {type(optimizer).__name__}.")
+        self.bound_model = model
+        self.config_list = config_list
+        self.optimizer = optimizer
+        self.dummy_input = dummy_input
+        self.steps = 0
+        #: where new wrapper state is created: the model's device (its first parameter or buffer)
+        self.device = model_device(model)
+        self.epoch = 0
+        self._original_step: Callable[..., Any] | None = None
+        self.is_wrapped = False
+        resolved = resolve_quant_config_list(
+            model, config_list, self.default_op_types, self.supported_quant_types, self.bits_range,
+            self.extra_config_keys,
+        )
+        self.modules_wrapper = [
+            QuantizerModuleWrapper(model.get_submodule(name), name, cfg["op_type"], cfg, self)
+            for name, cfg in resolved.items()
+        ]
+        for wrapper in self.modules_wrapper:
+            self._init_wrapper(wrapper)
+        self._wrap_model()
+        if optimizer is not None:
+            self.patch_optimizer()
+
+    # --- hooks for subclasses ------------------------------------------------------------------------
+    def _init_wrapper(self, wrapper: QuantizerModuleWrapper) -> None:
+        """Register a wrapper's buffers/parameters (called once per wrapper, before the model is wrapped)."""
+
+    def quantize_weight(self, weight: torch.Tensor, wrapper: QuantizerModuleWrapper, **kwargs: Any) -> torch.Tensor:
+        """Return the quantized weight of ``wrapper``'s layer (default: unchanged)."""
+        return weight
+
+    def quantize_input(self, inputs: torch.Tensor, wrapper: QuantizerModuleWrapper, **kwargs: Any) -> torch.Tensor:
+        """Return the quantized first input of ``wrapper``'s layer (default: unchanged)."""
+        return inputs
+
+    def quantize_output(self, output: torch.Tensor, wrapper: QuantizerModuleWrapper, **kwargs: Any) -> torch.Tensor:
+        """Return the quantized output of ``wrapper``'s layer (default: unchanged)."""
+        return output
+
+    def activation_qparams(
+        self, wrapper: QuantizerModuleWrapper, quant_type: QuantType
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The ``(scale, zero_point)`` an input/output is quantized with now; ``None`` before calibration."""
+        scale, zero_point = wrapper.qparams(quant_type)
+        return None if scale is None or zero_point is None else (scale, zero_point)
+
+    def step(self) -> None:
+        """Called after every ``optimizer.step()`` (or by you when no optimizer was given); counts steps."""
+        self.steps += 1
+
+    def update_epoch(self, epoch: int) -> None:
+        """Tell the quantizer that epoch ``epoch`` starts (epoch-scheduled quantizers override this)."""
+        self.epoch = int(epoch)
+
+    # --- quantization dispatch ----------------------------------------------------------------------
+    def dispatch(self, tensor: torch.Tensor, quant_type: QuantType, wrapper: QuantizerModuleWrapper) -> torch.Tensor:
+        """Call the ``quantize_*`` method for ``quant_type``."""
+        if quant_type is QuantType.WEIGHT:
+            return self.quantize_weight(tensor, wrapper)
+        if quant_type is QuantType.INPUT:
+            return self.quantize_input(tensor, wrapper)
+        return self.quantize_output(tensor, wrapper)
+
+    def quantize(self, tensor: torch.Tensor, quant_type: QuantType, wrapper: QuantizerModuleWrapper) -> torch.Tensor:
+        """Quantize ``tensor`` through ``quant_grad`` (or directly when it is ``None``); wrappers call this."""
+        if self.quant_grad is None:
+            return self.dispatch(tensor, quant_type, wrapper)
+        return self.quant_grad.apply(tensor, quant_type, wrapper)
+
+    # --- wrapping -----------------------------------------------------------------------------------
+    def _set_child(self, name: str, module: nn.Module) -> None:
+        parent_name, _, child = name.rpartition(".")
+        parent = self.bound_model.get_submodule(parent_name) if parent_name else self.bound_model
+        setattr(parent, child, module)
+
+    def _wrap_model(self) -> None:
+        if not self.is_wrapped:
+            for wrapper in self.modules_wrapper:
+                self._set_child(wrapper.name, wrapper)
+            self.is_wrapped = True
+
+    def _unwrap_model(self) -> None:
+        if self.is_wrapped:
+            for wrapper in self.modules_wrapper:
+                self._set_child(wrapper.name, wrapper.module)
+            self.is_wrapped = False
+
+    def unwrap_model(self) -> nn.Module:
+        """Put the original (full-precision) layers back and restore the optimizer's ``step``."""
+        self._unwrap_model()
+        self.restore_optimizer()
+        return self.bound_model
+
+    def get_modules_wrapper(self) -> list[QuantizerModuleWrapper]:
+        """The wrappers, in model order."""
+        return list(self.modules_wrapper)
+
+    def set_wrappers_attribute(self, name: str, value: Any) -> None:
+        """Give every wrapper attribute ``name``: tensors become buffers (a copy each), containers are copied."""
+        for wrapper in self.modules_wrapper:
+            if isinstance(value, torch.Tensor):
+                if hasattr(wrapper, name) and name not in wrapper._buffers:
+                    delattr(wrapper, name)
+                wrapper.register_buffer(name, value.detach().clone().to(self.device))
+            else:
+                setattr(wrapper, name, copy.copy(value) if isinstance(value, (list, dict, set)) else value)
+
+    def compress(self) -> nn.Module:
+        """Return the wrapped model (quantization happens in its forward)."""
+        return self.bound_model
+
+    # --- optimizer hook -----------------------------------------------------------------------------
+    def patch_optimizer(self) -> None:
+        """Make ``optimizer.step()`` call :meth:`step` after the original step."""
+        if self.optimizer is None or self._original_step is not None:
+            return
+        original = self.optimizer.step
+        quantizer = self
+
+        def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            quantizer.step()
+            return result
+
+        self._original_step = original
+        self._step_was_instance_attr = "step" in vars(self.optimizer)
+        self.optimizer.step = types.MethodType(step, self.optimizer)
+
+    def restore_optimizer(self) -> None:
+        """Undo :meth:`patch_optimizer`."""
+        if self.optimizer is not None and self._original_step is not None:
+            if self._step_was_instance_attr:
+                self.optimizer.step = self._original_step
+            else:
+                del self.optimizer.step
+            self._original_step = None
+
+    # --- results ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def quantized_weight(self, wrapper: QuantizerModuleWrapper) -> torch.Tensor:
+        """The layer's weight as the forward pass uses it (quantized then dequantized), detached."""
+        return self.dispatch(wrapper.module.weight, QuantType.WEIGHT, wrapper).detach()
+
+    @torch.no_grad()
+    def weight_codes(self, wrapper: QuantizerModuleWrapper) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(codes, scale, zero_point)`` of the layer's quantized weight; ``dequantize`` of them gives it back."""
+        weight = self.quantized_weight(wrapper)
+        scale, zero_point = wrapper.qparams(QuantType.WEIGHT)
+        if scale is None or zero_point is None:
+            raise QuantizationConfigError(
+                f"{type(self).__name__} records no weight scale for layer {wrapper.name!r}; its quantize_weight "
+                "must set wrapper.weight_scale and wrapper.weight_zero_point."
+            )
+        return quantize_codes(weight, scale, zero_point, wrapper.bits("weight")), scale.clone(), zero_point.clone()
+
+    def calibration_config(self) -> Calibration:
+        """``{layer: {"<type>_bits": int, "<type>_scale": Tensor, "<type>_zero_point": Tensor}}`` for every type.
+
+        Weight parameters are computed from the current weights; activation parameters are the current
+        observer / learned values (run training or calibration batches first).
+        """
+        result: Calibration = {}
+        for wrapper in self.modules_wrapper:
+            entry: dict[str, Any] = {}
+            for quant_type in wrapper.quant_types:
+                if quant_type is QuantType.WEIGHT:
+                    _, scale, zero_point = self.weight_codes(wrapper)
+                else:
+                    qparams = self.activation_qparams(wrapper, quant_type)
+                    if qparams is None:
+                        continue
+                    scale, zero_point = qparams
+                entry[f"{quant_type}_bits"] = wrapper.bits(quant_type)
+                entry[f"{quant_type}_scale"] = scale.detach().clone()
+                entry[f"{quant_type}_zero_point"] = zero_point.detach().clone()
+            result[wrapper.name] = entry
+        return result
+
+    def quantized_state_dict(self) -> dict[str, torch.Tensor]:
+        """State dict of the unwrapped model with every quantized weight replaced by its dequantized value."""
+        was_wrapped = self.is_wrapped
+        self._unwrap_model()
+        try:
+            state = {k: v.detach().clone() for k, v in self.bound_model.state_dict().items()}
+        finally:
+            if was_wrapped:
+                self._wrap_model()
+        for wrapper in self.modules_wrapper:
+            if QuantType.WEIGHT in wrapper.quant_types:
+                codes, scale, zero_point = self.weight_codes(wrapper)
+                key = f"{wrapper.name}.weight"
+                state[key] = dequantize(codes, scale, zero_point).to(state[key].dtype)
+        return state
+
+    def export_model(
+        self,
+        model_path: str | os.PathLike,
+        calibration_path: str | os.PathLike | None = None,
+        onnx_path: str | os.PathLike | None = None,
+        input_shape: Sequence[int] | None = None,
+    ) -> Calibration:
+        """Write the dequantized weights and (optionally) scales / zero points / bits as safetensors, atomically.
+
+        ``model_path`` holds a plain state dict of the unwrapped model (load it with ``load_state_dict_file``);
+        ``calibration_path`` the :meth:`calibration_config` (read it with ``load_calibration``). The ONNX graph
+        (float, dequantized weights) needs ``input_shape`` or the quantizer's ``dummy_input``. Returns the
+        calibration config.
+        """
+        from slimkit.compression.pruning.io import export_onnx, save_tensors_atomic
+
+        calibration = self.calibration_config()
+        state = self.quantized_state_dict()
+        save_tensors_atomic(state, model_path, MODEL_FORMAT)
+        if calibration_path is not None:
+            save_calibration(calibration, calibration_path, CALIBRATION_FORMAT)
+        if onnx_path is not None:
+            if input_shape is None and self.dummy_input is None:
+                raise QuantizationConfigError(
+                    "export_model(onnx_path=...) needs input_shape=(N, C, ...) or a quantizer built with "
+                    "dummy_input=..."
+                )
+            dummy = torch.randn(*input_shape) if input_shape is not None else self.dummy_input
+            was_wrapped = self.is_wrapped
+            self._unwrap_model()
+            try:
+                plain = copy.deepcopy(self.bound_model)
+            finally:
+                if was_wrapped:
+                    self._wrap_model()
+            plain.load_state_dict(state)
+            export_onnx(plain, dummy, Path(onnx_path))
+        return calibration
+
+    def freeze(self) -> nn.Module:
+        """Replace every wrapper by a :class:`QuantizedLayer` holding integer weight codes and fixed scales.
+
+        The frozen model no longer trains its quantization and its state dict stores weights as 8-bit (or
+        wider) codes. The optimizer hook is removed. Returns the model.
+        """
+        from slimkit.compression.quantization.frozen import QuantizedLayer
+
+        self.restore_optimizer()
+        self._wrap_model()
+        for wrapper in self.modules_wrapper:
+            self._set_child(wrapper.name, QuantizedLayer.from_wrapper(wrapper))
+        self.is_wrapped = False
+        self.modules_wrapper = []
+        return self.bound_model

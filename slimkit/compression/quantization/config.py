@@ -1,0 +1,161 @@
+"""``config_list`` handling for quantizers.
+
+An entry selects layers with ``op_types`` / ``op_names`` (or removes them with ``exclude: True``), exactly as
+for pruners, and says what to quantize:
+
+* ``quant_types``: a list among ``"weight"``, ``"input"``, ``"output"``;
+* ``quant_bits``: an int for every listed type, or a dict ``{type: bits}`` naming each listed type.
+
+Layer selection (type and name checks, "default" op types, later entries winning) is the pruning
+package's :func:`~slimkit.compression.pruning.config.resolve_config_list`; this module adds the
+quantization keys and turns its errors into :class:`QuantizationConfigError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.compression.pruning.config import PruningConfigError, resolve_config_list
+from slimkit.errors import ConfigError, closest
+
+QUANT_CONFIG_KEYS: tuple[str, ...] = ("quant_types", "quant_bits", "op_types", "op_names", "exclude")
+_SELECTION_KEYS = ("op_types", "op_names", "exclude")
+_EXAMPLE = "{'quant_types': ['weight'], 'quant_bits': 8, 'op_types': ['default']}"
+
+
+class QuantizationConfigError(ConfigError):
+    """A quantization ``config_list`` entry is malformed or selects layers the quantizer cannot handle."""
+
+
+def _quant_types(entry: Mapping[str, Any], index: int, supported: Sequence[str]) -> list[str]:
+    if "quant_types" not in entry:
+        raise QuantizationConfigError(
+            f"config_list[{index}] has no 'quant_types'; add e.g. 'quant_types': ['weight'] "
+            f"(allowed: {', '.join(supported)}) or 'exclude': True."
+        )
+    value = entry["quant_types"]
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise QuantizationConfigError(
+            f"config_list[{index}]['quant_types'] must be a list of strings, got {value!r}; "
+            f"write e.g. 'quant_types': [{value!r}]."
+        )
+    types = [str(t.value) if hasattr(t, "value") else t for t in value]
+    if not types:
+        raise QuantizationConfigError(
+            f"config_list[{index}]['quant_types'] is empty; list at least one of {', '.join(supported)}."
+        )
+    for t in types:
+        if t not in supported:
+            raise QuantizationConfigError(
+                f"config_list[{index}]['quant_types'] has {t!r}, which this quantizer does not support."
+                f"{closest(str(t), supported)} Allowed: {', '.join(supported)}."
+            )
+    if len(set(types)) != len(types):
+        raise QuantizationConfigError(f"config_list[{index}]['quant_types'] lists a type twice: {types}.")
+    return types
+
+
+def _check_bits(value: Any, where: str, bits_range: tuple[int, int]) -> int:
+    low, high = bits_range
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise QuantizationConfigError(f"{where} must be an integer number of bits in [{low}, {high}], got {value!r}.")
+    if not low <= value <= high:
+        raise QuantizationConfigError(
+            f"{where} = {value} is outside [{low}, {high}], the bit widths this quantizer supports."
+        )
+    return value
+
+
+def _quant_bits(entry: Mapping[str, Any], index: int, types: list[str], bits_range: tuple[int, int]) -> dict[str, int]:
+    if "quant_bits" not in entry:
+        raise QuantizationConfigError(
+            f"config_list[{index}] has no 'quant_bits'; add e.g. 'quant_bits': 8 or "
+            f"'quant_bits': {{{', '.join(f'{t!r}: 8' for t in types)}}}."
+        )
+    value = entry["quant_bits"]
+    where = f"config_list[{index}]['quant_bits']"
+    if isinstance(value, Mapping):
+        keys = [str(k.value) if hasattr(k, "value") else k for k in value]
+        extra = [k for k in keys if k not in types]
+        if extra:
+            raise QuantizationConfigError(
+                f"{where} names {extra}, which 'quant_types' {types} does not list; add them to quant_types "
+                "or remove them from quant_bits."
+            )
+        missing = [t for t in types if t not in keys]
+        if missing:
+            raise QuantizationConfigError(f"{where} gives no bits for {missing}; add e.g. {missing[0]!r}: 8.")
+        return {k: _check_bits(v, f"{where}[{k!r}]", bits_range) for k, v in zip(keys, value.values(), strict=True)}
+    bits = _check_bits(value, where, bits_range)
+    return {t: bits for t in types}
+
+
+def resolve_quant_config_list(
+    model: nn.Module,
+    config_list: Sequence[Mapping[str, Any]],
+    default_op_types: Sequence[str],
+    supported_quant_types: Sequence[str] = ("weight", "input", "output"),
+    bits_range: tuple[int, int] = (1, 16),
+    extra_keys: Sequence[str] = (),
+) -> dict[str, dict[str, Any]]:
+    """Resolve ``config_list`` to ``{layer_name: config}`` in model order (later entries win per layer).
+
+    Each config is a copy of the winning entry with ``quant_types`` as a list of strings, ``quant_bits`` as
+    ``{type: bits}`` and ``op_type`` set to the layer's class name. Layers to be weight-quantized must have
+    a floating-point ``weight`` tensor. ``extra_keys`` are quantizer-specific keys (e.g. ``quant_start_step``).
+    """
+    if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence):
+        raise QuantizationConfigError(
+            f"config_list must be a list of dicts, e.g. [{_EXAMPLE}], got {type(config_list).__name__}."
+        )
+    if len(config_list) == 0:
+        raise QuantizationConfigError(f"config_list is empty; add at least one entry like {_EXAMPLE}.")
+    allowed = tuple(QUANT_CONFIG_KEYS) + tuple(extra_keys)
+    normalised: list[dict[str, Any] | None] = []
+    selections: list[dict[str, Any]] = []
+    for index, entry in enumerate(config_list):
+        if not isinstance(entry, Mapping):
+            raise QuantizationConfigError(
+                f"config_list[{index}] must be a dict like {_EXAMPLE}, got {type(entry).__name__}."
+            )
+        for key in entry:
+            if key not in allowed:
+                raise QuantizationConfigError(
+                    f"config_list[{index}] has unknown key {key!r}.{closest(str(key), allowed)} "
+                    f"Allowed keys: {', '.join(sorted(allowed))}."
+                )
+        exclude = entry.get("exclude", False)
+        if not isinstance(exclude, bool):
+            raise QuantizationConfigError(f"config_list[{index}]['exclude'] must be True or False, got {exclude!r}.")
+        if exclude:
+            normalised.append(None)
+        else:
+            types = _quant_types(entry, index, supported_quant_types)
+            config = {k: v for k, v in entry.items() if k != "exclude"}
+            config["quant_types"] = types
+            config["quant_bits"] = _quant_bits(entry, index, types, bits_range)
+            normalised.append(config)
+        selection = {k: entry[k] for k in _SELECTION_KEYS if k in entry}
+        selections.append({**selection, "sparsity": 0.0, "_entry": index})
+    try:
+        resolved = resolve_config_list(model, selections, default_op_types, None, extra_keys=("_entry",))
+    except PruningConfigError as exc:
+        raise QuantizationConfigError(str(exc)) from exc
+
+    result: dict[str, dict[str, Any]] = {}
+    for name, selected in resolved.items():
+        config = dict(normalised[selected["_entry"]] or {})
+        config["op_type"] = selected["op_type"]
+        if "weight" in config["quant_types"]:
+            weight = getattr(model.get_submodule(name), "weight", None)
+            if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
+                raise QuantizationConfigError(
+                    f"Layer {name!r} ({config['op_type']}) has no floating-point weight to quantize; drop 'weight' "
+                    f"from its quant_types or add {{'exclude': True, 'op_names': [{name!r}]}}."
+                )
+        result[name] = config
+    return result

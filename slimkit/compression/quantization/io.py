@@ -1,0 +1,62 @@
+"""Saving and loading quantization calibration (bits, scales, zero points) as safetensors, atomically.
+
+File layout: one tensor per ``<layer>.<type>_scale`` / ``<layer>.<type>_zero_point`` and a 0-d int64
+tensor per ``<layer>.<type>_bits``; the metadata ``format`` names the file kind.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from slimkit.errors import SaveLoadError
+
+Calibration = dict[str, dict[str, Any]]
+CALIBRATION_FORMAT = "slimkit-quant-calibration"
+MODEL_FORMAT = "slimkit-quantized-state-dict"
+_FIELDS = tuple(f"{t}_{f}" for t in ("weight", "input", "output") for f in ("bits", "scale", "zero_point"))
+
+
+def save_calibration(calibration: Mapping[str, Mapping[str, Any]], path: str | os.PathLike, fmt: str) -> Path:
+    """Write ``calibration`` (``{layer: {"<type>_bits": int, "<type>_scale": Tensor, ...}}``) to ``path``."""
+    from slimkit.compression.pruning.io import save_tensors_atomic
+
+    flat: dict[str, torch.Tensor] = {}
+    for layer, entry in calibration.items():
+        for field, value in entry.items():
+            if field not in _FIELDS:
+                raise SaveLoadError(
+                    f"Calibration field {field!r} of layer {layer!r} is not one of {', '.join(_FIELDS)}."
+                )
+            flat[f"{layer}.{field}"] = torch.tensor(int(value)) if field.endswith("_bits") else value
+    return save_tensors_atomic(flat, path, fmt)
+
+
+def load_calibration(path: str | os.PathLike) -> Calibration:
+    """Read a calibration file written by ``Quantizer.export_model`` (bits come back as ints)."""
+    file = Path(path)
+    if not file.is_file():
+        raise SaveLoadError(f"Calibration file {str(path)!r} does not exist; pass the path export_model wrote.")
+    try:
+        with safe_open(str(file), framework="pt") as handle:
+            fmt = (handle.metadata() or {}).get("format")
+            flat = {key: handle.get_tensor(key) for key in handle.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise SaveLoadError(f"Calibration file {str(path)!r} is not a readable safetensors file ({exc}).") from exc
+    if fmt != CALIBRATION_FORMAT:
+        raise SaveLoadError(
+            f"{str(path)!r} is a {fmt or 'foreign'} file, not a quantization calibration file "
+            f"(format {CALIBRATION_FORMAT!r}); pass the calibration_path given to export_model."
+        )
+    result: Calibration = {}
+    for key, tensor in flat.items():
+        layer, _, field = key.rpartition(".")
+        if field not in _FIELDS or not layer:
+            raise SaveLoadError(f"Calibration file {str(path)!r} has an unexpected key {key!r}.")
+        result.setdefault(layer, {})[field] = int(tensor) if field.endswith("_bits") else tensor
+    return result

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import torch
+
+from slimkit.compression.quantization import QuantizedLayer
+from slimkit.evaluation import count_parameters, size_on_disk
+from slimkit.zoo.digits_cnn import accuracy, digits_split
+from tests.algorithms.testers.base import AlgorithmTesterBase
+
+_LAYERS = (torch.nn.Linear, torch.nn.Conv2d)
+
+
+def _max_levels_per_channel(layer: QuantizedLayer) -> int:
+    codes = layer.weight_codes.reshape(layer.weight_codes.shape[0], -1)
+    return max(int(torch.unique(row).numel()) for row in codes)
+
+
+class _TrainingQuantChecks:
+    """Shared settings and checks (a mixin, so the harness does not take it for a tester of its own):
+    every Linear/Conv is frozen at the right width, the model is smaller on disk and still accurate."""
+
+    models = ["digits_cnn"]
+    reject_models = ["no_weights", "not_a_module"]
+    bits = 8
+    #: accuracy on the digits test split may drop at most this much below the fp32 model
+    max_accuracy_drop = 0.02
+    excluded: tuple[str, ...] = ()
+
+    @classmethod
+    def prepare_config(cls, cfg):
+        cfg.add_data("Digits")
+
+    def post_smash_hook(self, smashed, base, inputs):
+        expected = [n for n, m in base.named_modules() if isinstance(m, _LAYERS) and n not in self.excluded]
+        frozen = {n: m for n, m in smashed.model.named_modules() if isinstance(m, QuantizedLayer)}
+        assert sorted(n for n in frozen if "weight" in frozen[n].bits) == sorted(expected)
+        for name in self.excluded:
+            assert isinstance(smashed.model.get_submodule(name), _LAYERS)
+        for name in expected:
+            layer = frozen[name]
+            assert layer.weight_codes.dtype == torch.uint8
+            assert int(layer.weight_codes.max()) <= 2 ** self.bits - 1
+            assert _max_levels_per_channel(layer) <= 2 ** self.bits
+            assert layer.bits["weight"] == self.bits
+        record = smashed.applied[0]["state"]
+        assert sorted(record["layers"]) == sorted(frozen) and record["train_steps"] > 0
+        assert count_parameters(smashed.model) == count_parameters(base)
+        assert size_on_disk(smashed) < 0.45 * size_on_disk(base)
+        # a sanity check: the harness trains on the Digits DataModule's split, which overlaps the zoo's test
+        # split; the clean within-one-point measurement is tests/compression/quantization/test_quant_digits.py
+        _, _, x_test, y_test = digits_split()
+        assert accuracy(smashed.model, x_test, y_test) >= accuracy(base, x_test, y_test) - self.max_accuracy_drop
+
+
+class TestQAT(_TrainingQuantChecks, AlgorithmTesterBase):
+    algorithm = "qat"
+    hyperparameters = {"bits": 8, "epochs": 1, "num_threads": 1}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        super().post_smash_hook(smashed, base, inputs)
+        first = smashed.model.get_submodule("features.0")
+        assert first.bits == {"weight": 8, "input": 8}
+        assert first.weight_scale.shape == (32, 1, 1, 1)  # per output channel
+        # the first layer sees digits in [0, 1]: the observed input range maps 0 to code 0
+        assert float(first.input_zero_point) == 0.0
+        assert abs(float(first.input_scale) * 255 - 1.0) < 0.05
+
+
+class TestQATPerTensor4Bit(_TrainingQuantChecks, AlgorithmTesterBase):
+    algorithm = "qat"
+    bits = 4
+    excluded = ("classifier.3",)
+    max_accuracy_drop = 0.03
+    hyperparameters = {"bits": 4, "per_channel": False, "quantize_activations": False, "epochs": 2,
+                       "exclude": ["classifier.3"], "num_threads": 1}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        super().post_smash_hook(smashed, base, inputs)
+        layer = smashed.model.get_submodule("features.4")
+        assert layer.weight_scale.numel() == 1 and set(layer.bits) == {"weight"}
+        assert int(torch.unique(layer.weight_codes).numel()) <= 16
+
+
+class TestDoReFa(_TrainingQuantChecks, AlgorithmTesterBase):
+    algorithm = "dorefa"
+    hyperparameters = {"bits": 8, "epochs": 1, "num_threads": 1}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        super().post_smash_hook(smashed, base, inputs)
+        for layer in smashed.model.modules():
+            if isinstance(layer, QuantizedLayer):
+                # DoReFa's symmetric grid: zero point (2**8 - 1) / 2; the largest |w| lands on an end of the grid
+                assert float(layer.weight_zero_point) == 127.5
+                assert int(layer.weight_codes.min()) == 0 or int(layer.weight_codes.max()) == 255
+
+
+class TestBNN(_TrainingQuantChecks, AlgorithmTesterBase):
+    algorithm = "bnn"
+    bits = 1
+    hyperparameters = {"epochs": 1, "num_threads": 1}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        super().post_smash_hook(smashed, base, inputs)
+        layer = smashed.model.get_submodule("features.0")
+        values = layer.weight()
+        alpha = layer.weight_scale.flatten() / 2
+        assert torch.equal(values.abs(), alpha.view(-1, 1, 1, 1).expand_as(values))  # +-alpha per channel
+
+
+class TestLSQ(_TrainingQuantChecks, AlgorithmTesterBase):
+    algorithm = "lsq"
+    hyperparameters = {"bits": 8, "epochs": 1, "num_threads": 1}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        super().post_smash_hook(smashed, base, inputs)
+        layer = smashed.model.get_submodule("classifier.3")
+        assert float(layer.weight_zero_point) == 128.0  # signed weights
+        assert float(layer.input_zero_point) == 0.0  # input follows a ReLU: unsigned
