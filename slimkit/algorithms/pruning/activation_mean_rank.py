@@ -1,0 +1,21 @@
+"""activation_mean_rank: remove the filters with the smallest mean activation, on real data."""
+
+from __future__ import annotations
+
+from slimkit.algorithms.pruning._activation import ActivationRankPruner
+from slimkit.algorithms.registry import register
+from slimkit.compression.pruning import ActivationMeanRankFilterPruner
+
+
+@register
+class ActivationMeanRank(ActivationRankPruner):
+    """Mean-activation filter pruning: drop the filters whose activations are smallest on average.
+
+    Statistics come from ``batches`` train batches of ``cfg.data`` after ``activation`` (ReLU by default) is
+    applied to each selected layer's output. Selection and speedup as ``l1_filter``.
+    """
+
+    algorithm_name = "activation_mean_rank"
+    references = {"Paper": "https://arxiv.org/abs/1611.06440",
+                  "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#activationmeanrankfilter-pruner"}
+    pruner_class = ActivationMeanRankFilterPruner

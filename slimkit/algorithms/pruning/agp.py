@@ -1,0 +1,88 @@
+"""agp: Automated Gradual Pruning, fine-tune on real data while the sparsity rises on a cubic schedule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
+from torch import nn
+
+from slimkit.algorithms.pruning._data import batch_hyperparameters, train, train_loader
+from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.registry import register
+from slimkit.compression.pruning import AGPPruner, Pruner
+from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
+from slimkit.config.smash_config import SmashConfigPrefixWrapper
+
+
+@register
+class AGP(FrameworkPruner):
+    """Automated Gradual Pruning: train on ``cfg.data`` while each layer's sparsity rises from ``initial_sparsity``.
+
+    The target follows ``final + (initial - final) * (1 - t / n)^3``; masks are recomputed every ``frequency``
+    optimizer steps, reach the final sparsity after two thirds of the ``epochs`` and stay there while the
+    last third fine-tunes (loss: cross-entropy on the batch targets, or the model's ``.loss``).
+    ``pruning_algorithm`` ranks filters (``l1``/``l2``/``fpgm``, then shrunk with the speedup) or single
+    weights (``level``, zeros kept in the weights).
+    """
+
+    algorithm_name = "agp"
+    references = {"Paper": "https://arxiv.org/abs/1710.01878",
+                  "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#agp-pruner"}
+    dataset_required = True
+    pruner_class = AGPPruner
+
+    def extra_hyperparameters(self) -> list:
+        """Masker, schedule and training settings."""
+        return [
+            CategoricalHyperparameter("pruning_algorithm", ["l1", "l2", "fpgm", "level"], default_value="l1",
+                                      meta={"desc": "How units are ranked: filter norms (l1, l2), geometric "
+                                                    "median (fpgm) or single weights (level, unstructured)."}),
+            UniformFloatHyperparameter("initial_sparsity", 0.0, 0.99, default_value=0.0,
+                                       meta={"desc": "Sparsity at the first step (must not exceed the final one)."}),
+            UniformIntegerHyperparameter("epochs", 1, 1000, default_value=2,
+                                         meta={"desc": "Passes over the train data."}),
+            UniformFloatHyperparameter("lr", 1e-6, 1.0, default_value=1e-3, log=True,
+                                       meta={"desc": "Learning rate of the fine-tuning."}),
+            CategoricalHyperparameter("optimizer", ["adam", "sgd"], default_value="adam",
+                                      meta={"desc": "adam, or sgd with momentum 0.9."}),
+            UniformIntegerHyperparameter("frequency", 1, 100000, default_value=1,
+                                         meta={"desc": "Optimizer steps between two mask updates."}),
+            *batch_hyperparameters(batches=None),
+            UniformIntegerHyperparameter("seed", 0, 2**31 - 1, default_value=0,
+                                         meta={"desc": "Seed of the data shuffling."}),
+        ]
+
+    def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+        """Level pruning accepts any weighted layer; filter pruning Conv/Linear."""
+        if smash_config["pruning_algorithm"] == "level":
+            return LEVEL_OP_TYPES, None
+        return ("Conv2d", "Linear"), FILTER_OP_TYPES
+
+    def uses_speedup(self, smash_config: SmashConfigPrefixWrapper) -> bool:
+        """Filter pruning can be shrunk; level pruning cannot."""
+        return smash_config["pruning_algorithm"] != "level" and bool(smash_config["speedup"])
+
+    def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
+        """AGPPruner with an optimizer whose steps drive the schedule."""
+        steps = int(smash_config["epochs"]) * len(train_loader(self.algorithm_name, smash_config))
+        frequency = int(smash_config["frequency"])
+        lr = float(smash_config["lr"])
+        if smash_config["optimizer"] == "sgd":
+            optimizer: Any = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        else:
+            optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        return AGPPruner(model, config_list, optimizer, pruning_algorithm=smash_config["pruning_algorithm"],
+                         initial_sparsity=float(smash_config["initial_sparsity"]),
+                         num_iterations=max(1, (2 * steps // 3) // frequency), frequency=frequency)
+
+    def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
+        """Train; if the schedule did not reach its end (fewer steps than planned), apply the final masks."""
+        pruner.compress()
+        loader = train_loader(self.algorithm_name, smash_config)
+        steps, loss = train(model, pruner, loader, int(smash_config["epochs"]))
+        if pruner.current_iteration < pruner.num_iterations:
+            pruner.step_count = pruner.num_iterations * pruner.frequency
+            pruner.update_mask()
+        smash_config.state.update(train_steps=steps, final_loss=round(loss, 6))

@@ -1,0 +1,24 @@
+"""l1_filter: remove the output filters with the smallest L1 norm, then shrink the layers for real."""
+
+from __future__ import annotations
+
+from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.registry import register
+from slimkit.compression.pruning import L1FilterPruner
+
+
+@register
+class L1Filter(FrameworkPruner):
+    """Filter pruning by L1 norm: each selected Conv/Linear layer loses the output channels of smallest L1 norm.
+
+    With ``speedup`` (default) the pruned channels are physically removed (coupled layers such as residual
+    branches and gated MLPs are pruned together), so the model gets smaller and faster; ``"default"`` layers
+    are those the speedup can shrink (e.g. MLP intermediate channels of BERT/Llama, not the classifier).
+    ``heads=True`` also removes whole attention heads (kv-head groups under GQA).
+    """
+
+    algorithm_name = "l1_filter"
+    references = {"Paper": "https://arxiv.org/abs/1608.08710",
+                  "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#l1filter-pruner"}
+    pruner_class = L1FilterPruner
+    head_importance = "l1"

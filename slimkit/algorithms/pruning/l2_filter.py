@@ -1,0 +1,21 @@
+"""l2_filter: remove the output filters with the smallest L2 norm, then shrink the layers for real."""
+
+from __future__ import annotations
+
+from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.registry import register
+from slimkit.compression.pruning import L2FilterPruner
+
+
+@register
+class L2Filter(FrameworkPruner):
+    """Filter pruning by L2 norm: each selected Conv/Linear layer loses the output channels with the smallest norm.
+
+    Same selection, dependency-aware masks and speedup as ``l1_filter``; the Euclidean norm weighs large
+    weights more than the L1 norm does. ``heads=True`` also removes whole attention heads (L2-ranked).
+    """
+
+    algorithm_name = "l2_filter"
+    references = {"NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#l2filter-pruner"}
+    pruner_class = L2FilterPruner
+    head_importance = "l2"

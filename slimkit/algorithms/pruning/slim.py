@@ -1,0 +1,38 @@
+"""slim: Network Slimming, prune BatchNorm channels with the smallest scale, then shrink the layers for real."""
+
+from __future__ import annotations
+
+from ConfigSpace import CategoricalHyperparameter
+from torch import nn
+
+from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.registry import register
+from slimkit.compression.pruning import Pruner, SlimPruner
+from slimkit.config.smash_config import SmashConfigPrefixWrapper
+
+
+@register
+class Slim(FrameworkPruner):
+    """Network Slimming: remove the channels whose BatchNorm scale (absolute gamma) is smallest over all layers.
+
+    ``"default"`` selects the BatchNorm layers whose channels the speedup can remove; the conv producing each
+    channel, the norm and the layers reading it are shrunk together. Works best on a model trained with an
+    L1 penalty on the BatchNorm scales. ``scope="layer"`` prunes each BatchNorm to its own sparsity instead.
+    """
+
+    algorithm_name = "slim"
+    references = {"Paper": "https://arxiv.org/abs/1708.06519",
+                  "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#slim-pruner"}
+    pruner_class = SlimPruner
+    norms_decide = True
+    model_layer_types = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+    def extra_hyperparameters(self) -> list:
+        """Global or per-layer ranking."""
+        return [CategoricalHyperparameter("scope", ["global", "layer"], default_value="global",
+                                          meta={"desc": "global: rank channels over all selected BatchNorm layers "
+                                                        "(the paper; one sparsity for all); layer: per layer."})]
+
+    def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
+        """SlimPruner with the chosen scope."""
+        return SlimPruner(model, config_list, scope=smash_config["scope"])
