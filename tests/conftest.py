@@ -48,7 +48,8 @@ def _guarded_connect_ex(self: socket.socket, address: object) -> int:
 socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
 socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
 
-torch.set_num_threads(2)
+# One intra-op thread: tests check behaviour, not speed, and two threads on a busy 2-core box oversubscribe.
+torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
