@@ -19,6 +19,12 @@ from slimkit.compression.pruning.data_pruners import (
     TaylorFOWeightFilterPruner,
     TaylorFOWeightFilterPrunerMasker,
 )
+from slimkit.compression.pruning.group import (
+    ChannelGroupPlan,
+    GroupFilterPruner,
+    GroupL1FilterPruner,
+    GroupL2FilterPruner,
+)
 from slimkit.compression.pruning.io import load_masks, load_state_dict_file, save_masks
 from slimkit.compression.pruning.maskers import (
     FPGMPrunerMasker,
@@ -43,8 +49,12 @@ __all__ = [
     "ActivationMeanRankFilterPrunerMasker",
     "AttentionHeadMasker",
     "AttentionHeadPruner",
+    "ChannelGroupPlan",
     "FPGMPruner",
     "FPGMPrunerMasker",
+    "GroupFilterPruner",
+    "GroupL1FilterPruner",
+    "GroupL2FilterPruner",
     "HeadLayout",
     "L1FilterPruner",
     "L1FilterPrunerMasker",

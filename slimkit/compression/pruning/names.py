@@ -11,6 +11,7 @@ from slimkit.compression.pruning.data_pruners import (
     ActivationMeanRankFilterPruner,
     TaylorFOWeightFilterPruner,
 )
+from slimkit.compression.pruning.group import GroupL1FilterPruner, GroupL2FilterPruner
 from slimkit.compression.pruning.one_shot import FPGMPruner, L1FilterPruner, L2FilterPruner, LevelPruner, SlimPruner
 from slimkit.errors import closest
 
@@ -19,6 +20,8 @@ PRUNER_CLASSES: dict[str, type[Pruner]] = {
     "apoz": ActivationAPoZRankFilterPruner,
     "attention_head": AttentionHeadPruner,
     "fpgm": FPGMPruner,
+    "group_l1_filter": GroupL1FilterPruner,
+    "group_l2_filter": GroupL2FilterPruner,
     "l1_filter": L1FilterPruner,
     "l2_filter": L2FilterPruner,
     "level": LevelPruner,

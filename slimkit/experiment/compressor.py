@@ -1,0 +1,192 @@
+"""``create_compressor``: the Auptimizer-shaped entry point a compression script calls.
+
+Typical script::
+
+    compressor = slimkit.create_compressor(model, config, optimizer=optimizer)
+    model = compressor.compress()
+    model = compressor.apply_speedup(dummy_input=torch.randn(1, 1, 8, 8))   # optional: really remove channels
+    ...fine-tune (make a new optimizer: the speedup replaced the pruned parameters)...
+    compressor.export_model("model.safetensors", "mask.safetensors", speedup=True, folder_name="out")
+    slimkit.print_result(accuracy)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.compression.pruning import Pruner
+from slimkit.compression.pruning.io import MODEL_FORMAT, save_masks, save_tensors_atomic
+from slimkit.compression.speedup import KeptChannels, ModelSpeedup
+from slimkit.errors import ConfigError
+from slimkit.utils import model_device, move_inputs
+
+from ._norm_masks import has_norm_masks, producer_masks
+from .compression_config import parse_compression_config
+from .compressors import CompressorSpec, check_compressor_kwargs, get_compressor_spec
+from .export import SPEEDUP_MODEL_FORMAT, default_kept_channels_path, place, write_json_atomic
+
+
+class Compressor:
+    """One compression job on one model: ``compress`` -> (``apply_speedup``) -> ``export_model``.
+
+    ``kind`` is ``"pruning"`` or ``"quantization"``; only pruning compressors can be sped up. ``engine``
+    is the underlying compression object (a :class:`~slimkit.compression.pruning.Pruner` for pruning;
+    use it for ``update_epoch`` and the like). ``model`` is the current model: wrapped by the pruner after
+    :meth:`compress`, the physically smaller model after :meth:`apply_speedup`.
+    """
+
+    def __init__(self, spec: CompressorSpec, engine: Any, model: nn.Module, dummy_input: Any,
+                 options: Mapping[str, Any]) -> None:
+        self.name = spec.name
+        self.kind = spec.kind
+        self.engine = engine
+        self.dummy_input = dummy_input
+        self._spec = spec
+        self._options = dict(options)
+        self._model = model
+        self._compressed = False
+        self._kept: KeptChannels | None = None
+        self.speedup_warnings: list[str] = []
+
+    @property
+    def model(self) -> nn.Module:
+        """The current model (wrapped while pruning, shrunk after :meth:`apply_speedup`)."""
+        return self._model
+
+    @property
+    def speedup_applied(self) -> bool:
+        """Whether :meth:`apply_speedup` has removed the pruned channels."""
+        return self._kept is not None
+
+    @property
+    def kept_channels(self) -> KeptChannels | None:
+        """The JSON-ready record of what the speedup kept (``None`` before :meth:`apply_speedup`)."""
+        return self._kept
+
+    def compress(self) -> nn.Module:
+        """Compute the masks (one-shot pruners) or arm the training hooks (iterative ones); return the model."""
+        if self.speedup_applied:
+            raise ConfigError("compress() after apply_speedup(): the model is already shrunk and detached from the "
+                              "pruner. Create a new compressor on the shrunk model to compress it further.")
+        self._model = self.engine.compress()
+        self._compressed = True
+        return self._model
+
+    def get_masks(self) -> dict[str, dict[str, torch.Tensor | None]]:
+        """The pruning masks ``{layer: {"weight_mask", "bias_mask"}}`` (they describe the unshrunk model)."""
+        self._require_pruning("get_masks()")
+        return self.engine.get_masks()
+
+    def _require_pruning(self, what: str) -> None:
+        if self.kind != "pruning":
+            raise ConfigError(f"{what} needs a pruning compressor; {self.name!r} is a {self.kind} compressor. Speedup "
+                              "removes pruned channels, so it applies only to pruners such as 'l1_filter'.")
+
+    def apply_speedup(self, dummy_input: Any = None) -> nn.Module:
+        """Physically remove the pruned channels (``ModelSpeedup``); return the smaller model.
+
+        ``dummy_input`` is an input the model accepts (defaults to the one given to ``create_compressor``).
+        The pruner is detached first and the masks are multiplied into the weights, so the shrunk model
+        computes what the masked one did. Parameters are replaced: build a new optimizer to fine-tune.
+        """
+        self._require_pruning("apply_speedup()")
+        refusal = self._spec.speedup_refusal(self._options)
+        if refusal is not None:
+            raise ConfigError(f"apply_speedup() cannot shrink a {self.name!r}-pruned model: {refusal}.")
+        if self.speedup_applied:
+            raise ConfigError("apply_speedup() already ran: the model is shrunk. Use compressor.model, or "
+                              "export_model(..., speedup=True) to save it.")
+        if not self._compressed:
+            raise ConfigError("apply_speedup() before compress(): there are no masks yet. Call compressor.compress() "
+                              "(and train, for iterative pruners) first.")
+        dummy = self.dummy_input if dummy_input is None else dummy_input
+        if dummy is None:
+            raise ConfigError("apply_speedup() needs dummy_input, an input the model accepts, e.g. "
+                              "apply_speedup(dummy_input=torch.randn(1, 3, 224, 224)).")
+        pruner: Pruner = self.engine
+        masks = pruner.get_masks()
+        model = pruner.unwrap_model(apply_masks=True)
+        dummy = move_inputs(dummy, model_device(model))
+        try:
+            if has_norm_masks(model, masks):
+                masks = producer_masks(model, dummy, masks)
+            speedup = ModelSpeedup(model, dummy, masks)
+            model = speedup.speedup_model()
+        except BaseException:
+            pruner._wrap_model()  # back to the compressed (wrapped) state; ModelSpeedup restored the layers
+            pruner.patch_optimizer()
+            raise
+        self._kept = speedup.kept_channels
+        self.speedup_warnings = list(speedup.warnings)
+        self._model = model
+        return model
+
+    def export_model(
+        self,
+        model_path: str | os.PathLike,
+        mask_path: str | os.PathLike | None = None,
+        speedup: bool = False,
+        folder_name: str | os.PathLike | None = None,
+        dummy_input: Any = None,
+        kept_channels_path: str | os.PathLike | None = None,
+    ) -> dict[str, Path | None]:
+        """Save the compressed model (safetensors), optionally its masks, and after speedup the kept channels.
+
+        ``speedup=True`` applies the speedup first if it has not run (needs ``dummy_input`` or the one given
+        to ``create_compressor``). Once the model is sped up it is always saved shrunk, with its kept-channel
+        record (default ``<model_path stem>.kept_channels.json``); load it with
+        :func:`slimkit.experiment.load_compressed_model`. With ``folder_name`` every file goes inside that
+        folder. Returns the paths written: ``{"model", "mask", "kept_channels"}`` (``None`` when not written).
+        """
+        self._require_pruning("export_model()")
+        if speedup and not self.speedup_applied:
+            self.apply_speedup(dummy_input)
+        model_file = place(model_path, folder_name)
+        mask_file = place(mask_path, folder_name) if mask_path is not None else None
+        written: dict[str, Path | None] = {"model": model_file, "mask": mask_file, "kept_channels": None}
+        masks = self.engine.get_masks() if mask_file is not None else None
+        if self.speedup_applied:
+            record_file = place(kept_channels_path or default_kept_channels_path(model_path), folder_name)
+            state = {k: v.detach() for k, v in self._model.state_dict().items()}
+            save_tensors_atomic(state, model_file, SPEEDUP_MODEL_FORMAT)
+            write_json_atomic(self._kept, record_file)
+            written["kept_channels"] = record_file
+        else:
+            save_tensors_atomic(self.engine.masked_state_dict(), model_file, MODEL_FORMAT)
+        if mask_file is not None and masks is not None:
+            save_masks(masks, mask_file)
+        return written
+
+
+def create_compressor(
+    model: nn.Module,
+    config: Mapping[str, Any] | str,
+    optimizer: torch.optim.Optimizer | None = None,
+    dummy_input: Any = None,
+    *,
+    config_list: Sequence[Mapping[str, Any]] | None = None,
+    **compressor_kwargs: Any,
+) -> Compressor:
+    """Build the compressor an experiment config names, attached to ``model``.
+
+    ``config`` is an Auptimizer experiment dict (``{"compression": {"framework": "torch", "type": "pruning",
+    "compressor": "l1_filter", "config_list": [...]}}``), just its ``compression`` block, the job config a
+    script receives (``compressor``, ``config_list``, ``compression_type``...), or a compressor name with
+    ``config_list=`` given here. ``optimizer`` lets pruners act during training (hooked ``step``);
+    ``dummy_input`` is kept for :meth:`Compressor.apply_speedup` and given to pruners that trace the model.
+    Extra keyword arguments go to the compressor (e.g. ``trainer=``/``criterion=`` for ``taylorfo``).
+    """
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"create_compressor needs a torch.nn.Module; got {type(model).__name__}.")
+    settings = parse_compression_config(config, config_list)
+    spec = get_compressor_spec(settings.compressor, settings.type)
+    check_compressor_kwargs(spec, compressor_kwargs)
+    engine = spec.factory(model, settings.config_list, optimizer=optimizer, dummy_input=dummy_input,
+                          **compressor_kwargs)
+    return Compressor(spec, engine, model, dummy_input, compressor_kwargs)

@@ -1,0 +1,96 @@
+"""Reporting a script's metric to the experiment runner the way Auptimizer does: a ``#Auto:`` line on stdout.
+
+A compression script ends with ``print_result(accuracy)``; the runner reads the script's output and takes
+the last result line as the job's metric (the value automatic mode optimises). ``print_result`` writes::
+
+    #Auto: result=0.9711
+    #Auto: extra={"macs": 1203904, "params": 41234}     (only with keyword arguments)
+
+Both lines are plain text, one per call, flushed at once; :func:`parse_result` reads them back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from slimkit.errors import ConfigError
+
+RESULT_PREFIX = "#Auto: result="
+EXTRA_PREFIX = "#Auto: extra="
+
+
+@dataclass
+class ScriptResult:
+    """The metric a script reported (``float``; nan/inf allowed for failed runs) and its extra values."""
+
+    metric: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _metric_value(metric: Any) -> float:
+    if not isinstance(metric, numbers.Real) and callable(getattr(metric, "item", None)):
+        try:
+            metric = metric.item()  # a one-element tensor or numpy value
+        except (ValueError, RuntimeError):
+            pass
+    if isinstance(metric, bool) or not isinstance(metric, numbers.Real):
+        raise ConfigError(f"print_result needs one number (the metric to report), got {metric!r} "
+                          f"({type(metric).__name__}); pass e.g. print_result(0.97) and other values as keywords.")
+    return float(metric)
+
+
+def print_result(metric: float, **extra: Any) -> str:
+    """Print ``#Auto: result=<metric>`` (and ``#Auto: extra=<JSON>`` for keyword values); return the text.
+
+    ``metric`` is the number the runner records and, in automatic mode, optimises (a Python number, a
+    numpy scalar or a one-element tensor). Keyword values must be JSON-serialisable (numbers, strings,
+    lists, dicts); the runner stores them beside the metric.
+    """
+    value = _metric_value(metric)
+    lines = [f"{RESULT_PREFIX}{value!r}"]
+    if extra:
+        try:
+            payload = json.dumps(extra, sort_keys=True, allow_nan=True)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"print_result extra values must be JSON-serialisable (numbers, strings, lists, "
+                              f"dicts): {exc}. Convert tensors with float(x) or x.tolist().") from exc
+        lines.append(f"{EXTRA_PREFIX}{payload}")
+    text = "\n".join(lines)
+    print(text, file=sys.stdout, flush=True)
+    return text
+
+
+def parse_result(output: str) -> ScriptResult | None:
+    """The last reported result in a script's ``output`` (``None`` when it reported none).
+
+    An ``extra`` line belongs to the result line just before it.
+    """
+    found: ScriptResult | None = None
+    for raw in output.splitlines():
+        line = raw.strip()
+        if line.startswith(RESULT_PREFIX):
+            text = line[len(RESULT_PREFIX):].strip()
+            try:
+                found = ScriptResult(float(text))
+            except ValueError as exc:
+                raise ConfigError(f"Bad result line {line!r}: {text!r} is not a number. Report metrics with "
+                                  "slimkit.print_result(value).") from exc
+        elif line.startswith(EXTRA_PREFIX) and found is not None:
+            try:
+                extra = json.loads(line[len(EXTRA_PREFIX):])
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"Bad extra line {line!r}: not JSON ({exc}).") from exc
+            if not isinstance(extra, dict):
+                raise ConfigError(f"Bad extra line {line!r}: expected a JSON object.")
+            found.extra = extra
+    return found
+
+
+def is_finite_result(result: ScriptResult | None) -> bool:
+    """True when a result was reported and its metric is a finite number (usable by a search)."""
+    return result is not None and math.isfinite(result.metric)
