@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import time
 from collections.abc import Callable
 
-import torch
+# Spinning OpenMP workers make 2-thread timings meaningless on a shared box; set before torch loads its runtime.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -35,7 +39,8 @@ def cpu_isa() -> str:
 
 def machine_line(threads: int) -> str:
     return (f"{cpu_name()} [{cpu_isa()}], {threads} torch threads, torch {torch.__version__}, "
-            f"python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+            f"python {platform.python_version()}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, "
+            f"{time.strftime('%Y-%m-%d')}")
 
 
 def interleaved_latency(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, threads: int) -> dict:

@@ -14,10 +14,11 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interleaved_latency, machine_line, print_table  # noqa: E402
+from common import interleaved_latency, machine_line, print_table  # noqa: E402  (sets OMP_WAIT_POLICY first)
+
+# isort: split
+import torch  # noqa: E402
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo  # noqa: E402
 from slimkit.demo import DEFAULT_RECIPES, retrieval_top1  # noqa: E402

@@ -2,7 +2,16 @@
 
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
 from slimkit.engine import SmashedModel, smash
+from slimkit.experiment import create_compressor, print_result
 
 __version__ = "0.1.0"
 
-__all__ = ["SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__", "smash"]
+__all__ = [
+    "SmashConfig",
+    "SmashConfigPrefixWrapper",
+    "SmashedModel",
+    "__version__",
+    "create_compressor",
+    "print_result",
+    "smash",
+]
