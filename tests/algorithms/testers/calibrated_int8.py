@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import torch
+
+from slimkit.algorithms.compilation.onnxruntime import OnnxRuntimeModule
+from slimkit.algorithms.quantization._int8_linear import Int8Linear
+from slimkit.evaluation import fidelity, size_on_disk
+from tests.algorithms import models as harness_models
+from tests.algorithms.testers.base import AlgorithmTesterBase
+
+
+class _DynamicInt8MLP(torch.nn.Module):
+    """Already holds a torch.ao dynamic int8 Linear: onnxruntime cannot export it and must refuse it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.ao.nn.quantized.dynamic import Linear
+
+        self.fc = Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
+harness_models.LOCAL.setdefault("dynamic_int8_mlp", (_DynamicInt8MLP, lambda: torch.randn(2, 8)))
+
+
+def _linear_names(model: torch.nn.Module) -> list[str]:
+    return [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]
+
+
+class TestInt8Smooth(AlgorithmTesterBase):
+    algorithm = "int8_smooth"
+    models = ["mlp", "tiny_bert", "tiny_llama"]
+    reject_models = ["conv_only", "no_weights", "not_a_module"]
+    hyperparameters = {"min_cosine": 0.99, "exclude": ["lm_head"]}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        state = smashed.applied[0]["state"]
+        linears = [n for n in _linear_names(base) if n != "lm_head"]
+        assert sorted(state["int8_layers"] + state["fp32_layers"]) == sorted(linears)
+        int8 = sorted(n for n, m in smashed.model.named_modules() if type(m) is Int8Linear)
+        assert int8 == sorted(state["int8_layers"]) and int8
+        assert all(not m.reduce_range for m in smashed.model.modules() if type(m) is Int8Linear)
+        assert state["cosine"] >= 0.99 and state["calibration"] == "SmashConfig example inputs"
+        assert fidelity(base, smashed, inputs).cosine_mean > 0.99
+        assert size_on_disk(smashed) < 0.75 * size_on_disk(base)
+        if "llama" in type(base).__name__.lower():  # pre-norm: smoothing folds into both RMSNorms
+            producers = {g["producer"].rsplit(".", 1)[-1] for g in state["smoothed"]}
+            assert {"input_layernorm", "post_attention_layernorm"} <= producers
+
+
+class TestInt8SmoothBudget(TestInt8Smooth):
+    """A budget all-int8 cannot meet: the most sensitive layers go back to fp32, and the reload replays that."""
+
+    models = ["tiny_bert"]
+    hyperparameters = {"min_cosine": 0.99999, "smooth": False}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        state = smashed.applied[0]["state"]
+        assert state["cosine_all_int8"] < 0.99999 <= state["cosine"]
+        assert state["fp32_layers"] and state["int8_layers"] and state["smoothed"] == []
+        for name in state["fp32_layers"]:
+            assert type(smashed.model.get_submodule(name)) is torch.nn.Linear
+
+
+class TestInt8Static(AlgorithmTesterBase):
+    algorithm = "int8_static"
+    models = ["resnet_tiny", "digits_cnn"]
+    reject_models = ["mlp", "tiny_bert", "not_a_module"]
+    hyperparameters = {"observer": "histogram"}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        assert isinstance(smashed.model, torch.fx.GraphModule)
+        kinds = {type(m).__name__ for m in smashed.model.modules()}
+        assert "ConvReLU2d" in kinds and not any(isinstance(m, torch.nn.Conv2d) for m in smashed.model.modules())
+        assert smashed.applied[0]["state"]["quantized_modules"] >= 3
+        assert size_on_disk(smashed) < 0.5 * size_on_disk(base)
+        assert fidelity(base, smashed, inputs).cosine_mean > 0.99
+
+
+class TestOnnxRuntime(AlgorithmTesterBase):
+    algorithm = "onnxruntime"
+    models = ["mlp", "resnet_tiny", "tiny_bert"]
+    reject_models = ["dynamic_int8_mlp", "not_a_module"]
+    hyperparameters = {"threads": 1}
+    reload_atol = 1e-6
+
+    def post_smash_hook(self, smashed, base, inputs):
+        assert isinstance(smashed.model, OnnxRuntimeModule)
+        assert smashed.model.session.get_session_options().intra_op_num_threads == 1
+        assert not any(p.numel() for p in smashed.parameters())  # the weights live in ONNX Runtime
+        fid = fidelity(base, smashed, inputs)
+        assert fid.cosine_min > 0.99999 and fid.max_abs < 1e-4
+
+
+class TestOnnxRuntimeInt8(TestOnnxRuntime):
+    models = ["tiny_bert"]
+    hyperparameters = {"quantize": "int8_dynamic", "per_channel": True}
+    reject_models = ["dynamic_int8_mlp"]
+
+    def post_smash_hook(self, smashed, base, inputs):
+        import onnx
+
+        graph = onnx.load(smashed.model.onnx_path).graph
+        assert any(node.op_type in ("DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul")
+                   for node in graph.node)
+        assert fidelity(base, smashed, inputs).cosine_mean > 0.99
