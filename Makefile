@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup lint docs bench clean
+.PHONY: demo test test-fast setup lint docs bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ demo: setup
 	$(VENV)/bin/slimkit smash
 
 test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: setup
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
 
 lint: setup
