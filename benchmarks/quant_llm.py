@@ -1,0 +1,137 @@
+"""Low-bit weight-only quantization of SmolLM2-135M: rtn, hqq, gptq, awq at 4 and 3 bits vs fp32, in one run.
+
+    .venv/bin/python benchmarks/quant_llm.py [--threads 2] [--group-size 128] [--bits 4 3] [--decode-tokens 32]
+
+Perplexity on PyDocText test text (8 x 256 tokens); gptq/awq calibrate on the PyDocText train split through
+``cfg.add_data("PyDocText")`` (whole documents, disjoint from the test documents). For each method: time to
+quantize (smash), size on disk of the saved model, bytes of the packed Linear layers vs their fp32 weights,
+and greedy decode speed with the KV cache (tokens/s, all models timed round-robin so machine noise hits all
+alike). Ends with a save/load round trip of a 4-bit model and the targets, each marked MET or NOT MET.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import interleaved_latency, machine_line, print_table  # noqa: E402
+
+from slimkit import SmashConfig, SmashedModel, smash, zoo  # noqa: E402
+from slimkit.compression.quantization.lowbit import PackedLinear  # noqa: E402
+from slimkit.data import pydoc_split_topics, pydoc_text_blocks  # noqa: E402
+from slimkit.evaluation import perplexity, size_on_disk  # noqa: E402
+
+METHODS = ("rtn", "hqq", "gptq", "awq")
+
+
+def packed_linear_ratio(model: torch.nn.Module) -> float:
+    """Bytes of every PackedLinear's buffers (codes, scales, zeros) / bytes of the same weights in fp32."""
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    stored = sum(b.numel() * b.element_size() for m in packed for b in m.buffers())
+    return stored / sum(4 * m.in_features * m.out_features for m in packed)
+
+
+def quantize(base: torch.nn.Module, tok, method: str, bits: int, group_size: int) -> tuple[SmashedModel, float]:
+    cfg = SmashConfig(device="cpu")
+    cfg.add_tokenizer(tok)
+    cfg.add_data("PyDocText")
+    cfg["quantizer"] = method
+    cfg[f"{method}_bits"] = bits
+    cfg[f"{method}_group_size"] = group_size
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        smashed = smash(base, cfg, verbose=False)
+    return smashed, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--bits", type=int, nargs="+", default=[4, 3])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--decode-tokens", type=int, default=32)
+    parser.add_argument("--decode-repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    loaded = zoo.load("smollm2-135m")
+    base, tok = loaded.model.eval(), loaded.tokenizer
+    test_ids = pydoc_text_blocks(tok, 8, 256, split="test")
+    splits = pydoc_split_topics()
+    disjoint = not set(splits["train"]) & set(splits["test"])
+    prompt = test_ids[:1, :16]
+
+    rows, models, ppl, seconds = [], {"fp32": base}, {}, {}
+    ppl["fp32"] = perplexity(base, test_ids)
+    print(f"fp32 perplexity {ppl['fp32']:.2f}", flush=True)
+    for bits in args.bits:
+        for method in args.methods:
+            key = f"{method} {bits}-bit"
+            smashed, secs = quantize(base, tok, method, bits, args.group_size)
+            models[key], seconds[key] = smashed, secs
+            ppl[key] = perplexity(smashed, test_ids)
+            print(f"{key}: quantized in {secs:.1f} s, perplexity {ppl[key]:.2f}", flush=True)
+
+    def decode(model):
+        return model.generate(prompt, max_new_tokens=args.decode_tokens, min_new_tokens=args.decode_tokens,
+                              do_sample=False, pad_token_id=tok.eos_token_id)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ms = interleaved_latency({k: (lambda m=m: decode(m)) for k, m in models.items()},
+                                 repeats=args.decode_repeats, warmup=1, threads=args.threads)
+    fp32_size = size_on_disk(base)
+    for key, model in models.items():
+        size = size_on_disk(model)
+        ratio = "-" if key == "fp32" else f"{packed_linear_ratio(model):.3f}x"
+        tps = args.decode_tokens / (ms[key] / 1000)
+        rows.append([key, f"{ppl[key]:.2f}", f"{100 * (ppl[key] / ppl['fp32'] - 1):+.1f}%",
+                     "-" if key == "fp32" else f"{seconds[key]:.1f}", f"{size / 1e6:.1f}", f"{size / fp32_size:.2f}x",
+                     ratio, f"{tps:.1f}", f"{ms['fp32'] / ms[key]:.2f}x"])
+
+    print(f"\nSmolLM2-135M low-bit weight-only, group size {args.group_size}; {machine_line(args.threads)}")
+    print(f"perplexity: PyDocText test, 8 x 256 tokens; calibration: PyDocText train split, documents disjoint "
+          f"from the test documents: {disjoint}")
+    print_table(["model", "perplexity", "vs fp32", "quantize s", "file MB", "file vs fp32",
+                 "packed Linear vs fp32 Linear", "decode tok/s", "decode vs fp32"], rows)
+
+    check_key = f"gptq {min(args.bits)}-bit" if "gptq" in args.methods else next(iter(seconds))
+    with tempfile.TemporaryDirectory() as tmp:
+        models[check_key].save_pretrained(Path(tmp) / "m")
+        again = SmashedModel.from_pretrained(Path(tmp) / "m")
+        with torch.inference_mode():
+            exact = torch.equal(again(test_ids[:1]).logits, models[check_key](test_ids[:1]).logits)
+        dense = [n for n, p in again.named_parameters() if p.dim() == 2 and ".layers." in n]
+    print(f"save/load of '{check_key}' reproduces its logits exactly: {exact}; dense 2-D weights inside the "
+          f"reloaded blocks: {len(dense)}")
+
+    four = [k for k in seconds if k.endswith("4-bit")]
+    if four:
+        best = min(four, key=lambda k: ppl[k])
+        worst_ratio = max(packed_linear_ratio(models[k]) for k in four)
+        change = 100 * (ppl[best] / ppl["fp32"] - 1)
+        print(f"target: a 4-bit method within +10% of fp32 perplexity: best {best} {change:+.1f}% -> "
+              f"{'MET' if change <= 10 else 'NOT MET'}")
+        print(f"target: 4-bit packed Linear <= 0.30x fp32 Linear weights: {worst_ratio:.3f}x -> "
+              f"{'MET' if worst_ratio <= 0.30 else 'NOT MET'}")
+    gptq = [k for k in seconds if k.startswith("gptq")]
+    if gptq:
+        slowest = max(seconds[k] for k in gptq)
+        print(f"target: gptq finishes in <= 600 s on {args.threads} threads: {slowest:.0f} s -> "
+              f"{'MET' if slowest <= 600 else 'NOT MET'}")
+    slow = max(ms[k] / ms["fp32"] for k in seconds)
+    print(f"target: decode never slower than 3x fp32: slowest is {slow:.2f}x fp32 time per token -> "
+          f"{'MET' if slow <= 3 else 'NOT MET'}")
+
+
+if __name__ == "__main__":
+    main()

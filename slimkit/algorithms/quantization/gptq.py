@@ -1,0 +1,70 @@
+"""gptq: Hessian-based error-compensating low-bit weight quantization with calibration text, stored packed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
+
+from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
+from slimkit.algorithms.registry import register
+from slimkit.compression.quantization.lowbit import quantize_model_gptq
+from slimkit.compression.quantization.lowbit import smash_support as support
+from slimkit.config.hyperparameters import Boolean
+from slimkit.config.smash_config import SmashConfigPrefixWrapper
+
+
+@register
+class GPTQ(SlimkitQuantizer):
+    """GPTQ: Hessian-based low-bit quantization of Linear layers with error compensation, on calibration text.
+
+    Each layer is quantized column by column; every column's rounding error is pushed onto the columns not
+    yet quantized through the inverse Hessian of the layer's output error. Layers are processed one
+    transformer block at a time (inputs captured at block 0, then carried through the already quantized
+    blocks), so peak memory stays near one block. Options: activation order (most salient columns first),
+    damping, group size, symmetric grid, clipping search. Needs a tokenizer and data (e.g.
+    ``cfg.add_tokenizer(tok); cfg.add_data("PyDocText")``). Stored packed like rtn.
+    """
+
+    algorithm_name = "gptq"
+    references = {"GPTQ": "https://arxiv.org/abs/2210.17323"}
+    tokenizer_required = True
+    dataset_required = True
+    save_fn = SaveFn.REPLAY
+
+    def get_hyperparameters(self) -> list:
+        """Bits, group size, sym, act order, damping, block size, clipping, calibration size, exclusions."""
+        return [
+            *support.weight_hyperparameters(),
+            Boolean("act_order", True, meta={"desc": "Quantize columns by decreasing Hessian diagonal (group "
+                                                     "parameters fixed up front: no column permutation stored)."}),
+            UniformFloatHyperparameter("damp", 1e-4, 1.0, default_value=0.01, log=True,
+                                       meta={"desc": "Fraction of the mean Hessian diagonal added to it for a stable "
+                                                     "inverse."}),
+            OrdinalHyperparameter("block_size", [32, 64, 128, 256], default_value=128,
+                                  meta={"desc": "Columns updated together before the lazy update of the rest."}),
+            Boolean("clip_search", True, meta={"desc": "Shrink each group's range where that lowers its "
+                                                       "activation-weighted error (clips a few extreme weights)."}),
+            *support.calibration_hyperparameters(),
+        ]
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs a token-id language model with transformer blocks holding Linear layers."""
+        return support.is_block_language_model(model)
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return ("It needs a language model taking input_ids with a list of transformer blocks holding nn.Linear "
+                "(or GPT-2 Conv1D) layers.")
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        ids = support.read_calibration_ids(model, smash_config)
+        specs = quantize_model_gptq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
+                                    smash_config["act_order"], float(smash_config["damp"]), smash_config["block_size"],
+                                    tuple(smash_config["exclude"]), clip_search=smash_config["clip_search"])
+        support.record(smash_config, specs)
+        return model
+
+    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Empty packed layers of the saved shapes; the packed weights then load strictly."""
+        return support.replay(model, state)

@@ -1,0 +1,130 @@
+"""GPTQ (Frantar et al., 2022): column-by-column quantization with inverse-Hessian error compensation.
+
+Each column's rounding error is spread onto the columns not yet quantized. For a layer with calibration
+inputs ``X`` the loss ``||W X - Q X||^2`` has Hessian ``H = 2 X X^T`` (the same for every output row, so all
+rows are processed at once). With ``U = chol(H^-1)^T`` (upper), quantizing column
+``i`` to ``q_i`` spreads its error ``(w_i - q_i) / U_ii`` onto the later columns along row ``i`` of ``U``.
+Updates are applied lazily: inside a block of ``block_size`` columns immediately, to the rest of the matrix
+once per block (one matmul).
+
+Options: ``damp`` (fraction of the mean diagonal added to ``H`` for a stable Cholesky; raised automatically if
+it still fails), ``act_order`` (quantize columns by decreasing ``H_ii``, the most influential first; group
+parameters are then fixed from the original weights beforehand, "static groups", so the stored layout needs
+no column permutation), ``group_size``, ``sym``, ``clip_search`` (each group's range shrunk where that lowers
+its error weighted by the Hessian diagonal).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, n_groups
+from slimkit.compression.quantization.lowbit.packing import check_bits
+from slimkit.compression.quantization.lowbit.rtn import group_mask, grouped, search_params
+from slimkit.errors import ConfigError
+
+
+class HessianAccumulator:
+    """Running ``H = 2/n * sum x x^T`` over the rows of every input batch seen by one layer."""
+
+    def __init__(self, in_features: int, device: torch.device | str = "cpu") -> None:
+        self.h = torch.zeros(in_features, in_features, dtype=torch.float32, device=device)
+        self.count = 0
+
+    def add(self, x: torch.Tensor) -> None:
+        """Add a batch of inputs ``[..., in_features]``."""
+        rows = x.detach().reshape(-1, x.shape[-1]).float()
+        n = rows.shape[0]
+        if n == 0:
+            return
+        total = self.count + n
+        self.h.mul_(self.count / total)
+        rows = rows * (2.0 / total) ** 0.5
+        self.h.addmm_(rows.t(), rows)
+        self.count = total
+
+
+def _inverse_cholesky(h: torch.Tensor, damp: float) -> torch.Tensor:
+    """Upper Cholesky factor of ``(H + damp * mean(diag H) * I)^-1``, raising the damping until it works."""
+    diag_mean = float(torch.diagonal(h).mean())
+    eye = torch.eye(h.shape[0], dtype=h.dtype, device=h.device)
+    for attempt in range(8):
+        lower, info = torch.linalg.cholesky_ex(h + eye * (damp * (10**attempt) * max(diag_mean, 1e-8)))
+        if int(info) == 0:
+            inverse = torch.cholesky_inverse(lower)
+            upper, info = torch.linalg.cholesky_ex(inverse, upper=True)
+            if int(info) == 0:
+                return upper
+    raise ConfigError(
+        f"GPTQ: the Hessian stays singular even with damp={damp * 10**7:g}; the calibration inputs are degenerate. "
+        "Use more (or more varied) calibration samples."
+    )
+
+
+def quantize_gptq(
+    w: torch.Tensor,
+    h: torch.Tensor,
+    bits: int,
+    group_size: int,
+    sym: bool = False,
+    act_order: bool = False,
+    damp: float = 0.01,
+    block_size: int = 128,
+    clip_search: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GPTQ-quantize ``w [out, in]`` given Hessian ``h [in, in]``; returns codes, scales, zeros like RTN.
+
+    With ``clip_search`` each group's range is shrunk where that lowers the Hessian-diagonal-weighted error.
+    """
+    check_bits(bits)
+    maxq = float((1 << bits) - 1)
+    out_f, in_f = w.shape
+    if tuple(h.shape) != (in_f, in_f):
+        raise ConfigError(f"GPTQ: Hessian shape {tuple(h.shape)} does not match a weight with {in_f} input features.")
+    weight = w.detach().float().clone()
+    h = h.float().clone()
+    dead = torch.diagonal(h) == 0
+    h[dead, dead] = 1.0
+    weight[:, dead] = 0.0
+    importance = torch.diagonal(h).clone()
+    grid = 10 if clip_search else 1
+    groups = n_groups(in_f, group_size)
+    scales = torch.zeros(out_f, groups, device=w.device)
+    zeros = torch.zeros(out_f, groups, device=w.device)
+    known = torch.zeros(groups, dtype=torch.bool)
+    if act_order:  # static groups: parameters from the original weights, before any error is spread
+        s, z = search_params(grouped(weight, group_size), bits, sym, group_mask(in_f, group_size, w.device),
+                             grouped(importance.unsqueeze(0), group_size), grid)
+        scales.copy_(s)
+        zeros.copy_(z)
+        known[:] = True
+        perm = torch.argsort(torch.diagonal(h), descending=True)
+        weight, h = weight[:, perm], h[perm][:, perm]
+    else:
+        perm = torch.arange(in_f, device=w.device)
+    hinv = _inverse_cholesky(h, damp)
+    perm_list = perm.tolist()
+    codes = torch.zeros(out_f, in_f, dtype=torch.uint8, device=w.device)
+    for start in range(0, in_f, block_size):
+        end = min(start + block_size, in_f)
+        block = weight[:, start:end].clone()
+        errors = torch.zeros_like(block)
+        hblock = hinv[start:end, start:end]
+        for i in range(end - start):
+            col = perm_list[start + i]
+            g = col // group_size
+            if not known[g]:  # first column of its group (columns run in order without act_order)
+                width = min(group_size, in_f - col)
+                rest = torch.cat([block[:, i:], weight[:, end:]], dim=1)[:, :width]
+                s, z = search_params(rest, bits, sym, importance=importance[col : col + width], grid=grid)
+                scales[:, g], zeros[:, g] = s, z
+                known[g] = True
+            s, z = scales[:, g], zeros[:, g]
+            column = block[:, i]
+            q = torch.clamp(torch.round(column / s + z), 0, maxq)
+            codes[:, col] = q.to(torch.uint8)
+            err = (column - (q - z) * s) / hblock[i, i]
+            block[:, i:].sub_(err.unsqueeze(1) * hblock[i, i:].unsqueeze(0))
+            errors[:, i] = err
+        weight[:, end:].sub_(errors @ hinv[start:end, end:])
+    return codes, scales.to(SCALE_DTYPE), zeros.to(SCALE_DTYPE)

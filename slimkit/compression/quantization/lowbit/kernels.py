@@ -1,0 +1,165 @@
+"""Matmul paths for :class:`PackedLinear` that avoid building the dense dequantised weight.
+
+- CUDA, 2/3/4 bits: PyTorch's int4 tensor-core kernel (``torch.ops.aten._weight_int4pack_mm``, "tinygemm").
+  Codes below 16 fit its 4-bit format whatever the stored width, and its dequantisation
+  ``(q - 8) * s + m`` equals ours ``(q - z) * s`` with ``m = (8 - z) * s``. The kernel layout is built once per
+  layer (int4, never fp32) and checked against the dequantise path on the first call; on any mismatch or
+  error the layer falls back to dequantise + dense matmul for good.
+- CPU, small batches (decode): the packed bytes are masked into bit planes (no shifts: each plane's power of
+  two moves to the input side) and cast to float once, unscaled; one matmul against a block-diagonal copy of
+  the input (one row per token and group) gives per-group partial sums, so group scales and zeros are applied
+  to ``[tokens, groups, out]`` sums instead of to every weight. That skips the passes that scale and shift the
+  whole weight, and keeps the op count (Python overhead dominates at these sizes) near 20 for any width.
+
+Both return ``None`` when they do not apply; the caller then dequantises.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from slimkit.compression.quantization.lowbit.linear import PackedLinear
+
+#: largest number of tokens (rows of x) for which the CPU plane path is used; above it dequantising wins
+CPU_SMALL_BATCH = 4
+#: largest number of tokens for the CUDA int4 kernel; long prefills are faster dequantised into one dense GEMM
+CUDA_SMALL_BATCH = 128
+_TINYGEMM_GROUPS = (256, 128, 64, 32)
+
+
+def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
+    """``x @ W^T + b`` from the packed weight through a low-bit path, or ``None`` if none applies."""
+    if x.device.type == "cuda" and x.numel() // max(x.shape[-1], 1) <= CUDA_SMALL_BATCH:
+        return _cuda_int4(layer, x)
+    if x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() // max(x.shape[-1], 1) <= CPU_SMALL_BATCH:
+        return _cpu_planes(layer, x)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- CPU planes
+#: bits -> (values per packing unit, bytes per unit, planes); a plane is (byte in unit, mask, value in unit, factor):
+#: ``(byte & mask) * factor`` is that value's contribution (3-bit values that straddle two bytes take two planes)
+PLANES: dict[int, tuple[int, int, list[tuple[int, int, int, float]]]] = {
+    8: (1, 1, [(0, 0xFF, 0, 1.0)]),
+    4: (2, 1, [(0, 0x0F, 0, 1.0), (0, 0xF0, 1, 2.0**-4)]),
+    2: (4, 1, [(0, 0x03 << (2 * j), j, 4.0**-j) for j in range(4)]),
+    3: (8, 3, [(0, 0x07, 0, 1.0), (0, 0x38, 1, 2.0**-3), (0, 0xC0, 2, 2.0**-6), (1, 0x01, 2, 4.0),
+               (1, 0x0E, 3, 2.0**-1), (1, 0x70, 4, 2.0**-4), (1, 0x80, 5, 2.0**-7), (2, 0x03, 5, 2.0),
+               (2, 0x1C, 6, 2.0**-2), (2, 0xE0, 7, 2.0**-5)]),
+}
+_CONSTANTS: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+
+def _constants(bits: int, groups: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(mask, value index, factor) tensors of the planes of ``bits``, and ``eye(groups)`` (cached)."""
+    key = (bits, groups, str(device))
+    if key not in _CONSTANTS:
+        planes = PLANES[bits][2]
+        _CONSTANTS[key] = (
+            torch.tensor([p[1] for p in planes], dtype=torch.uint8, device=device),
+            torch.tensor([p[2] for p in planes], device=device),
+            torch.tensor([p[3] for p in planes], dtype=torch.float32, device=device),
+            torch.eye(groups, dtype=torch.float32, device=device),
+        )
+    return _CONSTANTS[key]
+
+
+def _cpu_planes(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor:
+    """Small-batch matmul on the packed codes (see the module doc), about 20 tensor ops whatever the width."""
+    lead, k, out_f = x.shape[:-1], layer.in_features, layer.out_features
+    rows = x.reshape(-1, k)
+    m, gs, groups = rows.shape[0], layer.group_size, layer.scales.shape[1]
+    per, nbytes, spec = PLANES[layer.bits]
+    units = layer.qweight.shape[1] // nbytes
+    masks, value_idx, factors, eye = _constants(layer.bits, groups, x.device)
+    # codes: one uint8 plane per (byte, mask), laid out [plane, out, unit], then cast once (unscaled)
+    if layer.bits == 8:
+        planes = layer.qweight.unsqueeze(0)
+    elif nbytes == 1:
+        planes = layer.qweight.unsqueeze(0) & masks.view(-1, 1, 1)
+    else:  # one masking op per byte of the unit, written straight into the plane buffer
+        planes = torch.empty(len(spec), out_f, units, dtype=torch.uint8, device=x.device)
+        packed = layer.qweight.view(out_f, nbytes, units)  # planar: byte b of every unit is one contiguous run
+        start = 0
+        for b in range(nbytes):
+            count = sum(1 for p in spec if p[0] == b)
+            torch.bitwise_and(packed[:, b], masks[start : start + count].view(-1, 1, 1),
+                              out=planes[start : start + count])
+            start += count
+    codes = planes.to(x.dtype)
+    width = max(groups * gs, units * per)
+    xg = F.pad(rows, (0, groups * gs - k)).view(m, groups, gs)
+    xb = (xg.unsqueeze(1) * eye.view(1, groups, groups, 1)).view(m * groups, groups * gs)
+    if width > groups * gs:
+        xb = F.pad(xb, (0, width - groups * gs))
+    xb = xb.view(m * groups, width // per, per)[:, :units].permute(2, 0, 1)[value_idx] * factors.view(-1, 1, 1)
+    acc = torch.bmm(xb, codes.transpose(1, 2)).sum(0).view(m, groups, out_f)
+    # y = sum_g s * (sum_k x q - z * sum_k x), with float16 scales/zeros promoted elementwise
+    y = ((acc - xg.sum(-1).unsqueeze(-1) * layer.zeros.t()) * layer.scales.t()).sum(1)
+    if layer.bias is not None:
+        y = y + layer.bias.to(x.dtype)
+    return y.view(*lead, out_f)
+
+
+# ---------------------------------------------------------------------------------------------- CUDA tinygemm
+def _tinygemm_group(layer: PackedLinear) -> int | None:
+    for g in _TINYGEMM_GROUPS:
+        if layer.group_size % g == 0 and layer.in_features % g == 0:
+            return g
+    return None
+
+
+def _build_tinygemm(layer: PackedLinear, high_first: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
+    from slimkit.compression.quantization.lowbit.packing import unpack
+
+    group = _tinygemm_group(layer)
+    assert group is not None
+    q = unpack(layer.qweight, layer.bits, layer.in_features)
+    even, odd = q[:, 0::2], q[:, 1::2]
+    packed = (even << 4 | odd) if high_first else (odd << 4 | even)
+    weight = torch.ops.aten._convert_weight_to_int4pack(packed.contiguous(), 8)
+    rep = layer.group_size // group
+    scales = layer.scales.float().repeat_interleave(rep, dim=1)[:, : layer.in_features // group]
+    zeros = layer.zeros.float().repeat_interleave(rep, dim=1)[:, : layer.in_features // group]
+    mins = (8 - zeros) * scales
+    sz = torch.stack([scales.t(), mins.t()], dim=-1).to(torch.bfloat16).contiguous()
+    return weight, sz, group
+
+
+def _cuda_int4(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
+    state = layer.__dict__.setdefault("_tinygemm", {})
+    if state.get("disabled") or layer.bits > 4 or layer.out_features % 8 or layer.in_features % 128:
+        return None
+    if _tinygemm_group(layer) is None or not hasattr(torch.ops.aten, "_weight_int4pack_mm"):
+        return None
+    rows = x.reshape(-1, layer.in_features)
+
+    def run(built: tuple[torch.Tensor, torch.Tensor, int]) -> torch.Tensor:
+        weight, sz, group = built
+        y = torch.ops.aten._weight_int4pack_mm(rows.to(torch.bfloat16).contiguous(), weight, group, sz).to(x.dtype)
+        if layer.bias is not None:
+            y = y + layer.bias.to(x.dtype)
+        return y.view(*x.shape[:-1], layer.out_features)
+
+    if "built" in state and state["built"][0].device == x.device:
+        return run(state["built"])
+    reference = F.linear(rows, layer.dequantize(x.dtype), None if layer.bias is None else layer.bias.to(x.dtype))
+    for high_first in (True, False):
+        try:
+            built = _build_tinygemm(layer, high_first)
+            out = run(built)
+        except (RuntimeError, NotImplementedError):
+            continue
+        err = (out.reshape_as(reference) - reference).abs().max() / reference.abs().max().clamp(min=1e-6)
+        if float(err) < 0.05:
+            state["built"] = built
+            return out
+    state["disabled"] = True
+    warnings.warn(f"PackedLinear({layer.extra_repr()}): the CUDA int4 kernel is unavailable or disagrees with "
+                  "dequantisation; using dequantise + dense matmul.", RuntimeWarning, stacklevel=3)
+    return None

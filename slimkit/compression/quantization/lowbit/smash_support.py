@@ -1,0 +1,86 @@
+"""What the low-bit smash algorithms (rtn, hqq, gptq, awq) share.
+
+Hyperparameters, model checks, the calibration ids they read from a SmashConfig, and the replay that rebuilds
+empty packed layers on load.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ConfigSpace import OrdinalHyperparameter, UniformIntegerHyperparameter
+from torch import nn
+
+from slimkit.compression.quantization.lowbit.calibration import calibration_ids, find_blocks
+from slimkit.compression.quantization.lowbit.layers import is_quantizable, replay_layers
+from slimkit.config.hyperparameters import Boolean, Hyperparameter, ListHyperparameter
+from slimkit.errors import ModelNotSupportedError
+
+DEFAULT_EXCLUDE = ("lm_head",)
+STATE_KEY = "layers"
+
+
+def weight_hyperparameters(default_group: int = 128, with_sym: bool = True) -> list[Hyperparameter]:
+    """``bits``, ``group_size``, (``sym``) and ``exclude``: the knobs every low-bit quantizer has."""
+    hps: list[Hyperparameter] = [
+        OrdinalHyperparameter("bits", [2, 3, 4, 8], default_value=4,
+                              meta={"desc": "Bits per weight (codes are stored packed: 4 bits = two per byte)."}),
+        OrdinalHyperparameter("group_size", [16, 32, 64, 128, 256, 512, 1024], default_value=default_group,
+                              meta={"desc": "Consecutive input columns sharing one scale and zero; smaller is "
+                                            "more accurate and a little larger on disk."}),
+    ]
+    if with_sym:
+        hps.append(Boolean("sym", False, meta={"desc": "Symmetric grid (fixed zero at the middle code) instead of "
+                                                       "a per-group min/max grid."}))
+    hps.append(ListHyperparameter("exclude", DEFAULT_EXCLUDE,
+                                  meta={"desc": "fnmatch patterns of layer names kept in full precision (a "
+                                                "pattern also matches the last name part); lm_head by default."}))
+    return hps
+
+
+def calibration_hyperparameters(n_samples: int = 32, seq_len: int = 512) -> list[Hyperparameter]:
+    """``n_calibration_samples`` and ``seq_len`` of the calibration token blocks."""
+    return [
+        UniformIntegerHyperparameter("n_calibration_samples", 1, 1024, default_value=n_samples,
+                                     meta={"desc": "Token blocks of calibration text (from cfg.add_data)."}),
+        UniformIntegerHyperparameter("seq_len", 8, 8192, default_value=seq_len,
+                                     meta={"desc": "Tokens per calibration block (capped at the model's "
+                                                   "max_position_embeddings)."}),
+    ]
+
+
+def has_quantizable(model: Any) -> bool:
+    """Whether ``model`` is a module with at least one nn.Linear / Conv1D."""
+    return isinstance(model, nn.Module) and any(is_quantizable(m) for m in model.modules())
+
+
+def is_block_language_model(model: Any) -> bool:
+    """A token-id language model (has input embeddings) with a list of transformer blocks holding Linear layers."""
+    if not has_quantizable(model) or not callable(getattr(model, "get_input_embeddings", None)):
+        return False
+    try:
+        find_blocks(model)
+        return isinstance(model.get_input_embeddings(), nn.Embedding)
+    except (ModelNotSupportedError, NotImplementedError, AttributeError):
+        return False
+
+
+def read_calibration_ids(model: nn.Module, smash_config: Any) -> Any:
+    """Calibration ids ``[n, seq_len]`` from the SmashConfig's data and tokenizer, checked against the vocabulary."""
+    seq_len = int(smash_config["seq_len"])
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and limit > 0:
+        seq_len = min(seq_len, limit)
+    vocab = model.get_input_embeddings().num_embeddings
+    return calibration_ids(smash_config.data, smash_config.tokenizer, int(smash_config["n_calibration_samples"]),
+                           seq_len, vocab)
+
+
+def record(smash_config: Any, specs: dict[str, dict]) -> None:
+    """Store the packed layers' specs as the algorithm's replay state."""
+    smash_config.state[STATE_KEY] = specs
+
+
+def replay(model: nn.Module, state: dict[str, Any]) -> nn.Module:
+    """Swap the recorded layers for empty PackedLinear modules; the saved packed buffers then load strictly."""
+    return replay_layers(model, state[STATE_KEY])
