@@ -42,56 +42,49 @@ def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
 
 
 # ---------------------------------------------------------------------------------------------- CPU planes
-#: bits -> (values per packing unit, bytes per unit, planes); a plane is (byte in unit, mask, value in unit, factor):
-#: ``(byte & mask) * factor`` is that value's contribution (3-bit values that straddle two bytes take two planes)
-PLANES: dict[int, tuple[int, int, list[tuple[int, int, int, float]]]] = {
-    8: (1, 1, [(0, 0xFF, 0, 1.0)]),
-    4: (2, 1, [(0, 0x0F, 0, 1.0), (0, 0xF0, 1, 2.0**-4)]),
-    2: (4, 1, [(0, 0x03 << (2 * j), j, 4.0**-j) for j in range(4)]),
-    3: (8, 3, [(0, 0x07, 0, 1.0), (0, 0x38, 1, 2.0**-3), (0, 0xC0, 2, 2.0**-6), (1, 0x01, 2, 4.0),
-               (1, 0x0E, 3, 2.0**-1), (1, 0x70, 4, 2.0**-4), (1, 0x80, 5, 2.0**-7), (2, 0x03, 5, 2.0),
-               (2, 0x1C, 6, 2.0**-2), (2, 0xE0, 7, 2.0**-5)]),
+#: bits -> (values per packing unit, bytes per unit, planes per byte): plane ``(mask, value, factor)`` of byte ``b``
+#: means ``(byte_b & mask) * factor`` is that value's contribution (a 3-bit value straddling two bytes takes two
+#: planes; mask 0 pads every byte to the same plane count so all planes come from one broadcast op)
+PLANES: dict[int, tuple[int, int, list[list[tuple[int, int, float]]]]] = {
+    8: (1, 1, [[(0xFF, 0, 1.0)]]),
+    4: (2, 1, [[(0x0F, 0, 1.0), (0xF0, 1, 2.0**-4)]]),
+    2: (4, 1, [[(0x03 << (2 * j), j, 4.0**-j) for j in range(4)]]),
+    3: (8, 3, [[(0x07, 0, 1.0), (0x38, 1, 2.0**-3), (0xC0, 2, 2.0**-6), (0x00, 0, 0.0)],
+               [(0x01, 2, 4.0), (0x0E, 3, 2.0**-1), (0x70, 4, 2.0**-4), (0x80, 5, 2.0**-7)],
+               [(0x03, 5, 2.0), (0x1C, 6, 2.0**-2), (0xE0, 7, 2.0**-5), (0x00, 0, 0.0)]]),
 }
 _CONSTANTS: dict[tuple, tuple[torch.Tensor, ...]] = {}
 
 
 def _constants(bits: int, groups: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(mask, value index, factor) tensors of the planes of ``bits``, and ``eye(groups)`` (cached)."""
+    """Masks ``[bytes, planes]``, value index and factor per plane, and ``eye(groups)`` (cached per device)."""
     key = (bits, groups, str(device))
     if key not in _CONSTANTS:
-        planes = PLANES[bits][2]
+        table = PLANES[bits][2]
+        flat = [p for row in table for p in row]
         _CONSTANTS[key] = (
-            torch.tensor([p[1] for p in planes], dtype=torch.uint8, device=device),
-            torch.tensor([p[2] for p in planes], device=device),
-            torch.tensor([p[3] for p in planes], dtype=torch.float32, device=device),
+            torch.tensor([[p[0] for p in row] for row in table], dtype=torch.uint8, device=device),
+            torch.tensor([p[1] for p in flat], device=device),
+            torch.tensor([p[2] for p in flat], dtype=torch.float32, device=device),
             torch.eye(groups, dtype=torch.float32, device=device),
         )
     return _CONSTANTS[key]
 
 
 def _cpu_planes(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor:
-    """Small-batch matmul on the packed codes (see the module doc), about 20 tensor ops whatever the width."""
+    """Small-batch matmul on the packed codes (see the module doc): three passes over the weight for any width."""
     lead, k, out_f = x.shape[:-1], layer.in_features, layer.out_features
     rows = x.reshape(-1, k)
     m, gs, groups = rows.shape[0], layer.group_size, layer.scales.shape[1]
-    per, nbytes, spec = PLANES[layer.bits]
+    per, nbytes, _ = PLANES[layer.bits]
     units = layer.qweight.shape[1] // nbytes
     masks, value_idx, factors, eye = _constants(layer.bits, groups, x.device)
-    # codes: one uint8 plane per (byte, mask), laid out [plane, out, unit], then cast once (unscaled)
-    if layer.bits == 8:
-        planes = layer.qweight.unsqueeze(0)
-    elif nbytes == 1:
-        planes = layer.qweight.unsqueeze(0) & masks.view(-1, 1, 1)
-    else:  # one masking op per byte of the unit, written straight into the plane buffer
-        planes = torch.empty(len(spec), out_f, units, dtype=torch.uint8, device=x.device)
-        packed = layer.qweight.view(out_f, nbytes, units)  # planar: byte b of every unit is one contiguous run
-        start = 0
-        for b in range(nbytes):
-            count = sum(1 for p in spec if p[0] == b)
-            torch.bitwise_and(packed[:, b], masks[start : start + count].view(-1, 1, 1),
-                              out=planes[start : start + count])
-            start += count
-    codes = planes.to(x.dtype)
+    # codes: every plane of every byte in ONE masking op ([byte, plane, out, unit]; bytes are stored planar), then
+    # one cast to float (unscaled); few large ops matter because each is a parallel region
+    packed = layer.qweight.view(out_f, nbytes, units).transpose(0, 1).unsqueeze(1)
+    planes = packed if layer.bits == 8 else packed & masks.view(nbytes, -1, 1, 1)
+    codes = planes.to(x.dtype).view(-1, out_f, units)
+    # input: block-diagonal copy (one row per token and group), then each plane's value times its factor
     width = max(groups * gs, units * per)
     xg = F.pad(rows, (0, groups * gs - k)).view(m, groups, gs)
     xb = (xg.unsqueeze(1) * eye.view(1, groups, groups, 1)).view(m * groups, groups * gs)

@@ -143,31 +143,29 @@ class _AWQ(_Collector):
     def _scale(model: nn.Module, plans: list, probe: Callable[[], torch.Tensor] | None) -> list:
         """Scale every weight (and fold ``1 / s``) before any is quantized, since folds touch other layers.
 
-        The float block must compute the same function afterwards; ``probe`` (one block forward) checks it. If
-        a fold was not exact (e.g. a norm that uses ``1 + weight``), everything is restored and every layer keeps
-        its ``1 / s`` as an input scale instead.
+        With the folds applied (and before the layers whose ``1 / s`` becomes an input scale are scaled), the float
+        block must compute the same function; ``probe`` (one block forward) checks it. If a fold was not exact
+        (e.g. a norm that computes ``1 + weight``), the folds are undone and every layer keeps an input scale.
         """
-        touched = {id(p): (p, p.detach().clone()) for group, _, _, target in plans
-                   for m in [model.get_submodule(n) for n in group] + ([target] if target is not None else [])
-                   for p in m.parameters(recurse=False)}
-        before = probe() if probe is not None else None
+        folded = [p for p in plans if p[3] is not None]
+        touched = {id(p): (p, p.detach().clone()) for group, _, _, target in folded
+                   for m in [model.get_submodule(n) for n in group] + [target] for p in m.parameters(recurse=False)}
+        before = probe() if probe is not None and folded else None
+        for group, s, _, target in folded:
+            for n in group:
+                awq_mod.scale_weight(model.get_submodule(n), s)
+            awq_mod.fold_inverse_scale(target, s)
+        if before is not None:
+            after = probe()
+            if float((after - before).abs().max()) > 1e-3 * float(before.abs().max()) + 1e-6:
+                for param, saved in touched.values():
+                    param.copy_(saved)
+                plans = [(group, s, importance, None) for group, s, importance, _ in plans]
+                folded = []
         for group, s, _, target in plans:
-            for n in group:
-                awq_mod.scale_weight(model.get_submodule(n), s)
-            if target is not None:
-                awq_mod.fold_inverse_scale(target, s)
-        if before is None:
-            return plans
-        after = probe()
-        if float((after - before).abs().max()) <= 1e-3 * float(before.abs().max()) + 1e-6:
-            return plans
-        with torch.no_grad():
-            for param, saved in touched.values():
-                param.copy_(saved)
-        plans = [(group, s, importance, None) for group, s, importance, _ in plans]
-        for group, s, _, _ in plans:
-            for n in group:
-                awq_mod.scale_weight(model.get_submodule(n), s)
+            if target is None or not folded:
+                for n in group:
+                    awq_mod.scale_weight(model.get_submodule(n), s)
         return plans
 
 
