@@ -1,11 +1,10 @@
 import sys
 
+import matplotlib  # noqa: E402,F401  (installed by `make`; a missing package must fail, not skip)
 import pytest
 
 from slimkit.errors import ConfigError, MissingPackageError
 from slimkit.evaluation import Comparison, MetricRow, plot_comparison
-
-pytest.importorskip("matplotlib")
 
 
 def comparison(speed: float, size: float, cosine: float) -> Comparison:
