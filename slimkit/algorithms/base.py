@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -27,12 +28,17 @@ class SaveFn(str, Enum):
     - ``REAPPLY``: the algorithm's change is not in the weights (a helper, a hook); it is applied again on load.
     - ``SAVE_BEFORE_APPLY``: the model is saved as it was before the algorithm (e.g. compilation), and the
       algorithm and every later one are applied again on load.
+    - ``ARTIFACTS``: the algorithm's output is self-contained files (e.g. an ONNX graph with every earlier
+      algorithm baked in). Saving calls ``save_artifacts()`` instead of writing torch weights; loading calls
+      ``load_artifacts()`` and needs no base model. Nothing may be applied after such an algorithm (the
+      registry requires ``compatible_algorithms`` to be ``[]`` for every later group).
     """
 
     KEEP = "keep"
     REPLAY = "replay"
     REAPPLY = "reapply"
     SAVE_BEFORE_APPLY = "save_before_apply"
+    ARTIFACTS = "artifacts"
 
 
 class SlimkitAlgorithm(ABC):
@@ -79,6 +85,24 @@ class SlimkitAlgorithm(ABC):
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Rebuild the algorithm's structural change on a fresh base model before weights load (``REPLAY``)."""
         raise NotImplementedError(f"{self.algorithm_name} declares save_fn=REPLAY but does not implement replay().")
+
+    def save_artifacts(self, model: Any, directory: Path, state: dict[str, Any]) -> None:
+        """Write the smashed ``model``'s own files into ``directory`` (``ARTIFACTS``); ``state`` is its apply record.
+
+        ``directory`` is the save's temporary folder, renamed into place once everything is written.
+        """
+        raise NotImplementedError(
+            f"{self.algorithm_name} declares save_fn=ARTIFACTS but does not implement save_artifacts()."
+        )
+
+    def load_artifacts(self, directory: Path, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Rebuild the smashed model from the files :meth:`save_artifacts` wrote (``ARTIFACTS``), without a base model.
+
+        Raise :class:`slimkit.errors.SaveLoadError` naming the file when one is missing or unreadable.
+        """
+        raise NotImplementedError(
+            f"{self.algorithm_name} declares save_fn=ARTIFACTS but does not implement load_artifacts()."
+        )
 
     @classmethod
     def description(cls) -> str:

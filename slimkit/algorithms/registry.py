@@ -78,8 +78,14 @@ def compatible(a: str, b: str) -> tuple[bool, str]:
 
 
 def check_consistency() -> None:
-    """Reject unknown names and contradictions in compatible_algorithms (run once all modules are imported)."""
+    """Reject unknown names and contradictions in compatible_algorithms (run once all modules are imported).
+
+    A ``save_fn=ARTIFACTS`` algorithm must also implement ``save_artifacts``/``load_artifacts`` and allow no
+    algorithm of a later group: its saved files are the final model, so nothing may be applied after it.
+    """
     for name, cls in _REGISTRY.items():
+        if cls.save_fn == SaveFn.ARTIFACTS:
+            _check_artifacts(name, cls)
         for group, allowed in cls.compatible_algorithms.items():
             if allowed == "*":
                 continue
@@ -99,6 +105,18 @@ def check_consistency() -> None:
                         f"Contradiction: {name} lists {other} as compatible but {other} does not list {name} "
                         f"(its {cls.group}s: {', '.join(back) or 'none'})."
                     )
+
+
+def _check_artifacts(name: str, cls: type[SlimkitAlgorithm]) -> None:
+    for method in ("save_artifacts", "load_artifacts"):
+        if getattr(cls, method) is getattr(SlimkitAlgorithm, method):
+            raise RegistryError(f"{name}: save_fn=ARTIFACTS needs {method}(); implement it or pick another SaveFn.")
+    later = [g for g in GROUPS[GROUPS.index(cls.group) + 1 :] if _allowed(cls, g) != []]
+    if later:
+        raise RegistryError(
+            f"{name}: save_fn=ARTIFACTS saves the final model as files, so no algorithm may run after it; set "
+            f"compatible_algorithms[g] = [] for the later groups {', '.join(later)}."
+        )
 
 
 def order(algorithm_names: list[str]) -> list[str]:

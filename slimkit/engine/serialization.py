@@ -44,6 +44,37 @@ def _replace_dir(tmp: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _artifacts_index(applied: list[dict[str, Any]]) -> int | None:
+    """Index of the applied algorithm whose ``save_fn`` is ARTIFACTS (it must be the last), or None."""
+    found = [i for i, a in enumerate(applied) if registry.get(a["name"]).save_fn == SaveFn.ARTIFACTS]
+    if not found:
+        return None
+    if found[-1] != len(applied) - 1:
+        later = [a["name"] for a in applied[found[-1] + 1 :]]
+        raise SaveLoadError(
+            f"{applied[found[-1]]['name']} saves the final model as its own files, but {', '.join(later)} ran after "
+            "it, so the saved files would miss their effect. Smash without them to save this model."
+        )
+    return found[-1]
+
+
+def _save_weights(to_save: Any, tmp: Path, allow_pickle: bool) -> str:
+    """Write ``to_save``'s tensors as safetensors (or pickle it when allowed); return the format written."""
+    try:
+        flat = flatten_state_dict(to_save)
+        save_file(flat, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "slimkit_format": str(FORMAT_VERSION)})
+        return "safetensors"
+    except TypeError as exc:
+        if not allow_pickle:
+            raise SaveLoadError(
+                f"The smashed model holds state that safetensors cannot store ({exc}). slimkit never pickles "
+                "by default; pass allow_pickle=True to save_pretrained (and later to from_pretrained) if you "
+                "accept a pickle file."
+            ) from exc
+        torch.save(to_save, tmp / PICKLE_FILE)
+        return "pickle"
+
+
 def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: bool = False) -> None:
     """Write ``smashed`` to directory ``path`` through a temp directory and a rename."""
     target = Path(path)
@@ -55,28 +86,24 @@ def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: b
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
     try:
-        to_save = smashed._pre_apply_model if smashed.saved_before is not None else smashed.model
-        try:
-            flat = flatten_state_dict(to_save)
-            save_file(flat, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "slimkit_format": str(FORMAT_VERSION)})
-            fmt = "safetensors"
-        except TypeError as exc:
-            if not allow_pickle:
-                raise SaveLoadError(
-                    f"The smashed model holds state that safetensors cannot store ({exc}). slimkit never pickles "
-                    "by default; pass allow_pickle=True to save_pretrained (and later to from_pretrained) if you "
-                    "accept a pickle file."
-                ) from exc
-            torch.save(to_save, tmp / PICKLE_FILE)
-            fmt = "pickle"
+        artifacts = _artifacts_index(smashed.applied)
+        if artifacts is not None:  # the algorithm's own files are the whole model: no torch weights
+            record = smashed.applied[artifacts]
+            registry.get(record["name"])().save_artifacts(smashed.model, tmp, record.get("state", {}))
+            fmt = "artifacts"
+        else:
+            to_save = smashed._pre_apply_model if smashed.saved_before is not None else smashed.model
+            fmt = _save_weights(to_save, tmp, allow_pickle)
         extra = {
             "format_version": FORMAT_VERSION,
             "weights_format": fmt,
-            "weights_file": WEIGHTS_FILE if fmt == "safetensors" else PICKLE_FILE,
+            "weights_file": {"safetensors": WEIGHTS_FILE, "pickle": PICKLE_FILE}.get(fmt),
             "applied": smashed.applied,
-            "saved_before": smashed.saved_before,
+            "saved_before": None if artifacts is not None else smashed.saved_before,
             "base": smashed.base_spec,
         }
+        if artifacts is not None:
+            extra["artifacts"] = artifacts
         smashed.smash_config.save_to_json(tmp, extra=extra)
         _replace_dir(tmp, target)
     except BaseException:
@@ -117,10 +144,35 @@ def _load_weights(model: torch.nn.Module, file: Path) -> None:
         ) from exc
 
 
+def _load_artifacts(folder: Path, payload: dict[str, Any], cfg: SmashConfig, algos: list[Any]) -> SmashedModel:
+    """Rebuild a model saved with ``save_fn=ARTIFACTS`` from its algorithm's files: no base model, no weights."""
+    applied: list[dict[str, Any]] = payload["applied"]
+    index = payload.get("artifacts")
+    if type(index) is not int or index != len(applied) - 1:
+        raise SaveLoadError(
+            f"{folder / CONFIG_FILE} has 'artifacts': {index!r}, expected {len(applied) - 1} (the last applied "
+            "algorithm): the file was edited or is corrupt. Save the model again."
+        )
+    algo, record = algos[index], applied[index]
+    if algo.save_fn != SaveFn.ARTIFACTS:
+        raise SaveLoadError(
+            f"{folder} holds the files of {record['name']}, but this slimkit's {record['name']} saves as "
+            f"{algo.save_fn.value!r}, not 'artifacts'. Load it with the slimkit version that saved it, or smash again."
+        )
+    model = algo.load_artifacts(folder, cfg.get_prefix_wrapper(record["name"]), record.get("state", {}))
+    if isinstance(model, torch.nn.Module):
+        model = model.eval()
+    return SmashedModel(model, cfg, applied, payload["base"], None, None)
+
+
 def load_smashed(
     path: str | os.PathLike, model: Any = None, allow_pickle: bool = False, device: str | None = None
 ) -> SmashedModel:
-    """Rebuild a SmashedModel saved by :func:`save_smashed`."""
+    """Rebuild a SmashedModel saved by :func:`save_smashed`.
+
+    A save whose last algorithm wrote its own files (``SaveFn.ARTIFACTS``) loads from them alone: ``model=`` is
+    not needed there and is ignored.
+    """
     folder = Path(path)
     payload = _read_payload(folder)
     try:
@@ -139,6 +191,8 @@ def load_smashed(
     cut = len(applied) if saved_before is None else saved_before
     algos = [registry.get(a["name"])() for a in applied]
 
+    if payload["weights_format"] == "artifacts":
+        return _load_artifacts(folder, payload, cfg, algos)
     if payload["weights_format"] == "pickle":
         if not allow_pickle:
             raise SaveLoadError(

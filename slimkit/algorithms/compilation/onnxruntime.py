@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import os
+import shutil
 import tempfile
 import warnings
 import weakref
@@ -20,7 +22,7 @@ from slimkit.algorithms.quantization._calibration import example_inputs
 from slimkit.algorithms.registry import register
 from slimkit.config.hyperparameters import Boolean
 from slimkit.config.smash_config import SmashConfigPrefixWrapper
-from slimkit.errors import ModelNotSupportedError
+from slimkit.errors import MissingPackageError, ModelNotSupportedError, SaveLoadError
 from slimkit.utils import Inputs
 
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
@@ -33,6 +35,58 @@ def _bind(signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]) -> 
     except TypeError as exc:
         raise ModelNotSupportedError(f"The ONNX Runtime model takes the original forward's arguments {signature}: "
                                      f"{exc}.") from exc
+
+
+def signature_to_json(signature: inspect.Signature) -> list[dict[str, Any]]:
+    """Parameter names, kinds and JSON-able defaults: what ``_bind`` needs (other defaults are kept as None)."""
+    params = []
+    for p in signature.parameters.values():
+        entry: dict[str, Any] = {"name": p.name, "kind": p.kind.name}
+        if p.default is not inspect.Parameter.empty:
+            plain = p.default is None or isinstance(p.default, (bool, int, float, str))
+            entry["default"] = p.default if plain else None
+        params.append(entry)
+    return params
+
+
+def signature_from_json(params: list[dict[str, Any]]) -> inspect.Signature:
+    """Rebuild the signature :func:`signature_to_json` recorded (KeyError/ValueError on an invalid record)."""
+    kinds = type(inspect.Parameter.POSITIONAL_ONLY)  # the parameter-kind enum, looked up by name
+    empty = inspect.Parameter.empty
+    return inspect.Signature([inspect.Parameter(e["name"], kinds[e["kind"]], default=e.get("default", empty))
+                              for e in params])
+
+
+def output_type_to_json(output_type: type | None) -> str | None:
+    """``"dict"``, a transformers ``ModelOutput`` class path, or None (the reloaded model then returns a tuple)."""
+    from transformers.utils import ModelOutput
+
+    if output_type is dict:
+        return "dict"
+    known = isinstance(output_type, type) and issubclass(output_type, ModelOutput)
+    if known and output_type.__module__.split(".")[0] == "transformers" and "." not in output_type.__qualname__:
+        return f"{output_type.__module__}.{output_type.__qualname__}"
+    return None
+
+
+def output_type_from_json(name: str | None) -> type | None:
+    """Resolve :func:`output_type_to_json`'s name; only ``dict`` and transformers ``ModelOutput`` classes import."""
+    from transformers.utils import ModelOutput
+
+    if name in (None, "dict"):
+        return dict if name else None
+    module, _, cls_name = str(name).rpartition(".")
+    cls = None
+    if module.split(".")[0] == "transformers":  # a saved file never makes slimkit import anything else
+        try:
+            cls = getattr(importlib.import_module(module), cls_name)
+        except (ImportError, AttributeError):
+            cls = None
+    if isinstance(cls, type) and issubclass(cls, ModelOutput):
+        return cls
+    warnings.warn(f"{name!r} is not a transformers ModelOutput here; the reloaded model returns a tuple.",
+                  RuntimeWarning, stacklevel=2)
+    return None
 
 
 def _split(inputs: Inputs) -> tuple[tuple, dict[str, Any]]:
@@ -120,8 +174,12 @@ class OnnxRuntime(SlimkitCompiler):
     """Export to ONNX and run with ONNX Runtime's CPU engine, optionally with its dynamic int8 MatMuls.
 
     The smashed model is an ``nn.Module`` around an ``InferenceSession`` that takes the original forward's
-    arguments and returns torch tensors. Saving keeps the torch model (before export); loading exports again
-    (a few seconds for MiniLM). Needs example inputs: ``cfg.add_data`` batches, or a zoo model's own inputs.
+    arguments and returns torch tensors. Needs example inputs: ``cfg.add_data`` batches, or a zoo model's own
+    inputs. Saving writes the ONNX file that runs (``model.onnx``, or ``model.int8.onnx`` with int8, plus any
+    external-data files) and ``smash_config.json``, no torch weights; loading opens that file directly, so it
+    needs neither the original model nor another export, and every earlier algorithm (e.g. a pruner) is already
+    in the graph. A dict or transformers ``ModelOutput`` result keeps its type after reload; other output
+    types come back as a tuple.
     """
 
     algorithm_name = "onnxruntime"
@@ -129,9 +187,9 @@ class OnnxRuntime(SlimkitCompiler):
                   "Quantization": "https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html"}
     run_on_cpu = True
     run_on_cuda = False
-    save_fn = SaveFn.SAVE_BEFORE_APPLY
+    save_fn = SaveFn.ARTIFACTS
     extra = "onnx"
-    compatible_algorithms = {"quantizer": []}
+    compatible_algorithms = {"quantizer": [], "batcher": []}
 
     def get_hyperparameters(self) -> list:
         """Quantization, threads, exporter, graph optimisation."""
@@ -187,9 +245,73 @@ class OnnxRuntime(SlimkitCompiler):
             keys, out_type = _output_layout(model(*args, **kwargs))
         threads = smash_config["threads"] or torch.get_num_threads()
         module = OnnxRuntimeModule(path, signature, names, keys, out_type, threads, smash_config["optimization"])
-        weakref.finalize(module, _remove_tree, folder)
-        smash_config.state.update(input_names=module.input_names, threads=threads, onnx_bytes=path.stat().st_size)
+        weakref.finalize(module, _remove_tree, folder)  # the temp folder lives as long as the module
+        smash_config.state.update(
+            input_names=module.input_names, threads=threads, onnx_bytes=path.stat().st_size, onnx_file=path.name,
+            external_data=_external_files(path), signature=signature_to_json(signature), output_keys=keys,
+            output_type=output_type_to_json(out_type))
         return module
+
+    def save_artifacts(self, model: Any, directory: Path, state: dict[str, Any]) -> None:
+        """Copy the ONNX file the session runs (and its external-data files) into ``directory``."""
+        if not isinstance(model, OnnxRuntimeModule):
+            raise SaveLoadError(f"onnxruntime saves an OnnxRuntimeModule, got {type(model).__name__}.")
+        source = Path(model.onnx_path)
+        for name in [state["onnx_file"], *state["external_data"]]:
+            try:
+                shutil.copyfile(source.with_name(name), directory / _plain(name))
+            except OSError as exc:
+                raise SaveLoadError(f"Cannot copy {source.with_name(name)} into the save ({exc}). The ONNX file "
+                                    "this model runs was removed: smash the original model again.") from exc
+
+    def load_artifacts(self, directory: Path, smash_config: SmashConfigPrefixWrapper,
+                       state: dict[str, Any]) -> OnnxRuntimeModule:
+        """Open the saved ONNX file in a new session; the save directory is read, never deleted."""
+        try:
+            self.import_algorithm_packages()
+        except ImportError as exc:
+            raise MissingPackageError(f"Loading an onnxruntime save needs onnx and onnxruntime ({exc}). Install "
+                                      "them: pip install 'slimkit[onnx]'") from exc
+        try:
+            files = [_plain(state["onnx_file"]), *map(_plain, state["external_data"])]
+            signature = signature_from_json(state["signature"])
+            out_type = output_type_from_json(state["output_type"])
+            names, keys = list(state["input_names"]), state["output_keys"]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SaveLoadError(f"{directory / 'smash_config.json'}: the onnxruntime record is incomplete or "
+                                f"invalid ({type(exc).__name__}: {exc}); it was saved by an older slimkit or "
+                                "edited. Smash the original model again.") from exc
+        for name in files:
+            if not (directory / name).is_file():
+                raise SaveLoadError(f"{directory / name} is missing: the save is incomplete. Copy the whole "
+                                    "directory, or save the smashed model again.")
+        threads = smash_config["threads"] or torch.get_num_threads()
+        try:
+            return OnnxRuntimeModule(directory / files[0], signature, names, keys if out_type else None, out_type,
+                                     threads, smash_config["optimization"])
+        except Exception as exc:
+            raise SaveLoadError(f"ONNX Runtime cannot load {directory / files[0]} ({str(exc)[:300]}): the file is "
+                                "truncated or corrupt. Save the smashed model again, or smash the original "
+                                "model again.") from exc
+
+
+def _plain(name: str) -> str:
+    """``name`` when it is a bare file name (no folder part), so saves never read or write outside their folder."""
+    if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+        raise SaveLoadError(f"ONNX file name {name!r} is not a plain file name in the save directory.")
+    return name
+
+
+def _external_files(path: Path) -> list[str]:
+    """Bare names of the external-data files ``path``'s initializers point to (exports over 2 GB write them)."""
+    if all(f.name in ("model.onnx", "model.int8.onnx") for f in path.parent.iterdir()):
+        return []  # only the exported files are there: nothing to parse for
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return sorted({_plain(e.value) for t in graph.initializer if uses_external_data(t)
+                   for e in t.external_data if e.key == "location"})
 
 
 def _remove_tree(folder: Path) -> None:
