@@ -5,13 +5,15 @@
   ``(q - 8) * s + m`` equals ours ``(q - z) * s`` with ``m = (8 - z) * s``. The kernel layout is built once per
   layer (int4, never fp32) and checked against the dequantise path on the first call; on any mismatch or
   error the layer falls back to dequantise + dense matmul for good.
-- CPU, small batches (decode): the packed bytes are masked into bit planes (no shifts: each plane's power of
-  two moves to the input side) and cast to float once, unscaled; one matmul against a block-diagonal copy of
-  the input (one row per token and group) gives per-group partial sums, so group scales and zeros are applied
-  to ``[tokens, groups, out]`` sums instead of to every weight. That skips the passes that scale and shift the
-  whole weight, and keeps the op count (Python overhead dominates at these sizes) near 20 for any width.
+- CPU, up to ``native.MAX_ROWS`` tokens (decode): the fused C kernel of :mod:`.native` (unpack in registers,
+  multiply, accumulate per group; ~3-4x faster than fp32 per weight on AVX-512/AVX2).
+- CPU, small batches when the C kernel is unavailable (no compiler, ``SLIMKIT_NATIVE=0``): the packed bytes
+  are masked into bit planes (no shifts: each plane's power of two moves to the input side) and cast to float
+  once, unscaled; one matmul against a block-diagonal copy of the input (one row per token and group) gives
+  per-group partial sums, so group scales and zeros are applied to ``[tokens, groups, out]`` sums instead of
+  to every weight. That keeps the op count (Python overhead dominates at these sizes) near 20 for any width.
 
-Both return ``None`` when they do not apply; the caller then dequantises.
+Each returns ``None`` when it does not apply; the caller then dequantises.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+from slimkit.compression.quantization.lowbit import native
 
 if TYPE_CHECKING:
     from slimkit.compression.quantization.lowbit.linear import PackedLinear
@@ -36,7 +40,13 @@ def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
     """``x @ W^T + b`` from the packed weight through a low-bit path, or ``None`` if none applies."""
     if x.device.type == "cuda" and x.numel() // max(x.shape[-1], 1) <= CUDA_SMALL_BATCH:
         return _cuda_int4(layer, x)
-    if x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() // max(x.shape[-1], 1) <= CPU_SMALL_BATCH:
+    rows = x.numel() // max(x.shape[-1], 1)
+    if x.device.type == "cpu" and x.dtype == torch.float32 and rows <= native.MAX_ROWS:
+        out = native.matmul(x.reshape(rows, x.shape[-1]), layer.qweight, layer.scales, layer.zeros, layer.bits,
+                            layer.group_size, layer.out_features, layer.bias)
+        if out is not None:
+            return out.view(*x.shape[:-1], layer.out_features)
+    if x.device.type == "cpu" and x.dtype == torch.float32 and rows <= CPU_SMALL_BATCH:
         return _cpu_planes(layer, x)
     return None
 

@@ -1,0 +1,176 @@
+/* Fused small-batch matmul on packed low-bit weights (slimkit PackedLinear, CPU).
+ *
+ * y[i, n] = bias[n] + sum_g s[n, g] * (sum_{k in g} x[i, k] * q[n, k] - z[n, g] * sum_{k in g} x[i, k])
+ *
+ * The packed codes are read once, unpacked in registers and multiplied against the input; no dequantised
+ * weight is ever written to memory. The packed layout is slimkit's (lowbit/packing.py): 8 bits one value per
+ * byte, 4 bits two per byte (low nibble first), 2 bits four per byte (lowest bits first), 3 bits eight values
+ * per 24-bit word whose three bytes are stored planar (all low bytes of a row, then all middle, then all high).
+ * The input is first split into "planes" (plane v holds x[u * V + v] for unit u, V values per unit) so the
+ * inner loops over units are plain vectorisable loops; accumulation is per lane, with one horizontal sum per row. Scales and zeros are IEEE float16 bit patterns.
+ * Output rows are split across OpenMP threads (the same libgomp runtime torch uses).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+static inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, bits;
+    if (exp == 0x1Fu) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else { /* subnormal: normalise */
+        exp = 113u;
+        while (!(man & 0x400u)) { man <<= 1; exp--; }
+        bits = sign | (exp << 23) | ((man & 0x3FFu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
+}
+
+/* VL-lane vectors (GCC/Clang vector extensions): 16 lanes in AVX-512 registers, else 8 (AVX2 or plain C).
+ * Unaligned loads go through memcpy, which compiles to one vector load. The byte -> int -> float conversions use
+ * explicit instructions where the CPU has them (the generic conversion compiles to per-byte scalar code). */
+#if defined(__AVX512F__) && !defined(SLIMKIT_VL8)
+#define VL 16
+#else
+#define VL 8
+#endif
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef uint32_t vu __attribute__((vector_size(VL * 4)));
+
+static inline vf loadf(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+#if VL == 16
+static inline vu loadb(const uint8_t *p) { return (vu)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+static inline vf tof(vu v) { return (vf)_mm512_cvtepi32_ps((__m512i)v); }
+#elif defined(__AVX2__)
+static inline vu loadb(const uint8_t *p) { return (vu)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+static inline vf tof(vu v) { return (vf)_mm256_cvtepi32_ps((__m256i)v); }
+#else
+static inline vu loadb(const uint8_t *p) { vu r; for (int j = 0; j < VL; j++) r[j] = p[j]; return r; }
+static inline vf tof(vu v) { vf r; for (int j = 0; j < VL; j++) r[j] = (float)v[j]; return r; }
+#endif
+
+/* codes of value v for VL consecutive units starting at unit u, as floats */
+#define CODES_4(row, units, u) vu b_ = loadb((row) + (u)); vf c_[2] = {tof(b_ & 15u), tof(b_ >> 4)};
+#define CODES_2(row, units, u) vu b_ = loadb((row) + (u));                                                     \
+    vf c_[4] = {tof(b_ & 3u), tof((b_ >> 2) & 3u), tof((b_ >> 4) & 3u), tof(b_ >> 6)};
+#define CODES_8(row, units, u) vf c_[1] = {tof(loadb((row) + (u)))};
+#define CODES_3(row, units, u)                                                                                 \
+    vu b_ = loadb((row) + (u)) | (loadb((row) + (units) + (u)) << 8) | (loadb((row) + 2 * (units) + (u)) << 16); \
+    vf c_[8] = {tof(b_ & 7u), tof((b_ >> 3) & 7u), tof((b_ >> 6) & 7u), tof((b_ >> 9) & 7u),                   \
+                tof((b_ >> 12) & 7u), tof((b_ >> 15) & 7u), tof((b_ >> 18) & 7u), tof(b_ >> 21)};
+
+/* One output row for M inputs (M a compile-time 1, or 0 for a runtime m <= 8). Per group: VL-lane
+ * accumulators per input, folded into the row totals with the group scale (one FMA per lane); the zero point
+ * enters once per group through the input's group sum; one horizontal sum per row at the end. A group's last
+ * r < VL units are copied into a zero-padded buffer first (zero codes add nothing), so every step is a full
+ * vector step; the input planes are ps >= units + VL floats apart and zero-padded, so their loads stay inside. */
+#define ROW(BITS, PER, NB, NAME, M)                                                                            \
+    static void NAME(const uint8_t *row, int64_t units, int64_t ps, int64_t groups, int64_t gu, const float *xp, \
+                     const float *xsum, const uint16_t *sc, const uint16_t *zc, int64_t m_, float *out) {       \
+        const int64_t m = (M) ? (M) : m_;                                                                       \
+        vf tot[8];                                                                                             \
+        float zterm[8];                                                                                        \
+        for (int64_t i = 0; i < m; i++) { tot[i] = (vf){0}; zterm[i] = 0.0f; }                                \
+        for (int64_t g = 0; g < groups; g++) {                                                                 \
+            float s = half_to_float(sc[g]), z = half_to_float(zc[g]);                                          \
+            int64_t u0 = g * gu, u1 = u0 + gu < units ? u0 + gu : units;                                       \
+            vf acc[8];                                                                                         \
+            for (int64_t i = 0; i < m; i++) acc[i] = (vf){0};                                                  \
+            for (int64_t u = u0; u < u1; u += VL) {                                                            \
+                uint8_t tb[NB * VL];                                                                           \
+                const uint8_t *src = row;                                                                      \
+                int64_t at = u, stride = units;                                                                \
+                if (u + VL > u1) {                                                                             \
+                    memset(tb, 0, sizeof tb);                                                                  \
+                    for (int p_ = 0; p_ < NB; p_++) memcpy(tb + p_ * VL, row + p_ * units + u, (size_t)(u1 - u)); \
+                    src = tb; at = 0; stride = VL;                                                             \
+                }                                                                                              \
+                CODES_##BITS(src, stride, at)                                                                  \
+                for (int64_t i = 0; i < m; i++) {                                                              \
+                    const float *xi = xp + i * PER * ps + u;                                                   \
+                    _Pragma("GCC unroll 8")                                                                    \
+                    for (int v = 0; v < PER; v++) acc[i] += loadf(xi + v * ps) * c_[v];                       \
+                }                                                                                              \
+            }                                                                                                  \
+            for (int64_t i = 0; i < m; i++) {                                                                  \
+                tot[i] += s * acc[i];                                                                          \
+                zterm[i] += s * z * xsum[i * groups + g];                                                      \
+            }                                                                                                  \
+        }                                                                                                      \
+        for (int64_t i = 0; i < m; i++) {                                                                      \
+            float r = 0.0f;                                                                                    \
+            for (int j = 0; j < VL; j++) r += tot[i][j];                                                       \
+            out[i] = r - zterm[i];                                                                             \
+        }                                                                                                      \
+    }
+
+typedef void (*row_fn)(const uint8_t *, int64_t, int64_t, int64_t, int64_t, const float *, const float *,
+                       const uint16_t *, const uint16_t *, int64_t, float *);
+#define ROWS(BITS, PER, NB) ROW(BITS, PER, NB, r##BITS##_1, 1) ROW(BITS, PER, NB, r##BITS##_m, 0)
+ROWS(2, 4, 1)
+ROWS(3, 8, 3)
+ROWS(4, 2, 1)
+ROWS(8, 1, 1)
+
+/* Vector width the kernel was compiled for: 512 (AVX-512), 256 (AVX2) or 0 (plain C, slower than torch). */
+int slimkit_lowbit_simd(void) {
+#if VL == 16
+    return 512;
+#elif defined(__AVX2__)
+    return 256;
+#else
+    return 0;
+#endif
+}
+
+/* x [m, k] (m <= 8), y [m, n]. Returns 0 on success, 1 on a bad argument, 2 when out of memory. */
+int slimkit_lowbit_matmul(const float *x, int64_t m, int64_t k, const uint8_t *qweight, int64_t n,
+                          int64_t row_bytes, const uint16_t *scales, const uint16_t *zeros, int64_t groups,
+                          int64_t group_size, int bits, const float *bias, float *y, int threads) {
+    int64_t per, nbytes;
+    switch (bits) {
+        case 2: per = 4; nbytes = 1; break;
+        case 3: per = 8; nbytes = 3; break;
+        case 4: per = 2; nbytes = 1; break;
+        case 8: per = 1; nbytes = 1; break;
+        default: return 1;
+    }
+    int64_t units = row_bytes / nbytes;
+    if (m < 1 || m > 8 || k < 1 || n < 1 || group_size % per || units * per < k || groups * group_size < k) return 1;
+    int64_t gu = group_size / per; /* units per group */
+    int64_t ps = units + VL;         /* input plane stride, zero-padded so the last vector load stays inside */
+    float *xp = (float *)calloc((size_t)(m * per * ps + m * groups), sizeof(float));
+    if (!xp) return 2;
+    float *xsum = xp + m * per * ps;
+    for (int64_t i = 0; i < m; i++) {
+        const float *xi = x + i * k;
+        float *pi = xp + i * per * ps;
+        for (int64_t c = 0; c < k; c++) {
+            pi[(c % per) * ps + c / per] = xi[c];
+            xsum[i * groups + c / group_size] += xi[c];
+        }
+    }
+    row_fn fn = bits == 2 ? (m == 1 ? r2_1 : r2_m) : bits == 3 ? (m == 1 ? r3_1 : r3_m)
+              : bits == 4 ? (m == 1 ? r4_1 : r4_m) : (m == 1 ? r8_1 : r8_m);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t o = 0; o < n; o++) {
+        float out[8];
+        fn(qweight + o * row_bytes, units, ps, groups, gu, xp, xsum, scales + o * groups, zeros + o * groups, m, out);
+        for (int64_t i = 0; i < m; i++) y[i * n + o] = out[i] + (bias ? bias[o] : 0.0f);
+    }
+    free(xp);
+    return 0;
+}
