@@ -24,8 +24,8 @@ from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
 
 from slimkit.algorithms.base import SaveFn, SlimkitPruner
-from slimkit.algorithms.pruning._coupling import Coupling
 from slimkit.compression.pruning import AttentionHeadPruner, Pruner, PruningConfigError, resolve_config_list
+from slimkit.compression.pruning.coupling import ChannelCoupling
 from slimkit.compression.pruning.data_pruners import split_batch
 from slimkit.compression.speedup import ModelSpeedup, SpeedupError, UnsupportedOpError, apply_kept_channels
 from slimkit.config.hyperparameters import Boolean, ConfigListHyperparameter, ListHyperparameter
@@ -85,7 +85,7 @@ def _copy_entry(entry: Any) -> Any:
 
 
 def effective_config_list(
-    algo: FrameworkPruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper, coupling: Coupling | None
+    algo: FrameworkPruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper, coupling: ChannelCoupling | None
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The config_list handed to the framework pruner, and the ``"default"`` layers left dense for the speedup."""
     name = algo.algorithm_name
@@ -199,7 +199,7 @@ class FrameworkPruner(SlimkitPruner):
         name = self.algorithm_name
         speedup = self.uses_speedup(smash_config)
         dummy = resolve_dummy_input(name, model, smash_config) if speedup else None
-        coupling = Coupling(model, dummy) if speedup else None
+        coupling = ChannelCoupling(model, dummy) if speedup else None
         config_list, dropped = effective_config_list(self, model, smash_config, coupling)
         pruner = self.build_pruner(model, config_list, smash_config)
         heads = bool(self.head_importance) and bool(smash_config["heads"])
@@ -221,7 +221,7 @@ class FrameworkPruner(SlimkitPruner):
                 "cfg.add_data(...)."
             ) from exc
         if coupling is not None and not self.norms_decide:
-            coupling.reconcile(pruner)
+            coupling.reconcile(pruner, lock=False, balance=True, min_layers=2)
         model = pruner.unwrap_model(apply_masks=True)
         masks: Masks = pruner.get_masks()
         state = smash_config.state

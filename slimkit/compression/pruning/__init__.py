@@ -11,6 +11,7 @@ from slimkit.compression.pruning.agp import AGPPruner, agp_sparsity
 from slimkit.compression.pruning.attention import AttentionHeadMasker, AttentionHeadPruner, HeadLayout, find_head_layout
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError, resolve_config_list
+from slimkit.compression.pruning.coupling import ChannelCoupling
 from slimkit.compression.pruning.data_pruners import (
     ActivationAPoZRankFilterPruner,
     ActivationAPoZRankFilterPrunerMasker,
@@ -49,6 +50,7 @@ __all__ = [
     "ActivationMeanRankFilterPrunerMasker",
     "AttentionHeadMasker",
     "AttentionHeadPruner",
+    "ChannelCoupling",
     "ChannelGroupPlan",
     "FPGMPruner",
     "FPGMPrunerMasker",

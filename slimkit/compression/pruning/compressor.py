@@ -1,23 +1,20 @@
-"""The ``Pruner`` base class: config resolution, wrapping, mask bookkeeping, optimizer hook, export."""
+"""The ``Pruner`` base class: layer selection, mask bookkeeping, activation collectors, masked export."""
 
 from __future__ import annotations
 
-import copy
 import os
-import types
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from slimkit.compression._compressor import Compressor
 from slimkit.compression.pruning.config import PruningConfigError, layer_weight, resolve_config_list
 from slimkit.compression.pruning.io import (
     MODEL_FORMAT,
     Masks,
-    export_onnx,
     load_masks,
     save_masks,
     save_tensors_atomic,
@@ -28,52 +25,31 @@ from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 Collector = Callable[[PrunerModuleWrapper, tuple, Any], None]
 
 
-class Pruner:
+class Pruner(Compressor[PrunerModuleWrapper]):
     """Base pruner: wraps the layers ``config_list`` selects and keeps one mask pair per layer.
 
-    Subclasses set ``self.masker`` and class attributes ``default_op_types`` (what ``"default"`` means),
-    ``supported_op_types`` (``None`` = any layer with a weight) and ``iterative`` (recompute masks after every
-    ``optimizer.step()``; one-shot pruners compute once in :meth:`compress`).
+    ``Pruner(model, config_list, optimizer=None, dummy_input=None)``. Subclasses set ``masker_class`` (built
+    as ``masker_class(model, pruner)``) or ``self.masker``, and the class attributes ``default_op_types``
+    (what ``"default"`` means), ``supported_op_types`` (``None`` = any layer with a weight) and ``iterative``
+    (recompute masks after every ``optimizer.step()``; one-shot pruners compute once in :meth:`compress`).
     """
 
+    wrapper_class = PrunerModuleWrapper
+    config_error = PruningConfigError
+    role = "pruner"
     default_op_types: tuple[str, ...] = ("Conv2d", "Linear")
     supported_op_types: tuple[str, ...] | None = None
     extra_config_keys: tuple[str, ...] = ()
     iterative: bool = False
+    masker_class: type[WeightMasker] | None = None
 
-    def __init__(
-        self,
-        model: nn.Module,
-        config_list: Sequence[Mapping[str, Any]],
-        optimizer: torch.optim.Optimizer | None = None,
-        dummy_input: Any = None,
-    ) -> None:
-        if not isinstance(model, nn.Module):
-            raise PruningConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
-        if any(isinstance(m, PrunerModuleWrapper) for m in model.modules()):
-            raise PruningConfigError(
-                "This model is already wrapped by a pruner; call that pruner's unwrap_model() first."
-            )
-        if optimizer is not None and not callable(getattr(optimizer, "step", None)):
-            raise PruningConfigError(f"optimizer must have a step() method, got {type(optimizer).__name__}.")
-        self.bound_model = model
-        self.config_list = config_list
-        self.optimizer = optimizer
-        self.dummy_input = dummy_input
+    def _init_state(self) -> None:
         self.masker: WeightMasker | None = getattr(self, "masker", None)
+        if self.masker is None and self.masker_class is not None:
+            self.masker = self.masker_class(self.bound_model, self)
         self.step_count = 0
-        self.modules_wrapper: list[PrunerModuleWrapper] = []
         self._collectors: dict[int, list[RemovableHandle]] = {}
         self._next_collector_id = 0
-        self._original_step: Callable[..., Any] | None = None
-        self.is_wrapped = False
-        for name, module, config in self._select_layers():
-            layer_weight(module, name)
-            self.modules_wrapper.append(PrunerModuleWrapper(module, name, type(module).__name__, config))
-        self._wrap_model()
-        self.set_wrappers_attribute("if_calculated", False)
-        if optimizer is not None:
-            self.patch_optimizer()
 
     # --- layer selection and wrapping -------------------------------------------------------------
     def _select_layers(self) -> list[tuple[str, nn.Module, dict[str, Any]]]:
@@ -84,24 +60,17 @@ class Pruner:
         )
         return [(name, self.bound_model.get_submodule(name), cfg) for name, cfg in resolved.items()]
 
-    def _set_child(self, name: str, module: nn.Module) -> None:
-        parent_name, _, child = name.rpartition(".")
-        parent = self.bound_model.get_submodule(parent_name) if parent_name else self.bound_model
-        setattr(parent, child, module)
+    def _create_wrappers(self) -> list[PrunerModuleWrapper]:
+        wrappers = []
+        for name, module, config in self._select_layers():
+            layer_weight(module, name)
+            wrapper = PrunerModuleWrapper(module, name, type(module).__name__, config)
+            wrapper.if_calculated = False
+            wrappers.append(wrapper)
+        return wrappers
 
-    def _wrap_model(self) -> None:
-        """Put every wrapper in place of its layer (idempotent)."""
-        if not self.is_wrapped:
-            for wrapper in self.modules_wrapper:
-                self._set_child(wrapper.name, wrapper)
-            self.is_wrapped = True
-
-    def _unwrap_model(self) -> None:
-        """Put the original layers back, keeping the wrappers (and masks) for re-wrapping."""
-        if self.is_wrapped:
-            for wrapper in self.modules_wrapper:
-                self._set_child(wrapper.name, wrapper.module)
-            self.is_wrapped = False
+    def _buffer_device(self, wrapper: PrunerModuleWrapper) -> torch.device:
+        return wrapper.weight_mask.device
 
     def unwrap_model(self, apply_masks: bool = False) -> nn.Module:
         """Return the model with plain layers again; ``apply_masks=True`` multiplies masks into the weights.
@@ -111,23 +80,7 @@ class Pruner:
         if apply_masks:
             for wrapper in self.modules_wrapper:
                 wrapper.apply_masks_to_module()
-        self._unwrap_model()
-        self.restore_optimizer()
-        return self.bound_model
-
-    def get_modules_wrapper(self) -> list[PrunerModuleWrapper]:
-        """The wrappers, in model order."""
-        return list(self.modules_wrapper)
-
-    def set_wrappers_attribute(self, name: str, value: Any) -> None:
-        """Give every wrapper attribute ``name``: tensors become buffers, containers are copied per wrapper."""
-        for wrapper in self.modules_wrapper:
-            if isinstance(value, torch.Tensor):
-                if hasattr(wrapper, name) and name not in wrapper._buffers:
-                    delattr(wrapper, name)
-                wrapper.register_buffer(name, value.clone().to(wrapper.weight_mask.device))
-            else:
-                setattr(wrapper, name, copy.copy(value) if isinstance(value, (list, dict, set)) else value)
+        return super().unwrap_model()
 
     # --- activation collectors ------------------------------------------------------------------------
     def add_activation_collector(self, collector: Collector) -> int:
@@ -149,33 +102,7 @@ class Pruner:
         for handle in self._collectors.pop(collector_id):
             handle.remove()
 
-    # --- optimizer hook -----------------------------------------------------------------------------
-    def patch_optimizer(self) -> None:
-        """Replace ``optimizer.step`` by one that runs the original, then :meth:`_on_optimizer_step`."""
-        if self.optimizer is None or self._original_step is not None:
-            return
-        original = self.optimizer.step
-        pruner = self
-
-        def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
-            pruner._before_optimizer_step()
-            result = original(*args, **kwargs)
-            pruner._on_optimizer_step()
-            return result
-
-        self._original_step = original
-        self._step_was_instance_attr = "step" in vars(self.optimizer)
-        self.optimizer.step = types.MethodType(step, self.optimizer)
-
-    def restore_optimizer(self) -> None:
-        """Undo :meth:`patch_optimizer`."""
-        if self.optimizer is not None and self._original_step is not None:
-            if self._step_was_instance_attr:
-                self.optimizer.step = self._original_step
-            else:
-                del self.optimizer.step  # back to the class's own step
-            self._original_step = None
-
+    # --- optimizer hook (patched in by Compressor.patch_optimizer) ---------------------------------------
     def _before_optimizer_step(self) -> None:
         """Hook run before each optimizer step (data-driven pruners collect gradients here)."""
 
@@ -186,9 +113,6 @@ class Pruner:
             self.update_mask()
         for wrapper in self.modules_wrapper:
             wrapper.apply_masks_to_module()
-
-    def update_epoch(self, epoch: int) -> None:
-        """Tell the pruner a new epoch starts (epoch-scheduled pruners override this)."""
 
     # --- masks ----------------------------------------------------------------------------------------
     def calc_mask(self, wrapper: PrunerModuleWrapper, wrapper_idx: int | None = None) -> MaskDict | None:
@@ -260,13 +184,7 @@ class Pruner:
     # --- export ---------------------------------------------------------------------------------------
     def masked_state_dict(self) -> dict[str, torch.Tensor]:
         """State dict of the unwrapped model with the masks multiplied into weight and bias (copies)."""
-        was_wrapped = self.is_wrapped
-        self._unwrap_model()
-        try:
-            state = {k: v.detach().clone() for k, v in self.bound_model.state_dict().items()}
-        finally:
-            if was_wrapped:
-                self._wrap_model()
+        state = self._unwrapped_state_dict()
         for wrapper in self.modules_wrapper:
             for param, mask in (("weight", wrapper.weight_mask), ("bias", wrapper.bias_mask)):
                 key = f"{wrapper.name}.{param}"
@@ -291,24 +209,4 @@ class Pruner:
         if mask_path is not None:
             save_masks(self.get_masks(), mask_path)
         if onnx_path is not None:
-            self._export_onnx(Path(onnx_path), input_shape)
-
-    def _export_onnx(self, path: Path, input_shape: Sequence[int] | None) -> None:
-        if input_shape is not None:
-            dummy: Any = torch.randn(*input_shape)
-        elif self.dummy_input is not None:
-            dummy = self.dummy_input
-        else:
-            raise PruningConfigError(
-                "export_model(onnx_path=...) needs input_shape=(N, C, H, W, ...) or a pruner built with "
-                "dummy_input=..."
-            )
-        was_wrapped = self.is_wrapped
-        self._unwrap_model()
-        try:
-            plain = copy.deepcopy(self.bound_model)
-        finally:
-            if was_wrapped:
-                self._wrap_model()
-        plain.load_state_dict(self.masked_state_dict())
-        export_onnx(plain, dummy, path)
+            self._export_onnx(onnx_path, input_shape, self.masked_state_dict(), "(N, C, H, W, ...)")

@@ -114,10 +114,11 @@ class TaylorFOWeightFilterPruner(_DataDrivenPruner):
     existing ``.grad`` values are restored afterwards.
     """
 
+    masker_class = TaylorFOWeightFilterPrunerMasker
+
     def _setup(self) -> None:
         self.set_wrappers_attribute("contribution", None)
         self.set_wrappers_attribute("contribution_batches", 0)
-        self.masker = TaylorFOWeightFilterPrunerMasker(self.bound_model, self)
         self._collecting = False
         self._seen = 0
 
@@ -209,7 +210,7 @@ class ActivationMeanRankFilterPrunerMasker(_ActivationMasker):
 class _ActivationRankPruner(_DataDrivenPruner):
     """Collect activation statistics of each wrapped layer's output through an activation collector."""
 
-    masker_class: type = ActivationAPoZRankFilterPrunerMasker
+    masker_class = ActivationAPoZRankFilterPrunerMasker
     count_zeros = True
 
     def __init__(
@@ -236,7 +237,6 @@ class _ActivationRankPruner(_DataDrivenPruner):
     def _setup(self) -> None:
         self.set_wrappers_attribute("collected_activation", [])
         self.set_wrappers_attribute("collected_count", [])
-        self.masker = self.masker_class(self.bound_model, self)
 
     def _collector(self, wrapper: PrunerModuleWrapper, inputs: tuple, output: Any) -> None:
         if len(wrapper.collected_activation) >= self.statistics_batch_num or not isinstance(output, torch.Tensor):

@@ -30,16 +30,7 @@ class LevelPruner(Pruner):
 
     default_op_types = LEVEL_OP_TYPES
     supported_op_types = None
-
-    def __init__(
-        self,
-        model: nn.Module,
-        config_list: Sequence[Mapping[str, Any]],
-        optimizer: torch.optim.Optimizer | None = None,
-        dummy_input: Any = None,
-    ) -> None:
-        super().__init__(model, config_list, optimizer, dummy_input)
-        self.masker = LevelPrunerMasker(model, self)
+    masker_class = LevelPrunerMasker
 
 
 class _FilterPruner(Pruner):
@@ -47,17 +38,7 @@ class _FilterPruner(Pruner):
 
     default_op_types = ("Conv2d", "Linear")
     supported_op_types = FILTER_OP_TYPES
-    masker_class: type = L1FilterPrunerMasker
-
-    def __init__(
-        self,
-        model: nn.Module,
-        config_list: Sequence[Mapping[str, Any]],
-        optimizer: torch.optim.Optimizer | None = None,
-        dummy_input: Any = None,
-    ) -> None:
-        super().__init__(model, config_list, optimizer, dummy_input)
-        self.masker = self.masker_class(model, self)
+    masker_class = L1FilterPrunerMasker
 
 
 class L1FilterPruner(_FilterPruner):
@@ -90,6 +71,7 @@ class SlimPruner(Pruner):
 
     default_op_types = ("BatchNorm2d",)
     supported_op_types = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
+    masker_class = SlimPrunerMasker
 
     def __init__(
         self,
@@ -103,7 +85,6 @@ class SlimPruner(Pruner):
             raise PruningConfigError(f"SlimPruner scope must be 'global' or 'layer', got {scope!r}.")
         self.scope = scope
         super().__init__(model, config_list, optimizer, dummy_input)
-        self.masker = SlimPrunerMasker(model, self)
 
     def _select_layers(self) -> list[tuple[str, nn.Module, dict[str, Any]]]:
         layers = super()._select_layers()

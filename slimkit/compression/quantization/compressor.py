@@ -1,17 +1,15 @@
-"""The ``Quantizer`` base class: config resolution, wrapping, the optimizer hook, calibration export, freezing."""
+"""The ``Quantizer`` base class: quantization dispatch, the step hook, calibration export, freezing."""
 
 from __future__ import annotations
 
-import copy
 import os
-import types
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from slimkit.compression._compressor import Compressor
 from slimkit.compression.quantization.config import QuantizationConfigError, resolve_quant_config_list
 from slimkit.compression.quantization.grad import QuantGrad, QuantType
 from slimkit.compression.quantization.io import CALIBRATION_FORMAT, MODEL_FORMAT, Calibration, save_calibration
@@ -20,7 +18,7 @@ from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
 from slimkit.utils import model_device
 
 
-class Quantizer:
+class Quantizer(Compressor[QuantizerModuleWrapper]):
     """Base quantizer: wraps the layers ``config_list`` selects and quantizes them in ``forward``.
 
     Subclasses override :meth:`quantize_weight`, :meth:`quantize_input` and/or :meth:`quantize_output`
@@ -35,50 +33,36 @@ class Quantizer:
     ``config``, which is ``wrapper.config`` here. ``optimizer.step()`` is patched to call :meth:`step`.
     """
 
+    wrapper_class = QuantizerModuleWrapper
+    config_error = QuantizationConfigError
+    role = "quantizer"
     quant_grad: type[QuantGrad] | None = QuantGrad
     supported_quant_types: tuple[str, ...] = ("weight", "input", "output")
     bits_range: tuple[int, int] = (1, 16)
     default_op_types: tuple[str, ...] = ("Conv2d", "Linear")
     extra_config_keys: tuple[str, ...] = ()
 
-    def __init__(
-        self,
-        model: nn.Module,
-        config_list: Sequence[Mapping[str, Any]],
-        optimizer: torch.optim.Optimizer | None = None,
-        dummy_input: Any = None,
-    ) -> None:
-        if not isinstance(model, nn.Module):
-            raise QuantizationConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
-        if any(isinstance(m, QuantizerModuleWrapper) for m in model.modules()):
-            raise QuantizationConfigError(
-                "This model is already wrapped by a quantizer; call that quantizer's unwrap_model() first."
-            )
-        if optimizer is not None and not callable(getattr(optimizer, "step", None)):
-            raise QuantizationConfigError(f"optimizer must have a step() method, got {type(optimizer).__name__}.")
-        self.bound_model = model
-        self.config_list = config_list
-        self.optimizer = optimizer
-        self.dummy_input = dummy_input
+    def _init_state(self) -> None:
         self.steps = 0
         #: where new wrapper state is created: the model's device (its first parameter or buffer)
-        self.device = model_device(model)
+        self.device = model_device(self.bound_model)
         self.epoch = 0
-        self._original_step: Callable[..., Any] | None = None
-        self.is_wrapped = False
+
+    def _create_wrappers(self) -> list[QuantizerModuleWrapper]:
         resolved = resolve_quant_config_list(
-            model, config_list, self.default_op_types, self.supported_quant_types, self.bits_range,
+            self.bound_model, self.config_list, self.default_op_types, self.supported_quant_types, self.bits_range,
             self.extra_config_keys,
         )
-        self.modules_wrapper = [
-            QuantizerModuleWrapper(model.get_submodule(name), name, cfg["op_type"], cfg, self)
+        wrappers = [
+            QuantizerModuleWrapper(self.bound_model.get_submodule(name), name, cfg["op_type"], cfg, self)
             for name, cfg in resolved.items()
         ]
-        for wrapper in self.modules_wrapper:
+        for wrapper in wrappers:
             self._init_wrapper(wrapper)
-        self._wrap_model()
-        if optimizer is not None:
-            self.patch_optimizer()
+        return wrappers
+
+    def _buffer_device(self, wrapper: QuantizerModuleWrapper) -> torch.device:
+        return self.device
 
     # --- hooks for subclasses ------------------------------------------------------------------------
     def _init_wrapper(self, wrapper: QuantizerModuleWrapper) -> None:
@@ -126,73 +110,9 @@ class Quantizer:
             return self.dispatch(tensor, quant_type, wrapper)
         return self.quant_grad.apply(tensor, quant_type, wrapper)
 
-    # --- wrapping -----------------------------------------------------------------------------------
-    def _set_child(self, name: str, module: nn.Module) -> None:
-        parent_name, _, child = name.rpartition(".")
-        parent = self.bound_model.get_submodule(parent_name) if parent_name else self.bound_model
-        setattr(parent, child, module)
-
-    def _wrap_model(self) -> None:
-        if not self.is_wrapped:
-            for wrapper in self.modules_wrapper:
-                self._set_child(wrapper.name, wrapper)
-            self.is_wrapped = True
-
-    def _unwrap_model(self) -> None:
-        if self.is_wrapped:
-            for wrapper in self.modules_wrapper:
-                self._set_child(wrapper.name, wrapper.module)
-            self.is_wrapped = False
-
-    def unwrap_model(self) -> nn.Module:
-        """Put the original (full-precision) layers back and restore the optimizer's ``step``."""
-        self._unwrap_model()
-        self.restore_optimizer()
-        return self.bound_model
-
-    def get_modules_wrapper(self) -> list[QuantizerModuleWrapper]:
-        """The wrappers, in model order."""
-        return list(self.modules_wrapper)
-
-    def set_wrappers_attribute(self, name: str, value: Any) -> None:
-        """Give every wrapper attribute ``name``: tensors become buffers (a copy each), containers are copied."""
-        for wrapper in self.modules_wrapper:
-            if isinstance(value, torch.Tensor):
-                if hasattr(wrapper, name) and name not in wrapper._buffers:
-                    delattr(wrapper, name)
-                wrapper.register_buffer(name, value.detach().clone().to(self.device))
-            else:
-                setattr(wrapper, name, copy.copy(value) if isinstance(value, (list, dict, set)) else value)
-
-    def compress(self) -> nn.Module:
-        """Return the wrapped model (quantization happens in its forward)."""
-        return self.bound_model
-
-    # --- optimizer hook -----------------------------------------------------------------------------
-    def patch_optimizer(self) -> None:
-        """Make ``optimizer.step()`` call :meth:`step` after the original step."""
-        if self.optimizer is None or self._original_step is not None:
-            return
-        original = self.optimizer.step
-        quantizer = self
-
-        def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)
-            quantizer.step()
-            return result
-
-        self._original_step = original
-        self._step_was_instance_attr = "step" in vars(self.optimizer)
-        self.optimizer.step = types.MethodType(step, self.optimizer)
-
-    def restore_optimizer(self) -> None:
-        """Undo :meth:`patch_optimizer`."""
-        if self.optimizer is not None and self._original_step is not None:
-            if self._step_was_instance_attr:
-                self.optimizer.step = self._original_step
-            else:
-                del self.optimizer.step
-            self._original_step = None
+    def _on_optimizer_step(self) -> None:
+        """After each ``optimizer.step()``: call :meth:`step`."""
+        self.step()
 
     # --- results ------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -237,13 +157,7 @@ class Quantizer:
 
     def quantized_state_dict(self) -> dict[str, torch.Tensor]:
         """State dict of the unwrapped model with every quantized weight replaced by its dequantized value."""
-        was_wrapped = self.is_wrapped
-        self._unwrap_model()
-        try:
-            state = {k: v.detach().clone() for k, v in self.bound_model.state_dict().items()}
-        finally:
-            if was_wrapped:
-                self._wrap_model()
+        state = self._unwrapped_state_dict()
         for wrapper in self.modules_wrapper:
             if QuantType.WEIGHT in wrapper.quant_types:
                 codes, scale, zero_point = self.weight_codes(wrapper)
@@ -265,7 +179,7 @@ class Quantizer:
         (float, dequantized weights) needs ``input_shape`` or the quantizer's ``dummy_input``. Returns the
         calibration config.
         """
-        from slimkit.compression.pruning.io import export_onnx, save_tensors_atomic
+        from slimkit.compression.pruning.io import save_tensors_atomic
 
         calibration = self.calibration_config()
         state = self.quantized_state_dict()
@@ -273,21 +187,7 @@ class Quantizer:
         if calibration_path is not None:
             save_calibration(calibration, calibration_path, CALIBRATION_FORMAT)
         if onnx_path is not None:
-            if input_shape is None and self.dummy_input is None:
-                raise QuantizationConfigError(
-                    "export_model(onnx_path=...) needs input_shape=(N, C, ...) or a quantizer built with "
-                    "dummy_input=..."
-                )
-            dummy = torch.randn(*input_shape) if input_shape is not None else self.dummy_input
-            was_wrapped = self.is_wrapped
-            self._unwrap_model()
-            try:
-                plain = copy.deepcopy(self.bound_model)
-            finally:
-                if was_wrapped:
-                    self._wrap_model()
-            plain.load_state_dict(state)
-            export_onnx(plain, dummy, Path(onnx_path))
+            self._export_onnx(onnx_path, input_shape, state)
         return calibration
 
     def freeze(self) -> nn.Module:

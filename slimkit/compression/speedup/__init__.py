@@ -3,8 +3,11 @@
 ``ModelSpeedup(model, dummy_input, masks).speedup_model()`` traces the model once, finds which layers'
 channels are coupled (residual adds, concatenations, depthwise convs, norms, flatten -> Linear, attention
 heads), reconciles the masks within each group, and rebuilds the layers with only the kept slices.
-``apply_kept_channels`` replays the recorded shrink on a fresh base model so a saved pruned model can be
-rebuilt and loaded strictly. ``channel_dependency_report`` shows the groups before you prune.
+Constants that removed channels still carry in the masked model (a trained BatchNorm's shift after a zeroed
+filter, a bias) are folded into the layers that read them (see :mod:`.fold`), so the shrunk model computes
+what the masked one did (exactly, but near the zero-padded borders of convs). ``apply_kept_channels``
+replays the recorded shrink on a fresh base model so a saved pruned model can be rebuilt and loaded
+strictly. ``channel_dependency_report`` shows the groups before you prune.
 
 Limits: only the path the dummy input takes is analysed; channels must sit in dim 1 (convs, norms over
 NCHW) or the last dim (Linear, LayerNorm); grouped (non-depthwise) convs, tied weights, unknown modules

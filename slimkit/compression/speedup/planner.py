@@ -15,6 +15,7 @@ Rules, in order:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from .graph import ChannelGraph
 from .masks import LayerMask
 
 PRUNABLE = {"conv", "depthwise", "grouped_conv", "linear"}
-KeptChannels = dict[str, dict[str, list[int]]]
+KeptChannels = dict[str, dict[str, Any]]  # {layer: {"out": [...], "in": [...]}} (+ "add_bias", heads)
 
 
 @dataclass

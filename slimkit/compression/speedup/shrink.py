@@ -60,8 +60,21 @@ def _take(t: torch.Tensor | None, dim: int, idx: torch.Tensor) -> torch.Tensor |
     return None if t is None else t.index_select(dim, idx.to(t.device))
 
 
+def _add_bias(name: str, module: nn.Module, entry: Mapping[str, Any], size: int) -> None:
+    """``"add_bias": True``: the speedup folded removed constant channels into a bias the layer did not have."""
+    flag = entry.get("add_bias", False)
+    if not isinstance(flag, bool):
+        raise SpeedupError(f"kept_channels[{name!r}]['add_bias'] must be true or false; got {flag!r:.40}.")
+    if flag and module.bias is None:
+        module.bias = nn.Parameter(torch.zeros(size, dtype=module.weight.dtype, device=module.weight.device),
+                                   requires_grad=module.weight.requires_grad)
+
+
 def shrink_module(name: str, module: nn.Module, entry: Mapping[str, Any]) -> None:
-    """Shrink ``module`` to ``entry`` = ``{"out": [...], "in": [...]}`` (or ``{"heads", "kv_heads"}``)."""
+    """Shrink ``module`` to ``entry`` = ``{"out": [...], "in": [...]}`` (or ``{"heads", "kv_heads"}``).
+
+    A Conv/Linear entry may add ``"add_bias": True`` (a zero bias is created when the layer has none).
+    """
     if not isinstance(entry, Mapping) or not ({"out", "in"} <= set(entry) or {"heads", "kv_heads"} <= set(entry)):
         raise SpeedupError(f"kept_channels[{name!r}] must be {{'out': [...], 'in': [...]}} (or heads/kv_heads for an "
                            f"attention block); got {entry!r:.120}.")
@@ -86,6 +99,7 @@ def shrink_module(name: str, module: nn.Module, entry: Mapping[str, Any]) -> Non
             return
         _set(module, "weight", weight)
         _set(module, "bias", _take(module.bias, 0, out))
+        _add_bias(name, module, entry, len(out))
         module.out_channels, module.in_channels = len(out), len(inn)
         return
     if isinstance(module, nn.Linear):
@@ -93,6 +107,7 @@ def shrink_module(name: str, module: nn.Module, entry: Mapping[str, Any]) -> Non
         inn = _indices(name, "in", entry["in"], module.in_features)
         _set(module, "weight", _take(module.weight, 0, out).index_select(1, inn.to(module.weight.device)))
         _set(module, "bias", _take(module.bias, 0, out))
+        _add_bias(name, module, entry, len(out))
         module.out_features, module.in_features = len(out), len(inn)
         return
     if isinstance(module, nn.Embedding):

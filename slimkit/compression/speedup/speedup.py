@@ -14,6 +14,7 @@ from slimkit.errors import ConfigError, closest
 from slimkit.utils import run_model
 
 from .errors import SpeedupError
+from .fold import Fold, apply_folds, find_folds
 from .graph import ChannelGraph, tensors_in
 from .masks import LayerMask, MaskDict, normalize_masks
 from .planner import KeptChannels, Plan, make_plan
@@ -38,17 +39,23 @@ class ModelSpeedup:
     Linear, attention heads) shrink together. The model is changed in place and returned; if anything fails
     it is restored. ``kept_channels`` then holds the JSON-ready record that :func:`apply_kept_channels`
     replays on a freshly built base model, and ``warnings`` every request that could not be honoured.
+
+    A removed channel that still carries a constant in the masked model (the shift of a trained BatchNorm
+    after a zeroed filter, a bias) is folded into the layers that read it (``fold_constants=True``, see
+    :mod:`slimkit.compression.speedup.fold`); ``folds`` lists what was folded and where.
     """
 
     def __init__(self, model: nn.Module, dummy_input: Any, masks: MaskDict | str | os.PathLike,
-                 verify: bool = True) -> None:
+                 verify: bool = True, fold_constants: bool = True) -> None:
         _refuse_wrapped(model)
         self.model = model
         self.dummy_input = dummy_input
         self.masks: dict[str, LayerMask] = normalize_masks(model, masks)
         self.verify = verify
+        self.fold_constants = fold_constants
         self.kept_channels: KeptChannels | None = None
         self.warnings: list[str] = []
+        self.folds: list[Fold] = []
 
     def plan(self) -> KeptChannels:
         """Trace and decide what would be removed, without changing the model (warnings are emitted)."""
@@ -69,10 +76,12 @@ class ModelSpeedup:
                                "Create a new ModelSpeedup with masks for the shrunk model to prune further.")
         graph, plan = self._plan()
         modules = dict(self.model.named_modules())
-        snapshot = Snapshot([modules[n] for n in set(plan.kept) | set(self.masks)])
+        snapshot = Snapshot(list(modules.values()))  # folding may also shift a norm that is not shrunk
         try:
             with torch.no_grad():
                 _apply_masks(modules, self.masks)
+            folds = find_folds(self.model, self.dummy_input, plan.kept) if self.fold_constants else []
+            apply_folds(self.model, folds, plan.kept)
             _shrink_all(self.model, plan.kept)
             if self.verify:
                 _verify(self.model, self.dummy_input, graph.output_shapes, plan.kept)
@@ -80,6 +89,7 @@ class ModelSpeedup:
             snapshot.restore()
             raise
         self.kept_channels = plan.kept
+        self.folds = folds
         return self.model
 
 

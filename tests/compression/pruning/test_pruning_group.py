@@ -8,9 +8,11 @@ from torch import nn
 
 from slimkit import zoo
 from slimkit.compression.pruning import (
+    ChannelCoupling,
     GroupFilterPruner,
     GroupL1FilterPruner,
     GroupL2FilterPruner,
+    L1FilterPruner,
     PruningConfigError,
     get_pruner_class,
 )
@@ -131,3 +133,33 @@ def test_layer_that_never_runs_is_left_unpruned_with_a_warning():
         pruner.compress()
     assert pruner.skipped == ["spare"]
     assert kept_rows(pruner.get_masks()["spare"]["weight_mask"]) == [0, 1, 2, 3]
+
+
+class ConcatDepthwise(nn.Module):
+    """Two convs concatenated, then one depthwise conv over both: the depthwise joins the two channel groups."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 3, padding=1)
+        self.b = nn.Conv2d(3, 4, 3, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.dw(torch.cat([self.a(x), self.b(x)], 1)).mean((2, 3)))
+
+
+def test_revising_per_layer_masks_decides_groups_joined_by_a_depthwise_conv_together():
+    torch.manual_seed(0)
+    model, x = ConcatDepthwise().eval(), torch.randn(1, 3, 6, 6)
+    coupling = ChannelCoupling(model, x)
+    pruner = L1FilterPruner(model, [{"sparsity": 0.5, "op_names": ["a", "b", "dw"]}])
+    pruner.compress()
+    plans = coupling.reconcile(pruner, lock=False, balance=True, min_layers=2)
+    assert [(sorted(p.layers), p.channels, p.pruned) for p in plans] == [(["a", "b", "dw"], 8, 4)]
+    masks = pruner.get_masks()
+    a, b, dw = (kept_rows(masks[n]["weight_mask"]) for n in ("a", "b", "dw"))
+    assert dw == a + [4 + r for r in b] and len(dw) == 4
+    speedup = ModelSpeedup(pruner.unwrap_model(apply_masks=True), x, masks)
+    speedup.speedup_model()
+    assert speedup.warnings == [] and model.dw.groups == 4

@@ -197,8 +197,8 @@ def predicted_params(model: nn.Module, kept: dict) -> int:
     return total
 
 
-def run_speedup(model: nn.Module, inputs: object, masks: dict) -> tuple[nn.Module, ModelSpeedup]:
-    speedup = ModelSpeedup(model, inputs, masks)
+def run_speedup(model: nn.Module, inputs: object, masks: dict, **options: object) -> tuple[nn.Module, ModelSpeedup]:
+    speedup = ModelSpeedup(model, inputs, masks, **options)
     out = speedup.speedup_model()
     assert out is model  # in place, same object
     return out, speedup
@@ -215,12 +215,43 @@ def replay_matches(factory: Callable[[], nn.Module], small: nn.Module, kept: dic
         assert torch.equal(main_tensor(run_model(fresh, inputs)), main_tensor(run_model(small, inputs)))
 
 
+def masked_reference(model: nn.Module, masks: dict) -> nn.Module:
+    """The masked model as a pruner runs it: masks multiplied into weights and biases, nothing else changed."""
+    ref = copy.deepcopy(model)
+    modules = dict(ref.named_modules())
+    with torch.no_grad():
+        for name, mask in masks.items():
+            modules[name].weight.mul_(mask["weight_mask"])
+            if mask.get("bias_mask") is not None:
+                modules[name].bias.mul_(mask["bias_mask"])
+    return ref
+
+
+def check_folding(factory, model, before, x, masks, plain_out, plain_kept, tmp_path) -> ModelSpeedup:
+    """The default speedup (constants folded) is never further from the masked model than plain removal, equals
+    it when every fold is exact and complete, removes the same channels and replays exactly."""
+    small, speedup = run_speedup(model, x, masks)
+    with torch.no_grad():
+        out = main_tensor(run_model(small, x))
+        ref = main_tensor(run_model(masked_reference(before, masks), x))
+    err_fold, err_plain = (out - ref).abs().max().item(), (plain_out - ref).abs().max().item()
+    assert err_fold <= err_plain + 1e-5, (err_fold, err_plain)
+    if all(f.exact and not f.unfolded for f in speedup.folds):
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    strip = {n: {k: v for k, v in e.items() if k != "add_bias"} for n, e in speedup.kept_channels.items()}
+    assert strip == plain_kept
+    replay_matches(factory, small, speedup.kept_channels, x, tmp_path)
+    return speedup
+
+
 def check_equivalence(factory, model, x, masks, tmp_path):
-    """Output shape kept, output equal to the masked (zeroed) model, params as predicted, exact replay."""
+    """Without folding: output shape kept, output equal to the model whose removed channels are zero, params as
+    predicted, exact replay. Then :func:`check_folding` on a copy (the default path)."""
     before = copy.deepcopy(model)
+    folded = copy.deepcopy(model)
     with torch.no_grad():
         base_out = main_tensor(run_model(model, x))
-    small, speedup = run_speedup(model, x, masks)
+    small, speedup = run_speedup(model, x, masks, fold_constants=False)
     kept = speedup.kept_channels
     with torch.no_grad():
         out = main_tensor(run_model(small, x))
@@ -229,6 +260,7 @@ def check_equivalence(factory, model, x, masks, tmp_path):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     assert param_count(small) == predicted_params(before, kept) < param_count(before)
     replay_matches(factory, small, kept, x, tmp_path)
+    check_folding(factory, folded, before, x, masks, out, kept, tmp_path)
     return speedup, before
 
 

@@ -1,0 +1,238 @@
+"""Channel coupling: which layers' output channels are tied, and filter masks that agree inside a group.
+
+One trace of the model (:func:`slimkit.compression.speedup.trace_channels`) tells which output channels are
+tied together (residual adds, gated products, depthwise convs, norms). Tied channels form a *class*; the
+speedup removes a class only when every layer producing it drops it, so masks chosen layer by layer mostly
+cancel out. :class:`ChannelCoupling` is the one place that turns the trace into decisions:
+
+* :meth:`ChannelCoupling.reconcile` gives every group of coupled layers one shared channel decision
+  (dependency-aware pruning, as NNI's ``dependency_aware=True``): each class is scored by the sum of its
+  layers' filter importances and the group prunes ``num_to_prune(s, classes)`` of them at the smallest
+  sparsity among its layers. :class:`~slimkit.compression.pruning.group.GroupFilterPruner` and the smash
+  filter pruners both use it.
+* :meth:`ChannelCoupling.shrinkable` keeps the layers whose channels the speedup can really remove.
+* :meth:`ChannelCoupling.producer_masks` turns BatchNorm masks (Network Slimming) into masks on the layers
+  that produce those channels, which is what the speedup shrinks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from slimkit.compression.pruning.maskers import StructuredWeightMasker, channel_masks, lowest_indices, num_to_prune
+from slimkit.compression.speedup.tracer import trace_channels
+
+if TYPE_CHECKING:
+    from slimkit.compression.pruning.compressor import Pruner
+
+_PRUNABLE_KINDS = ("conv", "linear")
+
+
+@dataclass
+class ChannelGroupPlan:
+    """One group of coupled layers: its members, coupled channels, how many can go and how many went."""
+
+    layers: list[str]
+    channels: int
+    prunable: int
+    pruned: int
+    sparsity: float
+
+
+class _UnionFind:
+    """Union-find over small integer keys (channel-class roots or layer indices)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def find(self, x: int) -> int:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union_all(self, items: Iterable[int]) -> None:
+        items = [int(i) for i in items]
+        for other in items[1:]:
+            a, b = self.find(items[0]), self.find(other)
+            if a != b:
+                self.parent[max(a, b)] = min(a, b)
+
+
+def _tracked(ids: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """Class root per channel, -1 where the channel is untracked."""
+    return np.where(ids >= 0, roots[np.maximum(ids, 0)], -1)
+
+
+class ChannelCoupling:
+    """The channel classes and groups of ``model`` on ``dummy_input`` (one forward pass, nothing is changed)."""
+
+    def __init__(self, model: nn.Module, dummy_input: Any) -> None:
+        self.graph = graph = trace_channels(model, dummy_input)
+        roots = graph.uf.roots()
+        #: producer name -> class root of each output channel; prunable producers are Conv/Linear leaves
+        self.producers: dict[str, np.ndarray] = {}
+        self.prunable: set[str] = set()
+        for space in graph.spaces.values():
+            name = space.owner if space.kind == "out" else f"{space.owner}#{space.kind}"
+            self.producers[name] = roots[space.ids]
+            leaf = graph.leaves.get(space.owner)
+            if space.kind == "out" and leaf is not None and leaf.kind in _PRUNABLE_KINDS:
+                self.prunable.add(name)
+        #: depthwise convs (their channels are their input's) and norms: class root per channel, -1 untracked
+        self.depthwise: dict[str, np.ndarray] = {}
+        self.norms: dict[str, np.ndarray] = {}
+        for name, rec in graph.leaves.items():
+            if rec.kind == "depthwise" and rec.out_ids is not None:
+                self.depthwise[name] = _tracked(rec.out_ids, roots)
+            elif rec.kind == "norm" and rec.in_ids is not None:
+                self.norms[name] = _tracked(rec.in_ids, roots)
+        components = _UnionFind()
+        for classes in self.producers.values():
+            components.union_all(classes)
+        self._find = components.find
+        #: layer -> the groups its channels belong to (a norm after a concat may read several)
+        self.groups: dict[str, set[int]] = {}
+        self._members: dict[int, tuple[list[str], list[str], list[str]]] = {}
+        for kind, table in enumerate((self.producers, self.depthwise, self.norms)):
+            for name, classes in table.items():
+                groups = {self._find(int(r)) for r in np.unique(classes[classes >= 0])}
+                self.groups[name] = groups
+                for group in groups:
+                    self._members.setdefault(group, ([], [], []))[kind].append(name)
+        #: class roots the speedup must keep (model outputs, ops it cannot shrink)
+        self.pinned_classes = {int(r) for pin in graph.pins for r in np.unique(roots[pin.ids])}
+        self.pinned = {self._find(r) for r in self.pinned_classes}
+
+    # --- groups ---------------------------------------------------------------------------------------------
+    def members(self, group: int) -> tuple[list[str], list[str], list[str]]:
+        """(producers, depthwise convs, norms) whose channels belong to ``group``."""
+        return self._members.get(group, ([], [], []))
+
+    def layer_classes(self, name: str) -> np.ndarray | None:
+        """Class root of each output channel of Conv/Linear/depthwise layer ``name`` (-1 untracked), else None."""
+        if name in self.prunable:
+            return self.producers[name]
+        return self.depthwise.get(name)
+
+    def _group_ok(self, group: int, selected: set[str], norms_decide: bool) -> bool:
+        producers, _, norms = self.members(group)
+        if group in self.pinned or not all(p in self.prunable for p in producers):
+            return False
+        if norms_decide:
+            return bool(norms) and all(n in selected for n in norms)
+        return all(p in selected for p in producers)
+
+    def shrinkable(self, selected: Iterable[str], norms_decide: bool = False) -> set[str]:
+        """The layers of ``selected`` whose channels the speedup can really remove.
+
+        Filter pruners (``norms_decide=False``) select Conv/Linear layers: a layer qualifies when every producer
+        of its group is a selected Conv/Linear and nothing pins the group. Slim (``norms_decide=True``) selects
+        norms: every norm reading the group must be selected, and its producers must be Conv/Linear.
+        """
+        chosen = set(selected)
+        table = self.norms if norms_decide else self.prunable | set(self.depthwise)
+        return {n for n in chosen if n in table and self.groups.get(n)
+                and all(self._group_ok(g, chosen, norms_decide) for g in self.groups[n])}
+
+    # --- masks --------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def reconcile(self, pruner: Pruner, *, lock: bool, balance: bool, min_layers: int = 1) -> list[ChannelGroupPlan]:
+        """Give every group of coupled wrapped layers one channel decision and install its masks.
+
+        Groups are the wrapped Conv/Linear/depthwise layers connected by shared channel classes. ``lock=True``
+        plans from scratch: channels that are pinned or also produced by a layer outside the group are never
+        masked, and channels already masked go first. ``lock=False`` revises per-layer masks: a group touching
+        such foreign channels keeps its masks (the speedup reports what it cannot remove), and the other
+        groups are re-scored from their weights. ``balance=True`` divides each layer's importances by their
+        mean so every layer weighs the same. Groups of fewer than ``min_layers`` layers are left alone.
+        """
+        masker = pruner.masker
+        if not isinstance(masker, StructuredWeightMasker):
+            return []
+        wrappers = {w.name: (i, w) for i, w in enumerate(pruner.get_modules_wrapper())}
+        located = {n: c for n in wrappers if (c := self.layer_classes(n)) is not None}
+        foreign = {int(r) for name, classes in self.producers.items() if name not in located for r in classes}
+        locked = foreign | self.pinned_classes if lock else set()
+        plans = []
+        for layers in _components(located):
+            classes = np.unique(np.concatenate([located[n][located[n] >= 0] for n in layers]))
+            if len(layers) < min_layers or (not lock and foreign.intersection(classes.tolist())):
+                continue
+            if not lock:  # score the weights themselves, not the per-layer decision already in the masks
+                for name in layers:
+                    wrappers[name][1].weight_mask.fill_(1)
+            score = torch.zeros(len(classes), dtype=torch.float64)
+            for name in layers:
+                idx, wrapper = wrappers[name]
+                importance = masker.get_channel_importance(wrapper, idx).detach().double().flatten().cpu()
+                already = wrapper.weight_mask.detach().reshape(wrapper.weight_mask.shape[0], -1).sum(1) == 0
+                importance = importance.masked_fill(already.cpu(), -math.inf)
+                if balance:
+                    finite = importance[importance.isfinite()]
+                    importance = importance / (finite.abs().mean().clamp_min(1e-12) if finite.numel() else 1.0)
+                rows = located[name]
+                where = torch.from_numpy(np.searchsorted(classes, rows[rows >= 0]))
+                score.index_add_(0, where, importance[torch.from_numpy(np.flatnonzero(rows >= 0))])
+            candidates = [i for i, c in enumerate(classes.tolist()) if c not in locked]
+            sparsity = min(float(wrappers[n][1].config["sparsity"]) for n in layers)
+            k = min(num_to_prune(sparsity, len(classes)), len(candidates))
+            order = lowest_indices(score[candidates], k)
+            dropped = {int(classes[candidates[i]]) for i in order.tolist()}
+            plans.append(ChannelGroupPlan(layers, len(classes), len(candidates), len(dropped), sparsity))
+            pruner.apply_masks({
+                name: channel_masks(wrappers[name][1], torch.tensor([float(r not in dropped) for r in
+                                                                     located[name].tolist()]))
+                for name in layers
+            })
+        return plans
+
+    def producer_masks(self, norm_masks: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, torch.Tensor]]:
+        """Speedup masks (``{"out_channels": kept}``) for the producers of channels that pruned norms removed.
+
+        A channel goes when every norm reading it pruned it (the speedup's own union rule), and only in
+        groups whose producers are all Conv/Linear, whose norms are all pruned and that nothing pins.
+        """
+        keeps = {n: m["weight_mask"].detach().cpu().reshape(-1) != 0 for n, m in norm_masks.items() if n in self.norms}
+        read: set[int] = set()
+        kept: set[int] = set()
+        for name, keep in keeps.items():
+            for r, k in zip(self.norms[name].tolist(), keep.tolist(), strict=True):
+                read.add(r)
+                if k:
+                    kept.add(r)
+        removed = read - kept
+        out: dict[str, dict[str, torch.Tensor]] = {}
+        for group in {g for n in keeps for g in self.groups.get(n, ())}:
+            if not self._group_ok(group, set(keeps), norms_decide=True):
+                continue
+            for name in self.members(group)[0]:
+                rows = self.producers[name].tolist()
+                channels = [i for i, r in enumerate(rows) if r not in removed]
+                if len(channels) < len(rows):
+                    out[name] = {"out_channels": torch.tensor(channels, dtype=torch.long)}
+        return out
+
+
+def _components(classes: Mapping[str, np.ndarray]) -> list[list[str]]:
+    """Group layer names that share at least one channel class (in the mapping's order)."""
+    names = list(classes)
+    layers = _UnionFind()
+    owner: dict[int, int] = {}
+    for i, name in enumerate(names):
+        layers.find(i)
+        for c in np.unique(classes[name]).tolist():
+            if c >= 0:
+                layers.union_all([owner.setdefault(c, i), i])
+    comps: dict[int, list[str]] = {}
+    for i, name in enumerate(names):
+        comps.setdefault(layers.find(i), []).append(name)
+    return list(comps.values())
