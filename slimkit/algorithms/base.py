@@ -55,6 +55,9 @@ class SlimkitAlgorithm(ABC):
     #: group -> list of algorithm names this one combines with, or "*" (default: every group is "*").
     compatible_algorithms: ClassVar[dict[str, list[str] | str]] = {}
     save_fn: ClassVar[SaveFn] = SaveFn.KEEP
+    #: ``replay()`` works on a base whose parameters are on the meta device (it only swaps or casts modules and
+    #: reads no weight values), so a reload may skip building the fp32 weights. Set True only once verified.
+    replay_on_meta: ClassVar[bool] = False
     #: pip extra that provides the optional packages ``import_algorithm_packages`` needs ("" when none).
     extra: ClassVar[str] = ""
 

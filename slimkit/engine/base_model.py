@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch import nn
 
 from slimkit.errors import SaveLoadError
+
+#: base kinds slimkit builds itself (so it may build them on the meta device); "user" needs ``model=``
+REBUILT_KINDS = ("zoo", "hf")
 
 
 def _float_dtype(model: torch.nn.Module) -> str | None:
@@ -32,14 +38,69 @@ def describe_base(model: torch.nn.Module) -> dict[str, Any]:
     return {**spec, "kind": "user"}
 
 
-def rebuild_base(spec: dict[str, Any], model: Any = None) -> torch.nn.Module:
-    """Build a fresh base model from ``spec``; ``model`` (an instance or a factory) overrides the recipe."""
+@contextlib.contextmanager
+def meta_parameters() -> Iterator[None]:
+    """Inside the block, every plain ``nn.Parameter`` a module registers is moved to the meta device at once.
+
+    Buffers stay real, so non-persistent buffers computed at init (rotary ``inv_freq``, position ids) are
+    right without a state-dict entry. The parameters' init then runs on meta (no memory, no time); a skeleton
+    built this way must receive every parameter from ``load_state_dict(..., assign=True)``. Each layer still
+    allocates its weight uninitialised for a moment (``torch.empty``), one layer at a time. The patch is on
+    ``nn.Module.register_parameter`` and is process-wide while the block runs: build nothing else in other
+    threads meanwhile. Parameter subclasses (lazy, sharded...) are left untouched.
+    """
+    original = nn.Module.register_parameter
+
+    def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        original(module, name, param)
+        if type(param) is nn.Parameter and not param.is_meta:
+            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def meta_tensors(model: nn.Module) -> list[str]:
+    """Names of the parameters and buffers of ``model`` that are still on the meta device (have no data)."""
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    return [name for name, t in named if t.is_meta]
+
+
+def rebuild_base(spec: dict[str, Any], model: Any = None, on_meta: bool = False) -> torch.nn.Module:
+    """Build a fresh base model from ``spec``; ``model`` (an instance or a factory) overrides the recipe.
+
+    ``on_meta`` builds a zoo or Hugging Face recipe with its parameters on the meta device (see
+    :func:`meta_parameters`): a skeleton that costs no memory, for weights loaded with ``assign=True``. A model
+    whose init fails on meta parameters is built in full instead. ``on_meta`` has no effect with ``model=``
+    (the user's model is used as given).
+    """
     if model is not None:
         built = model if isinstance(model, torch.nn.Module) else model()
         if not isinstance(built, torch.nn.Module):
             raise SaveLoadError(f"model= must be an nn.Module or a callable returning one, got {type(built).__name__}.")
         return built
     kind = spec.get("kind")
+    built = None
+    if on_meta and kind in REBUILT_KINDS:
+        try:
+            with meta_parameters():
+                built = _build_recipe(spec, kind)
+        except SaveLoadError:
+            raise
+        except Exception:  # init code that needs real weights: build in full (an assign-load still fits it)
+            built = None
+    if built is None:
+        built = _build_recipe(spec, kind)
+    if spec.get("dtype"):
+        built = built.to(getattr(torch, spec["dtype"]))
+    return built.eval()
+
+
+def _build_recipe(spec: dict[str, Any], kind: Any) -> torch.nn.Module:
+    """The zoo or Hugging Face model ``spec`` describes (random init); SaveLoadError for user code."""
     if kind == "zoo":
         from slimkit import zoo
 
@@ -59,6 +120,4 @@ def rebuild_base(spec: dict[str, Any], model: Any = None) -> torch.nn.Module:
             f"This model was built by your own code ({spec.get('class')}), so slimkit cannot rebuild it alone. "
             "Pass model=<a fresh instance> or model=<a function returning one> to from_pretrained."
         )
-    if spec.get("dtype"):
-        built = built.to(getattr(torch, spec["dtype"]))
-    return built.eval()
+    return built

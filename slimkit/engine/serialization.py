@@ -23,7 +23,7 @@ from slimkit.config.smash_config import (
     SmashConfig,
     load_inputs,
 )
-from slimkit.engine.base_model import rebuild_base
+from slimkit.engine.base_model import meta_tensors, rebuild_base
 from slimkit.engine.smashed_model import SmashedModel
 from slimkit.engine.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.errors import ConfigError, SaveLoadError
@@ -128,7 +128,8 @@ def _read_payload(folder: Path) -> dict[str, Any]:
     return payload
 
 
-def _load_weights(model: torch.nn.Module, file: Path) -> None:
+def _load_weights(model: torch.nn.Module, file: Path, assign: bool = False) -> None:
+    """Load the saved weights strictly; ``assign`` puts them into a meta-device skeleton (nothing may stay meta)."""
     if not file.is_file():
         raise SaveLoadError(f"{file} is missing: the save is incomplete.")
     try:
@@ -136,12 +137,19 @@ def _load_weights(model: torch.nn.Module, file: Path) -> None:
     except (SafetensorError, OSError, ValueError) as exc:
         raise SaveLoadError(f"{file} cannot be read ({exc}): the file is truncated or corrupt.") from exc
     try:
-        load_flat_state_dict(model, flat, strict=True)
+        load_flat_state_dict(model, flat, strict=True, assign=assign)
     except (RuntimeError, KeyError, ValueError) as exc:
         raise SaveLoadError(
             f"The weights in {file} do not fit the rebuilt architecture: {str(exc)[:600]}. If you passed model=, "
             "pass the same architecture you smashed."
         ) from exc
+    missing = meta_tensors(model) if assign else []
+    if missing:
+        raise SaveLoadError(
+            f"After loading {file}, {len(missing)} tensor(s) of the rebuilt model have no data (still on the meta "
+            f"device): {', '.join(missing[:8])}. The save does not hold them; this is a slimkit bug, please report "
+            "it. Meanwhile load with model=<a fresh instance of the architecture> (a full fp32 build)."
+        )
 
 
 def _load_artifacts(folder: Path, payload: dict[str, Any], cfg: SmashConfig, algos: list[Any]) -> SmashedModel:
@@ -201,11 +209,14 @@ def load_smashed(
             )
         base = torch.load(folder / PICKLE_FILE, weights_only=False)
     else:
-        base = rebuild_base(payload["base"], model)
+        # parameters on meta when slimkit builds the base and every replay before the load works on a skeleton
+        replays = [a for a in algos[:cut] if a.save_fn == SaveFn.REPLAY]
+        on_meta = model is None and all(a.replay_on_meta for a in replays)
+        base = rebuild_base(payload["base"], model, on_meta=on_meta)
         for algo, record in zip(algos[:cut], applied[:cut], strict=True):
             if algo.save_fn == SaveFn.REPLAY:
                 base = algo.replay(base, cfg.get_prefix_wrapper(record["name"]), record.get("state", {}))
-        _load_weights(base, folder / payload["weights_file"])
+        _load_weights(base, folder / payload["weights_file"], assign=on_meta)
     if isinstance(base, torch.nn.Module):
         base = base.to(cfg.device).eval()
 

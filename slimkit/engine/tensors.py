@@ -121,13 +121,70 @@ def unflatten_state_dict(flat: dict[str, torch.Tensor]) -> dict[str, Any]:
     return {base: _rebuild(base, flat, keys) for base in order}
 
 
-def load_flat_state_dict(model: torch.nn.Module, flat: dict[str, torch.Tensor], strict: bool = True) -> None:
+def _tied_parameters(model: torch.nn.Module) -> list[list[tuple[torch.nn.Module, str]]]:
+    """Groups of (module, name) slots that hold one and the same Parameter object (tied weights)."""
+    groups: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                groups.setdefault(id(param), []).append((module, name))
+    return [slots for slots in groups.values() if len(slots) > 1]
+
+
+def _retie(groups: list[list[tuple[torch.nn.Module, str]]]) -> None:
+    """After an assign-load, make each tied group one Parameter again where the loaded tensors share their data.
+
+    ``assign=True`` wraps each loaded tensor in its own Parameter, so ``lm_head.weight is embed.weight`` would
+    no longer hold even though both came from the same saved tensor (an ``__alias__`` entry).
+    """
+    for (module0, name0), *others in groups:
+        first = module0._parameters[name0]
+        for module, name in others:
+            param = module._parameters[name]
+            same = (
+                param is not None and first is not None and param.data_ptr() == first.data_ptr()
+                and param.shape == first.shape and param.stride() == first.stride() and param.dtype == first.dtype
+            )
+            if same:
+                module._parameters[name] = first
+
+
+def _to_model_dtypes(state: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """Cast loaded tensors to the model's dtype per key, as a copying load would (aliases stay shared)."""
+    cast: dict[int, torch.Tensor] = {}
+    out = {}
+    for key, value in state.items():
+        target = current.get(key)
+        if (
+            isinstance(value, torch.Tensor) and isinstance(target, torch.Tensor) and value.dtype != target.dtype
+            and not value.is_quantized and not target.is_quantized
+        ):
+            if id(value) not in cast:
+                cast[id(value)] = value.to(target.dtype)
+            value = cast[id(value)]
+        out[key] = value
+    return out
+
+
+def load_flat_state_dict(
+    model: torch.nn.Module, flat: dict[str, torch.Tensor], strict: bool = True, assign: bool = False
+) -> None:
     """Load a flattened state dict into ``model`` (strict by default), keeping the model's version metadata.
 
     Quantized modules read the state-dict version from ``_metadata``; it comes from the freshly rebuilt model.
+    ``assign=True`` puts the loaded tensors into the model instead of copying them into its own (which may
+    be on the meta device: a skeleton that never held weights). Tensors are cast to the model's dtype per key
+    as a copying load does, and parameters tied in ``model`` (one Parameter in several places) are tied again.
     """
     from collections import OrderedDict
 
-    state = OrderedDict(unflatten_state_dict(flat))
-    state._metadata = getattr(model.state_dict(), "_metadata", None)  # type: ignore[attr-defined]
-    model.load_state_dict(state, strict=strict)
+    current = model.state_dict()
+    loaded = unflatten_state_dict(flat)
+    state = OrderedDict(_to_model_dtypes(loaded, current) if assign else loaded)
+    state._metadata = getattr(current, "_metadata", None)  # type: ignore[attr-defined]
+    if not assign:
+        model.load_state_dict(state, strict=strict)
+        return
+    tied = _tied_parameters(model)
+    model.load_state_dict(state, strict=strict, assign=True)
+    _retie(tied)

@@ -37,6 +37,7 @@ class BNN(SlimkitQuantizer):
     references = {"Paper": "https://arxiv.org/abs/1602.02830", "XNOR-Net": "https://arxiv.org/abs/1603.05279"}
     dataset_required = True
     save_fn = SaveFn.REPLAY
+    replay_on_meta = True  # replay wraps layers in empty frozen-code layers; reads no weight values
 
     def get_hyperparameters(self) -> list:
         """Weight scaling, activation binarization and the shared training settings."""

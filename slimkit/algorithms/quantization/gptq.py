@@ -31,6 +31,7 @@ class GPTQ(SlimkitQuantizer):
     tokenizer_required = True
     dataset_required = True
     save_fn = SaveFn.REPLAY
+    replay_on_meta = True  # replay builds empty PackedLinear layers from the saved specs
 
     def get_hyperparameters(self) -> list:
         """Bits, group size, sym, act order, damping, block size, clipping, calibration size, exclusions."""

@@ -59,6 +59,7 @@ class Half(SlimkitQuantizer):
     algorithm_name = "half"
     references = {"PyTorch": "https://pytorch.org/docs/stable/generated/torch.Tensor.half.html"}
     save_fn = SaveFn.REPLAY
+    replay_on_meta = True  # the replay only casts dtypes, which works on meta parameters
 
     def get_hyperparameters(self) -> list:
         """Target dtype and input casting."""

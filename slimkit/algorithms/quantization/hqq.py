@@ -26,6 +26,7 @@ class HQQ(SlimkitQuantizer):
     algorithm_name = "hqq"
     references = {"HQQ": "https://mobiusml.github.io/hqq_blog/"}
     save_fn = SaveFn.REPLAY
+    replay_on_meta = True  # replay builds empty PackedLinear layers from the saved specs
 
     def get_hyperparameters(self) -> list:
         """Bits, group size, optimisation steps, scale refit, exclusions."""

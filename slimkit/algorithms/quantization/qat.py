@@ -36,6 +36,7 @@ class QAT(SlimkitQuantizer):
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
     dataset_required = True
     save_fn = SaveFn.REPLAY
+    replay_on_meta = True  # replay wraps layers in empty frozen-code layers; reads no weight values
 
     def get_hyperparameters(self) -> list:
         """Bits, activations, per-channel scales, EMA decay and the shared training settings."""

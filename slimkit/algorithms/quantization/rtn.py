@@ -23,6 +23,7 @@ class RTN(SlimkitQuantizer):
     algorithm_name = "rtn"
     references = {"GPTQ paper (RTN baseline)": "https://arxiv.org/abs/2210.17323"}
     save_fn = SaveFn.REPLAY
+    replay_on_meta = True  # replay builds empty PackedLinear layers from the saved specs
 
     def get_hyperparameters(self) -> list:
         """Bits, group size, symmetric grid, exclusions."""

@@ -84,7 +84,7 @@ class TestOnnxRuntime(AlgorithmTesterBase):
     models = ["mlp", "resnet_tiny", "tiny_bert"]
     reject_models = ["dynamic_int8_mlp", "not_a_module"]
     hyperparameters = {"threads": 1}
-    reload_atol = 1e-6
+    reload_atol = 0.0
 
     def post_smash_hook(self, smashed, base, inputs):
         assert isinstance(smashed.model, OnnxRuntimeModule)

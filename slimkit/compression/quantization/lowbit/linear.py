@@ -140,6 +140,11 @@ class PackedLinear(nn.Module):
     @classmethod
     def from_spec(cls, spec: dict, dtype: torch.dtype = torch.float32,
                   device: torch.device | str | None = None) -> PackedLinear:
-        """An empty layer (zeros) with the shapes of :meth:`spec`, ready for a strict state-dict load."""
+        """An empty layer (zeros) with the shapes of :meth:`spec`, ready for a strict state-dict load.
+
+        A ``meta`` device (the layer replaced belongs to a skeleton built without weights) gives real CPU buffers.
+        """
+        if device is not None and torch.device(device).type == "meta":
+            device = None
         return cls(int(spec["in_features"]), int(spec["out_features"]), int(spec["bits"]), int(spec["group_size"]),
                    bool(spec["bias"]), bool(spec.get("input_scale", False)), dtype=dtype, device=device)
