@@ -9,11 +9,14 @@ import torch
 from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 
 from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
-from slimkit.algorithms.quantization._calibration import (
-    batch_size_of,
-    calibration_batches,
-    slice_inputs,
-    truncate_tokens,
+from slimkit.algorithms.quantization._calibration import calibration_batches, slice_inputs, truncate_tokens
+from slimkit.algorithms.quantization._fallback import (
+    first_samples,
+    main_float,
+    mean_cosine,
+    model_outputs,
+    rank_by_gain,
+    restore_until,
 )
 from slimkit.algorithms.quantization._int8_linear import Int8Linear, full_range_is_exact, quantize_layers, set_module
 from slimkit.algorithms.quantization._smooth_utils import (
@@ -28,32 +31,10 @@ from slimkit.algorithms.quantization.int8_dynamic import _linear_names
 from slimkit.algorithms.registry import register
 from slimkit.config.hyperparameters import Boolean, ListHyperparameter
 from slimkit.config.smash_config import SmashConfigPrefixWrapper
-from slimkit.utils import Inputs, main_tensor, run_model
+from slimkit.utils import Inputs
 
 AUTO_ALPHAS = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 SENSITIVITY_SAMPLES = 8
-
-
-def _cosines(reference: list[torch.Tensor], outputs: list[torch.Tensor]) -> torch.Tensor:
-    """Per-sample cosine similarity (all non-batch dims flattened, float64 sums) of two output lists."""
-    cos = []
-    for r, o in zip(reference, outputs, strict=True):
-        a, b = r.reshape(r.shape[0], -1), o.reshape(o.shape[0], -1)
-        dot = (a * b).double().sum(1)
-        na, nb = a.double().pow(2).sum(1).sqrt(), b.double().pow(2).sum(1).sqrt()
-        c = dot / (na * nb).clamp_min(1e-300)
-        cos.append(torch.where((na == 0) & (nb == 0), torch.ones_like(c), c))
-    return torch.cat(cos)
-
-
-def _main(output: Any) -> torch.Tensor:
-    out = main_tensor(output)
-    return out.dequantize() if out.is_quantized else out.float()
-
-
-def _outputs(model: torch.nn.Module, batches: list[Inputs]) -> list[torch.Tensor]:
-    with torch.no_grad():
-        return [_main(run_model(model, b)) for b in batches]
 
 
 class _Switch:
@@ -128,11 +109,11 @@ class Int8Smooth(SlimkitQuantizer):
         if smash_config["smooth"]:
             state["smoothed"] = self._smooth(model, names, batches, smash_config, reduce_range, reference)
         if not reference:
-            reference = _outputs(model, batches)
+            reference = model_outputs(model, batches)
         switch = _Switch(model, names, reduce_range)
         for name in names:
             switch.set(name, True)
-        cosine = float(_cosines(reference, _outputs(model, batches)).mean())
+        cosine = mean_cosine(model, batches, reference)
         state["cosine_all_int8"] = round(cosine, 6)
         fp32: list[str] = []
         if cosine < smash_config["min_cosine"]:
@@ -152,7 +133,7 @@ class Int8Smooth(SlimkitQuantizer):
         groups = verify_groups(model, discover_groups(model, names, probe), probe)
         if not groups:
             return []
-        collect_statistics(model, groups, batches, on_output=lambda out: reference.append(_main(out)))
+        collect_statistics(model, groups, batches, on_output=lambda out: reference.append(main_float(out)))
         alphas = AUTO_ALPHAS if smash_config["auto_alpha"] else [float(smash_config["alpha"])]
         record = []
         for group in groups:
@@ -168,28 +149,21 @@ class Int8Smooth(SlimkitQuantizer):
     def _fallback(self, switch: _Switch, names: list[str], batches: list[Inputs], reference: list[torch.Tensor],
                   budget: float) -> tuple[float, list[str]]:
         """Rank layers by the cosine gained when each alone returns to fp32; restore them until the budget holds."""
-        few, few_ref, seen = [], [], 0
-        for batch, ref in zip(batches, reference, strict=True):
-            take = min(batch_size_of(batch), SENSITIVITY_SAMPLES - seen)
-            few.append(slice_inputs(batch, 0, take))
-            few_ref.append(ref[:take])
-            seen += take
-            if seen >= SENSITIVITY_SAMPLES:
-                break
-        gains = {}
-        for name in names:
+        few, few_ref = first_samples(batches, reference, SENSITIVITY_SAMPLES)
+
+        def alone(name: str) -> float:
             switch.set(name, False)
-            gains[name] = float(_cosines(few_ref, _outputs(switch.model, few)).mean())
-            switch.set(name, True)
-        fp32: list[str] = []
-        cosine = 0.0
-        for name in sorted(names, key=lambda n: -gains[n]):
-            switch.set(name, False)
-            fp32.append(name)
-            cosine = float(_cosines(reference, _outputs(switch.model, batches)).mean())
-            if cosine >= budget:
-                break
-        return cosine, fp32
+            try:
+                return mean_cosine(switch.model, few, few_ref)
+            finally:
+                switch.set(name, True)
+
+        def restored(fp32: list[str]) -> float:
+            switch.set(fp32[-1], False)
+            return mean_cosine(switch.model, batches, reference)
+
+        ranked = rank_by_gain(names, alone, "int8_smooth: layer sensitivity")
+        return restore_until(ranked, restored, budget, desc="int8_smooth: fp32 fallback")
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Rebuild which layers are int8 (smoothing lives in the saved weights); the weights then load strictly."""

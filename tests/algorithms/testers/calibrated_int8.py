@@ -22,7 +22,30 @@ class _DynamicInt8MLP(torch.nn.Module):
         return self.fc(x)
 
 
+class SensitiveCNN(torch.nn.Module):
+    """A CNN with one layer int8 cannot represent: each conv2 output channel has one huge weight on an input
+    channel that is always zero (conv1's channel 0 never fires), so per-channel int8 rounds the weights that
+    matter to zero. Only conv2 back in fp32 restores the output; int8_static's fallback must find exactly it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.act1 = torch.nn.ReLU6()
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.act2 = torch.nn.ReLU()
+        self.fc = torch.nn.Linear(8 * 8 * 8, 4)
+        with torch.no_grad():
+            self.conv1.bias[0] = -100.0
+            self.conv2.weight[:, 0, 1, 1] = 50.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act2(self.conv2(self.act1(self.bn1(self.conv1(x)))))
+        return self.fc(torch.flatten(x, 1))
+
+
 harness_models.LOCAL.setdefault("dynamic_int8_mlp", (_DynamicInt8MLP, lambda: torch.randn(2, 8)))
+harness_models.LOCAL.setdefault("sensitive_cnn", (SensitiveCNN, lambda: torch.randn(8, 3, 8, 8)))
 
 
 def _linear_names(model: torch.nn.Module) -> list[str]:
@@ -77,6 +100,23 @@ class TestInt8Static(AlgorithmTesterBase):
         assert smashed.applied[0]["state"]["quantized_modules"] >= 3
         assert size_on_disk(smashed) < 0.5 * size_on_disk(base)
         assert fidelity(base, smashed, inputs).cosine_mean > 0.99
+
+
+class TestInt8StaticFallback(TestInt8Static):
+    """All int8 misses the budget on SensitiveCNN: the fallback keeps exactly conv2 (+ its ReLU) in fp32."""
+
+    models = ["sensitive_cnn"]
+    reject_models = ["mlp"]
+    hyperparameters = {"min_cosine": 0.99}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        state = smashed.applied[0]["state"]
+        assert state["cosine_all_int8"] < 0.9 and state["cosine"] >= 0.99
+        assert state["fp32_layers"] == ["conv2"] and state["fp32_modules"] == ["conv2", "act2"]
+        conv2 = smashed.model.conv2  # conv + ReLU fused, but float: torch.ao's intrinsic (not quantized) module
+        assert type(conv2) is torch.ao.nn.intrinsic.ConvReLU2d and conv2[0].weight.dtype == torch.float32
+        assert all(".quantized" in type(m).__module__ for m in (smashed.model.conv1, smashed.model.fc))
+        assert fidelity(base, smashed, inputs).cosine_mean >= 0.99  # the budget, re-measured on the calibration inputs
 
 
 class TestOnnxRuntime(AlgorithmTesterBase):
