@@ -113,3 +113,17 @@ def test_the_build_is_cached_per_source_and_cpu(fresh_kernel, monkeypatch):
     ran = []
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: ran.append(a))
     assert native.kernel() is not None and ran == []  # loaded from the cache, not compiled again
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4])
+@pytest.mark.parametrize("group", [32, 128])
+def test_int4_kernel_scales_and_mins_reproduce_our_dequantisation(bits, group):
+    """The CUDA path's (scale, min) mapping, checked through PyTorch's CPU build of the same int4 kernel format
+    (the CUDA kernel itself needs a GPU: tests marked cuda)."""
+    layer = _layer(bits, 64, 256, group)
+    tiny = kernels._tinygemm_group(layer)
+    assert tiny == group  # our group sizes 32 and 128 are tinygemm group sizes themselves
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(layer.codes().to(torch.int32), 8)
+    x = torch.randn(3, 256)
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, tiny, kernels.tinygemm_scales_and_mins(layer, tiny))
+    torch.testing.assert_close(out + layer.bias, F.linear(x, layer.dequantize(), layer.bias), atol=1e-4, rtol=1e-4)

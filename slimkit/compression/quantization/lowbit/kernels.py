@@ -117,6 +117,18 @@ def _tinygemm_group(layer: PackedLinear) -> int | None:
     return None
 
 
+def tinygemm_scales_and_mins(layer: PackedLinear, group: int) -> torch.Tensor:
+    """float32 ``[in // group, out, 2]`` of (scale, min) per tinygemm group: ``(q - 8) * s + m == (q - z) * s``.
+
+    Our groups of ``layer.group_size`` are split into tinygemm's smaller ``group`` (a divisor), repeating their
+    scale and zero. Shared by the CUDA kernel and (in tests) PyTorch's CPU int4 kernel, which uses the same format.
+    """
+    rep = layer.group_size // group
+    scales = layer.scales.float().repeat_interleave(rep, dim=1)[:, : layer.in_features // group]
+    zeros = layer.zeros.float().repeat_interleave(rep, dim=1)[:, : layer.in_features // group]
+    return torch.stack([scales.t(), ((8 - zeros) * scales).t()], dim=-1).contiguous()
+
+
 def _build_tinygemm(layer: PackedLinear, high_first: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
     from slimkit.compression.quantization.lowbit.packing import unpack
 
@@ -126,12 +138,7 @@ def _build_tinygemm(layer: PackedLinear, high_first: bool) -> tuple[torch.Tensor
     even, odd = q[:, 0::2], q[:, 1::2]
     packed = (even << 4 | odd) if high_first else (odd << 4 | even)
     weight = torch.ops.aten._convert_weight_to_int4pack(packed.contiguous(), 8)
-    rep = layer.group_size // group
-    scales = layer.scales.float().repeat_interleave(rep, dim=1)[:, : layer.in_features // group]
-    zeros = layer.zeros.float().repeat_interleave(rep, dim=1)[:, : layer.in_features // group]
-    mins = (8 - zeros) * scales
-    sz = torch.stack([scales.t(), mins.t()], dim=-1).to(torch.bfloat16).contiguous()
-    return weight, sz, group
+    return weight, tinygemm_scales_and_mins(layer, group).to(torch.bfloat16), group
 
 
 def _cuda_int4(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
