@@ -127,3 +127,29 @@ def test_int4_kernel_scales_and_mins_reproduce_our_dequantisation(bits, group):
     x = torch.randn(3, 256)
     out = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, tiny, kernels.tinygemm_scales_and_mins(layer, tiny))
     torch.testing.assert_close(out + layer.bias, F.linear(x, layer.dequantize(), layer.bias), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize(("in_f", "group"), [(200, 128), (83, 16), (1040, 64)])
+def test_planar_prefill_path_equals_the_dequantised_dense_matmul(bits, in_f, group):
+    if not EXPECT_NATIVE:
+        pytest.fail("no C compiler or no AVX2 here: run test_fallback_without_the_kernel_gives_the_same_numbers")
+    layer = _layer(bits, 45, in_f, group)
+    x = torch.randn(37, in_f)
+    out = native.planar_matmul(x, layer.qweight, layer.scales, layer.zeros, bits, group, in_f, layer.bias)
+    assert out is not None and out.shape == (37, 45)
+    torch.testing.assert_close(out, F.linear(x, layer.dequantize(), layer.bias), atol=1e-4, rtol=1e-4)
+
+
+def test_packed_linear_prefill_goes_through_the_planar_kernel(monkeypatch):
+    layer = _layer(4, 64, 256, 128)
+    calls = []
+    real = native.planar_matmul
+    monkeypatch.setattr(native, "planar_matmul", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    x = torch.randn(2, 20, 256)
+    out = layer(x)
+    assert calls == [(40, 256)] and out.shape == (2, 20, 64)
+    layer.use_kernel = False
+    torch.testing.assert_close(layer(x), out, atol=1e-4, rtol=1e-4)
+    assert native.planar_matmul(torch.randn(20, 256, requires_grad=True), layer.qweight, layer.scales, layer.zeros,
+                                4, 128, 256, layer.bias) is None  # no backward in C: the torch path handles training

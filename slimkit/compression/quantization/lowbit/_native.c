@@ -99,6 +99,7 @@ static inline vf tof(vu v) { vf r; for (int j = 0; j < VL; j++) r[j] = (float)v[
                     src = tb; at = 0; stride = VL;                                                             \
                 }                                                                                              \
                 CODES_##BITS(src, stride, at)                                                                  \
+                (void)stride;                                                                                  \
                 for (int64_t i = 0; i < m; i++) {                                                              \
                     const float *xi = xp + i * PER * ps + u;                                                   \
                     _Pragma("GCC unroll 8")                                                                    \
@@ -172,5 +173,61 @@ int slimkit_lowbit_matmul(const float *x, int64_t m, int64_t k, const uint8_t *q
         for (int64_t i = 0; i < m; i++) y[i * n + o] = out[i] + (bias ? bias[o] : 0.0f);
     }
     free(xp);
+    return 0;
+}
+
+/* one vector step of the planar dequantisation: codes of VL units, (c - z) * s, stored per plane (only the
+ * `valid` lanes at a group's end, so the next plane's start is never overwritten) */
+#define DEQ_STEP(BITS, PER)                                                                                     \
+    {                                                                                                          \
+        CODES_##BITS(src, stride, at)                                                                          \
+        (void)stride;                                                                                          \
+        for (int v = 0; v < PER; v++) {                                                                        \
+            vf d = (c_[v] - z) * s;                                                                            \
+            memcpy(dst + v * units + u, &d, (size_t)valid * sizeof(float));                                   \
+        }                                                                                                      \
+    }
+
+/* Dequantise the whole weight for long inputs (prefill), in PLANAR column order: out[o, v * units + u] is the
+ * weight of column u * per + v, so every store is a full vector. The caller permutes the input's columns the
+ * same way (x[:, u * per + v] -> column v * units + u, zero-padded to per * units) and runs one dense matmul.
+ * out is [n, per * units]. Returns 0 on success, 1 on a bad argument. */
+int slimkit_lowbit_dequantize_planar(const uint8_t *qweight, int64_t n, int64_t row_bytes, const uint16_t *scales,
+                                     const uint16_t *zeros, int64_t groups, int64_t group_size, int bits,
+                                     float *out, int threads) {
+    int64_t per, nbytes;
+    switch (bits) {
+        case 2: per = 4; nbytes = 1; break;
+        case 3: per = 8; nbytes = 3; break;
+        case 4: per = 2; nbytes = 1; break;
+        case 8: per = 1; nbytes = 1; break;
+        default: return 1;
+    }
+    int64_t units = row_bytes / nbytes;
+    if (n < 1 || units < 1 || group_size % per || groups * (group_size / per) < units) return 1;
+    int64_t gu = group_size / per;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t o = 0; o < n; o++) {
+        const uint8_t *row = qweight + o * row_bytes;
+        float *dst = out + o * per * units;
+        for (int64_t g = 0; g < groups; g++) {
+            vf s = (vf){0} + half_to_float(scales[o * groups + g]), z = (vf){0} + half_to_float(zeros[o * groups + g]);
+            int64_t u0 = g * gu, u1 = u0 + gu < units ? u0 + gu : units;
+            for (int64_t u = u0; u < u1; u += VL) {
+                uint8_t tb[3 * VL];
+                const uint8_t *src = row;
+                int64_t at = u, stride = units, valid = u1 - u < VL ? u1 - u : VL;
+                if (valid < VL) {
+                    memset(tb, 0, sizeof tb);
+                    for (int64_t p = 0; p < nbytes; p++) memcpy(tb + p * VL, row + p * units + u, (size_t)valid);
+                    src = tb; at = 0; stride = VL;
+                }
+                if (bits == 4) DEQ_STEP(4, 2)
+                else if (bits == 3) DEQ_STEP(3, 8)
+                else if (bits == 2) DEQ_STEP(2, 4)
+                else DEQ_STEP(8, 1)
+            }
+        }
+    }
     return 0;
 }

@@ -83,6 +83,9 @@ def _load() -> ctypes.CDLL | None:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     fn.argtypes = [ptr, i64, i64, ptr, i64, i64, ptr, ptr, i64, i64, ctypes.c_int, ptr, ptr, ctypes.c_int]
     fn.restype = ctypes.c_int
+    deq = lib.slimkit_lowbit_dequantize_planar
+    deq.argtypes = [ptr, i64, i64, ptr, ptr, i64, i64, ctypes.c_int, ptr, ctypes.c_int]
+    deq.restype = ctypes.c_int
     return lib
 
 
@@ -116,3 +119,33 @@ def matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: 
     if code != 0:
         return None
     return y
+
+
+#: bits -> (values per packing unit, bytes per unit)
+_UNIT = {2: (4, 1), 3: (8, 3), 4: (2, 1), 8: (1, 1)}
+
+
+def planar_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bits: int,
+                  group_size: int, in_features: int, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """``x [m, k] @ dequant(W)^T + bias`` for long fp32 CPU inputs (prefill); ``None`` if not applicable.
+
+    The C kernel dequantises the weight once, in planar column order (every store a full vector), and the input's
+    columns are permuted to match, so one dense matmul does the rest. The dense weight lives only for this call.
+    """
+    lib = kernel()
+    if (lib is None or x.dtype != torch.float32 or x.requires_grad or scales.dtype != torch.float16
+            or zeros.dtype != torch.float16
+            or not (qweight.is_contiguous() and scales.is_contiguous() and zeros.is_contiguous())):
+        return None
+    per, nbytes = _UNIT[bits]
+    out_f, units = qweight.shape[0], qweight.shape[1] // nbytes
+    weight = torch.empty(out_f, per * units, dtype=torch.float32)
+    code = lib.slimkit_lowbit_dequantize_planar(qweight.data_ptr(), out_f, qweight.shape[1], scales.data_ptr(),
+                                                zeros.data_ptr(), scales.shape[1], group_size, bits,
+                                                weight.data_ptr(), torch.get_num_threads())
+    if code != 0:
+        return None
+    m = x.shape[0]
+    planar = torch.nn.functional.pad(x, (0, per * units - in_features)).view(m, units, per).transpose(1, 2)
+    return torch.nn.functional.linear(planar.reshape(m, per * units), weight,
+                                      None if bias is None else bias.detach().to(torch.float32))
