@@ -126,6 +126,17 @@ ROWS(3, 8, 3)
 ROWS(4, 2, 1)
 ROWS(8, 1, 1)
 
+/* values per packing unit and bytes per unit of a bit width; nonzero for an unsupported width */
+static int unit_shape(int bits, int64_t *per, int64_t *nbytes) {
+    switch (bits) {
+        case 2: *per = 4; *nbytes = 1; return 0;
+        case 3: *per = 8; *nbytes = 3; return 0;
+        case 4: *per = 2; *nbytes = 1; return 0;
+        case 8: *per = 1; *nbytes = 1; return 0;
+        default: return 1;
+    }
+}
+
 /* Vector width the kernel was compiled for: 512 (AVX-512), 256 (AVX2) or 0 (plain C, slower than torch). */
 int slimkit_lowbit_simd(void) {
 #if VL == 16
@@ -142,13 +153,7 @@ int slimkit_lowbit_matmul(const float *x, int64_t m, int64_t k, const uint8_t *q
                           int64_t row_bytes, const uint16_t *scales, const uint16_t *zeros, int64_t groups,
                           int64_t group_size, int bits, const float *bias, float *y, int threads) {
     int64_t per, nbytes;
-    switch (bits) {
-        case 2: per = 4; nbytes = 1; break;
-        case 3: per = 8; nbytes = 3; break;
-        case 4: per = 2; nbytes = 1; break;
-        case 8: per = 1; nbytes = 1; break;
-        default: return 1;
-    }
+    if (unit_shape(bits, &per, &nbytes)) return 1;
     int64_t units = row_bytes / nbytes;
     if (m < 1 || m > 8 || k < 1 || n < 1 || group_size % per || units * per < k || groups * group_size < k) return 1;
     int64_t gu = group_size / per; /* units per group */
@@ -196,13 +201,7 @@ int slimkit_lowbit_dequantize_planar(const uint8_t *qweight, int64_t n, int64_t 
                                      const uint16_t *zeros, int64_t groups, int64_t group_size, int bits,
                                      float *out, int threads) {
     int64_t per, nbytes;
-    switch (bits) {
-        case 2: per = 4; nbytes = 1; break;
-        case 3: per = 8; nbytes = 3; break;
-        case 4: per = 2; nbytes = 1; break;
-        case 8: per = 1; nbytes = 1; break;
-        default: return 1;
-    }
+    if (unit_shape(bits, &per, &nbytes)) return 1;
     int64_t units = row_bytes / nbytes;
     if (n < 1 || units < 1 || group_size % per || groups * (group_size / per) < units) return 1;
     int64_t gu = group_size / per;
