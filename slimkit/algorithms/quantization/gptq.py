@@ -6,7 +6,7 @@ from typing import Any
 
 from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
 
-from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
+from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
 from slimkit.algorithms.registry import register
 from slimkit.compression.quantization.lowbit import quantize_model_gptq
 from slimkit.compression.quantization.lowbit import smash_support as support
@@ -15,7 +15,7 @@ from slimkit.config.smash_config import SmashConfigPrefixWrapper
 
 
 @register
-class GPTQ(SlimkitQuantizer):
+class GPTQ(CalibratedLowBitQuantizer):
     """GPTQ: Hessian-based low-bit quantization of Linear layers with error compensation, on calibration text.
 
     Each layer is quantized column by column; every column's rounding error is pushed onto the columns not
@@ -28,10 +28,6 @@ class GPTQ(SlimkitQuantizer):
 
     algorithm_name = "gptq"
     references = {"GPTQ": "https://arxiv.org/abs/2210.17323"}
-    tokenizer_required = True
-    dataset_required = True
-    save_fn = SaveFn.REPLAY
-    replay_on_meta = True  # replay builds empty PackedLinear layers from the saved specs
 
     def get_hyperparameters(self) -> list:
         """Bits, group size, sym, act order, damping, block size, clipping, calibration size, exclusions."""
@@ -44,19 +40,9 @@ class GPTQ(SlimkitQuantizer):
                                                      "inverse."}),
             OrdinalHyperparameter("block_size", [32, 64, 128, 256], default_value=128,
                                   meta={"desc": "Columns updated together before the lazy update of the rest."}),
-            Boolean("clip_search", True, meta={"desc": "Shrink each group's range where that lowers its "
-                                                       "activation-weighted error (clips a few extreme weights)."}),
+            clip_search_hyperparameter(),
             *support.calibration_hyperparameters(),
         ]
-
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs a token-id language model with transformer blocks holding Linear layers."""
-        return support.is_block_language_model(model)
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return ("It needs a language model taking input_ids with a list of transformer blocks holding nn.Linear "
-                "(or GPT-2 Conv1D) layers.")
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         ids = support.read_calibration_ids(model, smash_config)
@@ -65,7 +51,3 @@ class GPTQ(SlimkitQuantizer):
                                     tuple(smash_config["exclude"]), clip_search=smash_config["clip_search"])
         support.record(smash_config, specs)
         return model
-
-    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
-        """Empty packed layers of the saved shapes; the packed weights then load strictly."""
-        return support.replay(model, state)

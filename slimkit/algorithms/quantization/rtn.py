@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
+from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.algorithms.registry import register
 from slimkit.compression.quantization.lowbit import quantize_model_rtn
 from slimkit.compression.quantization.lowbit import smash_support as support
@@ -12,7 +12,7 @@ from slimkit.config.smash_config import SmashConfigPrefixWrapper
 
 
 @register
-class RTN(SlimkitQuantizer):
+class RTN(LowBitQuantizer):
     """Round-to-nearest weight-only quantization of Linear layers to 2/3/4/8 bits with per-group scales and zeros.
 
     Each group of ``group_size`` input columns gets a float16 scale and zero from its min/max (or a symmetric
@@ -22,27 +22,13 @@ class RTN(SlimkitQuantizer):
 
     algorithm_name = "rtn"
     references = {"GPTQ paper (RTN baseline)": "https://arxiv.org/abs/2210.17323"}
-    save_fn = SaveFn.REPLAY
-    replay_on_meta = True  # replay builds empty PackedLinear layers from the saved specs
 
     def get_hyperparameters(self) -> list:
         """Bits, group size, symmetric grid, exclusions."""
         return support.weight_hyperparameters()
-
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs at least one nn.Linear (or GPT-2 Conv1D)."""
-        return support.has_quantizable(model)
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return "It quantizes nn.Linear (and GPT-2 Conv1D) layers and the model has none."
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         specs = quantize_model_rtn(model, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
                                    tuple(smash_config["exclude"]))
         support.record(smash_config, specs)
         return model
-
-    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
-        """Empty packed layers of the saved shapes; the packed weights then load strictly."""
-        return support.replay(model, state)
