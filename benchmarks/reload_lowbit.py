@@ -22,7 +22,7 @@ CHILD = r"""
 import json, sys, time, torch
 from safetensors.torch import save_file
 from slimkit import SmashedModel
-from slimkit.algorithms import registry
+from slimkit.core import registry
 
 def status(key):
     for line in open("/proc/self/status"):

@@ -57,9 +57,9 @@ def _cmd_smash(args: argparse.Namespace) -> int:
 
 
 def _cmd_algorithms(args: argparse.Namespace) -> int:
-    from slimkit.algorithms import registry
-    from slimkit.algorithms.base import GROUPS
     from slimkit.algorithms.docs import algorithms_markdown
+    from slimkit.core import registry
+    from slimkit.core.contract import GROUPS
 
     if args.markdown:
         sys.stdout.write(algorithms_markdown())
@@ -89,7 +89,7 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    from slimkit.algorithms.base import GROUPS
+    from slimkit.core.contract import GROUPS
     from slimkit.demo import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(

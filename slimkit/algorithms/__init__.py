@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from slimkit.algorithms.base import (
+from slimkit.core.contract import (
     GROUPS,
     SaveFn,
     SlimkitAlgorithm,
@@ -23,7 +23,7 @@ from slimkit.algorithms.base import (
     SlimkitQuantizer,
     SlimkitRecoverer,
 )
-from slimkit.algorithms.registry import register
+from slimkit.core.registry import register
 from slimkit.errors import RegistryError
 
 #: One folder per group; every public module in them (name not starting with "_") is one algorithm.
@@ -51,7 +51,7 @@ def algorithm_modules() -> list[str]:
 
 def _load_all(modules: list[str] | None = None) -> None:
     """Import every algorithm module; a failed import or a file without its algorithm raises RegistryError."""
-    from slimkit.algorithms import registry
+    from slimkit.core import registry
 
     for module in algorithm_modules() if modules is None else modules:
         try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slimkit.algorithms import registry
-from slimkit.algorithms.base import GROUPS
+from slimkit.core import registry
+from slimkit.core.contract import GROUPS
 
 README_START = "<!-- algorithms:start -->"
 README_END = "<!-- algorithms:end -->"

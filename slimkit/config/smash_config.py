@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from slimkit.config.hyperparameters import describe_allowed, is_legal, to_jsonable
+import slimkit.algorithms  # noqa: F401  (importing it registers every algorithm)
+from slimkit.core import registry
+from slimkit.core.contract import GROUPS, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import describe_allowed, is_legal, to_jsonable
+from slimkit.core.io import save_tensors_atomic, write_json_atomic
 from slimkit.errors import ConfigError, closest
 
 SCHEMA_VERSION = 1
@@ -19,18 +22,6 @@ CONFIG_FILE = "smash_config.json"
 TOKENIZER_DIR = "tokenizer"
 PROCESSOR_DIR = "processor"
 EXAMPLE_INPUTS_FILE = "example_inputs.safetensors"
-
-
-def _registry():  # late import: the algorithms package imports this module's siblings
-    from slimkit.algorithms import registry
-
-    return registry
-
-
-def _groups() -> tuple[str, ...]:
-    from slimkit.algorithms.base import GROUPS
-
-    return GROUPS
 
 
 def resolve_device(device: str | torch.device | None) -> str:
@@ -56,7 +47,7 @@ class SmashConfig:
         algorithms: list[str] | Mapping[str, Mapping[str, Any]] | None = None,
         device: str | torch.device | None = None,
     ) -> None:
-        self._algorithms: dict[str, str | None] = {g: None for g in _groups()}
+        self._algorithms: dict[str, str | None] = {g: None for g in GROUPS}
         self._hyperparameters: dict[str, Any] = {}
         self.tokenizer: Any = None
         self.processor: Any = None
@@ -92,23 +83,29 @@ class SmashConfig:
     # ----------------------------------------------------------------- algorithms and hyperparameters
     def activate(self, name: str) -> None:
         """Activate algorithm ``name`` in its own group."""
-        cls = _registry().get(name)
-        self._algorithms[cls.group] = name
+        cls = registry.get(name)
+        self._algorithms[cls.group] = cls.algorithm_name
 
     def _split_key(self, key: str) -> tuple[str, str]:
-        """Split a prefixed hyperparameter key into (algorithm, hyperparameter), validating both."""
-        registry = _registry()
-        owners = [n for n in registry.names() if key.startswith(n + "_")]
+        """Split a prefixed hyperparameter key into (canonical algorithm, hyperparameter), validating both.
+
+        The prefix may be an alias (``torch_unstructured_sparsity`` reads as ``level_sparsity``); an alias's
+        retired hyperparameter names are translated to the algorithm's own.
+        """
+        owners = [n for n in registry.all_names() if key.startswith(n + "_")] if isinstance(key, str) else []
         if not owners:
-            valid = list(_groups()) + [h["name"] for n in registry.names() for h in registry.info(n)["hyperparameters"]]
+            valid = list(GROUPS) + [h["name"] for n in registry.names() for h in registry.info(n)["hyperparameters"]]
             raise ConfigError(
-                f"Unknown SmashConfig key {key!r}.{closest(key, valid)} Keys are a group "
-                f"({', '.join(_groups())}) or a hyperparameter prefixed with its algorithm's name, "
+                f"Unknown SmashConfig key {key!r}.{closest(str(key), valid)} Keys are a group "
+                f"({', '.join(GROUPS)}) or a hyperparameter prefixed with its algorithm's name, "
                 "e.g. 'int8_dynamic_per_channel'. Run `slimkit algorithms` to list them."
             )
-        name = max(owners, key=len)
-        hp_name = key[len(name) + 1 :]
-        hps = {hp.name: hp for hp in registry.get(name)().get_hyperparameters()}
+        owner = max(owners, key=len)
+        cls = registry.get(owner)
+        name = cls.algorithm_name
+        hp_name = key[len(owner) + 1 :]
+        hp_name = cls.renamed_hyperparameters.get(owner, {}).get(hp_name, hp_name)
+        hps = {hp.name: hp for hp in cls().get_hyperparameters()}
         if hp_name not in hps:
             allowed = ", ".join(f"{name}_{h}" for h in hps) or "none"
             raise ConfigError(
@@ -122,15 +119,15 @@ class SmashConfig:
             if value is None:
                 self._algorithms[key] = None
                 return
-            cls = _registry().get(value)
+            cls = registry.get(value)
             if cls.group != key:
                 raise ConfigError(
                     f"{value!r} is a {cls.group}, not a {key}; set it with cfg[{cls.group!r}] = {value!r}."
                 )
-            self._algorithms[key] = value
+            self._algorithms[key] = cls.algorithm_name
             return
         name, hp_name = self._split_key(key)
-        hp = {h.name: h for h in _registry().get(name)().get_hyperparameters()}[hp_name]
+        hp = {h.name: h for h in registry.get(name)().get_hyperparameters()}[hp_name]
         if isinstance(value, list):
             value = tuple(value)
         if not is_legal(hp, value):
@@ -138,7 +135,7 @@ class SmashConfig:
                 f"Invalid value {value!r} for {key!r}: allowed is {describe_allowed(hp)} "
                 f"(default {to_jsonable(hp.default_value)!r}). {hp.meta.get('desc', '') if hp.meta else ''}".strip()
             )
-        self._hyperparameters[key] = value
+        self._hyperparameters[f"{name}_{hp_name}"] = value
 
     def __getitem__(self, key: str) -> Any:
         if key in self._algorithms:
@@ -146,7 +143,9 @@ class SmashConfig:
         if key in self._hyperparameters:
             return self._hyperparameters[key]
         name, hp_name = self._split_key(key)
-        return _registry().get(name).hyperparameter_defaults()[hp_name]
+        if f"{name}_{hp_name}" in self._hyperparameters:
+            return self._hyperparameters[f"{name}_{hp_name}"]
+        return registry.get(name).hyperparameter_defaults()[hp_name]
 
     def __contains__(self, key: object) -> bool:
         return key in self._algorithms or key in self._hyperparameters
@@ -156,11 +155,12 @@ class SmashConfig:
 
     def get_active_algorithms(self) -> list[str]:
         """Active algorithm names in application (stage) order."""
-        return _registry().order([n for n in self._algorithms.values() if n])
+        return registry.order([n for n in self._algorithms.values() if n])
 
     def hyperparameters_of(self, name: str) -> dict[str, Any]:
         """Un-prefixed hyperparameters of algorithm ``name`` with defaults filled in."""
-        values = _registry().get(name).hyperparameter_defaults()
+        name = registry.resolve(name)
+        values = registry.get(name).hyperparameter_defaults()
         for key, value in self._hyperparameters.items():
             if key.startswith(name + "_") and self._split_key(key)[0] == name:
                 values[key[len(name) + 1 :]] = value
@@ -168,7 +168,7 @@ class SmashConfig:
 
     def get_prefix_wrapper(self, name: str) -> SmashConfigPrefixWrapper:
         """A view of this config in which ``name``'s hyperparameters are read without the prefix."""
-        return SmashConfigPrefixWrapper(self, name)
+        return SmashConfigPrefixWrapper(self, registry.resolve(name))
 
     # ----------------------------------------------------------------- components
     def add_tokenizer(self, tokenizer: Any) -> None:
@@ -255,13 +255,15 @@ class SmashConfig:
         self.data = DataModule.from_string(self._data_id, tokenizer=self.tokenizer)
 
     def save_to_json(self, path: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> Path:
-        """Write ``smash_config.json`` (and the tokenizer/processor, if any) into directory ``path``.
+        """Write the config as JSON: a ``path`` ending in ``.json`` is that file, anything else a directory.
 
-        ``extra`` adds top-level keys (the engine stores the applied algorithms and the base model there).
+        In a directory the file is ``smash_config.json`` (Pruna's form). The tokenizer/processor and example
+        inputs, if any, go beside the JSON file. ``extra`` adds top-level keys (the engine stores the applied
+        algorithms and the base model there). Returns the JSON file's path.
         """
-        folder = Path(path)
+        given = Path(path)
+        folder, target = (given.parent, given) if given.suffix.lower() == ".json" else (given, given / CONFIG_FILE)
         folder.mkdir(parents=True, exist_ok=True)
-        target = folder / CONFIG_FILE
         write_json_atomic(target, {**self.to_dict(), **dict(extra or {})})
         for obj, sub in ((self.tokenizer, TOKENIZER_DIR), (self.processor, PROCESSOR_DIR)):
             if obj is not None and hasattr(obj, "save_pretrained"):
@@ -306,50 +308,15 @@ class SmashConfig:
                 f"device={self.device!r})")
 
 
-class SmashConfigPrefixWrapper:
-    """Read-only view of a SmashConfig where one algorithm's hyperparameters are accessed without prefix."""
-
-    def __init__(self, config: SmashConfig, prefix: str) -> None:
-        self._config = config
-        self._prefix = prefix
-        #: JSON-able replay state an algorithm records during apply (saved with the model).
-        self.state: dict[str, Any] = {}
-
-    def __getitem__(self, key: str) -> Any:
-        return self._config[f"{self._prefix}_{key}"]
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self._config, attr)
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write JSON to ``path`` through a temp file and rename, so no reader ever sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _save_inputs(inputs: Any, path: Path) -> None:
     """Store example inputs as safetensors; the key prefix records the form (kwargs, positional, single)."""
-    from safetensors.torch import save_file
-
     if isinstance(inputs, torch.Tensor):
         tensors, kind = {"x": inputs}, "tensor"
     elif isinstance(inputs, Mapping):
         tensors, kind = dict(inputs), "kwargs"
     else:
         tensors, kind = {str(i): t for i, t in enumerate(inputs)}, "args"
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp), metadata={"kind": kind})
-    os.replace(tmp, path)
+    save_tensors_atomic(tensors, path, metadata={"kind": kind})
 
 
 def load_inputs(path: Path) -> Any:

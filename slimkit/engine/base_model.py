@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit import zoo
 from slimkit.errors import SaveLoadError
 
 #: base kinds slimkit builds itself (so it may build them on the meta device); "user" needs ``model=``
@@ -102,8 +103,6 @@ def rebuild_base(spec: dict[str, Any], model: Any = None, on_meta: bool = False)
 def _build_recipe(spec: dict[str, Any], kind: Any) -> torch.nn.Module:
     """The zoo or Hugging Face model ``spec`` describes (random init); SaveLoadError for user code."""
     if kind == "zoo":
-        from slimkit import zoo
-
         built = zoo.build(spec["name"], **spec.get("kwargs", {}))
     elif kind == "hf":
         import transformers

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from slimkit.algorithms import registry
-from slimkit.algorithms.base import SaveFn
 from slimkit.config.smash_config import (
     CONFIG_FILE,
     EXAMPLE_INPUTS_FILE,
@@ -23,25 +19,23 @@ from slimkit.config.smash_config import (
     SmashConfig,
     load_inputs,
 )
+from slimkit.core import registry
+from slimkit.core.contract import SaveFn
+from slimkit.core.io import atomic_directory
+from slimkit.core.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.engine.base_model import meta_tensors, rebuild_base
-from slimkit.engine.smashed_model import SmashedModel
-from slimkit.engine.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.errors import ConfigError, SaveLoadError
+
+if TYPE_CHECKING:
+    from slimkit.engine.smashed_model import SmashedModel
+
+#: What a load rebuilds, in ``SmashedModel``'s constructor order: model, config, applied records, base spec,
+#: the pre-apply model (SAVE_BEFORE_APPLY) and the index of the algorithm it was saved before.
+Loaded = tuple[Any, SmashConfig, list[dict[str, Any]], dict[str, Any], Any, "int | None"]
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 PICKLE_FILE = "model.pt"
-
-
-def _replace_dir(tmp: Path, target: Path) -> None:
-    """Move finished directory ``tmp`` to ``target``, replacing an earlier save only once the new one is complete."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _artifacts_index(applied: list[dict[str, Any]]) -> int | None:
@@ -83,9 +77,7 @@ def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: b
             f"Refusing to save into {target}: it exists and is not an earlier slimkit save, so its files would be "
             "lost. Choose a new or empty directory."
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
-    try:
+    with atomic_directory(target, replace=True) as tmp:
         artifacts = _artifacts_index(smashed.applied)
         if artifacts is not None:  # the algorithm's own files are the whole model: no torch weights
             record = smashed.applied[artifacts]
@@ -105,10 +97,6 @@ def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: b
         if artifacts is not None:
             extra["artifacts"] = artifacts
         smashed.smash_config.save_to_json(tmp, extra=extra)
-        _replace_dir(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _read_payload(folder: Path) -> dict[str, Any]:
@@ -152,7 +140,7 @@ def _load_weights(model: torch.nn.Module, file: Path, assign: bool = False) -> N
         )
 
 
-def _load_artifacts(folder: Path, payload: dict[str, Any], cfg: SmashConfig, algos: list[Any]) -> SmashedModel:
+def _load_artifacts(folder: Path, payload: dict[str, Any], cfg: SmashConfig, algos: list[Any]) -> Loaded:
     """Rebuild a model saved with ``save_fn=ARTIFACTS`` from its algorithm's files: no base model, no weights."""
     applied: list[dict[str, Any]] = payload["applied"]
     index = payload.get("artifacts")
@@ -170,13 +158,13 @@ def _load_artifacts(folder: Path, payload: dict[str, Any], cfg: SmashConfig, alg
     model = algo.load_artifacts(folder, cfg.get_prefix_wrapper(record["name"]), record.get("state", {}))
     if isinstance(model, torch.nn.Module):
         model = model.eval()
-    return SmashedModel(model, cfg, applied, payload["base"], None, None)
+    return model, cfg, applied, payload["base"], None, None
 
 
 def load_smashed(
     path: str | os.PathLike, model: Any = None, allow_pickle: bool = False, device: str | None = None
-) -> SmashedModel:
-    """Rebuild a SmashedModel saved by :func:`save_smashed`.
+) -> Loaded:
+    """Rebuild the parts of a SmashedModel saved by :func:`save_smashed` (``SmashedModel(*parts)``).
 
     A save whose last algorithm wrote its own files (``SaveFn.ARTIFACTS``) loads from them alone: ``model=`` is
     not needed there and is ignored.
@@ -226,4 +214,4 @@ def load_smashed(
             pre_apply = base
         if i >= cut or algo.save_fn == SaveFn.REAPPLY:
             base = algo.apply(base, cfg.get_prefix_wrapper(record["name"]))
-    return SmashedModel(base, cfg, applied, payload["base"], pre_apply, saved_before)
+    return base, cfg, applied, payload["base"], pre_apply, saved_before

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from slimkit.algorithms import registry
-from slimkit.algorithms.base import SaveFn
 from slimkit.config.smash_config import SmashConfig
+from slimkit.core import registry
+from slimkit.core.contract import SaveFn
 from slimkit.engine.base_model import describe_base
 from slimkit.engine.smashed_model import SmashedModel
 from slimkit.errors import ConfigError, MissingComponentError, MissingPackageError, ModelNotSupportedError

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from slimkit.config.smash_config import SmashConfig
+from slimkit.engine.serialization import load_smashed, save_smashed
 
 
 class SmashedModel(torch.nn.Module):
@@ -54,8 +55,6 @@ class SmashedModel(torch.nn.Module):
 
     def save_pretrained(self, path: str | os.PathLike, allow_pickle: bool = False) -> None:
         """Save to directory ``path`` atomically: smash_config.json + model.safetensors (+ tokenizer)."""
-        from slimkit.engine.serialization import save_smashed
-
         save_smashed(self, path, allow_pickle=allow_pickle)
 
     @classmethod
@@ -67,9 +66,7 @@ class SmashedModel(torch.nn.Module):
         The base architecture is rebuilt from its Hugging Face config or zoo name (or ``model=``: an instance or
         a factory of the original architecture), structural changes are replayed, weights load strictly.
         """
-        from slimkit.engine.serialization import load_smashed
-
-        return load_smashed(path, model=model, allow_pickle=allow_pickle, device=device)
+        return cls(*load_smashed(path, model=model, allow_pickle=allow_pickle, device=device))
 
     def extra_repr(self) -> str:
         """Show the applied algorithms in ``print(model)``."""

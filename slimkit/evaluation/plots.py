@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from slimkit.core.io import atomic_file
 from slimkit.errors import ConfigError, MissingPackageError
 from slimkit.evaluation.report import SIZE_TOLERANCE, SPEEDUP_THRESHOLD, Comparison
 
@@ -87,14 +87,6 @@ def plot_comparison(comparisons: dict[str, Comparison], path: str | os.PathLike)
     fig.suptitle(f"slimkit comparison (latency at {', '.join(map(str, sorted(threads)))} threads)", fontsize=10)
     fig.tight_layout()
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png")
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(target, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png")
     return target

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.engine.tensors import flatten_state_dict
+from slimkit.core.tensors import flatten_state_dict
 from slimkit.errors import ModelNotSupportedError, SaveLoadError
 
 #: Saved alongside a model but not part of what compression shrinks: left out of size_on_disk.

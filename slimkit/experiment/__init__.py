@@ -11,7 +11,6 @@ from slimkit.experiment.compressors import (
     CompressorSpec,
     available_compressors,
     get_compressor_spec,
-    register_compressor,
 )
 from slimkit.experiment.export import load_compressed_model, read_kept_channels
 from slimkit.experiment.result import ScriptResult, parse_result, print_result
@@ -29,5 +28,4 @@ __all__ = [
     "parse_result",
     "print_result",
     "read_kept_channels",
-    "register_compressor",
 ]

@@ -1,6 +1,6 @@
 """``create_compressor``: the Auptimizer-shaped entry point a compression script calls.
 
-Typical script::
+Typical script (pruning)::
 
     compressor = slimkit.create_compressor(model, config, optimizer=optimizer)
     model = compressor.compress()
@@ -8,6 +8,12 @@ Typical script::
     ...fine-tune (make a new optimizer: the speedup replaced the pruned parameters)...
     compressor.export_model("model.safetensors", "mask.safetensors", speedup=True, folder_name="out")
     slimkit.print_result(accuracy)
+
+Quantization works the same way: ``"type": "quantization"`` with an engine such as ``qat``/``lsq``/``dorefa``/
+``bnn`` wraps the layers for training (``compress()``, train, ``export_model(...)`` freezes them to integer
+codes and writes safetensors + a JSON layer record); an algorithm without an engine (``rtn``, ``gptq``,
+``int8_dynamic``, ``half``...) runs as its smash algorithm in ``compress()`` and ``export_model`` writes a slimkit
+save directory. :func:`slimkit.experiment.load_compressed_model` reloads any of them.
 """
 
 from __future__ import annotations
@@ -22,23 +28,35 @@ from torch import nn
 
 from slimkit.compression.pruning import Pruner
 from slimkit.compression.pruning.io import MODEL_FORMAT, save_masks, save_tensors_atomic
+from slimkit.compression.quantization import Quantizer, quantized_layer_specs
 from slimkit.compression.speedup import KeptChannels, ModelSpeedup
+from slimkit.config import SmashConfig
+from slimkit.core.io import write_json_atomic
+from slimkit.engine import SmashedModel, smash
 from slimkit.errors import ConfigError
 from slimkit.utils import model_device, move_inputs
 
 from ._norm_masks import has_norm_masks, producer_masks
 from .compression_config import parse_compression_config
-from .compressors import CompressorSpec, check_compressor_kwargs, get_compressor_spec
-from .export import SPEEDUP_MODEL_FORMAT, default_kept_channels_path, place, write_json_atomic
+from .compressors import CompressorSpec, check_compressor_kwargs, config_list_hyperparameters, get_compressor_spec
+from .export import (
+    QUANTIZED_MODEL_FORMAT,
+    SPEEDUP_MODEL_FORMAT,
+    default_kept_channels_path,
+    default_quantized_layers_path,
+    place,
+)
 
 
 class Compressor:
     """One compression job on one model: ``compress`` -> (``apply_speedup``) -> ``export_model``.
 
     ``kind`` is ``"pruning"`` or ``"quantization"``; only pruning compressors can be sped up. ``engine``
-    is the underlying compression object (a :class:`~slimkit.compression.pruning.Pruner` for pruning;
-    use it for ``update_epoch`` and the like). ``model`` is the current model: wrapped by the pruner after
-    :meth:`compress`, the physically smaller model after :meth:`apply_speedup`.
+    is the underlying compression object (a :class:`~slimkit.compression.pruning.Pruner` or
+    :class:`~slimkit.compression.quantization.Quantizer`; use it for ``update_epoch`` and the like), or ``None``
+    for an algorithm that runs through smash (then :attr:`smashed` holds the result after :meth:`compress`).
+    ``model`` is the current model: wrapped by the engine after :meth:`compress`, the physically smaller model
+    after :meth:`apply_speedup`, the smashed model for smash-run algorithms.
     """
 
     def __init__(self, spec: CompressorSpec, engine: Any, model: nn.Module, dummy_input: Any,
@@ -53,6 +71,8 @@ class Compressor:
         self._compressed = False
         self._kept: KeptChannels | None = None
         self.speedup_warnings: list[str] = []
+        #: the smash result of an engine-less algorithm (after :meth:`compress`)
+        self.smashed: SmashedModel | None = None
 
     @property
     def model(self) -> nn.Module:
@@ -74,9 +94,28 @@ class Compressor:
         if self.speedup_applied:
             raise ConfigError("compress() after apply_speedup(): the model is already shrunk and detached from the "
                               "pruner. Create a new compressor on the shrunk model to compress it further.")
-        self._model = self.engine.compress()
+        if self.engine is None:
+            self.smashed = self._smash()
+            self._model = self.smashed.model
+        else:
+            self._model = self.engine.compress()
         self._compressed = True
         return self._model
+
+    def _smash(self) -> SmashedModel:
+        """Run an engine-less algorithm (``rtn``, ``int8_dynamic``...) through smash with the job's settings."""
+        options = dict(self._options)
+        cfg = SmashConfig(device=str(model_device(self._model)))
+        if options.get("tokenizer") is not None:
+            cfg.add_tokenizer(options.pop("tokenizer"))
+        if options.get("data") is not None:
+            cfg.add_data(options.pop("data"))
+        if self.dummy_input is not None:
+            cfg.add_example_inputs(self.dummy_input)
+        cfg.activate(self.name)
+        for key, value in options.items():
+            cfg[f"{self.name}_{key}"] = value
+        return smash(self._model, cfg, verbose=False)
 
     def get_masks(self) -> dict[str, dict[str, torch.Tensor | None]]:
         """The pruning masks ``{layer: {"weight_mask", "bias_mask"}}`` (they describe the unshrunk model)."""
@@ -144,7 +183,11 @@ class Compressor:
         :func:`slimkit.experiment.load_compressed_model`. With ``folder_name`` every file goes inside that
         folder. Returns the paths written: ``{"model", "mask", "kept_channels"}`` (``None`` when not written).
         """
-        self._require_pruning("export_model()")
+        if self.kind == "quantization":
+            if mask_path is not None or speedup:
+                raise ConfigError(f"export_model(): mask_path and speedup belong to pruning; {self.name!r} is a "
+                                  "quantization compressor. Call export_model(model_path) instead.")
+            return self._export_quantized(place(model_path, folder_name))
         if speedup and not self.speedup_applied:
             self.apply_speedup(dummy_input)
         model_file = place(model_path, folder_name)
@@ -155,13 +198,31 @@ class Compressor:
             record_file = place(kept_channels_path or default_kept_channels_path(model_path), folder_name)
             state = {k: v.detach() for k, v in self._model.state_dict().items()}
             save_tensors_atomic(state, model_file, SPEEDUP_MODEL_FORMAT)
-            write_json_atomic(self._kept, record_file)
+            write_json_atomic(record_file, self._kept)
             written["kept_channels"] = record_file
         else:
             save_tensors_atomic(self.engine.masked_state_dict(), model_file, MODEL_FORMAT)
         if mask_file is not None and masks is not None:
             save_masks(masks, mask_file)
         return written
+
+    def _export_quantized(self, model_file: Path) -> dict[str, Path | None]:
+        """Freeze an engine's layers to integer codes and save them, or save a smash-run model as a directory."""
+        if not self._compressed:
+            raise ConfigError("export_model() before compress(): nothing is quantized yet. Call "
+                              "compressor.compress() (and train) first.")
+        if self.engine is None:
+            assert self.smashed is not None
+            self.smashed.save_pretrained(model_file)
+            return {"model": model_file, "mask": None, "quantized_layers": None}
+        quantizer: Quantizer = self.engine
+        if quantizer.modules_wrapper:  # first export: freeze (later exports save the frozen model again)
+            self._model = quantizer.freeze()
+        record = default_quantized_layers_path(model_file)
+        state = {k: v.detach() for k, v in self._model.state_dict().items()}
+        save_tensors_atomic(state, model_file, QUANTIZED_MODEL_FORMAT)
+        write_json_atomic(record, quantized_layer_specs(self._model))
+        return {"model": model_file, "mask": None, "quantized_layers": record}
 
 
 def create_compressor(
@@ -186,7 +247,13 @@ def create_compressor(
         raise ConfigError(f"create_compressor needs a torch.nn.Module; got {type(model).__name__}.")
     settings = parse_compression_config(config, config_list)
     spec = get_compressor_spec(settings.compressor, settings.type)
+    if spec.engine is None:
+        compressor_kwargs = {**config_list_hyperparameters(spec, settings.config_list), **compressor_kwargs}
     check_compressor_kwargs(spec, compressor_kwargs)
-    engine = spec.factory(model, settings.config_list, optimizer=optimizer, dummy_input=dummy_input,
-                          **compressor_kwargs)
+    engine = None
+    if spec.engine is not None:
+        engine = spec.build(model, settings.config_list, optimizer, dummy_input, compressor_kwargs)
+    elif optimizer is not None:
+        raise ConfigError(f"{spec.name!r} runs once on the trained model (it has no training hook), so it takes no "
+                          "optimizer; call create_compressor without optimizer=.")
     return Compressor(spec, engine, model, dummy_input, compressor_kwargs)

@@ -1,43 +1,29 @@
-"""The compressors an experiment may name (``"compressor": "l1_filter"``), each with its kind.
+"""The compressors an experiment may name: a view of THE registry (``slimkit.core.registry``), not a table.
 
-A compressor's ``kind`` is ``"pruning"`` or ``"quantization"``; it decides what the experiment's
-``"type"`` may say and whether ``apply_speedup`` makes sense. Pruners come from
-:data:`slimkit.compression.pruning.PRUNER_CLASSES` (the same names a SmashConfig uses); quantizers are added
-with :func:`register_compressor` when their engines land.
+``"compressor"`` in an experiment (or the name given to :func:`slimkit.create_compressor`) is any name the
+registry knows: ``"l1_filter"``, the NNI class name ``"L1FilterPruner"``, a short name such as ``"apoz"``. It
+resolves to the same algorithm a SmashConfig uses. The experiment ``"type"`` must be that algorithm's kind
+(``pruning`` or ``quantization``). An algorithm with an NNI-face engine (``Pruner``/``Quantizer`` subclass)
+is built as that engine on the user's model; one without (``rtn``, ``gptq``, ``int8_dynamic``...) runs as
+its smash algorithm when the script calls ``compress()``.
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slimkit.compression.pruning import PRUNER_CLASSES, AGPPruner, LevelPruner
-from slimkit.errors import ConfigError
+from slimkit.compression.pruning import LevelPruner
+from slimkit.compression.pruning.agp import agp_engine
+from slimkit.core import registry
+from slimkit.core.contract import SlimkitAlgorithm
+from slimkit.errors import AlgorithmNotFoundError, ConfigError
 
+#: The experiment kinds a compression job may have.
 KINDS: tuple[str, ...] = ("pruning", "quantization")
-
-
-@dataclass(frozen=True)
-class CompressorSpec:
-    """How to build one named compressor.
-
-    ``factory(model, config_list, optimizer=..., dummy_input=..., **kwargs)`` returns the engine (a
-    ``Pruner`` for pruning). ``speedup_refusal(kwargs)`` returns ``None`` when ``apply_speedup`` can shrink
-    what the engine masks, else the reason it cannot.
-    """
-
-    name: str
-    kind: str
-    factory: Callable[..., Any]
-    speedup_refusal: Callable[[Mapping[str, Any]], str | None]
-    aliases: tuple[str, ...] = ()
-
-
-_REGISTRY: dict[str, CompressorSpec] = {}
-_ALIASES: dict[str, str] = {}
 
 _UNSTRUCTURED = (
     "zeroes single weights, so no whole channel becomes empty and the speedup has nothing to remove; use a "
@@ -45,32 +31,46 @@ _UNSTRUCTURED = (
 )
 
 
-def _pruner_refusal(cls: type) -> Callable[[Mapping[str, Any]], str | None]:
-    def refusal(kwargs: Mapping[str, Any]) -> str | None:
-        if issubclass(cls, LevelPruner):
+@dataclass(frozen=True)
+class CompressorSpec:
+    """One named compressor as an experiment sees it: the registry's algorithm class and its kind."""
+
+    name: str
+    kind: str
+    algorithm: type[SlimkitAlgorithm]
+
+    @property
+    def engine(self) -> type | None:
+        """The NNI-face engine class, or ``None`` when the algorithm runs through smash."""
+        return self.algorithm.engine
+
+    def build(self, model: Any, config_list: Any, optimizer: Any, dummy_input: Any, kwargs: Mapping[str, Any]) -> Any:
+        """Construct the engine on ``model`` (the algorithm's engine defaults first, the user's kwargs win)."""
+        assert self.engine is not None
+        options = {k: v for k, v in self.algorithm.engine_defaults.items() if k != "dependency_aware"}
+        if self.algorithm.engine_defaults.get("dependency_aware") and dummy_input is not None:
+            options["dependency_aware"] = True  # same channels as the SmashConfig face removes
+        options.update(kwargs)
+        params = inspect.signature(self.engine).parameters
+        if "dummy_input" in params:
+            options["dummy_input"] = dummy_input
+        return self.engine(model, config_list, optimizer=optimizer, **options)
+
+    def speedup_refusal(self, kwargs: Mapping[str, Any]) -> str | None:
+        """``None`` when ``apply_speedup`` can shrink what this pruner masks, else the reason it cannot."""
+        if self.kind != "pruning":
+            return None
+        if self.name == "level":
             return f"level pruning {_UNSTRUCTURED}"
-        if issubclass(cls, AGPPruner) and kwargs.get("pruning_algorithm", "level") == "level":
+        if self.name == "agp" and issubclass(agp_engine(kwargs.get("pruning_algorithm", "level")), LevelPruner):
             return f"agp with pruning_algorithm='level' {_UNSTRUCTURED}"
         return None
-
-    return refusal
-
-
-def register_compressor(spec: CompressorSpec) -> None:
-    """Add a compressor an experiment can name; a duplicate name or alias, or an unknown kind, is an error."""
-    if spec.kind not in KINDS:
-        raise ConfigError(f"Compressor {spec.name!r} has kind {spec.kind!r}; allowed kinds: {', '.join(KINDS)}.")
-    for name in (spec.name, *spec.aliases):
-        if name in _REGISTRY or name in _ALIASES:
-            raise ConfigError(f"A compressor named {name!r} is already registered; pick another name.")
-    _REGISTRY[spec.name] = spec
-    for alias in spec.aliases:
-        _ALIASES[alias] = spec.name
 
 
 def available_compressors(kind: str | None = None) -> dict[str, str]:
     """``{name: kind}`` of every compressor (only those of ``kind`` when given), sorted by name."""
-    return {n: s.kind for n, s in sorted(_REGISTRY.items()) if kind is None or s.kind == kind}
+    kinds = KINDS if kind is None else (kind,)
+    return dict(sorted((n, k) for k in kinds for n in registry.by_kind(k)))
 
 
 def _ranked(given: str, names: list[str]) -> list[str]:
@@ -82,43 +82,75 @@ def _ranked(given: str, names: list[str]) -> list[str]:
 
 
 def get_compressor_spec(name: Any, kind: str | None = None) -> CompressorSpec:
-    """Look ``name`` up (short name like ``"l1_filter"`` or class name like ``"L1FilterPruner"``).
-
-    ``kind`` (the experiment's ``"type"``) must match the compressor's kind when given.
-    """
+    """Resolve ``name`` through the registry (canonical, NNI class or short name); check it against ``kind``."""
     if kind is not None and kind not in KINDS:
         raise ConfigError(f"Compression type {kind!r} is not supported; use one of {', '.join(KINDS)}.")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"compressor must be a name such as 'l1_filter', got {name!r}. "
                           f"Valid names: {', '.join(available_compressors(kind))}.")
-    spec = _REGISTRY.get(_ALIASES.get(name, name))
-    if spec is None:
+    try:
+        cls = registry.get(name)
+    except AlgorithmNotFoundError:
         valid = list(available_compressors(kind))
-        listing = ", ".join(_ranked(name, valid)) if valid else f"(none registered for type {kind!r} yet)"
         raise ConfigError(f"Unknown compressor {name!r}{f' for type {kind!r}' if kind else ''}. "
-                          f"Valid names (closest first): {listing}.")
-    if kind is not None and spec.kind != kind:
-        raise ConfigError(f"Compressor {spec.name!r} is a {spec.kind} compressor but the experiment says type "
-                          f"{kind!r}; set 'type': {spec.kind!r} or pick a {kind} compressor: "
-                          f"{', '.join(available_compressors(kind)) or '(none registered yet)'}.")
-    return spec
+                          f"Valid names (closest first): {', '.join(_ranked(name, valid))}. NNI class names such "
+                          "as 'L1FilterPruner' or 'QATQuantizer' work too.") from None
+    if cls.kind() not in KINDS:
+        raise ConfigError(f"{cls.algorithm_name!r} is a {cls.group}, which an experiment's compression block cannot "
+                          f"run; compressors are of type {' or '.join(KINDS)}.")
+    if kind is not None and cls.kind() != kind:
+        raise ConfigError(f"Compressor {cls.algorithm_name!r} is a {cls.kind()} compressor but the experiment says "
+                          f"type {kind!r}; set 'type': {cls.kind()!r} or pick a {kind} compressor: "
+                          f"{', '.join(available_compressors(kind))}.")
+    return CompressorSpec(cls.algorithm_name, cls.kind(), cls)
 
 
 def check_compressor_kwargs(spec: CompressorSpec, kwargs: Mapping[str, Any]) -> None:
-    """Refuse keyword arguments the compressor's factory does not take (listing the ones it does)."""
-    try:
-        params = inspect.signature(spec.factory).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    fixed = {"self", "model", "config_list", "optimizer", "dummy_input"}
-    accepted = [n for n, p in params.items() if n not in fixed and p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    """Refuse keyword arguments the compressor does not take (listing the ones it does)."""
+    if spec.engine is None:
+        accepted = [hp.name for hp in spec.algorithm().get_hyperparameters()] + ["data", "tokenizer"]
+    else:
+        params = inspect.signature(spec.engine).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return
+        fixed = {"self", "model", "config_list", "optimizer", "dummy_input"}
+        accepted = [n for n, p in params.items() if n not in fixed and p.kind is not inspect.Parameter.VAR_POSITIONAL]
     for key in kwargs:
         if key not in accepted:
             raise ConfigError(f"Compressor {spec.name!r} takes no argument {key!r}. It accepts: "
                               f"{', '.join(accepted) or '(no extra arguments)'}.")
 
 
-for _name, _cls in PRUNER_CLASSES.items():
-    register_compressor(CompressorSpec(_name, "pruning", _cls, _pruner_refusal(_cls), aliases=(_cls.__name__,)))
+#: NNI config_list keys that name a smash hyperparameter differently.
+_CONFIG_KEY_ALIASES = {"quant_bits": "bits", "sparsity_per_layer": "sparsity", "total_sparsity": "sparsity"}
+_SELECTION_KEYS = ("op_types", "op_names", "op_partial_names", "exclude", "quant_types")
+
+
+def config_list_hyperparameters(spec: CompressorSpec, config_list: Any) -> dict[str, Any]:
+    """Hyperparameters of an engine-less algorithm read from its ``config_list``.
+
+    Each entry's keys other than the layer selection are hyperparameter names (NNI's ``quant_bits`` means
+    ``bits``); ``{"exclude": True, "op_names": [...]}`` entries fill the algorithm's ``exclude`` list when it
+    has one. Selection by ``op_types``/``op_names`` is the algorithm's own (it quantizes what it supports).
+    """
+    hps = {hp.name for hp in spec.algorithm().get_hyperparameters()}
+    found: dict[str, Any] = {}
+    for entry in config_list or []:
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"config_list entries must be dicts, got {entry!r}.")
+        if entry.get("exclude"):
+            if "exclude" not in hps:
+                raise ConfigError(f"{spec.name!r} has no exclude list; remove the exclude entry {dict(entry)}.")
+            found["exclude"] = [*found.get("exclude", []), *entry.get("op_names", [])]
+            continue
+        for key, value in entry.items():
+            if key in _SELECTION_KEYS:
+                continue
+            name = _CONFIG_KEY_ALIASES.get(key, key)
+            if name not in hps:
+                raise ConfigError(f"config_list key {key!r} means nothing to {spec.name!r}; it takes "
+                                  f"{', '.join(sorted(hps)) or 'no hyperparameters'} (and op_types/op_names/exclude).")
+            if isinstance(value, Mapping):  # NNI's per-type form {"weight": 4}
+                value = next(iter(value.values()))
+            found[name] = value
+    return found

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from slimkit.compression.quantization import rebuild_quantized_layers
 from slimkit.compression.speedup import apply_kept_channels
+from slimkit.engine import SmashedModel
 from slimkit.errors import SaveLoadError
 
 SPEEDUP_MODEL_FORMAT = "slimkit-speedup-state-dict"
+QUANTIZED_MODEL_FORMAT = "slimkit-frozen-quantized-state-dict"
 KEPT_CHANNELS_SUFFIX = ".kept_channels.json"
+QUANTIZED_LAYERS_SUFFIX = ".quantized_layers.json"
 
 
 def place(path: str | os.PathLike, folder_name: str | os.PathLike | None) -> Path:
@@ -36,28 +39,29 @@ def place(path: str | os.PathLike, folder_name: str | os.PathLike | None) -> Pat
     return Path(folder_name) / Path(path) if folder_name is not None else Path(path)
 
 
+def _beside(model_path: str | os.PathLike, suffix: str) -> Path:
+    path = Path(model_path)
+    return path.with_name((path.stem if path.suffix else path.name) + suffix)
+
+
 def default_kept_channels_path(model_path: str | os.PathLike) -> Path:
     """``model.safetensors`` -> ``model.kept_channels.json`` (beside the weights)."""
-    path = Path(model_path)
-    return path.with_name(path.stem + KEPT_CHANNELS_SUFFIX) if path.suffix else path.with_name(
-        path.name + KEPT_CHANNELS_SUFFIX)
+    return _beside(model_path, KEPT_CHANNELS_SUFFIX)
 
 
-def write_json_atomic(data: Any, path: str | os.PathLike) -> Path:
-    """Write ``data`` as indented JSON through a temp file + ``os.replace``."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=1, sort_keys=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+def default_quantized_layers_path(model_path: str | os.PathLike) -> Path:
+    """``model.safetensors`` -> ``model.quantized_layers.json``: the frozen quantized layers' specs."""
+    return _beside(model_path, QUANTIZED_LAYERS_SUFFIX)
+
+
+def _read_json_record(path: str | os.PathLike, what: str) -> dict[str, Any]:
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return target
+        record = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SaveLoadError(f"{what.capitalize()} record {str(path)!r} is not readable JSON ({exc}).") from exc
+    if not isinstance(record, Mapping):
+        raise SaveLoadError(f"{what.capitalize()} record {str(path)!r} must hold a JSON object keyed by layer name.")
+    return dict(record)
 
 
 def read_kept_channels(path: str | os.PathLike) -> dict[str, Any]:
@@ -65,25 +69,27 @@ def read_kept_channels(path: str | os.PathLike) -> dict[str, Any]:
     if not Path(path).is_file():
         raise SaveLoadError(f"Kept-channel record {str(path)!r} does not exist; export_model(speedup=True) writes "
                             "it beside the model file as '<name>.kept_channels.json'.")
-    try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SaveLoadError(f"Kept-channel record {str(path)!r} is not readable JSON ({exc}).") from exc
-    if not isinstance(record, Mapping):
-        raise SaveLoadError(f"Kept-channel record {str(path)!r} must hold a JSON object of layer -> channels.")
-    return dict(record)
+    return _read_json_record(path, "kept-channel")
 
 
 def load_compressed_model(model: nn.Module, model_path: str | os.PathLike,
                           kept_channels_path: str | os.PathLike | None = None) -> nn.Module:
-    """Load exported weights into ``model`` (a freshly built base model), shrinking it first when needed.
+    """Load what ``export_model`` wrote into ``model`` (a freshly built base model of the same architecture).
 
-    With ``kept_channels_path`` (or when the default record beside ``model_path`` exists) the recorded
-    shrink is replayed with ``apply_kept_channels``; then the weights load strictly. Returns ``model``.
+    * a pruned model: with ``kept_channels_path`` (or when the default record beside ``model_path`` exists) the
+      recorded shrink is replayed with ``apply_kept_channels``; then the weights load strictly;
+    * a quantized model: the frozen layers recorded in ``<name>.quantized_layers.json`` are rebuilt, then the
+      integer codes and scales load strictly;
+    * a directory (an engine-less algorithm such as ``rtn`` exported a slimkit save): it is loaded with
+      ``SmashedModel.from_pretrained(model_path, model=model)`` and the smashed model is returned.
+
+    Returns the loaded model.
     """
     if not isinstance(model, nn.Module):
         raise SaveLoadError(f"load_compressed_model needs the base torch.nn.Module to load into; got "
                             f"{type(model).__name__}.")
+    if Path(model_path).is_dir():
+        return SmashedModel.from_pretrained(model_path, model=model)
     if not Path(model_path).is_file():
         raise SaveLoadError(f"Model file {str(model_path)!r} does not exist; pass the model_path export_model wrote.")
     try:
@@ -95,6 +101,8 @@ def load_compressed_model(model: nn.Module, model_path: str | os.PathLike,
         record_path = default_kept_channels_path(model_path)
     if record_path is not None:
         apply_kept_channels(model, read_kept_channels(record_path))
+    if default_quantized_layers_path(model_path).is_file():
+        rebuild_quantized_layers(model, _read_json_record(default_quantized_layers_path(model_path), "quantized-layer"))
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:

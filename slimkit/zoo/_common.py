@@ -1,4 +1,4 @@
-"""Shared plumbing for zoo entries: the cache directory, atomic directory writes, optional packages, seeding."""
+"""Shared plumbing for zoo entries: the cache directory, optional packages, seeding."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import contextlib
 import importlib
 import importlib.util
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,36 +26,6 @@ def cache_dir() -> Path:
 def zoo_cache_path(entry: str) -> Path:
     """Folder where the zoo keeps derived artefacts (converted or trained weights) of one entry."""
     return cache_dir() / "zoo" / entry
-
-
-@contextlib.contextmanager
-def atomic_directory(final: Path, replace: bool = False) -> Iterator[Path]:
-    """Yield an empty temporary folder next to ``final``; on success it is renamed to ``final`` in one step.
-
-    Readers therefore see either no folder or a complete one. When another process finished the same
-    folder first, ours is discarded (both hold the same content). ``replace=True`` swaps out an existing
-    (e.g. corrupt) folder. On error the temporary folder is removed and nothing is left behind.
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    try:
-        yield tmp
-        trash = None
-        if replace and final.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-            os.replace(final, trash / "old")
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not final.is_dir():  # not a lost race: a real failure
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-        if trash is not None:
-            shutil.rmtree(trash, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def require(module: str, install: str, purpose: str) -> Any:

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from slimkit.zoo._common import atomic_directory, require, seeded, zoo_cache_path
+from slimkit.core.io import atomic_directory
+from slimkit.zoo._common import require, seeded, zoo_cache_path
 from slimkit.zoo.registry import ZooModel
 
 TASK = "image_classification"

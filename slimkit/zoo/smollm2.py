@@ -13,8 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit.core.io import atomic_directory
 from slimkit.errors import ConfigError
-from slimkit.zoo._common import atomic_directory, package_folder, require, zoo_cache_path
+from slimkit.zoo._common import package_folder, require, zoo_cache_path
 from slimkit.zoo.registry import ZooModel
 
 TASK = "causal_lm"

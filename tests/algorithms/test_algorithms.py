@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from slimkit import SmashConfig, SmashedModel, smash
-from slimkit.algorithms import registry
+from slimkit.core import registry
 from slimkit.errors import ModelNotSupportedError
 from slimkit.utils import main_tensor, run_model
 from tests.algorithms import testers

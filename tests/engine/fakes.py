@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from slimkit.algorithms import base, registry
-from slimkit.algorithms.base import SlimkitAlgorithm
+from slimkit.core import contract as base
+from slimkit.core import registry
+from slimkit.core.contract import SlimkitAlgorithm
 
 _GROUP_BASES = {cls.group: cls for cls in (base.SlimkitPruner, base.SlimkitDistiller, base.SlimkitRecoverer,
                                            base.SlimkitQuantizer, base.SlimkitCacher, base.SlimkitCompiler,

@@ -15,11 +15,11 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo
-from slimkit.algorithms import registry
 from slimkit.compression.quantization.lowbit import PackedLinear
+from slimkit.core import registry
+from slimkit.core.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.engine import base_model, serialization
 from slimkit.engine.base_model import meta_parameters, meta_tensors, rebuild_base
-from slimkit.engine.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.errors import SaveLoadError
 from tests.algorithms.testers.lowbit import ByteTokenizer
 from tests.engine.fakes import make, registered
@@ -183,7 +183,7 @@ def _recording(name: str, group: str, seen: list, **attrs):
 def test_algorithms_around_a_lowbit_one_see_real_weights(spy, tmp_path):
     """A REPLAY pruner not verified on meta forces the full build; REAPPLY and SAVE_BEFORE_APPLY run after the
     load, so they see the real weights even when the base was a meta skeleton."""
-    from slimkit.algorithms.base import SaveFn
+    from slimkit.core.contract import SaveFn
 
     seen: list = []
     pruner = _recording("fake_replayer", "pruner", seen, save_fn=SaveFn.REPLAY)

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo
-from slimkit.algorithms.base import SaveFn, SlimkitAlgorithm
+from slimkit.core.contract import SaveFn, SlimkitAlgorithm
 from slimkit.errors import RegistryError, SaveLoadError
 from tests.engine.fakes import make, registered
 

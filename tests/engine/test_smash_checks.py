@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from slimkit import SmashConfig, SmashedModel, smash
-from slimkit.algorithms import registry
+from slimkit.core import registry
 from slimkit.errors import (
     ConfigError,
     MissingComponentError,
@@ -161,7 +161,7 @@ def test_registered_algorithm_fails_loudly_when_module_breaks():
     with pytest.raises(RegistryError, match="does_not_exist failed to import"):
         algorithms._load_all(["slimkit.algorithms.pruning.does_not_exist"])
     with pytest.raises(RegistryError, match="must register an algorithm named 'registry'"):
-        algorithms._load_all(["slimkit.algorithms.registry"])
+        algorithms._load_all(["slimkit.core.registry"])
 
 
 def test_every_algorithm_file_is_discovered():

@@ -7,8 +7,7 @@ import torch
 from torch import nn
 
 from slimkit.errors import ConfigError, SaveLoadError
-from slimkit.experiment import compressors, create_compressor, load_compressed_model, parse_compression_config
-from slimkit.experiment.compressors import CompressorSpec
+from slimkit.experiment import create_compressor, load_compressed_model, parse_compression_config
 
 CONFIG_LIST = [{"sparsity": 0.5, "op_types": ["Conv2d"]}]
 
@@ -34,7 +33,7 @@ def test_unknown_compressor_lists_names_closest_first(net):
     with pytest.raises(ConfigError, match=r"Unknown compressor 'l1filter'\. Valid names \(closest first\): "
                                           r"l1_filter, l2_filter, ") as info:
         create_compressor(net, {"compressor": "l1filter", "config_list": CONFIG_LIST})
-    assert "taylorfo" in str(info.value)
+    assert "taylor_fo_weight" in str(info.value) and "qat" not in str(info.value).split("Valid")[0]
 
 
 def test_type_and_framework_checks(net):
@@ -128,30 +127,17 @@ def test_a_failed_speedup_leaves_the_compressor_wrapped():
     assert not comp.speedup_applied and comp.engine.is_wrapped and model.conv.module.out_channels == 4
 
 
-def test_quantization_kind_is_refused_for_speedup(net, monkeypatch):
-    class FakeQuantizer:
-        def __init__(self, model, config_list, optimizer=None, dummy_input=None):
-            self.model = model
-
-        def compress(self):
-            return self.model
-
-    spec = CompressorSpec("fake_q", "quantization", FakeQuantizer, lambda kwargs: None)
-    monkeypatch.setitem(compressors._REGISTRY, "fake_q", spec)
-    comp = create_compressor(net, {"type": "quantization", "compressor": "fake_q", "config_list": CONFIG_LIST})
+def test_quantization_kind_is_refused_for_speedup(net):
+    comp = create_compressor(net, {"type": "quantization", "compressor": "qat",
+                                   "config_list": [{"quant_types": ["weight"], "quant_bits": 8}]})
     assert comp.kind == "quantization" and comp.compress() is net
-    with pytest.raises(ConfigError, match=r"apply_speedup\(\) needs a pruning compressor; 'fake_q' is a "
+    with pytest.raises(ConfigError, match=r"apply_speedup\(\) needs a pruning compressor; 'qat' is a "
                                           r"quantization compressor"):
         comp.apply_speedup(torch.randn(1, 1, 6, 6))
-    with pytest.raises(ConfigError, match=r"for type 'quantization'\. Valid names \(closest first\): fake_q"):
+    with pytest.raises(ConfigError, match=r"for type 'quantization'\. Valid names \(closest first\): qat, "):
         create_compressor(net, {"type": "quantization", "compressor": "qat_x", "config_list": CONFIG_LIST})
-
-
-def test_register_compressor_refuses_duplicates_and_bad_kinds():
-    with pytest.raises(ConfigError, match=r"A compressor named 'l1_filter' is already registered"):
-        compressors.register_compressor(CompressorSpec("l1_filter", "pruning", object, lambda k: None))
-    with pytest.raises(ConfigError, match=r"kind 'nas'; allowed kinds: pruning, quantization"):
-        compressors.register_compressor(CompressorSpec("x", "nas", object, lambda k: None))
+    with pytest.raises(ConfigError, match=r"mask_path and speedup belong to pruning"):
+        comp.export_model("m.safetensors", "mask.safetensors")
 
 
 def test_load_compressed_model_errors(tmp_path, net):

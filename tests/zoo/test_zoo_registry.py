@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from slimkit import zoo
+from slimkit.core.io import atomic_directory
 from slimkit.errors import ConfigError, MissingPackageError
-from slimkit.zoo._common import atomic_directory, cache_dir, package_folder, require
+from slimkit.zoo._common import cache_dir, package_folder, require
 
 EXPECTED = [
     "digits_cnn",

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.algorithms.base import SaveFn, SlimkitCompiler
 from slimkit.algorithms.compilation._onnx_module import (  # re-exported: tests and users import them from here
     _LEVELS,
     OnnxRuntimeModule,
@@ -27,9 +26,9 @@ from slimkit.algorithms.compilation._onnx_module import (  # re-exported: tests 
     signature_to_json,
 )
 from slimkit.algorithms.quantization._calibration import example_inputs
-from slimkit.algorithms.registry import register
-from slimkit.config.hyperparameters import Boolean
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitCompiler, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean
+from slimkit.core.registry import register
 from slimkit.errors import MissingPackageError, SaveLoadError
 from slimkit.utils import Inputs
 

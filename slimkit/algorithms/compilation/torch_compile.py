@@ -7,10 +7,9 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter
 
-from slimkit.algorithms.base import SaveFn, SlimkitCompiler
-from slimkit.algorithms.registry import register
-from slimkit.config.hyperparameters import Boolean
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitCompiler, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean
+from slimkit.core.registry import register
 
 
 @register

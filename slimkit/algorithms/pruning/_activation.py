@@ -10,7 +10,7 @@ from torch import nn
 from slimkit.algorithms.pruning._data import batch_hyperparameters, statistics_batches
 from slimkit.algorithms.pruning._framework import FrameworkPruner
 from slimkit.compression.pruning import Pruner
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SmashConfigPrefixWrapper
 
 
 class ActivationRankPruner(FrameworkPruner):
@@ -30,5 +30,5 @@ class ActivationRankPruner(FrameworkPruner):
     def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """The activation pruner fed the first train batches (forward passes only)."""
         batches = statistics_batches(self.algorithm_name, model, smash_config)
-        return self.pruner_class(model, config_list, activation=smash_config["activation"], dataloader=batches,
+        return self.engine(model, config_list, activation=smash_config["activation"], dataloader=batches,
                                  statistics_batch_num=len(batches))

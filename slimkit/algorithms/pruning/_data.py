@@ -20,7 +20,7 @@ from torch import nn
 
 from slimkit.compression.pruning import Pruner
 from slimkit.compression.pruning.data_pruners import split_batch
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.errors import DataError
 from slimkit.utils import main_tensor, model_device, move_inputs, run_model
 

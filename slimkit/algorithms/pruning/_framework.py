@@ -23,13 +23,12 @@ from typing import Any, ClassVar
 from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
 
-from slimkit.algorithms.base import SaveFn, SlimkitPruner
 from slimkit.compression.pruning import AttentionHeadPruner, Pruner, PruningConfigError, resolve_config_list
 from slimkit.compression.pruning.coupling import ChannelCoupling
 from slimkit.compression.pruning.data_pruners import split_batch
 from slimkit.compression.speedup import ModelSpeedup, SpeedupError, UnsupportedOpError, apply_kept_channels
-from slimkit.config.hyperparameters import Boolean, ConfigListHyperparameter, ListHyperparameter
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean, ConfigListHyperparameter, ListHyperparameter
 from slimkit.errors import ConfigError, DataError, SlimkitError
 from slimkit.utils import model_device, move_inputs
 
@@ -105,7 +104,7 @@ def effective_config_list(
     default_types, supported = algo.op_types(smash_config)
     try:
         resolved = resolve_config_list(model, config_list, default_types, supported,
-                                       algo.pruner_class.extra_config_keys)
+                                       algo.engine.extra_config_keys)
     except PruningConfigError as exc:
         raise PruningConfigError(f"{name}: {exc} (config_list {config_list} from {source})") from exc
     if coupling is None:
@@ -144,7 +143,7 @@ def head_masks(model: nn.Module, sparsity: float, importance: str) -> Masks:
 class FrameworkPruner(SlimkitPruner):
     """Base of the smash pruners that run a :mod:`slimkit.compression.pruning` pruner (not registered)."""
 
-    pruner_class: ClassVar[type[Pruner]]
+    engine: ClassVar[type[Pruner]]
     #: whether masks remove whole output channels (then ``speedup`` can shrink the layers)
     structured: ClassVar[bool] = True
     #: Network Slimming prunes norms; their channels are removed through the layers that produce them
@@ -180,7 +179,7 @@ class FrameworkPruner(SlimkitPruner):
 
     def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
         """(what ``"default"`` expands to, the layer types the pruner accepts or None for any)."""
-        return self.pruner_class.default_op_types, self.pruner_class.supported_op_types
+        return self.engine.default_op_types, self.engine.supported_op_types
 
     def uses_speedup(self, smash_config: SmashConfigPrefixWrapper) -> bool:
         """Whether pruned channels are physically removed."""
@@ -189,7 +188,7 @@ class FrameworkPruner(SlimkitPruner):
     def build_pruner(self, model: nn.Module, config_list: list[dict[str, Any]],
                      smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """Construct the framework pruner (wraps the selected layers)."""
-        return self.pruner_class(model, config_list)
+        return self.engine(model, config_list)
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Compute the masks (one-shot by default; data-driven and training pruners override this)."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from slimkit.algorithms.pruning._activation import ActivationRankPruner
-from slimkit.algorithms.registry import register
 from slimkit.compression.pruning import ActivationAPoZRankFilterPruner
+from slimkit.core.registry import register
 
 
 @register
@@ -17,6 +17,7 @@ class ActivationAPoZRank(ActivationRankPruner):
     """
 
     algorithm_name = "activation_apoz_rank"
+    aliases = ("apoz",)
     references = {"Paper": "https://arxiv.org/abs/1607.03250",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#activationapozrankfilter-pruner"}
-    pruner_class = ActivationAPoZRankFilterPruner
+    engine = ActivationAPoZRankFilterPruner

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from slimkit.algorithms.pruning._activation import ActivationRankPruner
-from slimkit.algorithms.registry import register
 from slimkit.compression.pruning import ActivationMeanRankFilterPruner
+from slimkit.core.registry import register
 
 
 @register
@@ -16,6 +16,7 @@ class ActivationMeanRank(ActivationRankPruner):
     """
 
     algorithm_name = "activation_mean_rank"
+    aliases = ("mean_activation",)
     references = {"Paper": "https://arxiv.org/abs/1611.06440",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#activationmeanrankfilter-pruner"}
-    pruner_class = ActivationMeanRankFilterPruner
+    engine = ActivationMeanRankFilterPruner

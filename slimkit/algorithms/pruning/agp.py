@@ -10,10 +10,10 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, train, train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.registry import register
 from slimkit.compression.pruning import AGPPruner, Pruner
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.registry import register
 
 
 @register
@@ -31,7 +31,7 @@ class AGP(FrameworkPruner):
     references = {"Paper": "https://arxiv.org/abs/1710.01878",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#agp-pruner"}
     dataset_required = True
-    pruner_class = AGPPruner
+    engine = AGPPruner
 
     def extra_hyperparameters(self) -> list:
         """Masker, schedule and training settings."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.registry import register
 from slimkit.compression.pruning import FPGMPruner
+from slimkit.core.registry import register
 
 
 @register
@@ -18,4 +18,4 @@ class FPGM(FrameworkPruner):
     algorithm_name = "fpgm"
     references = {"Paper": "https://arxiv.org/abs/1811.00250",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#fpgm-pruner"}
-    pruner_class = FPGMPruner
+    engine = FPGMPruner

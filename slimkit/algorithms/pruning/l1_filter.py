@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.registry import register
 from slimkit.compression.pruning import L1FilterPruner
+from slimkit.core.registry import register
 
 
 @register
@@ -18,7 +18,8 @@ class L1Filter(FrameworkPruner):
     """
 
     algorithm_name = "l1_filter"
+    aliases = ("l1",)
     references = {"Paper": "https://arxiv.org/abs/1608.08710",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#l1filter-pruner"}
-    pruner_class = L1FilterPruner
+    engine = L1FilterPruner
     head_importance = "l1"

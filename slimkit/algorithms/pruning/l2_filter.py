@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.registry import register
 from slimkit.compression.pruning import L2FilterPruner
+from slimkit.core.registry import register
 
 
 @register
@@ -16,6 +16,7 @@ class L2Filter(FrameworkPruner):
     """
 
     algorithm_name = "l2_filter"
+    aliases = ("l2",)
     references = {"NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#l2filter-pruner"}
-    pruner_class = L2FilterPruner
+    engine = L2FilterPruner
     head_importance = "l2"

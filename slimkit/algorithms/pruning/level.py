@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimkit.algorithms.base import SaveFn
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.registry import register
 from slimkit.compression.pruning import LevelPruner
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SmashConfigPrefixWrapper
+from slimkit.core.registry import register
 
 
 @register
@@ -23,7 +22,7 @@ class Level(FrameworkPruner):
     algorithm_name = "level"
     references = {"Paper": "https://arxiv.org/abs/1506.02626",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#level-pruner"}
-    pruner_class = LevelPruner
+    engine = LevelPruner
     structured = False
     save_fn = SaveFn.KEEP
 

@@ -6,9 +6,9 @@ from ConfigSpace import CategoricalHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.registry import register
 from slimkit.compression.pruning import Pruner, SlimPruner
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.registry import register
 
 
 @register
@@ -23,7 +23,7 @@ class Slim(FrameworkPruner):
     algorithm_name = "slim"
     references = {"Paper": "https://arxiv.org/abs/1708.06519",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#slim-pruner"}
-    pruner_class = SlimPruner
+    engine = SlimPruner
     norms_decide = True
     model_layer_types = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 

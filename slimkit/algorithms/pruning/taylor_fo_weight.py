@@ -6,9 +6,9 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, criterion_for, statistics_batches
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.registry import register
 from slimkit.compression.pruning import Pruner, TaylorFOWeightFilterPruner
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.registry import register
 
 
 @register
@@ -21,10 +21,11 @@ class TaylorFOWeight(FrameworkPruner):
     """
 
     algorithm_name = "taylor_fo_weight"
+    aliases = ("taylorfo",)
     references = {"Paper": "https://arxiv.org/abs/1906.10771",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#taylorfoweightfilter-pruner"}
     dataset_required = True
-    pruner_class = TaylorFOWeightFilterPruner
+    engine = TaylorFOWeightFilterPruner
 
     def extra_hyperparameters(self) -> list:
         """Number of batches and batch size."""

@@ -8,10 +8,9 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.algorithms.base import SaveFn, SlimkitPruner
-from slimkit.algorithms.registry import register
-from slimkit.config.hyperparameters import ListHyperparameter
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import ListHyperparameter
+from slimkit.core.registry import register
 
 _TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d")
 

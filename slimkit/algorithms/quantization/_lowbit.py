@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
 from slimkit.compression.quantization.lowbit import smash_support as support
-from slimkit.config.hyperparameters import Boolean, Hyperparameter
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean, Hyperparameter
 
 
 class LowBitQuantizer(SlimkitQuantizer):

@@ -22,7 +22,7 @@ from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.compression.quantization import Quantizer, quantized_layer_specs, rebuild_quantized_layers
-from slimkit.config.hyperparameters import ListHyperparameter
+from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.errors import ConfigError, DataError
 from slimkit.utils import main_tensor, model_device, move_inputs, run_model
 

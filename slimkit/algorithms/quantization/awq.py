@@ -7,10 +7,10 @@ from typing import Any
 from ConfigSpace import UniformIntegerHyperparameter
 
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
-from slimkit.algorithms.registry import register
 from slimkit.compression.quantization.lowbit import quantize_model_awq
 from slimkit.compression.quantization.lowbit import smash_support as support
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.registry import register
 
 
 @register

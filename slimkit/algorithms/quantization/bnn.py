@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
 from slimkit.algorithms.quantization._training import (
     ACTIVATION_TYPES,
     LAYER_TYPES,
@@ -15,10 +14,10 @@ from slimkit.algorithms.quantization._training import (
     train_and_freeze,
     training_hyperparameters,
 )
-from slimkit.algorithms.registry import register
 from slimkit.compression.quantization import BNNQuantizer
-from slimkit.config.hyperparameters import Boolean
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean
+from slimkit.core.registry import register
 from slimkit.errors import ConfigError
 
 
@@ -34,6 +33,7 @@ class BNN(SlimkitQuantizer):
     """
 
     algorithm_name = "bnn"
+    engine = BNNQuantizer
     references = {"Paper": "https://arxiv.org/abs/1602.02830", "XNOR-Net": "https://arxiv.org/abs/1603.05279"}
     dataset_required = True
     save_fn = SaveFn.REPLAY

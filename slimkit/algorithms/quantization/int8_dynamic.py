@@ -8,10 +8,9 @@ from typing import Any
 
 import torch
 
-from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
-from slimkit.algorithms.registry import register
-from slimkit.config.hyperparameters import Boolean, ListHyperparameter
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean, ListHyperparameter
+from slimkit.core.registry import register
 
 
 def _linear_names(model: torch.nn.Module, exclude: tuple[str, ...]) -> list[str]:

@@ -8,7 +8,6 @@ from typing import Any
 import torch
 from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
 from slimkit.algorithms.quantization._calibration import calibration_batches, slice_inputs, truncate_tokens
 from slimkit.algorithms.quantization._fallback import (
     first_samples,
@@ -28,9 +27,9 @@ from slimkit.algorithms.quantization._smooth_utils import (
     verify_groups,
 )
 from slimkit.algorithms.quantization.int8_dynamic import _linear_names
-from slimkit.algorithms.registry import register
-from slimkit.config.hyperparameters import Boolean, ListHyperparameter
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean, ListHyperparameter
+from slimkit.core.registry import register
 from slimkit.utils import Inputs
 
 AUTO_ALPHAS = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8]

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
 from slimkit.algorithms.quantization._calibration import calibration_batches, slice_inputs
 from slimkit.algorithms.quantization._fallback import (
     first_samples,
@@ -28,9 +27,9 @@ from slimkit.algorithms.quantization._static_fx import (
     qconfig_mapping,
 )
 from slimkit.algorithms.quantization._static_tune import bias_correct, float_alone, quantized_layers
-from slimkit.algorithms.registry import register
-from slimkit.config.hyperparameters import Boolean, ListHyperparameter
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean, ListHyperparameter
+from slimkit.core.registry import register
 from slimkit.errors import ConfigError, ModelNotSupportedError
 from slimkit.utils import Inputs
 

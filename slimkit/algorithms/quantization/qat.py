@@ -6,7 +6,6 @@ from typing import Any
 
 from ConfigSpace import UniformIntegerHyperparameter
 
-from slimkit.algorithms.base import SaveFn, SlimkitQuantizer
 from slimkit.algorithms.quantization._training import (
     LAYER_TYPES,
     build_config_list,
@@ -15,10 +14,10 @@ from slimkit.algorithms.quantization._training import (
     train_and_freeze,
     training_hyperparameters,
 )
-from slimkit.algorithms.registry import register
 from slimkit.compression.quantization import QATQuantizer
-from slimkit.config.hyperparameters import Boolean
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean
+from slimkit.core.registry import register
 
 
 @register
@@ -32,6 +31,7 @@ class QAT(SlimkitQuantizer):
     """
 
     algorithm_name = "qat"
+    engine = QATQuantizer
     references = {"Paper": "https://arxiv.org/abs/1712.05877",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
     dataset_required = True

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
-from slimkit.algorithms.registry import register
 from slimkit.compression.quantization.lowbit import quantize_model_rtn
 from slimkit.compression.quantization.lowbit import smash_support as support
-from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.registry import register
 
 
 @register

@@ -37,7 +37,6 @@ from slimkit.compression.pruning.maskers import (
     WeightMasker,
     num_to_prune,
 )
-from slimkit.compression.pruning.names import PRUNER_CLASSES, get_pruner_class
 from slimkit.compression.pruning.one_shot import FPGMPruner, L1FilterPruner, L2FilterPruner, LevelPruner, SlimPruner
 from slimkit.compression.pruning.utils import format_sensitivity_table, plot_sensitivity, sensitivity_analysis
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
@@ -64,7 +63,6 @@ __all__ = [
     "L2FilterPrunerMasker",
     "LevelPruner",
     "LevelPrunerMasker",
-    "PRUNER_CLASSES",
     "Pruner",
     "PrunerModuleWrapper",
     "PruningConfigError",
@@ -77,7 +75,6 @@ __all__ = [
     "agp_sparsity",
     "find_head_layout",
     "format_sensitivity_table",
-    "get_pruner_class",
     "load_masks",
     "load_state_dict_file",
     "num_to_prune",

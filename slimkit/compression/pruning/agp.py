@@ -10,22 +10,37 @@ from torch import nn
 
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.maskers import (
-    FPGMPrunerMasker,
-    L1FilterPrunerMasker,
-    L2FilterPrunerMasker,
-    LevelPrunerMasker,
-    MaskDict,
-)
-from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
+from slimkit.compression.pruning.maskers import MaskDict
+from slimkit.compression.pruning.one_shot import LevelPruner, WeightFilterPruner
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+from slimkit.core import registry
+from slimkit.errors import AlgorithmNotFoundError
 
-AGP_ALGORITHMS: dict[str, type] = {
-    "level": LevelPrunerMasker,
-    "l1": L1FilterPrunerMasker,
-    "l2": L2FilterPrunerMasker,
-    "fpgm": FPGMPrunerMasker,
-}
+
+def agp_engine(pruning_algorithm: str | type[Pruner]) -> type[Pruner]:
+    """The one-shot weight pruner whose masker AGP runs, from a registry name or the pruner class itself.
+
+    Any name the registry knows works (``"l1"``, ``"l1_filter"``, ``"L1FilterPruner"``, ``"level"``...).
+
+    AGP re-ranks the weights at every pruning iteration, so only pruners that need nothing but the weights
+    qualify (level and the filter-norm pruners); the error lists them.
+    """
+    engine = pruning_algorithm
+    if isinstance(pruning_algorithm, str):
+        try:
+            engine = registry.get(pruning_algorithm).engine
+        except AlgorithmNotFoundError:
+            engine = None
+    if isinstance(engine, type) and issubclass(engine, (LevelPruner, WeightFilterPruner)):
+        return engine
+    usable = [n for n in registry.by_kind("pruning")
+              if isinstance(registry.get(n).engine, type) and issubclass(registry.get(n).engine, (LevelPruner,
+                                                                                               WeightFilterPruner))]
+    usable += [a for a, n in registry.aliases().items() if n in usable and a.islower()]
+    raise PruningConfigError(
+        f"AGPPruner pruning_algorithm {pruning_algorithm!r} cannot be used; AGP re-ranks weights at every step, so "
+        f"it takes a weight-only pruner: {', '.join(sorted(usable))} (or their NNI class names)."
+    )
 
 
 def agp_sparsity(final: float, initial: float, t: int, num_iterations: int) -> float:
@@ -59,10 +74,7 @@ class AGPPruner(Pruner):
         schedule: str = "step",
         dummy_input: Any = None,
     ) -> None:
-        if pruning_algorithm not in AGP_ALGORITHMS:
-            raise PruningConfigError(
-                f"AGPPruner pruning_algorithm {pruning_algorithm!r} is unknown; use one of {sorted(AGP_ALGORITHMS)}."
-            )
+        engine = agp_engine(pruning_algorithm)
         for label, value in (("num_iterations", num_iterations), ("frequency", frequency)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise PruningConfigError(f"AGPPruner {label} must be an int >= 1, got {value!r}.")
@@ -71,10 +83,7 @@ class AGPPruner(Pruner):
         if not 0.0 <= float(initial_sparsity) < 1.0:
             raise PruningConfigError(f"AGPPruner initial_sparsity must be in [0, 1), got {initial_sparsity!r}.")
         self.pruning_algorithm = pruning_algorithm
-        if pruning_algorithm == "level":
-            self.default_op_types, self.supported_op_types = LEVEL_OP_TYPES, None
-        else:
-            self.default_op_types, self.supported_op_types = ("Conv2d", "Linear"), FILTER_OP_TYPES
+        self.default_op_types, self.supported_op_types = engine.default_op_types, engine.supported_op_types
         self.initial_sparsity = float(initial_sparsity)
         self.num_iterations = num_iterations
         self.frequency = frequency
@@ -82,7 +91,7 @@ class AGPPruner(Pruner):
         self.epoch = 0
         super().__init__(model, config_list, optimizer, dummy_input)
         self.set_wrappers_attribute("pruned_at_iteration", -1)
-        self.masker = AGP_ALGORITHMS[pruning_algorithm](model, self)
+        self.masker = engine.masker_class(model, self)
 
     def _select_layers(self) -> list[tuple[str, nn.Module, dict[str, Any]]]:
         layers = super()._select_layers()

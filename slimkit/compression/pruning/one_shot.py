@@ -33,27 +33,27 @@ class LevelPruner(Pruner):
     masker_class = LevelPrunerMasker
 
 
-class _FilterPruner(Pruner):
-    """Shared setup for filter pruners: prune output channels (dim 0) of Conv and Linear layers."""
+class WeightFilterPruner(Pruner):
+    """Base of the filter pruners that rank by weights alone: prune output channels (dim 0) of Conv/Linear."""
 
     default_op_types = ("Conv2d", "Linear")
     supported_op_types = FILTER_OP_TYPES
     masker_class = L1FilterPrunerMasker
 
 
-class L1FilterPruner(_FilterPruner):
+class L1FilterPruner(WeightFilterPruner):
     """Prune the output filters with the smallest L1 norm (Conv2d and Linear by default)."""
 
     masker_class = L1FilterPrunerMasker
 
 
-class L2FilterPruner(_FilterPruner):
+class L2FilterPruner(WeightFilterPruner):
     """Prune the output filters with the smallest L2 norm (Conv2d and Linear by default)."""
 
     masker_class = L2FilterPrunerMasker
 
 
-class FPGMPruner(_FilterPruner):
+class FPGMPruner(WeightFilterPruner):
     """Prune the filters nearest the geometric median of their layer (Conv2d and Linear by default)."""
 
     masker_class = FPGMPrunerMasker

@@ -12,7 +12,7 @@ from torch import nn
 
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError, resolve_config_list
-from slimkit.compression.pruning.names import get_pruner_class
+from slimkit.core import registry
 from slimkit.errors import MissingPackageError
 
 Sensitivity = dict[str, dict[float, float]]
@@ -33,7 +33,7 @@ def sensitivity_analysis(
     pruner. The model is restored after every measurement (masks are never written into its weights), so it
     leaves this function unchanged. Returns ``{layer: {sparsity: metric}}`` in model order.
     """
-    cls = get_pruner_class(pruner) if isinstance(pruner, str) else pruner
+    cls = registry.get(pruner).engine if isinstance(pruner, str) else pruner
     if not (isinstance(cls, type) and issubclass(cls, Pruner)):
         raise PruningConfigError(f"pruner must be a pruner name or a Pruner subclass, got {pruner!r}.")
     values = list(sparsities)

@@ -18,7 +18,6 @@ from slimkit.compression.quantization.frozen import QuantizedLayer, quantized_la
 from slimkit.compression.quantization.grad import ClipGrad, QuantGrad, QuantType, grad_scale, round_ste
 from slimkit.compression.quantization.io import load_calibration
 from slimkit.compression.quantization.lsq import LsqQuantizer
-from slimkit.compression.quantization.names import QUANTIZER_CLASSES, get_quantizer_class
 from slimkit.compression.quantization.observers import affine_qparams, dequantize, fake_quantize, quantize_codes
 from slimkit.compression.quantization.qat import QAT_Quantizer, QATQuantizer
 from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
@@ -31,7 +30,6 @@ __all__ = [
     "LsqQuantizer",
     "QATQuantizer",
     "QAT_Quantizer",
-    "QUANTIZER_CLASSES",
     "QuantGrad",
     "QuantType",
     "QuantizationConfigError",
@@ -41,7 +39,6 @@ __all__ = [
     "affine_qparams",
     "dequantize",
     "fake_quantize",
-    "get_quantizer_class",
     "grad_scale",
     "load_calibration",
     "quantize_codes",

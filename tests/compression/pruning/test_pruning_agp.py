@@ -70,7 +70,8 @@ def test_agp_manual_step_without_optimizer(mlp):
 
 
 def test_agp_errors(mlp):
-    with pytest.raises(PruningConfigError, match=r"pruning_algorithm 'taylor' is unknown; use one of \['fpgm', 'l1'"):
+    with pytest.raises(PruningConfigError,
+                       match=r"pruning_algorithm .taylor. cannot be used; .* weight-only pruner: fpgm, l1, l1_filter"):
         AGPPruner(mlp, [{"sparsity": 0.5}], pruning_algorithm="taylor")
     with pytest.raises(PruningConfigError, match="num_iterations must be an int >= 1, got 0"):
         AGPPruner(mlp, [{"sparsity": 0.5}], num_iterations=0)

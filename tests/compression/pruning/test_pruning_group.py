@@ -14,7 +14,6 @@ from slimkit.compression.pruning import (
     GroupL2FilterPruner,
     L1FilterPruner,
     PruningConfigError,
-    get_pruner_class,
 )
 from slimkit.compression.speedup import ModelSpeedup
 
@@ -101,7 +100,6 @@ def test_errors_and_names(resnet):
         GroupL1FilterPruner(model, [{"sparsity": 0.5}])
     with pytest.raises(PruningConfigError, match=r"importance must be one of l1, l2, fpgm, got 'l3'"):
         GroupFilterPruner(model, [{"sparsity": 0.5}], dummy_input=x[:1], importance="l3")
-    assert get_pruner_class("group_l1_filter") is GroupL1FilterPruner
 
 
 @pytest.mark.parametrize("importance", ["l1", "l2", "fpgm"])

@@ -18,7 +18,6 @@ from slimkit.compression.pruning import (
     PruningConfigError,
     SlimPruner,
     TaylorFOWeightFilterPruner,
-    get_pruner_class,
     num_to_prune,
 )
 from slimkit.errors import DataError
@@ -229,9 +228,3 @@ def test_mean_activation_prunes_weakest_channels(mlp, digits):
     )
     pruner.compress()
     assert pruned_filters(pruner.get_masks()["fc1"]["weight_mask"]) == [3, 7, 11, 30]
-
-
-def test_get_pruner_class():
-    assert get_pruner_class("l1_filter") is L1FilterPruner
-    with pytest.raises(PruningConfigError, match="Unknown pruner 'l1filter'. Did you mean 'l1_filter'"):
-        get_pruner_class("l1filter")

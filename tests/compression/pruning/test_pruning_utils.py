@@ -14,6 +14,7 @@ from slimkit.compression.pruning import (
     plot_sensitivity,
     sensitivity_analysis,
 )
+from slimkit.errors import ConfigError
 
 
 def _pruned_filter_count(model) -> float:
@@ -57,7 +58,7 @@ def test_sensitivity_on_real_data(convnet, digits):
 def test_sensitivity_errors(convnet):
     with pytest.raises(PruningConfigError, match=r"must be a number in \(0, 1\), got 1.0"):
         sensitivity_analysis(convnet, _pruned_filter_count, sparsities=(0.5, 1.0))
-    with pytest.raises(PruningConfigError, match="Unknown pruner 'l9'"):
+    with pytest.raises(ConfigError, match="Unknown algorithm 'l9'"):
         sensitivity_analysis(convnet, _pruned_filter_count, pruner="l9")
     with pytest.raises(PruningConfigError, match="op_name 'conv3' is not a layer"):
         sensitivity_analysis(convnet, _pruned_filter_count, op_names=["conv3"])

@@ -12,7 +12,6 @@ from slimkit.compression.quantization import (
     QATQuantizer,
     QuantizationConfigError,
     QuantType,
-    get_quantizer_class,
     resolve_quant_config_list,
 )
 from slimkit.errors import ConfigError
@@ -129,9 +128,3 @@ def test_constructor_argument_errors():
     QATQuantizer(net, [{"quant_types": ["weight"], "quant_bits": 8}])
     with pytest.raises(QuantizationConfigError, match="already wrapped by a quantizer"):
         LsqQuantizer(net, [{"quant_types": ["weight"], "quant_bits": 8}])
-
-
-def test_quantizer_names():
-    assert get_quantizer_class("qat") is QATQuantizer and get_quantizer_class("lsq") is LsqQuantizer
-    with pytest.raises(QuantizationConfigError, match="Unknown quantizer 'dorefaa'. Did you mean 'dorefa'"):
-        get_quantizer_class("dorefaa")

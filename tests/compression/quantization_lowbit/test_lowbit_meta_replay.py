@@ -7,8 +7,8 @@ from torch import nn
 
 from slimkit.compression.quantization.lowbit import PackedLinear, quantize_model_rtn
 from slimkit.compression.quantization.lowbit.layers import replay_layers
+from slimkit.core.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.engine.base_model import meta_parameters, meta_tensors
-from slimkit.engine.tensors import flatten_state_dict, load_flat_state_dict
 
 
 def _net() -> nn.Module:

@@ -13,7 +13,7 @@ from torch import nn
 
 from slimkit.compression.quantization.lowbit.calibration import calibration_ids, find_blocks
 from slimkit.compression.quantization.lowbit.layers import is_quantizable, replay_layers
-from slimkit.config.hyperparameters import Boolean, Hyperparameter, ListHyperparameter
+from slimkit.core.hyperparameters import Boolean, Hyperparameter, ListHyperparameter
 from slimkit.errors import ModelNotSupportedError
 
 DEFAULT_EXCLUDE = ("lm_head",)

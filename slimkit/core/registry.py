@@ -1,15 +1,32 @@
-"""The one algorithm registry: explicit, loud registration; stage order and symmetric compatibility."""
+"""THE registry: every algorithm once, with its aliases, its NNI-face engine and its experiment kind.
+
+Every face is a view of this table: a SmashConfig key (``cfg["pruner"] = "l1_filter"``), an experiment's
+``"compressor": "L1FilterPruner"``, the NNI class names, the razor builder's ``dict(type=...)``. One name
+means one algorithm everywhere; unknown names get the closest valid ones. Registration is explicit and loud
+(a duplicate name or alias is an error), stage order is derived from the group, compatibility is symmetric.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from slimkit.algorithms.base import GROUPS, SaveFn, SlimkitAlgorithm
+from slimkit.core.contract import GROUPS, KIND_OF_GROUP, SaveFn, SlimkitAlgorithm
+from slimkit.core.hyperparameters import describe_allowed, to_jsonable
 from slimkit.errors import AlgorithmNotFoundError, RegistryError, closest
 
 _REGISTRY: dict[str, type[SlimkitAlgorithm]] = {}
+_ALIASES: dict[str, str] = {}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_ALIAS_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def _aliases(cls: type[SlimkitAlgorithm]) -> list[str]:
+    """The declared aliases plus the engine's class name (the NNI face), without repeats or the name itself."""
+    found = list(cls.aliases)
+    if cls.engine is not None:
+        found.append(cls.engine.__name__)
+    return [a for i, a in enumerate(found) if a != cls.algorithm_name and a not in found[:i]]
 
 
 def register(cls: type[SlimkitAlgorithm]) -> type[SlimkitAlgorithm]:
@@ -33,23 +50,63 @@ def register(cls: type[SlimkitAlgorithm]) -> type[SlimkitAlgorithm]:
     for hp in cls().get_hyperparameters():
         if not (hp.meta or {}).get("desc"):
             raise RegistryError(f"{where}: hyperparameter {hp.name!r} needs meta={{'desc': ...}}.")
+    aliases = _aliases(cls)
+    for alias in aliases:
+        taken = _REGISTRY.get(alias) or _REGISTRY.get(_ALIASES.get(alias, ""))
+        if not isinstance(alias, str) or not _ALIAS_RE.match(alias):
+            raise RegistryError(f"{where}: alias {alias!r} must be an identifier such as 'L1FilterPruner' or 'apoz'.")
+        if taken is not None and taken is not cls:
+            raise RegistryError(f"{where}: alias {alias!r} already names {taken.algorithm_name!r}.")
+    if name in _ALIASES and _ALIASES[name] != name:
+        raise RegistryError(f"{where}: algorithm_name {name!r} is already an alias of {_ALIASES[name]!r}.")
     _REGISTRY[name] = cls
+    for alias in aliases:
+        _ALIASES[alias] = name
     return cls
 
 
 def names() -> list[str]:
-    """All registered algorithm names, sorted."""
+    """All registered algorithm names (canonical, no aliases), sorted."""
     return sorted(_REGISTRY)
 
 
+def aliases() -> dict[str, str]:
+    """Every alias -> the canonical name it resolves to, sorted by alias."""
+    return dict(sorted(_ALIASES.items()))
+
+
+def all_names() -> list[str]:
+    """Every name any face accepts: canonical names and aliases, sorted."""
+    return sorted([*_REGISTRY, *_ALIASES])
+
+
+def resolve(name: str) -> str:
+    """The canonical name for ``name`` (itself or an alias); unknown names list the closest valid ones."""
+    if isinstance(name, str):
+        if name in _REGISTRY:
+            return name
+        if name in _ALIASES:
+            return _ALIASES[name]
+    raise AlgorithmNotFoundError(
+        f"Unknown algorithm {name!r}.{closest(str(name), all_names())} Valid algorithms: {', '.join(names())} "
+        "(NNI class names such as 'L1FilterPruner' and short names such as 'apoz' are accepted too; "
+        "`slimkit algorithms` lists them)."
+    )
+
+
 def get(name: str) -> type[SlimkitAlgorithm]:
-    """The algorithm class registered as ``name``; unknown names list the valid ones."""
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise AlgorithmNotFoundError(
-            f"Unknown algorithm {name!r}.{closest(str(name), _REGISTRY)} Valid algorithms: {', '.join(names())}."
-        ) from None
+    """The algorithm class registered as ``name`` or under an alias of it; unknown names list the closest ones."""
+    return _REGISTRY[resolve(name)]
+
+
+def by_kind(kind: str) -> list[str]:
+    """Canonical names of one experiment kind (``"pruning"``, ``"quantization"``...), sorted."""
+    return sorted(n for n, c in _REGISTRY.items() if c.kind() == kind)
+
+
+def kinds() -> tuple[str, ...]:
+    """The experiment kinds, in stage order."""
+    return tuple(KIND_OF_GROUP[g] for g in GROUPS)
 
 
 def by_group(group: str) -> list[str]:
@@ -66,6 +123,7 @@ def compatible(a: str, b: str) -> tuple[bool, str]:
 
     The relation is symmetric by construction: both sides must allow each other.
     """
+    a, b = resolve(a), resolve(b)
     ca, cb = get(a), get(b)
     if ca.group == cb.group:
         return False, f"both are {ca.group}s and a SmashConfig holds one algorithm per group"
@@ -127,9 +185,8 @@ def order(algorithm_names: list[str]) -> list[str]:
 def info(name: str) -> dict[str, Any]:
     """A JSON-able summary of one algorithm (used by the CLI and the generated docs)."""
     cls = get(name)
+    name = cls.algorithm_name
     hps = []
-    from slimkit.config.hyperparameters import describe_allowed, to_jsonable
-
     for hp in cls().get_hyperparameters():
         hps.append(
             {
@@ -142,6 +199,9 @@ def info(name: str) -> dict[str, Any]:
     return {
         "name": name,
         "group": cls.group,
+        "kind": cls.kind(),
+        "aliases": _aliases(cls),
+        "engine": None if cls.engine is None else f"{cls.engine.__module__}.{cls.engine.__name__}",
         "description": cls.description(),
         "devices": [d for d, ok in (("cpu", cls.run_on_cpu), ("cuda", cls.run_on_cuda)) if ok],
         "requires": [c for c, ok in (("tokenizer", cls.tokenizer_required), ("processor", cls.processor_required),

@@ -1,4 +1,9 @@
-"""The algorithm contract (DESIGN.md §3): one class per algorithm, one base class per group."""
+"""The algorithm contract (DESIGN.md §3): one class per algorithm, one base class per group.
+
+This module sits below every layer that names algorithms (config, algorithms, experiments, the razor
+builder): it holds the groups, the save kinds, the base class and the read-only config view an algorithm
+receives. It imports nothing of slimkit above ``core``.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,46 @@ import inspect
 from abc import ABC, abstractmethod
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-from slimkit.config.hyperparameters import Hyperparameter
-
-if TYPE_CHECKING:
-    from slimkit.config.smash_config import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Hyperparameter
 
 #: Algorithm groups in the order smash() applies them.
 GROUPS: tuple[str, ...] = ("pruner", "distiller", "recoverer", "quantizer", "cacher", "compiler", "batcher")
+
+#: The experiment ``"type"`` of each group (``"type": "pruning", "compressor": "l1_filter"``).
+KIND_OF_GROUP: dict[str, str] = {
+    "pruner": "pruning",
+    "distiller": "distillation",
+    "recoverer": "recovery",
+    "quantizer": "quantization",
+    "cacher": "caching",
+    "compiler": "compilation",
+    "batcher": "batching",
+}
+
+
+class SmashConfigPrefixWrapper:
+    """Read-only view of a SmashConfig in which one algorithm's hyperparameters are read without the prefix.
+
+    ``view["sparsity"]`` reads ``config["l1_filter_sparsity"]`` for prefix ``"l1_filter"``; any other attribute
+    (``data``, ``tokenizer``, ``example_inputs``, ``device``...) is the config's own. ``state`` collects the
+    JSON-able replay record an algorithm writes during apply (saved with the model).
+    """
+
+    def __init__(self, config: Any, prefix: str) -> None:
+        self._config = config
+        self._prefix = prefix
+        #: JSON-able replay state an algorithm records during apply (saved with the model).
+        self.state: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._config[f"{self._prefix}_{key}"]
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._config, attr)
 
 
 class SaveFn(str, Enum):
@@ -60,6 +94,18 @@ class SlimkitAlgorithm(ABC):
     replay_on_meta: ClassVar[bool] = False
     #: pip extra that provides the optional packages ``import_algorithm_packages`` needs ("" when none).
     extra: ClassVar[str] = ""
+    #: Other names that resolve to this algorithm on every face: NNI / Auptimizer class names
+    #: (``"L1FilterPruner"``), short experiment names (``"apoz"``), retired names whose saves still load.
+    aliases: ClassVar[tuple[str, ...]] = ()
+    #: The engine class behind the algorithm's NNI face (``L1FilterPruner``, ``QATQuantizer``), when it has
+    #: one: experiments and ``create_compressor`` build it on a model with a ``config_list``.
+    engine: ClassVar[type | None] = None
+    #: Keyword arguments the experiment face passes to ``engine`` unless the user sets them, so that one
+    #: name behaves the same on every face (e.g. dependency-aware filter pruning when an input is given).
+    engine_defaults: ClassVar[dict[str, Any]] = {}
+    #: Retired hyperparameter names of an alias: ``{alias: {old_name: new_name}}``, so old configs and
+    #: saves written under the alias read as this algorithm's hyperparameters.
+    renamed_hyperparameters: ClassVar[dict[str, dict[str, str]]] = {}
 
     def get_hyperparameters(self) -> list[Hyperparameter]:
         """Return the algorithm's ConfigSpace hyperparameters (each with ``meta={"desc": ...}``)."""
@@ -106,6 +152,11 @@ class SlimkitAlgorithm(ABC):
         raise NotImplementedError(
             f"{self.algorithm_name} declares save_fn=ARTIFACTS but does not implement load_artifacts()."
         )
+
+    @classmethod
+    def kind(cls) -> str:
+        """The experiment ``"type"`` this algorithm belongs to (``"pruning"``, ``"quantization"``, ...)."""
+        return KIND_OF_GROUP[cls.group]
 
     @classmethod
     def description(cls) -> str:

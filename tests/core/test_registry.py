@@ -1,0 +1,96 @@
+"""THE registry: every name from every face resolves through one table to one class."""
+
+from __future__ import annotations
+
+import pytest
+
+from slimkit import SmashConfig
+from slimkit.compression.pruning import Pruner
+from slimkit.compression.quantization import Quantizer
+from slimkit.core import registry
+from slimkit.core.contract import GROUPS, KIND_OF_GROUP
+from slimkit.errors import AlgorithmNotFoundError, ConfigError
+from slimkit.experiment import available_compressors, get_compressor_spec
+
+#: The NNI / Auptimizer names users type, and what they must mean.
+NNI_NAMES = {
+    "L1FilterPruner": "l1_filter",
+    "L2FilterPruner": "l2_filter",
+    "FPGMPruner": "fpgm",
+    "LevelPruner": "level",
+    "SlimPruner": "slim",
+    "AGPPruner": "agp",
+    "ActivationAPoZRankFilterPruner": "activation_apoz_rank",
+    "ActivationMeanRankFilterPruner": "activation_mean_rank",
+    "TaylorFOWeightFilterPruner": "taylor_fo_weight",
+    "QATQuantizer": "qat",
+    "LsqQuantizer": "lsq",
+    "DoReFaQuantizer": "dorefa",
+    "BNNQuantizer": "bnn",
+    "apoz": "activation_apoz_rank",
+    "mean_activation": "activation_mean_rank",
+    "taylorfo": "taylor_fo_weight",
+    "l1": "l1_filter",
+    "l2": "l2_filter",
+}
+
+
+@pytest.mark.parametrize(("alias", "canonical"), sorted(NNI_NAMES.items()))
+def test_nni_and_short_names_resolve_to_one_algorithm(alias, canonical):
+    cls = registry.get(alias)
+    assert cls is registry.get(canonical) and cls.algorithm_name == canonical
+    assert get_compressor_spec(alias).algorithm is cls  # the experiment face
+    cfg = SmashConfig([alias])  # the SmashConfig face stores the canonical name
+    assert cfg[cls.group] == canonical and cfg.get_active_algorithms() == [canonical]
+
+
+def test_every_name_on_every_face_is_the_same_class():
+    for name in registry.all_names():
+        cls = registry.get(name)
+        assert registry.get(cls.algorithm_name) is cls
+        assert SmashConfig([name])[cls.group] == cls.algorithm_name
+        if cls.kind() in ("pruning", "quantization"):
+            spec = get_compressor_spec(name, cls.kind())
+            assert spec.algorithm is cls and spec.name == cls.algorithm_name
+        if cls.engine is not None:  # the NNI face: the engine's class name is an alias of the same algorithm
+            assert registry.get(cls.engine.__name__) is cls
+            assert issubclass(cls.engine, Pruner if cls.kind() == "pruning" else Quantizer)
+
+
+def test_engines_are_registered_once():
+    engines = [registry.get(n).engine for n in registry.names() if registry.get(n).engine is not None]
+    assert len(engines) == len(set(engines)) >= 13
+
+
+def test_kinds_follow_groups_and_experiments_see_both_families():
+    assert tuple(KIND_OF_GROUP) == GROUPS
+    listed = available_compressors()
+    assert {"l1_filter", "agp", "qat", "lsq", "rtn", "gptq", "int8_dynamic"} <= set(listed)
+    assert listed["qat"] == "quantization" and listed["l1_filter"] == "pruning"
+    assert set(available_compressors("quantization").values()) == {"quantization"}
+    assert "onnxruntime" not in listed  # a compiler is not a compression job
+
+
+def test_unknown_names_list_close_matches_from_the_one_table():
+    with pytest.raises(AlgorithmNotFoundError, match=r"Unknown algorithm 'L1FilterPrunr'\. Did you mean "
+                                                     r"'L1FilterPruner'"):
+        registry.get("L1FilterPrunr")
+    with pytest.raises(ConfigError, match=r"Unknown algorithm 'apozz'\. Did you mean 'apoz'"):
+        SmashConfig(["apozz"])
+    with pytest.raises(ConfigError, match=r"Unknown compressor 'qatt'.*Valid names \(closest first\): qat"):
+        get_compressor_spec("qatt", "quantization")
+
+
+def test_alias_prefixed_hyperparameters_are_the_algorithms_own():
+    cfg = SmashConfig()
+    cfg["pruner"] = "apoz"
+    cfg["apoz_sparsity"] = 0.3
+    assert cfg["activation_apoz_rank_sparsity"] == 0.3
+    assert cfg.to_dict()["hyperparameters"]["activation_apoz_rank_sparsity"] == 0.3
+    assert SmashConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_info_reports_aliases_engine_and_kind():
+    info = registry.info("L1FilterPruner")
+    assert info["name"] == "l1_filter" and info["kind"] == "pruning"
+    assert "L1FilterPruner" in info["aliases"] and info["engine"].endswith(".L1FilterPruner")

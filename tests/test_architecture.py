@@ -1,0 +1,150 @@
+"""The import rule (docs/architecture.md): packages import only downward, and no module cycle exists.
+
+Every ``import`` in every module counts, at module level or inside a function (an import placed in a function
+to dodge a cycle is still a cycle); only imports under ``if TYPE_CHECKING:`` are left out (they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from collections import defaultdict
+from pathlib import Path
+
+import slimkit
+
+ROOT = Path(slimkit.__file__).parent
+
+#: Top to bottom. A package may import its own layer's packages or any lower layer, never a higher one.
+LAYERS: list[tuple[str, ...]] = [
+    ("slimkit", "slimkit.__main__", "slimkit.cli", "slimkit.demo"),
+    ("slimkit.experiment",),
+    ("slimkit.engine",),
+    ("slimkit.config",),
+    ("slimkit.algorithms",),
+    ("slimkit.compression",),
+    ("slimkit.training",),
+    ("slimkit.evaluation",),
+    ("slimkit.data", "slimkit.zoo"),
+    ("slimkit.core", "slimkit.errors", "slimkit.utils"),
+]
+LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return skipped
+
+
+def _imports(path: Path) -> set[str]:
+    module = _module_name(path)
+    tree = ast.parse(path.read_text())
+    skipped = _type_checking_nodes(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:  # `from slimkit import zoo` imports the module slimkit.zoo
+                candidate = f"{target}.{alias.name}"
+                found.add(candidate if candidate in MODULES or _is_module(candidate) else target)
+    return {f for f in found if f == "slimkit" or f.startswith("slimkit.")}
+
+
+FILES = sorted(ROOT.rglob("*.py"))
+MODULES = {_module_name(p) for p in FILES}
+GRAPH = {_module_name(p): _imports(p) for p in FILES}
+
+
+def _package(module: str) -> str:
+    for depth in (2, 1):
+        name = ".".join(module.split(".")[:depth])
+        if name in LAYER_OF:
+            return name
+    raise AssertionError(f"{module} belongs to no layer: add its package to LAYERS in tests/test_architecture.py")
+
+
+def test_every_package_has_a_layer():
+    assert {_package(m) for m in MODULES} <= set(LAYER_OF)
+
+
+def test_imports_run_downward():
+    upward = []
+    for module, targets in GRAPH.items():
+        for target in targets:
+            if target == "slimkit" and module != "slimkit":  # importing the root package = a public face
+                upward.append(f"{module} -> slimkit (import the submodule itself)")
+                continue
+            if LAYER_OF[_package(target)] < LAYER_OF[_package(module)]:
+                upward.append(f"{module} -> {target}")
+    assert not upward, "imports that run upward:\n" + "\n".join(sorted(upward))
+
+
+def _cycles() -> list[list[str]]:
+    graph = defaultdict(set)
+    for module, targets in GRAPH.items():
+        for target in targets:
+            while target not in MODULES and "." in target:
+                target = target.rsplit(".", 1)[0]
+            package_init = target == module.rsplit(".", 1)[0]  # a module importing its own package's __init__
+            if target in MODULES and target != module and not package_init:
+                graph[module].add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(MODULES):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    cycles = _cycles()
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
