@@ -72,6 +72,8 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
     for i in infos:
         needs = ", ".join(i["requires"]) or "-"
         print(f"{i['name']}  [{i['group']}]  devices: {', '.join(i['devices'])}  needs: {needs}")
+        if i["aliases"]:
+            print(f"    also named: {', '.join(i['aliases'])}")
         print(f"    {i['description']}")
         for hp in i["hyperparameters"]:
             print(f"    {hp['name']} = {hp['default']!r}  ({hp['allowed']}): {hp['desc']}")

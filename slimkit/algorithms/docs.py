@@ -29,7 +29,9 @@ def algorithms_markdown() -> str:
         "",
         "Generated from the registry by `slimkit algorithms --markdown > docs/algorithms.md`; a test fails when "
         "this page is stale. Hyperparameters are set on a `SmashConfig` with the algorithm's name as prefix, "
-        "e.g. `cfg[\"int8_dynamic_per_channel\"] = True`.",
+        "e.g. `cfg[\"int8_dynamic_per_channel\"] = True`. Every name below (and its aliases: NNI class names, short "
+        "names) means the same algorithm in a SmashConfig, an experiment's `compressor`, `create_compressor` and "
+        "the razor builder.",
         "",
         summary_table(),
     ]
@@ -37,6 +39,11 @@ def algorithms_markdown() -> str:
         for name in registry.by_group(group):
             i = registry.info(name)
             parts += ["", f"## `{name}` ({group})", "", i["description"], ""]
+            if i["aliases"]:
+                parts.append(f"- also named: {', '.join(f'`{a}`' for a in i['aliases'])} (every face accepts these)")
+            if i["engine"]:
+                parts.append(f"- NNI-face engine: `{i['engine']}`")
+            parts.append(f"- experiment type: `{i['kind']}`")
             parts.append(f"- devices: {', '.join(i['devices'])}")
             parts.append(f"- needs: {', '.join(i['requires']) or 'nothing beyond the model'}")
             parts.append(f"- saved as: `{i['save_fn']}`")
