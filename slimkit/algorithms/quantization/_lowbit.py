@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimkit.compression.quantization.lowbit import smash_support as support
+from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, Hyperparameter
 

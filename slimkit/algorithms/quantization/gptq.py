@@ -6,9 +6,9 @@ from typing import Any
 
 from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
 
+from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
 from slimkit.compression.quantization.lowbit import quantize_model_gptq
-from slimkit.compression.quantization.lowbit import smash_support as support
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register

@@ -6,9 +6,9 @@ from typing import Any
 
 from ConfigSpace import UniformIntegerHyperparameter
 
+from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.compression.quantization.lowbit import quantize_model_hqq
-from slimkit.compression.quantization.lowbit import smash_support as support
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.compression.quantization.lowbit import quantize_model_rtn
-from slimkit.compression.quantization.lowbit import smash_support as support
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
