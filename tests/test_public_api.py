@@ -1,0 +1,38 @@
+"""Each face's public names are pinned: adding or dropping one is a deliberate change made here too."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "slimkit": ["SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__", "create_compressor",
+                "print_result", "smash"],
+    "slimkit.core": ["GROUPS", "KIND_OF_GROUP", "SaveFn", "SlimkitAlgorithm", "SlimkitBatcher", "SlimkitCacher",
+                     "SlimkitCompiler", "SlimkitDistiller", "SlimkitPruner", "SlimkitQuantizer", "SlimkitRecoverer",
+                     "SmashConfigPrefixWrapper", "register", "registry"],
+    "slimkit.config": ["SCHEMA_VERSION", "SmashConfig", "SmashConfigPrefixWrapper"],
+    "slimkit.engine": ["SmashedModel", "check_config", "smash"],
+    "slimkit.algorithms": ["GROUPS", "SaveFn", "SlimkitAlgorithm", "SlimkitBatcher", "SlimkitCacher",
+                           "SlimkitCompiler", "SlimkitDistiller", "SlimkitPruner", "SlimkitQuantizer",
+                           "SlimkitRecoverer", "register"],
+    "slimkit.experiment": ["CompressionSettings", "Compressor", "CompressorSpec", "ScriptResult",
+                           "available_compressors", "create_compressor", "get_compressor_spec",
+                           "load_compressed_model", "parse_compression_config", "parse_result", "print_result",
+                           "read_kept_channels"],
+    "slimkit.evaluation": ["Comparison", "Fidelity", "Latency", "MetricRow", "accuracy", "compare", "count_macs",
+                           "count_parameters", "fidelity", "measure_latency", "measure_latency_pair", "peak_memory",
+                           "perplexity", "plot_comparison", "set_threads", "size_on_disk"],
+    "slimkit.zoo": ["ZooModel", "build", "cache_dir", "digits_split", "imagenet_preprocess", "load", "names",
+                    "sentence_pairs"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_public_names_are_pinned_sorted_and_importable(module):
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == sorted(PUBLIC[module]), f"{module}.__all__ changed: update tests/test_public_api.py"
+    assert list(mod.__all__) == sorted(mod.__all__), f"{module}.__all__ is not sorted"
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None
