@@ -175,3 +175,14 @@ def test_unloadable_data_id_is_kept_in_the_config(tmp_path):
     payload["data"] = "WikiText"
     again = SmashConfig.from_dict(payload)
     assert again.data is None and again.to_dict()["data"] == "WikiText"
+
+
+def test_save_to_json_file_or_directory(tmp_path):
+    from slimkit import SmashConfig
+
+    cfg = SmashConfig({"int8_dynamic": {"per_channel": False}})
+    file = cfg.save_to_json(tmp_path / "config.json")
+    assert file == tmp_path / "config.json" and file.is_file() and not (tmp_path / "config.json").is_dir()
+    folder_file = cfg.save_to_json(tmp_path / "saved")
+    assert folder_file == tmp_path / "saved" / "smash_config.json" and folder_file.is_file()
+    assert SmashConfig.from_json(file) == cfg == SmashConfig.from_json(tmp_path / "saved")
