@@ -4,18 +4,48 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import traceback
 from typing import Any
 
-from slimkit.errors import SlimkitError
+from slimkit.errors import ConfigError, DataError, MissingComponentError, ModelNotSupportedError, SlimkitError
+
+#: Errors in what the user asked for (exit status 2, like argparse's usage errors); others are failures (1).
+USAGE_ERRORS = (ConfigError, DataError, MissingComponentError, ModelNotSupportedError)
 
 EPILOG = """examples:
   slimkit smash                                   # MiniLM + int8_dynamic, table, save to ./smashed/minilm
-  slimkit smash --model digits_cnn --algorithm torch_unstructured --set torch_unstructured_sparsity=0.7
+  slimkit smash --model digits_cnn --algorithm l1_filter --set l1_filter_sparsity=0.5
+  slimkit smash --model digits_cnn --algorithm qat          # trains on the model's own data (Digits)
+  slimkit smash --model digits_cnn --algorithm agp --data Digits
   slimkit smash --config my_config.json --output out/
   slimkit algorithms --group quantizer
   slimkit zoo
 """
+
+
+#: Python phrasings in slimkit's errors -> what the same fix is on the command line.
+_SHELL_PHRASES: list[tuple[str, str]] = [
+    (r"cfg\.add_data\('([A-Za-z0-9_]+)'\)", r"`--data \1`"),
+    (r'cfg\.add_data\("([A-Za-z0-9_]+)"\)', r"`--data \1`"),
+    (r"cfg\.add_data\([^)]*\)", "`--data NAME` (e.g. --data Digits; `slimkit zoo` models bring their own)"),
+    (r"cfg\.add_example_inputs\([^)]*\)", "`--example-inputs FILE.safetensors`"),
+    (r"cfg\.add_tokenizer\([^)]*\)", "`--tokenizer FOLDER`"),
+    (r"cfg\.add_processor\([^)]*\)", "a model with its processor"),
+    (r"(?:set )?cfg\[(['\"])([a-z0-9_]+)\1\] = (['\"]?)([^\s,;)'\"]+)\3", r"`--set \2=\4`"),
+    (r"(?:set )?cfg\.device = (['\"])?([a-z0-9:]+)\1?", r"`--device \2`"),
+    (r" before smash\(\)", ""),
+    (r"\bCall `", "Add `"),
+    (r"\bcall `", "add `"),
+]
+
+
+def shell_message(message: str) -> str:
+    """Rephrase an error for the command line: the flags that fix it instead of the Python calls."""
+    for pattern, replacement in _SHELL_PHRASES:
+        message = re.sub(pattern, replacement, message)
+    return message
 
 
 def _parse_value(text: str) -> Any:
@@ -45,6 +75,12 @@ def _build_config(args: argparse.Namespace):
         cfg[key] = _parse_value(value)
     if cfg is not None and args.device:
         cfg.device = args.device
+    if cfg is not None and args.tokenizer:
+        cfg.add_tokenizer(args.tokenizer)
+    if cfg is not None and args.example_inputs:
+        from slimkit.config.smash_config import load_inputs
+
+        cfg.add_example_inputs(load_inputs(args.example_inputs))
     return cfg
 
 
@@ -53,7 +89,7 @@ def _cmd_smash(args: argparse.Namespace) -> int:
 
     output = None if args.no_save else (args.output or f"smashed/{args.model}")
     return demo.run(args.model, _build_config(args), output, threads=args.threads, repeats=args.repeats,
-                    warmup=args.warmup)
+                    warmup=args.warmup, data=args.data)
 
 
 def _cmd_algorithms(args: argparse.Namespace) -> int:
@@ -100,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("smash", help="smash a zoo model, print a before/after table, save and verify the reload",
@@ -114,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="set a prefixed hyperparameter, value parsed as JSON (e.g. int8_dynamic_per_channel=false)")
     p.add_argument("--config", metavar="PATH", help="a smash_config.json (or its folder) to use as the recipe")
+    p.add_argument("--data", metavar="NAME",
+                   help="dataset for algorithms that train or calibrate (a `slimkit.data` id such as Digits or "
+                        "PyDocText); default: the zoo model's own offline data when an algorithm needs one")
+    p.add_argument("--example-inputs", metavar="FILE",
+                   help="a safetensors file of example inputs (default: the zoo model's own)")
+    p.add_argument("--tokenizer", metavar="FOLDER", help="a local tokenizer folder (default: the zoo model's own)")
     p.add_argument("--output", metavar="DIR", help="where to save (default ./smashed/<model>)")
     p.add_argument("--no-save", action="store_true", help="measure only; do not save and reload")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cpu for the built-in recipes)")
@@ -143,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SlimkitError as exc:
-        print(f"slimkit: error: {exc}", file=sys.stderr)
-        return 2
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        print(f"slimkit: error: {shell_message(str(exc))}", file=sys.stderr)
+        return 2 if isinstance(exc, USAGE_ERRORS) else 1
 
 
 if __name__ == "__main__":

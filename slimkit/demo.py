@@ -57,8 +57,13 @@ def run(
     threads: int = 2,
     repeats: int = 10,
     warmup: int = 3,
+    data: str | None = None,
 ) -> int:
-    """Smash ``model_name``, print the before/after table, save, reload and check outputs. Returns an exit code."""
+    """Smash ``model_name``, print the before/after table, save, reload and check outputs. Returns an exit code.
+
+    The recipe gets what its algorithms need from the zoo model (example inputs, tokenizer, and its own offline
+    data when an algorithm trains or calibrates; ``data`` names another ``slimkit.data`` id).
+    """
     from slimkit import zoo
     from slimkit.evaluation import compare
 
@@ -67,8 +72,9 @@ def run(
     base, inputs = loaded.model.eval(), loaded.example_inputs
     if config is None:
         config = SmashConfig(DEFAULT_RECIPES.get(model_name, {"int8_dynamic": {}}), device="cpu")
-    if loaded.tokenizer is not None and config.tokenizer is None:
-        config.add_tokenizer(loaded.tokenizer)
+    added = config.add_model_defaults(loaded, data=data)
+    if added:
+        print(f"slimkit: added from the zoo model: {', '.join(added)}", flush=True)
     print(f"slimkit: recipe {config.get_active_algorithms()} {config.to_dict()['hyperparameters']}", flush=True)
     smashed = smash(base, config)
 

@@ -69,3 +69,41 @@ def test_default_demo_on_real_minilm(tmp_path, capsys):
     assert "outputs identical to the smashed model" in out
     saved = json.loads((tmp_path / "minilm" / "smash_config.json").read_text())
     assert saved["algorithms"] == {"quantizer": "int8_dynamic"} and saved["base"]["name"] == "minilm"
+
+
+@pytest.mark.parametrize("algorithm", ["l1_filter", "slim", "qat", "agp"])
+def test_zoo_model_brings_inputs_and_data_for_every_kind_of_algorithm(algorithm, capsys):
+    code = main(["smash", "--model", "digits_cnn", "--algorithm", algorithm, "--no-save", "--repeats", "1",
+                 "--warmup", "0"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "added from the zoo model: example inputs" in captured.out and "test accuracy" in captured.out
+    if algorithm in ("qat", "agp"):  # they train: the model's own offline data was added
+        assert "dataset Digits" in captured.out
+
+
+def test_missing_dataset_is_phrased_for_the_shell(capsys):
+    code = main(["smash", "--model", "mlp", "--algorithm", "qat", "--no-save"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "qat needs a dataset; add one with `--data NAME`" in err
+    assert "cfg." not in err and "smash()" not in err and "Traceback" not in err
+
+
+def test_data_flag_and_debug_traceback(capsys):
+    assert main(["smash", "--model", "mlp", "--algorithm", "qat", "--data", "NoSuchSet", "--no-save"]) == 2
+    assert "NoSuchSet" in capsys.readouterr().err
+    assert main(["--debug", "smash", "--model", "mlp", "--algorithm", "qat", "--no-save"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_shell_message_names_flags_not_python_calls():
+    from slimkit.cli import shell_message
+
+    text = ("Call cfg.add_example_inputs(inputs) with one batch, or cfg.add_data(...); or set "
+            "cfg['l1_filter_speedup'] = False to keep zeros. Add cfg.add_data('PyDocText') and "
+            "cfg.add_tokenizer(tok), or set cfg.device = 'cpu'.")
+    out = shell_message(text)
+    assert "cfg" not in out and "(" not in out.replace("(e.g.", "").replace("own)", "")
+    assert "`--example-inputs FILE.safetensors`" in out and "`--set l1_filter_speedup=False`" in out
+    assert "`--data PyDocText`" in out and "`--tokenizer FOLDER`" in out and "`--device cpu`" in out

@@ -43,8 +43,9 @@ def check_config(model: Any, smash_config: SmashConfig, experimental: bool = Fal
                                   ("data", cls.dataset_required)):
             if needed and getattr(smash_config, component) is None:
                 adder = {"tokenizer": "add_tokenizer", "processor": "add_processor", "data": "add_data"}[component]
+                noun = "dataset" if component == "data" else component
                 raise MissingComponentError(
-                    f"{n} needs a {component}; add one with cfg.{adder}(...) before smash()."
+                    f"{n} needs a {noun}; add one with cfg.{adder}(...) before smash()."
                 )
     for i, a in enumerate(names):
         for b in names[i + 1 :]:

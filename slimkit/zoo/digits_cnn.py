@@ -21,6 +21,8 @@ from slimkit.zoo._common import require, seeded, zoo_cache_path
 from slimkit.zoo.registry import ZooModel
 
 TASK = "image_classification"
+#: The offline dataset this model naturally trains / calibrates on (`slimkit.data` id).
+DATA = "Digits"
 ARCH_DEFAULTS: dict = {}
 INPUT_DEFAULTS = {"batch_size": 64}
 

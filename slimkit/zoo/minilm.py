@@ -17,6 +17,8 @@ from slimkit.zoo._common import require
 from slimkit.zoo.registry import ZooModel
 
 TASK = "sentence_embedding"
+#: The offline dataset this model naturally trains / calibrates on (`slimkit.data` id).
+DATA = "PyDocText"
 ARCH_DEFAULTS: dict = {}
 INPUT_DEFAULTS = {"batch_size": 32, "seq_len": 128}
 _NEEDS = "zoo model 'minilm'"

@@ -46,6 +46,8 @@ class ZooModel:
     tokenizer: Any | None = None
     task: str = ""
     meta: dict = field(default_factory=dict)
+    #: the offline ``slimkit.data`` id this model trains / calibrates on (``None`` when it has none)
+    data: str | None = None
 
     def __iter__(self) -> Iterator[Any]:
         """Yield the model, then its example inputs."""
@@ -123,6 +125,7 @@ def load(name: str, **kwargs: Any) -> ZooModel:
     zoo_model: ZooModel = module.load(**arch, **inputs)
     zoo_model.name = name
     zoo_model.task = zoo_model.task or module.TASK
+    zoo_model.data = zoo_model.data or getattr(module, "DATA", None)
     _tag(zoo_model.model, name, arch)
     return zoo_model
 

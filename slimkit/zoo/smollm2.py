@@ -19,6 +19,8 @@ from slimkit.zoo._common import package_folder, require, zoo_cache_path
 from slimkit.zoo.registry import ZooModel
 
 TASK = "causal_lm"
+#: The offline dataset this model naturally trains / calibrates on (`slimkit.data` id).
+DATA = "PyDocText"
 ARCH_DEFAULTS: dict = {}
 INPUT_DEFAULTS = {"batch_size": 1, "seq_len": 64}
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
