@@ -7,6 +7,7 @@ import json
 import re
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 from slimkit.errors import ConfigError, DataError, MissingComponentError, ModelNotSupportedError, SlimkitError
@@ -87,7 +88,8 @@ def _build_config(args: argparse.Namespace):
 def _cmd_smash(args: argparse.Namespace) -> int:
     from slimkit import demo
 
-    output = None if args.no_save else (args.output or f"smashed/{args.model}")
+    default_name = Path(str(args.model).rstrip("/")).name.replace(":", "_") or "model"
+    output = None if args.no_save else (args.output or f"smashed/{default_name}")
     return demo.run(args.model, _build_config(args), output, threads=args.threads, repeats=args.repeats,
                     warmup=args.warmup, data=args.data)
 
@@ -145,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "reload it and check the reloaded outputs match. With no arguments: the real "
                                    "MiniLM sentence encoder with dynamic int8.")
     p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"zoo model name (default {DEFAULT_MODEL}; see `slimkit zoo`)")
+                   help=f"a zoo model name (default {DEFAULT_MODEL}; see `slimkit zoo`), a local Hugging Face "
+                        "folder (config.json + safetensors), or package.module:factory returning a torch module "
+                        "(or a (module, example_inputs) pair)")
     p.add_argument("--algorithm", action="append", metavar="NAME",
                    help="algorithm to apply (repeatable); default: the model's built-in recipe")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",

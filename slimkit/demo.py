@@ -9,6 +9,7 @@ import torch
 
 from slimkit.config.smash_config import SmashConfig
 from slimkit.engine import SmashedModel, smash
+from slimkit.errors import ConfigError
 from slimkit.utils import main_tensor, run_model
 
 DEFAULT_MODEL = "minilm"
@@ -64,11 +65,16 @@ def run(
     The recipe gets what its algorithms need from the zoo model (example inputs, tokenizer, and its own offline
     data when an algorithm trains or calibrates; ``data`` names another ``slimkit.data`` id).
     """
-    from slimkit import zoo
     from slimkit.evaluation import compare
+    from slimkit.zoo.sources import load_source
 
-    print(f"slimkit: loading zoo model {model_name!r} (offline)", flush=True)
-    loaded = zoo.load(model_name)
+    print(f"slimkit: loading model {model_name!r} (offline)", flush=True)
+    loaded = load_source(model_name)
+    if loaded.example_inputs is None:
+        if config is None or config.example_inputs is None:
+            raise ConfigError(f"{model_name} came without example inputs, which measuring needs; pass "
+                              "--example-inputs FILE.safetensors or return (model, inputs) from the factory.")
+        loaded.example_inputs = config.example_inputs
     base, inputs = loaded.model.eval(), loaded.example_inputs
     if config is None:
         config = SmashConfig(DEFAULT_RECIPES.get(model_name, {"int8_dynamic": {}}), device="cpu")
@@ -89,7 +95,7 @@ def run(
     smashed.save_pretrained(out)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"slimkit: saved to {out} ({size / 1e6:.1f} MB: {', '.join(sorted(p.name for p in out.iterdir()))})")
-    reloaded = SmashedModel.from_pretrained(out)
+    reloaded = SmashedModel.from_pretrained(out, trust_code=True)  # the user ran this model's code already
     with torch.inference_mode():
         a = main_tensor(run_model(smashed, inputs)).float()
         b = main_tensor(run_model(reloaded, inputs)).float()

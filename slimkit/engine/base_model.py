@@ -11,6 +11,7 @@ from torch import nn
 
 from slimkit import zoo
 from slimkit.errors import SaveLoadError
+from slimkit.zoo.sources import FACTORY_ATTR, rebuild_from_factory
 
 #: base kinds slimkit builds itself (so it may build them on the meta device); "user" needs ``model=``
 REBUILT_KINDS = ("zoo", "hf")
@@ -24,12 +25,19 @@ def _float_dtype(model: torch.nn.Module) -> str | None:
 
 
 def describe_base(model: torch.nn.Module) -> dict[str, Any]:
-    """JSON-able recipe for rebuilding ``model``'s architecture: a zoo entry, a Hugging Face config, or user code."""
+    """JSON-able recipe for rebuilding ``model``'s architecture.
+
+    A zoo entry, a Hugging Face config, a factory (``package.module:fn``, run on load only with
+    ``trust_code=True``), or user code (loading needs ``model=``).
+    """
     cls_path = f"{type(model).__module__}.{type(model).__qualname__}"
     spec: dict[str, Any] = {"dtype": _float_dtype(model), "class": cls_path}
     zoo_name = getattr(model, "slimkit_zoo_name", None)
     if zoo_name:
         return {**spec, "kind": "zoo", "name": zoo_name, "kwargs": dict(getattr(model, "slimkit_zoo_kwargs", {}) or {})}
+    factory = getattr(model, FACTORY_ATTR, None)
+    if factory:
+        return {**spec, "kind": "factory", "factory": str(factory)}
     try:
         import transformers
     except ImportError:  # pragma: no cover - transformers is a dependency
@@ -70,13 +78,15 @@ def meta_tensors(model: nn.Module) -> list[str]:
     return [name for name, t in named if t.is_meta]
 
 
-def rebuild_base(spec: dict[str, Any], model: Any = None, on_meta: bool = False) -> torch.nn.Module:
+def rebuild_base(spec: dict[str, Any], model: Any = None, on_meta: bool = False,
+                 trust_code: bool = False) -> torch.nn.Module:
     """Build a fresh base model from ``spec``; ``model`` (an instance or a factory) overrides the recipe.
 
     ``on_meta`` builds a zoo or Hugging Face recipe with its parameters on the meta device (see
     :func:`meta_parameters`): a skeleton that costs no memory, for weights loaded with ``assign=True``. A model
     whose init fails on meta parameters is built in full instead. ``on_meta`` has no effect with ``model=``
-    (the user's model is used as given).
+    (the user's model is used as given). A factory-made base is rebuilt by calling the factory only when
+    ``trust_code`` is True.
     """
     if model is not None:
         built = model if isinstance(model, torch.nn.Module) else model()
@@ -84,6 +94,8 @@ def rebuild_base(spec: dict[str, Any], model: Any = None, on_meta: bool = False)
             raise SaveLoadError(f"model= must be an nn.Module or a callable returning one, got {type(built).__name__}.")
         return built
     kind = spec.get("kind")
+    if kind == "factory":
+        return rebuild_from_factory(str(spec.get("factory")), trust_code)
     built = None
     if on_meta and kind in REBUILT_KINDS:
         try:

@@ -162,7 +162,8 @@ def _load_artifacts(folder: Path, payload: dict[str, Any], cfg: SmashConfig, alg
 
 
 def load_smashed(
-    path: str | os.PathLike, model: Any = None, allow_pickle: bool = False, device: str | None = None
+    path: str | os.PathLike, model: Any = None, allow_pickle: bool = False, device: str | None = None,
+    trust_code: bool = False,
 ) -> Loaded:
     """Rebuild the parts of a SmashedModel saved by :func:`save_smashed` (``SmashedModel(*parts)``).
 
@@ -200,7 +201,7 @@ def load_smashed(
         # parameters on meta when slimkit builds the base and every replay before the load works on a skeleton
         replays = [a for a in algos[:cut] if a.save_fn == SaveFn.REPLAY]
         on_meta = model is None and all(a.replay_on_meta for a in replays)
-        base = rebuild_base(payload["base"], model, on_meta=on_meta)
+        base = rebuild_base(payload["base"], model, on_meta=on_meta, trust_code=trust_code)
         for algo, record in zip(algos[:cut], applied[:cut], strict=True):
             if algo.save_fn == SaveFn.REPLAY:
                 base = algo.replay(base, cfg.get_prefix_wrapper(record["name"]), record.get("state", {}))

@@ -59,14 +59,16 @@ class SmashedModel(torch.nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike, model: Any = None, allow_pickle: bool = False, device: str | None = None
+        cls, path: str | os.PathLike, model: Any = None, allow_pickle: bool = False, device: str | None = None,
+        trust_code: bool = False,
     ) -> SmashedModel:
         """Load a model saved by :meth:`save_pretrained`.
 
         The base architecture is rebuilt from its Hugging Face config or zoo name (or ``model=``: an instance or
-        a factory of the original architecture), structural changes are replayed, weights load strictly.
+        a factory of the original architecture), structural changes are replayed, weights load strictly. A save
+        made from a ``package.module:factory`` model calls that factory only with ``trust_code=True``.
         """
-        return cls(*load_smashed(path, model=model, allow_pickle=allow_pickle, device=device))
+        return cls(*load_smashed(path, model=model, allow_pickle=allow_pickle, device=device, trust_code=trust_code))
 
     def extra_repr(self) -> str:
         """Show the applied algorithms in ``print(model)``."""
