@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from slimkit.compression._union_find import UnionFind
 from slimkit.compression.pruning.maskers import StructuredWeightMasker, channel_masks, lowest_indices, num_to_prune
 from slimkit.compression.speedup.tracer import trace_channels
 
@@ -44,27 +45,6 @@ class ChannelGroupPlan:
     prunable: int
     pruned: int
     sparsity: float
-
-
-class _UnionFind:
-    """Union-find over small integer keys (channel-class roots or layer indices)."""
-
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
-
-    def find(self, x: int) -> int:
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union_all(self, items: Iterable[int]) -> None:
-        items = [int(i) for i in items]
-        for other in items[1:]:
-            a, b = self.find(items[0]), self.find(other)
-            if a != b:
-                self.parent[max(a, b)] = min(a, b)
 
 
 def _tracked(ids: np.ndarray, roots: np.ndarray) -> np.ndarray:
@@ -95,7 +75,7 @@ class ChannelCoupling:
                 self.depthwise[name] = _tracked(rec.out_ids, roots)
             elif rec.kind == "norm" and rec.in_ids is not None:
                 self.norms[name] = _tracked(rec.in_ids, roots)
-        components = _UnionFind()
+        components = UnionFind()
         for classes in self.producers.values():
             components.union_all(classes)
         self._find = components.find
@@ -225,7 +205,7 @@ class ChannelCoupling:
 def _components(classes: Mapping[str, np.ndarray]) -> list[list[str]]:
     """Group layer names that share at least one channel class (in the mapping's order)."""
     names = list(classes)
-    layers = _UnionFind()
+    layers = UnionFind()
     owner: dict[int, int] = {}
     for i, name in enumerate(names):
         layers.find(i)
