@@ -241,7 +241,7 @@ class _ActivationRankPruner(_DataDrivenPruner):
     def _collector(self, wrapper: PrunerModuleWrapper, inputs: tuple, output: Any) -> None:
         if len(wrapper.collected_activation) >= self.statistics_batch_num or not isinstance(output, torch.Tensor):
             return
-        channel_dim = -1 if wrapper.type == "Linear" else 1
+        channel_dim = -1 if isinstance(wrapper.module, nn.Linear) else 1
         act = self.activation(output.detach()).float().movedim(channel_dim, 0)
         act = act.reshape(act.shape[0], -1)
         wrapper.collected_activation.append((act == 0).sum(dim=1).float() if self.count_zeros else act.sum(dim=1))
