@@ -20,18 +20,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from slimkit.compression._union_find import UnionFind
+from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.maskers import StructuredWeightMasker, channel_masks, lowest_indices, num_to_prune
 from slimkit.compression.speedup.tracer import trace_channels
-
-if TYPE_CHECKING:
-    from slimkit.compression.pruning.compressor import Pruner
 
 _PRUNABLE_KINDS = ("conv", "linear")
 
