@@ -32,7 +32,7 @@ class UnionFind:
     def find(self, x: int) -> int:
         """Return the representative of ``x`` (a key never seen before becomes its own class)."""
         parent = self.parent
-        if x >= len(parent):
+        if not 0 <= x < len(parent):
             if x < 0:
                 raise ValueError(f"UnionFind keys are non-negative integers, got {x}.")
             parent.extend(range(len(parent), x + 1))
