@@ -7,6 +7,8 @@ chosen masks mostly cancel out and the model barely shrinks. With ``dependency_a
 the model once on ``dummy_input``, groups the selected layers by shared channels, scores each coupled channel
 by the sum of its members' importances (the pruner's own criterion: L1, L2, FPGM, APoZ, mean activation,
 Taylor) and masks the lowest-scoring channels in every member at once, at the smallest sparsity among them.
+Attention blocks the tracer recognises prune whole key/value-head groups: when a block's q, k and v
+projections are all selected, each group is scored by the summed importance of its q/k/v rows.
 The masks are then exactly what :class:`~slimkit.compression.speedup.ModelSpeedup` removes. The decisions are
 made by :meth:`ChannelCoupling.reconcile <slimkit.compression.pruning.coupling.ChannelCoupling.reconcile>`.
 """
@@ -22,6 +24,7 @@ from torch import nn
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.coupling import ChannelCoupling, ChannelGroupPlan
+from slimkit.compression.pruning.maskers import StructuredWeightMasker, channel_masks, lowest_indices, num_to_prune
 
 __all__ = ["DependencyAwarePruner"]
 
@@ -68,11 +71,45 @@ class DependencyAwarePruner(Pruner):
             return
         if not self.modules_wrapper or all(w.if_calculated for w in self.modules_wrapper):
             return
-        self.skipped = [w.name for w in self.modules_wrapper if self.coupling.layer_classes(w.name) is None]
+        heads = self._prune_heads()
+        handled = {name for plan in heads for name in plan.layers}
+        self.skipped = [w.name for w in self.modules_wrapper
+                        if w.name not in handled and self.coupling.layer_classes(w.name) is None]
         if self.skipped:
             warnings.warn(
                 f"{type(self).__name__}: {self.skipped} did not run on dummy_input as Conv/Linear producers (or "
-                "sit inside an attention block), so they were left unpruned.", UserWarning, stacklevel=2)
-        self.groups = self.coupling.reconcile(self, lock=True, balance=False)
+                "are attention projections whose q/k/v are not all selected), so they were left unpruned.",
+                UserWarning, stacklevel=2)
+        self.groups = self.coupling.reconcile(self, lock=True, balance=False) + heads
         for wrapper in self.modules_wrapper:
             wrapper.if_calculated = True
+
+    def _prune_heads(self) -> list[ChannelGroupPlan]:
+        """Mask whole key/value-head groups of every traced attention block whose q, k and v are all wrapped.
+
+        The output projection keeps its rows (they are the residual stream, decided with its other producers);
+        the speedup removes the pruned heads' columns from it.
+        """
+        if not isinstance(self.masker, StructuredWeightMasker):
+            return []
+        wrappers = {w.name: (i, w) for i, w in enumerate(self.modules_wrapper)}
+        plans = []
+        for att in self.coupling.graph.attention.values():
+            names = [att.q, att.k, att.v]
+            if not all(n in wrappers for n in names):
+                continue
+            rows = (att.group_size * att.head_dim, att.head_dim, att.head_dim)  # rows per kv group in q, k, v
+            score = torch.zeros(att.num_kv_heads, dtype=torch.float64)
+            for name, per_group in zip(names, rows, strict=True):
+                idx, wrapper = wrappers[name]
+                importance = self.masker.get_channel_importance(wrapper, idx).detach().double().flatten().cpu()
+                score += importance.reshape(att.num_kv_heads, per_group).sum(1)
+            sparsity = min(float(wrappers[n][1].config["sparsity"]) for n in names)
+            pruned = num_to_prune(sparsity, att.num_kv_heads)
+            keep = torch.ones(att.num_kv_heads)
+            keep[lowest_indices(score, pruned)] = 0
+            self.apply_masks({name: channel_masks(wrappers[name][1], keep.repeat_interleave(per_group))
+                              for name, per_group in zip(names, rows, strict=True)})
+            members = names + ([att.o] if att.o in wrappers else [])  # o loses the heads' columns in the speedup
+            plans.append(ChannelGroupPlan(members, att.num_kv_heads, att.num_kv_heads, pruned, sparsity))
+        return plans

@@ -132,3 +132,28 @@ def test_group_pruners_are_the_flagged_filter_pruners(resnet):
         pruner.unwrap_model()
     for masks in results[1:]:
         assert all(torch.equal(masks[n]["weight_mask"], results[0][n]["weight_mask"]) for n in masks)
+
+
+def test_llama_attention_prunes_whole_kv_groups_and_gated_mlp_channels(tiny_llama):
+    ids = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(0))
+    pruner = L1FilterPruner(tiny_llama, [{"sparsity": 0.5, "op_types": ["Linear"]}], dependency_aware=True,
+                            dummy_input={"input_ids": ids})
+    pruner.compress()
+    assert pruner.skipped == []
+    plans = {tuple(g.layers): (g.channels, g.pruned) for g in pruner.groups}
+    attn = "model.layers.0.self_attn."
+    assert plans[tuple(attn + p for p in ("q_proj", "k_proj", "v_proj", "o_proj"))] == (2, 1)  # 2 kv groups
+    assert plans[("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj")] == (128, 64)
+    masks = pruner.get_masks()
+    q, k = (kept_rows(masks[attn + p]["weight_mask"]) for p in ("q_proj", "k_proj"))
+    assert len(q) == 32 and len(k) == 16 and q[0] // 32 == k[0] // 16  # the same kv group (2 q heads of 16)
+    with torch.no_grad():
+        masked = tiny_llama(input_ids=ids).logits
+    speedup = ModelSpeedup(pruner.unwrap_model(apply_masks=True), {"input_ids": ids}, masks)
+    small = speedup.speedup_model()
+    assert speedup.warnings == []
+    layer = small.model.layers[0]
+    assert (layer.self_attn.q_proj.out_features, layer.self_attn.o_proj.in_features) == (32, 32)
+    assert layer.mlp.gate_proj.out_features == layer.mlp.down_proj.in_features == 64
+    with torch.no_grad():
+        torch.testing.assert_close(small(input_ids=ids).logits, masked, atol=1e-5, rtol=1e-5)
