@@ -2,8 +2,9 @@
 
 ``GroupL1FilterPruner(model, config_list, dummy_input=x)`` is ``L1FilterPruner(model, config_list,
 dependency_aware=True, dummy_input=x)`` (same for L2); ``GroupFilterPruner(..., importance="l1"|"l2"|"fpgm")``
-picks the criterion by name. There is one implementation, :class:`~slimkit.compression.pruning.dependency.
-DependencyAwarePruner`; these thin subclasses only fix the flag so configs and code using the old names work.
+picks the criterion by name. There is one implementation,
+:class:`~slimkit.compression.pruning.dependency.DependencyAwarePruner`; these thin subclasses only fix the flag
+so configs and code using the old names keep working.
 """
 
 from __future__ import annotations
