@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
+from slimkit.compression._io import export_onnx
 from slimkit.errors import ConfigError
 from slimkit.utils import model_device
 
@@ -172,8 +173,6 @@ class Compressor(Generic[W]):
     def _export_onnx(self, path: str | Path, input_shape: Sequence[int] | None, state: Mapping[str, torch.Tensor],
                      shape_hint: str = "(N, C, ...)") -> None:
         """Export a plain copy of the model holding ``state`` to ONNX at ``path``."""
-        from slimkit.compression.pruning.io import export_onnx
-
         if input_shape is not None:
             dummy: Any = torch.randn(*input_shape)
         elif self.dummy_input is not None:

@@ -3,6 +3,8 @@
 Typical use::
 
     pruner = L1FilterPruner(model, [{"sparsity": 0.5, "op_types": ["default"]}])
+    # coupled layers (residual adds, depthwise convs) drop the same channels, so the speedup removes them all:
+    pruner = L1FilterPruner(model, config_list, dependency_aware=True, dummy_input=torch.randn(1, 3, 224, 224))
     pruner.compress()
     masks = pruner.get_masks()  # {layer name: {"weight_mask": ..., "bias_mask": ...}} for ModelSpeedup
 """
@@ -20,6 +22,7 @@ from slimkit.compression.pruning.data_pruners import (
     TaylorFOWeightFilterPruner,
     TaylorFOWeightFilterPrunerMasker,
 )
+from slimkit.compression.pruning.dependency import DependencyAwarePruner
 from slimkit.compression.pruning.group import (
     ChannelGroupPlan,
     GroupFilterPruner,
@@ -51,6 +54,7 @@ __all__ = [
     "AttentionHeadPruner",
     "ChannelCoupling",
     "ChannelGroupPlan",
+    "DependencyAwarePruner",
     "FPGMPruner",
     "FPGMPrunerMasker",
     "GroupFilterPruner",

@@ -12,25 +12,27 @@ cancel out. :class:`ChannelCoupling` is the one place that turns the trace into 
   filter pruners both use it.
 * :meth:`ChannelCoupling.shrinkable` keeps the layers whose channels the speedup can really remove.
 * :meth:`ChannelCoupling.producer_masks` turns BatchNorm masks (Network Slimming) into masks on the layers
-  that produce those channels, which is what the speedup shrinks.
+  that produce those channels, which is what the speedup shrinks; :func:`norm_producer_masks` does the same
+  for a whole mask dict given a model and an input (the experiment layer's ``apply_speedup`` uses it).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
+from slimkit.compression._union_find import UnionFind
+from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.maskers import StructuredWeightMasker, channel_masks, lowest_indices, num_to_prune
 from slimkit.compression.speedup.tracer import trace_channels
-
-if TYPE_CHECKING:
-    from slimkit.compression.pruning.compressor import Pruner
 
 _PRUNABLE_KINDS = ("conv", "linear")
 
@@ -44,27 +46,6 @@ class ChannelGroupPlan:
     prunable: int
     pruned: int
     sparsity: float
-
-
-class _UnionFind:
-    """Union-find over small integer keys (channel-class roots or layer indices)."""
-
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
-
-    def find(self, x: int) -> int:
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union_all(self, items: Iterable[int]) -> None:
-        items = [int(i) for i in items]
-        for other in items[1:]:
-            a, b = self.find(items[0]), self.find(other)
-            if a != b:
-                self.parent[max(a, b)] = min(a, b)
 
 
 def _tracked(ids: np.ndarray, roots: np.ndarray) -> np.ndarray:
@@ -95,7 +76,7 @@ class ChannelCoupling:
                 self.depthwise[name] = _tracked(rec.out_ids, roots)
             elif rec.kind == "norm" and rec.in_ids is not None:
                 self.norms[name] = _tracked(rec.in_ids, roots)
-        components = _UnionFind()
+        components = UnionFind()
         for classes in self.producers.values():
             components.union_all(classes)
         self._find = components.find
@@ -222,10 +203,38 @@ class ChannelCoupling:
         return out
 
 
+def has_norm_masks(model: nn.Module, masks: Mapping[str, Any]) -> bool:
+    """True when any mask sits on a BatchNorm layer (Network Slimming masks)."""
+    modules = dict(model.named_modules())
+    return any(isinstance(modules.get(name), _BatchNorm) for name in masks)
+
+
+def norm_producer_masks(model: nn.Module, dummy_input: Any, masks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Masks for ``ModelSpeedup``: BatchNorm entries replaced by ``{"out_channels": ...}`` on their producers.
+
+    The decision is :meth:`ChannelCoupling.producer_masks` on one trace of ``model`` on ``dummy_input``. Other
+    entries are kept as they are (a producer with its own mask keeps it); BatchNorm masks on layers that did not
+    run on ``dummy_input`` are ignored with a warning.
+    """
+    modules = dict(model.named_modules())
+    norm = {n: m for n, m in masks.items() if isinstance(modules.get(n), _BatchNorm)}
+    out: dict[str, Any] = {n: m for n, m in masks.items() if n not in norm}
+    if not norm:
+        return out
+    coupling = ChannelCoupling(model, dummy_input)
+    unreached = [n for n in norm if n not in coupling.norms]
+    if unreached:
+        warnings.warn(f"{unreached}: never ran on dummy_input, so their masks were ignored by the speedup.",
+                      UserWarning, stacklevel=2)
+    for name, entry in coupling.producer_masks(norm).items():
+        out.setdefault(name, entry)
+    return out
+
+
 def _components(classes: Mapping[str, np.ndarray]) -> list[list[str]]:
     """Group layer names that share at least one channel class (in the mapping's order)."""
     names = list(classes)
-    layers = _UnionFind()
+    layers = UnionFind()
     owner: dict[int, int] = {}
     for i, name in enumerate(names):
         layers.find(i)

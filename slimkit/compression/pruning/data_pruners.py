@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.compression.pruning.dependency import DependencyAwarePruner
 from slimkit.compression.pruning.maskers import StructuredWeightMasker
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
@@ -39,8 +39,12 @@ def split_batch(batch: Any) -> tuple[Any, Any]:
     )
 
 
-class _DataDrivenPruner(Pruner):
-    """Shared plumbing: run a few batches (own loop or the user's trainer) before computing masks."""
+class _DataDrivenPruner(DependencyAwarePruner):
+    """Shared plumbing: run a few batches (own loop or the user's trainer) before computing masks.
+
+    ``dependency_aware=True`` (with ``dummy_input``) gives coupled layers one shared channel decision, scored by
+    the summed data statistics; see :mod:`slimkit.compression.pruning.dependency`.
+    """
 
     default_op_types = ("Conv2d", "Linear")
     supported_op_types = FILTER_OP_TYPES
@@ -55,6 +59,7 @@ class _DataDrivenPruner(Pruner):
         dataloader: Iterable[Any] | None = None,
         statistics_batch_num: int = 1,
         dummy_input: Any = None,
+        dependency_aware: bool = False,
     ) -> None:
         if isinstance(statistics_batch_num, bool) or not isinstance(statistics_batch_num, int) or (
             statistics_batch_num < 1
@@ -66,6 +71,7 @@ class _DataDrivenPruner(Pruner):
         self.criterion = criterion
         self.dataloader = dataloader
         self.statistics_batch_num = statistics_batch_num
+        self._init_dependency(model, dependency_aware, dummy_input)
         super().__init__(model, config_list, optimizer, dummy_input)
         self._setup()
 
@@ -224,6 +230,7 @@ class _ActivationRankPruner(_DataDrivenPruner):
         dataloader: Iterable[Any] | None = None,
         statistics_batch_num: int = 1,
         dummy_input: Any = None,
+        dependency_aware: bool = False,
     ) -> None:
         if isinstance(activation, str) and activation not in _ACTIVATIONS:
             raise PruningConfigError(
@@ -231,7 +238,8 @@ class _ActivationRankPruner(_DataDrivenPruner):
             )
         self.activation = _ACTIVATIONS[activation] if isinstance(activation, str) else activation
         super().__init__(
-            model, config_list, optimizer, trainer, criterion, dataloader, statistics_batch_num, dummy_input
+            model, config_list, optimizer, trainer, criterion, dataloader, statistics_batch_num, dummy_input,
+            dependency_aware,
         )
 
     def _setup(self) -> None:
@@ -241,7 +249,7 @@ class _ActivationRankPruner(_DataDrivenPruner):
     def _collector(self, wrapper: PrunerModuleWrapper, inputs: tuple, output: Any) -> None:
         if len(wrapper.collected_activation) >= self.statistics_batch_num or not isinstance(output, torch.Tensor):
             return
-        channel_dim = -1 if wrapper.type == "Linear" else 1
+        channel_dim = -1 if isinstance(wrapper.module, nn.Linear) else 1
         act = self.activation(output.detach()).float().movedim(channel_dim, 0)
         act = act.reshape(act.shape[0], -1)
         wrapper.collected_activation.append((act == 0).sum(dim=1).float() if self.count_zeros else act.sum(dim=1))

@@ -1,46 +1,30 @@
-"""Saving and loading pruned weights and masks as safetensors (never pickle), with atomic writes."""
+"""Saving and loading pruned weights and masks as safetensors (never pickle), with atomic writes.
+
+The atomic writers themselves live in :mod:`slimkit.compression._io` (shared with quantization); they are
+re-exported here for existing imports.
+"""
 
 from __future__ import annotations
 
 import os
-import tempfile
-import warnings
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
+from slimkit.compression._io import export_onnx, save_tensors_atomic
 from slimkit.errors import SaveLoadError
-from slimkit.utils import run_model
+
+__all__ = [
+    "MASK_FORMAT", "MODEL_FORMAT", "Masks", "export_onnx", "load_masks", "load_state_dict_file", "save_masks",
+    "save_tensors_atomic",
+]
 
 Masks = dict[str, dict[str, "torch.Tensor | None"]]
 MASK_FORMAT = "slimkit-pruning-masks"
 MODEL_FORMAT = "slimkit-pruned-state-dict"
 _SUFFIXES = ("weight_mask", "bias_mask")
-
-
-def save_tensors_atomic(tensors: Mapping[str, torch.Tensor], path: str | os.PathLike, fmt: str) -> Path:
-    """Write ``tensors`` to ``path`` as safetensors through a temp file + ``os.replace``.
-
-    Tensors are copied to contiguous CPU memory first, which also breaks storage sharing (tied weights),
-    something safetensors refuses to write.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    plain = {name: t.detach().to("cpu").contiguous().clone() for name, t in tensors.items()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        save_file(plain, tmp, metadata={"format": fmt})
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return target
 
 
 def save_masks(masks: Masks, path: str | os.PathLike) -> Path:
@@ -87,28 +71,3 @@ def load_masks(mask_path: str | os.PathLike) -> Masks:
 def load_state_dict_file(model_path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """Read a pruned model's weights written by :meth:`Pruner.export_model` (a plain state dict)."""
     return _read(model_path, "Model")
-
-
-def export_onnx(model: torch.nn.Module, dummy_input: Any, path: str | os.PathLike) -> Path:
-    """Export ``model`` (in eval mode) to ONNX at ``path`` atomically, tracing it on ``dummy_input``."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    model.eval()
-    if isinstance(dummy_input, Mapping):
-        args, kwargs = (), dict(dummy_input)
-    else:
-        args, kwargs = (tuple(dummy_input) if isinstance(dummy_input, (tuple, list)) else (dummy_input,)), None
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".onnx", dir=target.parent)
-    os.close(fd)
-    try:
-        run_model(model, dummy_input)  # fail early with the model's own error if the input does not fit
-        with warnings.catch_warnings():  # the TorchScript exporter is deprecated, but fast and quiet
-            warnings.simplefilter("ignore", DeprecationWarning)
-            torch.onnx.export(model, args, tmp, kwargs=kwargs, dynamo=False)
-        os.replace(tmp, target)
-    except Exception as exc:
-        raise SaveLoadError(f"ONNX export to {str(target)!r} failed: {exc}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return target

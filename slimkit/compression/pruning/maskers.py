@@ -9,15 +9,12 @@ deterministic. Units already masked count as least important, which keeps iterat
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
-
-if TYPE_CHECKING:
-    from slimkit.compression.pruning.compressor import Pruner
 
 MaskDict = dict[str, "torch.Tensor | None"]
 
@@ -39,9 +36,13 @@ def _channel_view(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class WeightMasker:
-    """Base class: ``calc_mask(sparsity, wrapper, wrapper_idx)`` returns ``{"weight_mask", "bias_mask"}``."""
+    """Base class: ``calc_mask(sparsity, wrapper, wrapper_idx)`` returns ``{"weight_mask", "bias_mask"}``.
 
-    def __init__(self, model: nn.Module, pruner: Pruner, **kwargs: Any) -> None:
+    ``pruner`` is the owning :class:`~slimkit.compression.pruning.Pruner`, kept as a plain reference for maskers
+    that need its state (this module does not import the pruner: the pruner imports its maskers).
+    """
+
+    def __init__(self, model: nn.Module, pruner: Any, **kwargs: Any) -> None:
         self.model = model
         self.pruner = pruner
 

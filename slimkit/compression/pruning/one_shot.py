@@ -10,6 +10,7 @@ from torch import nn
 
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.compression.pruning.dependency import DependencyAwarePruner
 from slimkit.compression.pruning.maskers import (
     FPGMPrunerMasker,
     L1FilterPrunerMasker,
@@ -33,12 +34,27 @@ class LevelPruner(Pruner):
     masker_class = LevelPrunerMasker
 
 
-class WeightFilterPruner(Pruner):
-    """Base of the filter pruners that rank by weights alone: prune output channels (dim 0) of Conv/Linear."""
+class WeightFilterPruner(DependencyAwarePruner):
+    """Base of the filter pruners that rank by weights alone: prune output channels (dim 0) of Conv/Linear.
+
+    ``dependency_aware=True`` (with ``dummy_input``) gives coupled layers one shared channel decision, so the
+    sparsity after ``ModelSpeedup`` is the sparsity asked for; see :mod:`slimkit.compression.pruning.dependency`.
+    """
 
     default_op_types = ("Conv2d", "Linear")
     supported_op_types = FILTER_OP_TYPES
     masker_class = L1FilterPrunerMasker
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config_list: Sequence[Mapping[str, Any]],
+        optimizer: torch.optim.Optimizer | None = None,
+        dependency_aware: bool = False,
+        dummy_input: Any = None,
+    ) -> None:
+        self._init_dependency(model, dependency_aware, dummy_input)
+        super().__init__(model, config_list, optimizer, dummy_input)
 
 
 class L1FilterPruner(WeightFilterPruner):

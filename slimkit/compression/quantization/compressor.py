@@ -10,7 +10,9 @@ import torch
 from torch import nn
 
 from slimkit.compression._compressor import Compressor
+from slimkit.compression._io import save_tensors_atomic
 from slimkit.compression.quantization.config import QuantizationConfigError, resolve_quant_config_list
+from slimkit.compression.quantization.frozen import QuantizedLayer
 from slimkit.compression.quantization.grad import QuantGrad, QuantType
 from slimkit.compression.quantization.io import CALIBRATION_FORMAT, MODEL_FORMAT, Calibration, save_calibration
 from slimkit.compression.quantization.observers import dequantize, quantize_codes
@@ -179,8 +181,6 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
         (float, dequantized weights) needs ``input_shape`` or the quantizer's ``dummy_input``. Returns the
         calibration config.
         """
-        from slimkit.compression.pruning.io import save_tensors_atomic
-
         calibration = self.calibration_config()
         state = self.quantized_state_dict()
         save_tensors_atomic(state, model_path, MODEL_FORMAT)
@@ -196,8 +196,6 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
         The frozen model no longer trains its quantization and its state dict stores weights as 8-bit (or
         wider) codes. The optimizer hook is removed. Returns the model.
         """
-        from slimkit.compression.quantization.frozen import QuantizedLayer
-
         self.restore_optimizer()
         self._wrap_model()
         for wrapper in self.modules_wrapper:

@@ -6,9 +6,8 @@ for pruners, and says what to quantize:
 * ``quant_types``: a list among ``"weight"``, ``"input"``, ``"output"``;
 * ``quant_bits``: an int for every listed type, or a dict ``{type: bits}`` naming each listed type.
 
-Layer selection (type and name checks, "default" op types, later entries winning) is the pruning
-package's :func:`~slimkit.compression.pruning.config.resolve_config_list`; this module adds the
-quantization keys and turns its errors into :class:`QuantizationConfigError`.
+Layer selection (type and name checks, subclasses matching ``op_types``, "default" op types, later entries
+winning) is the shared :mod:`slimkit.compression.config_list`; this module adds the quantization keys.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.pruning.config import PruningConfigError, resolve_config_list
+from slimkit.compression.config_list import check_config_list, check_entry_keys, select_layers
 from slimkit.errors import ConfigError, closest
 
 QUANT_CONFIG_KEYS: tuple[str, ...] = ("quant_types", "quant_bits", "op_types", "op_names", "exclude")
@@ -108,48 +107,24 @@ def resolve_quant_config_list(
     ``{type: bits}`` and ``op_type`` set to the layer's class name. Layers to be weight-quantized must have
     a floating-point ``weight`` tensor. ``extra_keys`` are quantizer-specific keys (e.g. ``quant_start_step``).
     """
-    if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence):
-        raise QuantizationConfigError(
-            f"config_list must be a list of dicts, e.g. [{_EXAMPLE}], got {type(config_list).__name__}."
-        )
-    if len(config_list) == 0:
-        raise QuantizationConfigError(f"config_list is empty; add at least one entry like {_EXAMPLE}.")
+    check_config_list(model, config_list, _EXAMPLE, QuantizationConfigError)
     allowed = tuple(QUANT_CONFIG_KEYS) + tuple(extra_keys)
     normalised: list[dict[str, Any] | None] = []
-    selections: list[dict[str, Any]] = []
     for index, entry in enumerate(config_list):
-        if not isinstance(entry, Mapping):
-            raise QuantizationConfigError(
-                f"config_list[{index}] must be a dict like {_EXAMPLE}, got {type(entry).__name__}."
-            )
-        for key in entry:
-            if key not in allowed:
-                raise QuantizationConfigError(
-                    f"config_list[{index}] has unknown key {key!r}.{closest(str(key), allowed)} "
-                    f"Allowed keys: {', '.join(sorted(allowed))}."
-                )
-        exclude = entry.get("exclude", False)
-        if not isinstance(exclude, bool):
-            raise QuantizationConfigError(f"config_list[{index}]['exclude'] must be True or False, got {exclude!r}.")
-        if exclude:
+        if check_entry_keys(entry, index, allowed, _EXAMPLE, QuantizationConfigError):
             normalised.append(None)
-        else:
-            types = _quant_types(entry, index, supported_quant_types)
-            config = {k: v for k, v in entry.items() if k != "exclude"}
-            config["quant_types"] = types
-            config["quant_bits"] = _quant_bits(entry, index, types, bits_range)
-            normalised.append(config)
-        selection = {k: entry[k] for k in _SELECTION_KEYS if k in entry}
-        selections.append({**selection, "sparsity": 0.0, "_entry": index})
-    try:
-        resolved = resolve_config_list(model, selections, default_op_types, None, extra_keys=("_entry",))
-    except PruningConfigError as exc:
-        raise QuantizationConfigError(str(exc)) from exc
+            continue
+        types = _quant_types(entry, index, supported_quant_types)
+        config = {k: v for k, v in entry.items() if k != "exclude"}
+        config["quant_types"] = types
+        config["quant_bits"] = _quant_bits(entry, index, types, bits_range)
+        normalised.append(config)
+    selected = select_layers(model, config_list, default_op_types, QuantizationConfigError)
 
     result: dict[str, dict[str, Any]] = {}
-    for name, selected in resolved.items():
-        config = dict(normalised[selected["_entry"]] or {})
-        config["op_type"] = selected["op_type"]
+    for name, index in selected.items():
+        config = dict(normalised[index] or {})
+        config["op_type"] = type(model.get_submodule(name)).__name__
         if "weight" in config["quant_types"]:
             weight = getattr(model.get_submodule(name), "weight", None)
             if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():

@@ -10,7 +10,7 @@ state is tensors only, a frozen model saves as safetensors; :func:`quantized_lay
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,11 +18,8 @@ from torch import nn
 from slimkit.compression.quantization.config import QuantizationConfigError
 from slimkit.compression.quantization.grad import QuantType
 from slimkit.compression.quantization.observers import dequantize, fake_quantize
-from slimkit.compression.quantization.wrapper import run_with_weight
+from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper, run_with_weight
 from slimkit.utils import model_device
-
-if TYPE_CHECKING:
-    from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
 
 LayerSpec = dict[str, Any]  # {"bits": {type: int}, "shapes": {buffer: [dims]}, "dtype": str}
 

@@ -12,12 +12,9 @@ from __future__ import annotations
 import functools
 import inspect
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
-
-if TYPE_CHECKING:
-    from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
 
 
 class QuantType(str, Enum):
@@ -33,6 +30,32 @@ class QuantType(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class QuantizerLike(Protocol):
+    """What a wrapper and :class:`QuantGrad` need from a quantizer (a ``Quantizer``)."""
+
+    def quantize(self, tensor: torch.Tensor, quant_type: QuantType, wrapper: Any) -> torch.Tensor:
+        """Quantize ``tensor`` of ``wrapper``'s layer (through the quantizer's gradient class)."""
+        ...
+
+    def dispatch(self, tensor: torch.Tensor, quant_type: QuantType, wrapper: Any) -> torch.Tensor:
+        """Run the quantizer's ``quantize_<type>`` method on ``tensor``."""
+        ...
+
+
+class QuantTarget(Protocol):
+    """What :class:`QuantGrad` reads from the layer it quantizes (a ``QuantizerModuleWrapper``)."""
+
+    quantizer: QuantizerLike
+
+    def qparams(self, quant_type: QuantType | str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The layer's current ``(scale, zero_point)`` for ``quant_type``."""
+        ...
+
+    def bits(self, quant_type: QuantType | str) -> int:
+        """The layer's bit width for ``quant_type``."""
+        ...
 
 
 def round_ste(x: torch.Tensor) -> torch.Tensor:
@@ -81,7 +104,7 @@ class QuantGrad(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, tensor: torch.Tensor, quant_type: QuantType, wrapper: QuantizerModuleWrapper
+        ctx: Any, tensor: torch.Tensor, quant_type: QuantType, wrapper: QuantTarget
     ) -> torch.Tensor:
         """Quantize ``tensor`` with the wrapper's quantizer and remember what the backward needs."""
         quant_type = QuantType(quant_type)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
+from slimkit.compression._io import save_tensors_atomic
 from slimkit.errors import SaveLoadError
 
 Calibration = dict[str, dict[str, Any]]
@@ -24,8 +25,6 @@ _FIELDS = tuple(f"{t}_{f}" for t in ("weight", "input", "output") for f in ("bit
 
 def save_calibration(calibration: Mapping[str, Mapping[str, Any]], path: str | os.PathLike, fmt: str) -> Path:
     """Write ``calibration`` (``{layer: {"<type>_bits": int, "<type>_scale": Tensor, ...}}``) to ``path``."""
-    from slimkit.compression.pruning.io import save_tensors_atomic
-
     flat: dict[str, torch.Tensor] = {}
     for layer, entry in calibration.items():
         for field, value in entry.items():

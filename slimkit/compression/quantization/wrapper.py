@@ -9,17 +9,14 @@ parameters, so it moves with ``.to()`` and appears in ``state_dict()``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from slimkit.compression.quantization.grad import QuantType
-
-if TYPE_CHECKING:
-    from slimkit.compression.quantization.compressor import Quantizer
+from slimkit.compression.quantization.grad import QuantizerLike, QuantType
 
 
 def run_with_weight(module: nn.Module, weight: torch.Tensor, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -39,7 +36,7 @@ class QuantizerModuleWrapper(nn.Module):
     """
 
     def __init__(
-        self, module: nn.Module, module_name: str, module_type: str, config: dict[str, Any], quantizer: Quantizer
+        self, module: nn.Module, module_name: str, module_type: str, config: dict[str, Any], quantizer: QuantizerLike
     ) -> None:
         super().__init__()
         self.module = module

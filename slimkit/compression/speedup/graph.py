@@ -17,44 +17,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-
-class UnionFind:
-    """Union-find over channel ids with path halving; grows as ids are allocated."""
-
-    def __init__(self) -> None:
-        self.parent: list[int] = []
-
-    def allocate(self, n: int) -> np.ndarray:
-        """Allocate ``n`` fresh ids and return them."""
-        start = len(self.parent)
-        self.parent.extend(range(start, start + n))
-        return np.arange(start, start + n, dtype=np.int64)
-
-    def find(self, x: int) -> int:
-        """Return the representative of ``x``."""
-        parent = self.parent
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        """Merge the classes of ``a`` and ``b``."""
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-    def union_arrays(self, a: np.ndarray, b: np.ndarray) -> None:
-        """Merge ids pairwise where both are tracked (>= 0)."""
-        both = (a >= 0) & (b >= 0) & (a != b)
-        if both.any():
-            pairs = np.unique(np.stack([a[both], b[both]], axis=1), axis=0)
-            for x, y in pairs.tolist():
-                self.union(x, y)
-
-    def roots(self) -> np.ndarray:
-        """Representative of every id, as an array indexed by id."""
-        return np.array([self.find(i) for i in range(len(self.parent))], dtype=np.int64)
+from slimkit.compression._union_find import UnionFind
 
 
 @dataclass

@@ -34,6 +34,27 @@ def is_norm(module: nn.Module) -> bool:
     )
 
 
+def subclass_problem(module: nn.Module) -> str:
+    """Why the speedup cannot shrink a *subclass* of a layer it knows ('' when it can, or for torch's own classes).
+
+    A subclass such as a TF-"SAME" ``class Conv2dSame(nn.Conv2d)`` with its own ``forward`` is shrunk in place
+    (keeping its class and forward) when its only state is ``weight`` and ``bias``. Extra parameters, buffers or
+    submodules may follow the channels in ways the speedup cannot see, so such a subclass is refused.
+    """
+    if type(module).__module__.startswith("torch.nn") or not isinstance(module, (*CONV_TYPES, nn.Linear, nn.Embedding)):
+        return ""
+    params = module._parameters.items()
+    extras = [f"parameter {k!r}" for k, v in params if v is not None and k not in ("weight", "bias")]
+    extras += [f"buffer {k!r}" for k, v in module._buffers.items() if v is not None]
+    extras += [f"submodule {k!r}" for k in module._modules]
+    return ", ".join(extras)
+
+
+def torch_base(module: nn.Module) -> str:
+    """The name of the first ``torch.nn`` class ``module`` derives from (e.g. ``"Conv2d"``)."""
+    return next((c.__name__ for c in type(module).__mro__ if c.__module__.startswith("torch.nn")), "Module")
+
+
 def norm_channel_dim(module: nn.Module) -> int:
     """The activation dim a norm's parameters follow: 1 for BatchNorm/GroupNorm, the last dim otherwise."""
     return 1 if isinstance(module, (_BatchNorm, nn.GroupNorm)) else -1

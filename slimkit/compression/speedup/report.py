@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from slimkit.compression._union_find import UnionFind
+
 from .graph import ChannelGraph
 from .tracer import trace_channels
 
@@ -54,18 +56,12 @@ def groups_from_graph(graph: ChannelGraph) -> ChannelGroups:
     roots = graph.uf.roots()
     spaces = [s for s in graph.spaces.values() if s.kind == "out"]
     owner_of_root: dict[int, int] = {}
-    parent = list(range(len(spaces)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    layers = UnionFind()
+    layers.allocate(len(spaces))
     for i, space in enumerate(spaces):
         for r in np.unique(roots[space.ids]).tolist():
-            j = owner_of_root.setdefault(r, i)
-            parent[find(i)] = find(j)
+            layers.union(i, owner_of_root.setdefault(r, i))
+    find = layers.find
     by_group: dict[int, GroupInfo] = {}
     group_of_root: dict[int, GroupInfo] = {}
     for i, space in enumerate(spaces):

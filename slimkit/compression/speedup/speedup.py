@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -16,6 +17,7 @@ from slimkit.utils import run_model
 from .errors import SpeedupError
 from .fold import Fold, apply_folds, find_folds
 from .graph import ChannelGraph, tensors_in
+from .layers import subclass_problem, torch_base
 from .masks import LayerMask, MaskDict, normalize_masks
 from .planner import KeptChannels, Plan, make_plan
 from .shrink import Snapshot, shrink_module
@@ -76,6 +78,7 @@ class ModelSpeedup:
                                "Create a new ModelSpeedup with masks for the shrunk model to prune further.")
         graph, plan = self._plan()
         modules = dict(self.model.named_modules())
+        _refuse_opaque_subclasses(modules, plan.kept, graph, set(self.masks))
         snapshot = Snapshot(list(modules.values()))  # folding may also shift a norm that is not shrunk
         try:
             with torch.no_grad():
@@ -104,6 +107,35 @@ def _refuse_wrapped(model: nn.Module) -> None:
                 "call pruner.unwrap_model(apply_masks=True) first, then ModelSpeedup(model, dummy_input, "
                 "pruner.get_masks())."
             )
+
+
+def _refuse_opaque_subclasses(modules: Mapping[str, nn.Module], kept: Mapping[str, Any],
+                              graph: ChannelGraph | None = None, masked: Collection[str] = ()) -> None:
+    """Refuse, before anything changes, to shrink a Conv/Linear subclass with state beyond weight and bias.
+
+    The error names the layer and the ``exclude`` entry that avoids it: the layer itself when it is pruned,
+    and the pruned layers whose channels it reads (found in ``graph``).
+    """
+    for name in kept:
+        module = modules.get(name)
+        problem = "" if module is None else subclass_problem(module)
+        if not problem:
+            continue
+        culprits = [name] if name in masked or graph is None else []
+        rec = None if graph is None else graph.leaves.get(name)
+        if rec is not None:
+            roots = graph.uf.roots()
+            ids = np.concatenate([i for i in (rec.in_ids, rec.out_ids) if i is not None] or [np.zeros(0, np.int64)])
+            classes = set(roots[ids[ids >= 0]].tolist())
+            culprits += [s.owner for s in graph.spaces.values() if s.owner in masked and s.owner not in culprits
+                         and classes.intersection(roots[s.ids].tolist())]
+        culprits = culprits or [name]
+        raise SpeedupError(
+            f"Layer {name!r} is a {type(module).__name__}, a subclass of nn.{torch_base(module)} with its own "
+            f"{problem}; the speedup cannot tell how its forward uses them, so it will not shrink it. Leave its "
+            f"channels alone: add {{'exclude': True, 'op_names': {culprits}}} to the pruner's config_list (or give "
+            "the layer only weight and bias). The model was left unchanged."
+        )
 
 
 def _apply_masks(modules: dict[str, nn.Module], masks: dict[str, LayerMask]) -> None:
@@ -141,6 +173,7 @@ def apply_kept_channels(model: nn.Module, kept_channels: Mapping[str, Any]) -> n
         raise SpeedupError(f"kept_channels must be a dict of layer name -> {{'out': [...], 'in': [...]}}; got "
                            f"{type(kept_channels).__name__}.")
     modules = dict(model.named_modules())
+    _refuse_opaque_subclasses(modules, kept_channels)
     snapshot = Snapshot([modules[n] for n in kept_channels if n in modules])
     try:
         _shrink_all(model, kept_channels)
