@@ -47,11 +47,12 @@ class CompressorSpec:
     def build(self, model: Any, config_list: Any, optimizer: Any, dummy_input: Any, kwargs: Mapping[str, Any]) -> Any:
         """Construct the engine on ``model`` (the algorithm's engine defaults first, the user's kwargs win)."""
         assert self.engine is not None
-        options = {k: v for k, v in self.algorithm.engine_defaults.items() if k != "dependency_aware"}
-        if self.algorithm.engine_defaults.get("dependency_aware") and dummy_input is not None:
+        params = inspect.signature(self.engine).parameters
+        options = {k: v for k, v in self.algorithm.engine_defaults.items() if k in params and k != "dependency_aware"}
+        if self.algorithm.engine_defaults.get("dependency_aware") and dummy_input is not None and \
+                "dependency_aware" in params:
             options["dependency_aware"] = True  # same channels as the SmashConfig face removes
         options.update(kwargs)
-        params = inspect.signature(self.engine).parameters
         if "dummy_input" in params:
             options["dummy_input"] = dummy_input
         return self.engine(model, config_list, optimizer=optimizer, **options)

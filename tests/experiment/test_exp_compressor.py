@@ -50,7 +50,8 @@ def test_reference_l1_filter_example(tmp_path):
     base = zoo.build("resnet_tiny", **model.slimkit_zoo_kwargs)
     base.load_state_dict(model.state_dict())
     excluded_weight = model.layer2[0].downsample[0].weight.detach().clone()
-    compressor = create_compressor(model, EXPERIMENT, dummy_input=x[:1])
+    # NNI's per-layer mode (each layer ranks its own filters); with an input the default is dependency-aware
+    compressor = create_compressor(model, EXPERIMENT, dummy_input=x[:1], dependency_aware=False)
     assert compressor.kind == "pruning" and compressor.name == "l1_filter"
 
     masked = compressor.compress()
@@ -101,11 +102,13 @@ def test_reference_l1_filter_example(tmp_path):
         assert torch.equal(again(x), small(x))
 
 
-def test_group_pruner_shrinks_the_residual_stream():
+def test_l1_filter_with_an_input_shrinks_the_residual_stream():
+    """Given dummy_input, the experiment's l1_filter is dependency-aware, like the SmashConfig face."""
     model, x = zoo.load("resnet_tiny", batch_size=2, image_size=16)
     base_params, base_macs = count_parameters(model), count_macs(model, x)
-    config = {"compressor": "group_l1_filter", "config_list": [{"sparsity": 0.5, "op_types": ["Conv2d"]}]}
+    config = {"compressor": "l1_filter", "config_list": [{"sparsity": 0.5, "op_types": ["Conv2d"]}]}
     compressor = create_compressor(model, config, dummy_input=x[:1])
+    assert compressor.engine.dependency_aware
     compressor.compress()
     small = compressor.apply_speedup()
     assert compressor.speedup_warnings == []
@@ -160,7 +163,7 @@ def test_slim_batchnorm_masks_shrink_their_convs():
 def test_optimizer_is_restored_after_speedup():
     model, x = zoo.load("resnet_tiny", batch_size=2, image_size=16)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    compressor = create_compressor(model, "group_l1_filter", optimizer=opt, dummy_input=x[:1],
+    compressor = create_compressor(model, "L1FilterPruner", optimizer=opt, dummy_input=x[:1],
                                    config_list=[{"sparsity": 0.5, "op_types": ["Conv2d"]}])
     compressor.compress()
     assert "step" in vars(opt)  # the pruner hooks step() while it is attached

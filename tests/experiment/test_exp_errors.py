@@ -81,7 +81,7 @@ def test_unknown_compressor_argument(net):
                                           r"pruning_algorithm, initial_sparsity, num_iterations"):
         create_compressor(net, "agp", config_list=CONFIG_LIST, num_iteration=3)
     with pytest.raises(ConfigError, match=r"needs dummy_input"):
-        create_compressor(net, "group_l1_filter", config_list=CONFIG_LIST)
+        create_compressor(net, "l1_filter", config_list=CONFIG_LIST, dependency_aware=True)
 
 
 def test_speedup_refusals(net):

@@ -153,6 +153,9 @@ class FrameworkPruner(SlimkitPruner):
     default_sparsity: ClassVar[float] = 0.5
     model_layer_types: ClassVar[tuple[type[nn.Module], ...]] = LAYER_TYPES
     save_fn = SaveFn.REPLAY
+    #: on the experiment face too, coupled layers share one mask when an input to trace is given (what the
+    #: SmashConfig face does with speedup), so one name prunes the same channels everywhere
+    engine_defaults: ClassVar[dict[str, Any]] = {"dependency_aware": True}
 
     def get_hyperparameters(self) -> list:
         """Selection, config_list, speedup, then the pruner's own hyperparameters."""

@@ -130,7 +130,7 @@ def test_heads_need_attention_blocks(digits):
 def test_data_pruners_need_data(digits):
     model, x = digits
     for algo in ("taylor_fo_weight", "activation_apoz_rank", "activation_mean_rank", "agp"):
-        with pytest.raises(MissingComponentError, match=f"{algo} needs a data; add one with cfg.add_data"):
+        with pytest.raises(MissingComponentError, match=f"{algo} needs a dataset; add one with cfg.add_data"):
             smash(model, _cfg(algo, x), verbose=False)
 
 

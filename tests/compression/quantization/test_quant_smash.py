@@ -33,7 +33,7 @@ def _x() -> torch.Tensor:
 
 
 def test_data_is_required():
-    with pytest.raises(MissingComponentError, match="qat needs a data; add one with cfg.add_data"):
+    with pytest.raises(MissingComponentError, match="qat needs a dataset; add one with cfg.add_data"):
         smash(_mlp(), _config("qat", data=False), verbose=False)
 
 
