@@ -27,11 +27,11 @@ import torch
 from torch import nn
 
 from slimkit.compression.pruning import Pruner
-from slimkit.compression.pruning.io import MODEL_FORMAT, save_masks, save_tensors_atomic
+from slimkit.compression.pruning.io import MODEL_FORMAT, save_masks
 from slimkit.compression.quantization import Quantizer, quantized_layer_specs
 from slimkit.compression.speedup import KeptChannels, ModelSpeedup
 from slimkit.config import SmashConfig
-from slimkit.core.io import write_json_atomic
+from slimkit.core.io import save_tensors_atomic, write_json_atomic
 from slimkit.engine import SmashedModel, smash
 from slimkit.errors import ConfigError
 from slimkit.utils import model_device, move_inputs

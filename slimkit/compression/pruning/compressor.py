@@ -11,11 +11,11 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from slimkit.compression._compressor import Compressor
-from slimkit.compression._io import save_tensors_atomic
 from slimkit.compression.pruning.config import PruningConfigError, layer_weight, resolve_config_list
 from slimkit.compression.pruning.io import MODEL_FORMAT, Masks, load_masks, save_masks
 from slimkit.compression.pruning.maskers import MaskDict, WeightMasker
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+from slimkit.core.io import save_tensors_atomic
 
 Collector = Callable[[PrunerModuleWrapper, tuple, Any], None]
 

@@ -13,7 +13,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from slimkit.compression._io import export_onnx, save_tensors_atomic
+from slimkit.compression._io import export_onnx
+from slimkit.core.io import save_tensors_atomic
 from slimkit.errors import SaveLoadError
 
 __all__ = [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from torch import nn
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError, resolve_config_list
 from slimkit.core import registry
+from slimkit.core.io import atomic_file
 from slimkit.errors import MissingPackageError
 
 Sensitivity = dict[str, dict[float, float]]
@@ -103,14 +103,6 @@ def plot_sensitivity(
     ax.legend(fontsize="small", loc="best")
     fig.tight_layout()
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".png", dir=target.parent)
-    os.close(fd)
-    try:
+    with atomic_file(target, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
     return target

@@ -10,13 +10,13 @@ import torch
 from torch import nn
 
 from slimkit.compression._compressor import Compressor
-from slimkit.compression._io import save_tensors_atomic
 from slimkit.compression.quantization.config import QuantizationConfigError, resolve_quant_config_list
 from slimkit.compression.quantization.frozen import QuantizedLayer
 from slimkit.compression.quantization.grad import QuantGrad, QuantType
 from slimkit.compression.quantization.io import CALIBRATION_FORMAT, MODEL_FORMAT, Calibration, save_calibration
 from slimkit.compression.quantization.observers import dequantize, quantize_codes
 from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
+from slimkit.core.io import save_tensors_atomic
 from slimkit.utils import model_device
 
 

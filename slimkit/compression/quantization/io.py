@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
-from slimkit.compression._io import save_tensors_atomic
+from slimkit.core.io import save_tensors_atomic
 from slimkit.errors import SaveLoadError
 
 Calibration = dict[str, dict[str, Any]]
