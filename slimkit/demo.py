@@ -17,7 +17,7 @@ DEFAULT_MODEL = "minilm"
 DEFAULT_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
     "minilm": {"int8_dynamic": {"per_channel": True}},
     "smollm2-135m": {"int8_dynamic": {"per_channel": True, "exclude": ["lm_head"]}},
-    "digits_cnn": {"torch_unstructured": {"sparsity": 0.5}},
+    "digits_cnn": {"level": {"sparsity": 0.5}},
     "mobilenet_v2": {"half": {"dtype": "bfloat16"}},
 }
 

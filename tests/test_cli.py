@@ -27,13 +27,13 @@ def test_algorithms_lists_hyperparameters_with_descriptions(capsys):
     out = capsys.readouterr().out
     assert "int8_dynamic  [quantizer]  devices: cpu" in out
     assert "int8_dynamic_per_channel = True" in out
-    assert "torch_unstructured" not in out
+    assert "l1_filter" not in out
 
 
 def test_algorithms_json(capsys):
     assert main(["algorithms", "--json"]) == 0
     infos = json.loads(capsys.readouterr().out)
-    assert {i["name"] for i in infos} >= {"int8_dynamic", "half", "torch_compile", "torch_unstructured"}
+    assert {i["name"] for i in infos} >= {"int8_dynamic", "half", "torch_compile", "level"}
     assert all(hp["desc"] for i in infos for hp in i["hyperparameters"])
 
 
@@ -50,8 +50,8 @@ def test_bad_hyperparameter_exits_2_with_message(capsys):
 
 
 def test_smash_other_model_and_recipe(tmp_path, capsys):
-    code = main(["smash", "--model", "digits_cnn", "--algorithm", "torch_unstructured",
-                 "--set", "torch_unstructured_sparsity=0.6", "--output", str(tmp_path / "d"),
+    code = main(["smash", "--model", "digits_cnn", "--algorithm", "level",
+                 "--set", "level_sparsity=0.6", "--output", str(tmp_path / "d"),
                  "--repeats", "2", "--warmup", "1"])
     out = capsys.readouterr().out
     assert code == 0

@@ -8,7 +8,8 @@ family (:mod:`slimkit.compression.pruning.config`, :mod:`slimkit.compression.qua
 * ``op_types`` lists class names; a layer matches a name when its class *or any base class* has that name,
   so ``["Conv2d"]`` also selects ``class Conv2dSame(nn.Conv2d)``. ``"default"`` expands to the layer types
   the compressor supports. Names must be ``torch.nn`` classes or classes of modules found in the model.
-* ``op_names`` lists qualified module names as in ``model.named_modules()``.
+* ``op_names`` lists qualified module names as in ``model.named_modules()``, or glob patterns over them
+  (``"layer1.*.conv2"``, ``"*proj"``), the vocabulary of :mod:`slimkit.core.selection`.
 * with both keys a layer must match both; with neither the entry means ``op_types: ["default"]``.
 * ``exclude`` must be a bool; an excluding entry must select something explicitly.
 
@@ -24,6 +25,7 @@ from typing import Any
 
 from torch import nn
 
+from slimkit.core.selection import is_pattern, matches, op_type_matches, unmatched
 from slimkit.errors import ConfigError, closest
 
 __all__ = [
@@ -45,7 +47,7 @@ def class_names(module: nn.Module) -> set[str]:
 
 def matches_op_types(module: nn.Module, op_types: Iterable[str]) -> bool:
     """True when ``module`` is an instance of a class named in ``op_types`` (subclasses match)."""
-    return not class_names(module).isdisjoint(op_types)
+    return op_type_matches(module, op_types)
 
 
 def _torch_nn_class_names() -> set[str]:
@@ -135,7 +137,6 @@ def select_layers(
     modules = [(name, module) for name, module in model.named_modules() if name]
     layer_names = [name for name, _ in modules]
     model_types = {type(module).__name__ for _, module in modules}
-    existing = set(layer_names)
     known = _torch_nn_class_names().union(*(class_names(m) for _, m in modules))
     chosen: dict[str, int | None] = {}
     for index, entry in enumerate(config_list):
@@ -145,19 +146,19 @@ def select_layers(
             op_types = ["default"]
         types = None if op_types is None else _expand_op_types(
             op_types, index, known, model_types, default_op_types, error)
-        for name in op_names or ():
-            if name not in existing:
-                raise error(
-                    f"config_list[{index}] op_name {name!r} is not a layer of this model. "
-                    f"Layer names (closest first): {_names_hint(name, layer_names)}."
-                )
-        names = None if op_names is None else set(op_names)
+        for name in unmatched(layer_names, op_names or ()):
+            what = "pattern matches no layer" if is_pattern(name) else "is not a layer"
+            raise error(
+                f"config_list[{index}] op_name {name!r} {what} of this model. "
+                f"Layer names (closest first): {_names_hint(name, layer_names)}."
+            )
+        names = None if op_names is None else list(op_names)
         selected = [name for name, module in modules
-                    if (types is None or matches_op_types(module, types)) and (names is None or name in names)]
+                    if (types is None or matches_op_types(module, types)) and (names is None or matches(name, names))]
         if not selected:
             wanted = f"op_types {sorted(types)}" if types is not None else ""
             if names is not None:
-                found = {n: type(m).__name__ for n, m in modules if n in names}
+                found = {n: type(m).__name__ for n, m in modules if matches(n, names)}
                 wanted += (" and " if wanted else "") + f"op_names {found} (name: type)"
             raise error(
                 f"config_list[{index}] selects no layer: nothing in the model matches {wanted}. "

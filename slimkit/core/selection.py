@@ -4,7 +4,7 @@ A layer is named three ways, and every ``op_names`` / ``exclude`` / ``target`` l
 
 * an **exact name** from ``model.named_modules()``: ``"encoder.layer.0.output.dense"``;
 * a **glob pattern** (``fnmatch``: ``*``, ``?``, ``[...]``) over the full name, or over its last part:
-  ``"*.output.dense"``, ``"lm_head"`` (matches ``model.lm_head`` too), ``"layer.1[0-1].*"``;
+  ``"*.output.dense"``, ``"*proj"`` (every layer whose last name part ends in ``proj``), ``"layer.1[0-1].*"``;
 * an **op type** selects by class, ``op_types: ["Conv2d"]``; it matches subclasses too (``isinstance``), so
   a TF-"SAME" ``Conv2d`` subclass is a ``Conv2d``.
 
@@ -30,10 +30,12 @@ def is_pattern(text: str) -> bool:
 
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
-    """Whether layer ``name`` is named by any entry of ``patterns`` (exact, glob, or glob on its last part)."""
+    """Whether layer ``name`` is named by any entry of ``patterns`` (exact name, or glob on the full/last part)."""
     last = name.rsplit(".", 1)[-1]
     for pattern in patterns:
-        if name == pattern or fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(last, pattern):
+        if name == pattern:
+            return True
+        if is_pattern(pattern) and (fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(last, pattern)):
             return True
     return False
 

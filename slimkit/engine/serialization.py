@@ -142,7 +142,11 @@ def _load_weights(model: torch.nn.Module, file: Path, assign: bool = False) -> N
 
 def _load_artifacts(folder: Path, payload: dict[str, Any], cfg: SmashConfig, algos: list[Any]) -> Loaded:
     """Rebuild a model saved with ``save_fn=ARTIFACTS`` from its algorithm's files: no base model, no weights."""
-    applied: list[dict[str, Any]] = payload["applied"]
+    try:  # records written under a retired name (an alias now) read as the algorithm's own
+        applied: list[dict[str, Any]] = [{**a, "name": registry.resolve(a["name"])} for a in payload["applied"]]
+    except (ConfigError, KeyError, TypeError) as exc:
+        raise SaveLoadError(f"{folder / CONFIG_FILE}: 'applied' must list algorithm records with a known "
+                            f"'name' ({exc}).") from exc
     index = payload.get("artifacts")
     if type(index) is not int or index != len(applied) - 1:
         raise SaveLoadError(
@@ -183,7 +187,11 @@ def load_smashed(
             adder(str(folder / obj_dir))
     if (folder / EXAMPLE_INPUTS_FILE).is_file():
         cfg.example_inputs = load_inputs(folder / EXAMPLE_INPUTS_FILE)
-    applied: list[dict[str, Any]] = payload["applied"]
+    try:  # records written under a retired name (an alias now) read as the algorithm's own
+        applied: list[dict[str, Any]] = [{**a, "name": registry.resolve(a["name"])} for a in payload["applied"]]
+    except (ConfigError, KeyError, TypeError) as exc:
+        raise SaveLoadError(f"{folder / CONFIG_FILE}: 'applied' must list algorithm records with a known "
+                            f"'name' ({exc}).") from exc
     saved_before = payload.get("saved_before")
     cut = len(applied) if saved_before is None else saved_before
     algos = [registry.get(a["name"])() for a in applied]

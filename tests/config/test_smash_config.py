@@ -12,18 +12,18 @@ from slimkit.errors import AlgorithmNotFoundError, ConfigError
 
 def test_group_keys_and_prefixed_hyperparameters():
     cfg = SmashConfig(device="cpu")
-    cfg["pruner"] = "torch_unstructured"
-    cfg["torch_unstructured_sparsity"] = 0.5
+    cfg["pruner"] = "level"
+    cfg["level_sparsity"] = 0.5
     cfg["quantizer"] = "int8_dynamic"
-    assert cfg["pruner"] == "torch_unstructured"
-    assert cfg["torch_unstructured_sparsity"] == 0.5
+    assert cfg["pruner"] == "level"
+    assert cfg["level_sparsity"] == 0.5
     assert cfg["int8_dynamic_per_channel"] is True  # default filled in
-    assert cfg.get_active_algorithms() == ["torch_unstructured", "int8_dynamic"]  # stage order
+    assert cfg.get_active_algorithms() == ["level", "int8_dynamic"]  # stage order
 
 
 def test_list_form_orders_by_stage_not_by_argument():
-    cfg = SmashConfig(["torch_compile", "int8_dynamic", "torch_unstructured"], device="cpu")
-    assert cfg.get_active_algorithms() == ["torch_unstructured", "int8_dynamic", "torch_compile"]
+    cfg = SmashConfig(["torch_compile", "int8_dynamic", "level"], device="cpu")
+    assert cfg.get_active_algorithms() == ["level", "int8_dynamic", "torch_compile"]
 
 
 def test_dict_form_sets_hyperparameters():
@@ -34,8 +34,8 @@ def test_dict_form_sets_hyperparameters():
 
 
 def test_prefix_wrapper_reads_unprefixed_names():
-    cfg = SmashConfig({"torch_unstructured": {"sparsity": 0.25}}, device="cpu")
-    wrapper = cfg.get_prefix_wrapper("torch_unstructured")
+    cfg = SmashConfig({"level": {"sparsity": 0.25}}, device="cpu")
+    wrapper = cfg.get_prefix_wrapper("level")
     assert wrapper["sparsity"] == 0.25 and wrapper["method"] == "l1"
     assert wrapper.device == "cpu"
 
@@ -48,12 +48,12 @@ def test_unset_group_is_none_and_can_be_cleared():
 
 
 def test_json_round_trip(tmp_path):
-    cfg = SmashConfig({"torch_unstructured": {"sparsity": 0.4, "method": "random"}, "int8_dynamic": {}}, device="cpu")
+    cfg = SmashConfig({"level": {"sparsity": 0.4, "method": "random"}, "int8_dynamic": {}}, device="cpu")
     cfg.save_to_json(tmp_path)
     payload = json.loads((tmp_path / "smash_config.json").read_text())
     assert payload["schema_version"] == SCHEMA_VERSION
-    assert payload["algorithms"] == {"pruner": "torch_unstructured", "quantizer": "int8_dynamic"}
-    assert payload["hyperparameters"]["torch_unstructured_sparsity"] == 0.4
+    assert payload["algorithms"] == {"pruner": "level", "quantizer": "int8_dynamic"}
+    assert payload["hyperparameters"]["level_sparsity"] == 0.4
     again = SmashConfig.from_json(tmp_path)
     assert again == cfg
     other = SmashConfig()
@@ -86,15 +86,15 @@ def test_truncated_json_names_the_file(tmp_path):
     [
         (lambda c: c.__setitem__("quantizer", "int8_dynamc"), AlgorithmNotFoundError,
          "Unknown algorithm 'int8_dynamc'. Did you mean 'int8_dynamic'"),
-        (lambda c: c.__setitem__("quantizer", "torch_unstructured"), ConfigError,
-         "'torch_unstructured' is a pruner, not a quantizer; set it with cfg['pruner']"),
-        (lambda c: c.__setitem__("torch_unstructured_sparsity", 1.5), ConfigError,
-         "Invalid value 1.5 for 'torch_unstructured_sparsity': allowed is a float in [0.0, 0.99]"),
-        (lambda c: c.__setitem__("torch_unstructured_method", "l3"), ConfigError,
+        (lambda c: c.__setitem__("quantizer", "level"), ConfigError,
+         "'level' is a pruner, not a quantizer; set it with cfg['pruner']"),
+        (lambda c: c.__setitem__("level_sparsity", 1.5), ConfigError,
+         "Invalid value 1.5 for 'level_sparsity': allowed is a float in [0.0, 0.99]"),
+        (lambda c: c.__setitem__("level_method", "l3"), ConfigError,
          "allowed is one of 'l1', 'random'"),
         (lambda c: c.__setitem__("int8_dynamic_per_channel", "yes"), ConfigError,
          "allowed is one of True, False"),
-        (lambda c: c.__setitem__("torch_unstructured_seed", 1.5), ConfigError, "an integer in [0, 2147483647]"),
+        (lambda c: c.__setitem__("level_seed", 1.5), ConfigError, "an integer in [0, 2147483647]"),
         (lambda c: c.__setitem__("int8_dynamic_exclude", [1, 2]), ConfigError, "a list of strings"),
         (lambda c: c.__setitem__("int8_dynamic_bits", 4), ConfigError,
          "Algorithm 'int8_dynamic' has no hyperparameter 'bits'"),

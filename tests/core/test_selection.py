@@ -22,7 +22,8 @@ class Net(nn.Module):
 def test_exact_glob_and_last_part():
     assert matches("blocks.0", ["blocks.0"]) and not matches("blocks.0", ["blocks.2"])
     assert matches("encoder.layer.3.output.dense", ["*.output.dense"])
-    assert matches("model.lm_head", ["lm_head"]) and not matches("model.lm_head_x", ["lm_head"])
+    assert matches("model.lm_head", ["lm_hea?"]) and not matches("model.lm_head", ["lm_head"])  # exact is exact
+    assert matches("model.layers.0.q_proj", ["*proj"]) and not matches("model.layers.0.q_proj", ["q_proj"])
     assert matches("layer.11.attn", ["layer.1[0-1].*"]) and not matches("layer.9.attn", ["layer.1[0-1].*"])
     assert is_pattern("*.dense") and not is_pattern("blocks.0")
 
@@ -38,5 +39,6 @@ def test_select_with_names_exclusions_and_typos():
     net = Net()
     assert select(net, op_types=["Conv2d", "Linear"], exclude=["head", "blocks.2"]) == ["stem", "blocks.0"]
     assert select(net, names=["blocks.*"], exclude=["*.1"]) == ["blocks.0", "blocks.2"]
+    assert select(net, names=["blocks.0", "head"]) == ["blocks.0", "head"]
     names = [n for n, _ in net.named_modules() if n]
     assert unmatched(names, ["head", "blcks.*", "stem"]) == ["blcks.*"]

@@ -75,7 +75,7 @@ def _smash(**hyper) -> SmashedModel:
 def test_artifacts_replace_the_weights_and_load_without_the_base_model(tmp_path):
     x = torch.randn(4, 6)
     with registered(_fake_compiler()):
-        cfg = SmashConfig({"torch_unstructured": {"sparsity": 0.5}}, device="cpu")
+        cfg = SmashConfig({"level": {"sparsity": 0.5}}, device="cpu")
         cfg["compiler"] = "fake_freeze"
         smashed = smash(UserLinear(), cfg, verbose=False)
         assert smashed.saved_before is None and smashed._pre_apply_model is None  # no fp32 copy kept for saving
@@ -85,7 +85,7 @@ def test_artifacts_replace_the_weights_and_load_without_the_base_model(tmp_path)
         assert payload["weights_format"] == "artifacts" and payload["artifacts"] == 1
         assert [a["save_fn"] for a in payload["applied"]] == ["keep", "artifacts"]
         again = SmashedModel.from_pretrained(tmp_path / "a")  # UserLinear is never rebuilt
-        assert again.algorithms == ["torch_unstructured", "fake_freeze"] and again.applied == smashed.applied
+        assert again.algorithms == ["level", "fake_freeze"] and again.applied == smashed.applied
         assert isinstance(again.model, Frozen) and not again.model.training
         assert (again.model.weight == 0).sum() == 9  # the pruner's zeros came through the artifact
         assert torch.equal(again(x), smashed(x))

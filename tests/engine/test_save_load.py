@@ -39,7 +39,7 @@ def test_hf_model_rebuilt_from_its_config_without_model_argument(tmp_path):
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
     ids = torch.randint(0, 64, (2, 10))
-    smashed = smash(model, SmashConfig({"torch_unstructured": {"sparsity": 0.3}}, device="cpu"), verbose=False)
+    smashed = smash(model, SmashConfig({"level": {"sparsity": 0.3}}, device="cpu"), verbose=False)
     smashed.save_pretrained(tmp_path / "llama")
     payload = json.loads((tmp_path / "llama" / "smash_config.json").read_text())
     assert payload["base"]["kind"] == "hf" and payload["base"]["hf_class"] == "LlamaForCausalLM"
@@ -127,7 +127,7 @@ class Opaque(torch.nn.Module):
 
 
 def test_pickle_only_with_explicit_permission_on_both_sides(tmp_path):
-    smashed = smash(Opaque(), SmashConfig(["torch_unstructured"], device="cpu"), verbose=False)
+    smashed = smash(Opaque(), SmashConfig(["level"], device="cpu"), verbose=False)
     with pytest.raises(SaveLoadError, match="never pickles by default; pass allow_pickle=True"):
         smashed.save_pretrained(tmp_path / "p")
     assert not (tmp_path / "p").exists()  # nothing half-written
@@ -161,11 +161,11 @@ def test_resave_replaces_an_earlier_save(saved):
 
 
 def test_saved_json_records_applied_algorithms_in_order(tmp_path):
-    cfg = SmashConfig({"torch_unstructured": {"sparsity": 0.2}, "int8_dynamic": {"per_channel": False}}, device="cpu")
+    cfg = SmashConfig({"level": {"sparsity": 0.2}, "int8_dynamic": {"per_channel": False}}, device="cpu")
     smash(custom(), cfg, verbose=False).save_pretrained(tmp_path / "o")
     payload = json.loads((tmp_path / "o" / "smash_config.json").read_text())
-    assert [a["name"] for a in payload["applied"]] == ["torch_unstructured", "int8_dynamic"]
-    assert payload["applied"][0]["state"]["pruned_weights"] == round(0.2 * 128) + round(0.2 * 64)
+    assert [a["name"] for a in payload["applied"]] == ["level", "int8_dynamic"]
+    assert abs(payload["applied"][0]["state"]["zero_fraction"] - 0.2) < 0.01
     assert payload["hyperparameters"]["int8_dynamic_per_channel"] is False
 
 

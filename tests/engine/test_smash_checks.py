@@ -23,31 +23,31 @@ def mlp():
 def test_smash_returns_module_with_config_and_keeps_the_input_model():
     model = mlp()
     before = [p.clone() for p in model.parameters()]
-    cfg = SmashConfig({"torch_unstructured": {"sparsity": 0.5}}, device="cpu")
+    cfg = SmashConfig({"level": {"sparsity": 0.5}}, device="cpu")
     smashed = smash(model, cfg, verbose=False)
     assert isinstance(smashed, torch.nn.Module) and smashed.smash_config is cfg
-    assert smashed.algorithms == ["torch_unstructured"]
+    assert smashed.algorithms == ["level"]
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # base untouched
     assert smashed(torch.randn(2, 8)).shape == (2, 4)
 
 
 def test_smash_in_place_when_asked():
     model = mlp()
-    smash(model, SmashConfig({"torch_unstructured": {"sparsity": 0.5}}, device="cpu"), verbose=False,
+    smash(model, SmashConfig({"level": {"sparsity": 0.5}}, device="cpu"), verbose=False,
           copy_model=False)
     assert float((model[0].weight == 0).float().mean()) == pytest.approx(0.5, abs=0.01)
 
 
 def test_smash_prints_progress(capsys):
-    smash(mlp(), SmashConfig(["torch_unstructured", "int8_dynamic"], device="cpu"))
+    smash(mlp(), SmashConfig(["level", "int8_dynamic"], device="cpu"))
     out = capsys.readouterr().out
-    assert "[1/2] pruner torch_unstructured" in out and "[2/2] quantizer int8_dynamic done in" in out
+    assert "[1/2] pruner level" in out and "[2/2] quantizer int8_dynamic done in" in out
 
 
 def test_inner_model_attributes_are_reachable():
     model = mlp()
     model.task_name = "regression"
-    smashed = smash(model, SmashConfig(["torch_unstructured"], device="cpu"), verbose=False)
+    smashed = smash(model, SmashConfig(["level"], device="cpu"), verbose=False)
     assert smashed.task_name == "regression"  # looked up on the inner model
     with pytest.raises(AttributeError):
         smashed.no_such_attribute  # noqa: B018
@@ -82,7 +82,7 @@ def test_device_unsupported():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_cuda_requested_without_gpu():
-    cfg = SmashConfig(["torch_unstructured"], device="cpu")
+    cfg = SmashConfig(["level"], device="cpu")
     cfg.device = "cuda"
     with pytest.raises(ConfigError, match="no CUDA GPU is available"):
         smash(mlp(), cfg, verbose=False)

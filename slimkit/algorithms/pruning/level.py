@@ -1,35 +1,54 @@
-"""level: unstructured magnitude pruning through the NNI-shaped framework (zeros stay in the weights)."""
+"""level: unstructured pruning through the NNI-shaped framework (zeros stay in the weights)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import LevelPruner
+from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
+from torch import nn
+
+from slimkit.algorithms.pruning._framework import FrameworkPruner, count_zero_fraction
+from slimkit.compression.pruning import LevelPruner, Pruner
 from slimkit.core.contract import SaveFn, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
 
 @register
 class Level(FrameworkPruner):
-    """Unstructured pruning: zero the smallest-magnitude weights of each selected layer (NNI's LevelPruner).
+    """Unstructured pruning: zero the smallest-magnitude (or a seeded random set of) weights of each layer.
 
-    Layers are chosen with ``op_types``/``op_names``/``exclude`` or an NNI ``config_list`` (per-layer
-    sparsities). Shapes do not change, so dense kernels are not faster and the file is not smaller: pair it
-    with a sparse runtime or a compressor, or use a structured pruner for speed.
+    NNI's LevelPruner. Layers are chosen with ``op_types``/``op_names``/``exclude`` (exact names or glob
+    patterns) or an NNI ``config_list`` (per-layer sparsities). Shapes do not change, so dense kernels are not
+    faster and the file is not smaller: pair it with a sparse runtime or a compressor, or use a structured
+    pruner for speed. ``torch_unstructured`` is the retired name of this algorithm; its saves still load.
     """
 
     algorithm_name = "level"
+    aliases = ("torch_unstructured",)
+    renamed_hyperparameters = {"torch_unstructured": {"target_modules": "op_types"}}
     references = {"Paper": "https://arxiv.org/abs/1506.02626",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#level-pruner"}
     engine = LevelPruner
+    engine_defaults: dict[str, Any] = {}
     structured = False
     save_fn = SaveFn.KEEP
 
+    def extra_hyperparameters(self) -> list:
+        """Which weights go (magnitude or random) and the random seed."""
+        return [
+            CategoricalHyperparameter("method", ["l1", "random"], default_value="l1",
+                                      meta={"desc": "l1: smallest |weight| first; random: a seeded random subset "
+                                                    "(a baseline)."}),
+            UniformIntegerHyperparameter("seed", 0, 2**31 - 1, default_value=0,
+                                         meta={"desc": "Seed of the random method."}),
+        ]
+
+    def build_pruner(self, model: nn.Module, config_list: list[dict[str, Any]],
+                     smash_config: SmashConfigPrefixWrapper) -> Pruner:
+        """LevelPruner with the chosen method and seed."""
+        return LevelPruner(model, config_list, method=smash_config["method"], seed=int(smash_config["seed"]))
+
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         model = super()._apply(model, smash_config)
-        layers = smash_config.state["pruned_layers"]
-        weights = [model.get_submodule(n).weight for n in layers]
-        total = sum(w.numel() for w in weights)
-        smash_config.state["zero_fraction"] = sum(int((w == 0).sum()) for w in weights) / total if total else 0.0
+        smash_config.state["zero_fraction"] = count_zero_fraction(model, smash_config.state["pruned_layers"])
         return model

@@ -52,12 +52,19 @@ class WeightMasker:
 
 
 class LevelPrunerMasker(WeightMasker):
-    """Unstructured magnitude pruning: zero the smallest ``|w|`` elements of the weight; bias is kept."""
+    """Unstructured pruning: zero the smallest ``|w|`` elements of the weight; the bias is kept.
+
+    With the pruner's ``method`` set to ``"random"`` a seeded random subset goes instead (a baseline).
+    """
 
     def calc_mask(self, sparsity: float, wrapper: PrunerModuleWrapper, wrapper_idx: int | None = None) -> MaskDict:
-        """Mask the ``num_to_prune(s, numel)`` smallest-magnitude weights."""
+        """Mask the ``num_to_prune(s, numel)`` smallest-magnitude (or randomly chosen) weights."""
         weight = wrapper.module.weight.detach()
-        importance = weight.float().abs().flatten()
+        if getattr(self.pruner, "method", "l1") == "random":  # seeded per layer: the same masks on every run
+            seed = int(getattr(self.pruner, "seed", 0)) * 100003 + (wrapper_idx or 0)
+            importance = torch.rand(weight.numel(), generator=torch.Generator().manual_seed(seed)).to(weight.device)
+        else:
+            importance = weight.float().abs().flatten()
         importance = importance.masked_fill(wrapper.weight_mask.flatten() == 0, -math.inf)
         mask = torch.ones_like(importance)
         mask[lowest_indices(importance, num_to_prune(sparsity, importance.numel()))] = 0

@@ -24,14 +24,32 @@ LEVEL_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear")
 
 
 class LevelPruner(Pruner):
-    """Unstructured magnitude pruning: zero the ``sparsity`` fraction of smallest weights in each layer.
+    """Unstructured pruning: zero the ``sparsity`` fraction of each layer's weights.
 
-    ``"default"`` op types: Conv1d/2d/3d and Linear; any layer with a ``weight`` may be named explicitly.
+    ``method="l1"`` (default, NNI's level pruner) zeroes the smallest magnitudes; ``"random"`` a seeded random
+    subset (a baseline). ``"default"`` op types: Conv1d/2d/3d and Linear; any layer with a ``weight`` may be
+    named explicitly.
     """
 
     default_op_types = LEVEL_OP_TYPES
     supported_op_types = None
     masker_class = LevelPrunerMasker
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config_list: Sequence[Mapping[str, Any]],
+        optimizer: torch.optim.Optimizer | None = None,
+        method: str = "l1",
+        seed: int = 0,
+        dummy_input: Any = None,
+    ) -> None:
+        if method not in ("l1", "random"):
+            raise PruningConfigError(f"LevelPruner method must be 'l1' or 'random', got {method!r}.")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise PruningConfigError(f"LevelPruner seed must be an int >= 0, got {seed!r}.")
+        self.method, self.seed = method, seed
+        super().__init__(model, config_list, optimizer, dummy_input)
 
 
 class WeightFilterPruner(DependencyAwarePruner):

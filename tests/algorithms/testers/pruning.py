@@ -9,11 +9,13 @@ def _zero_fraction(model: torch.nn.Module, types: tuple[type, ...]) -> list[floa
     return [float((m.weight == 0).float().mean()) for m in model.modules() if isinstance(m, types)]
 
 
-class TestTorchUnstructured(AlgorithmTesterBase):
-    algorithm = "torch_unstructured"
+class TestLevelOnVisionModels(AlgorithmTesterBase):
+    """level (once torch_unstructured) on conv and attention models: exactly half of every weight goes."""
+
+    algorithm = "level"
     models = ["mlp", "resnet_tiny", "tiny_vit"]
     reject_models = ["no_weights", "not_a_module"]
-    hyperparameters = {"sparsity": 0.5, "method": "l1"}
+    hyperparameters = {"sparsity": 0.5, "method": "l1", "op_types": ["Linear", "Conv2d"]}
 
     def post_smash_hook(self, smashed, base, inputs):
         fractions = _zero_fraction(smashed.model, (torch.nn.Linear, torch.nn.Conv2d))
@@ -27,12 +29,12 @@ class TestTorchUnstructured(AlgorithmTesterBase):
             assert kept.min() >= pruned.max()
 
 
-class TestTorchUnstructuredRandom(TestTorchUnstructured):
+class TestLevelRandom(TestLevelOnVisionModels):
     models = ["mlp"]
-    hyperparameters = {"sparsity": 0.3, "method": "random", "target_modules": ["Linear"], "exclude": ["2"]}
+    hyperparameters = {"sparsity": 0.3, "method": "random", "op_types": ["Linear"], "exclude": ["fc3"]}
 
     def post_smash_hook(self, smashed, base, inputs):
         linears = {n: m for n, m in smashed.model.named_modules() if isinstance(m, torch.nn.Linear)}
         for name, m in linears.items():
             frac = float((m.weight == 0).float().mean())
-            assert abs(frac - (0.0 if name == "2" else 0.3)) < 0.01, (name, frac)
+            assert abs(frac - (0.0 if name == "fc3" else 0.3)) < 0.01, (name, frac)
