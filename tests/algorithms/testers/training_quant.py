@@ -97,7 +97,12 @@ class TestDoReFa(_TrainingQuantChecks, AlgorithmTesterBase):
 class TestBNN(_TrainingQuantChecks, AlgorithmTesterBase):
     algorithm = "bnn"
     bits = 1
-    hyperparameters = {"epochs": 1, "num_threads": 1}
+    # The algorithm's default 3 epochs (69 steps of 64), not 1: binarizing the pretrained digits_cnn drops it to
+    # ~10% accuracy, and training has to re-fit the weights and the BatchNorm running statistics. Measured on the
+    # test split with Adam lr 1e-3: 0.88 after 12 steps, 0.94 after 16, 0.96 after 23 (the end of one epoch, on
+    # the slope, so BLAS/CPU rounding decided the old 2-point check: -1.6 to -3.6 points over seeds 0-4), >= 0.987
+    # from step 28 on. With 3 epochs the drop was +0.2 to +0.7 points (a gain) over seeds 0-5.
+    hyperparameters = {"num_threads": 1}
 
     def post_smash_hook(self, smashed, base, inputs):
         super().post_smash_hook(smashed, base, inputs)
