@@ -5,6 +5,7 @@ DataModule into a DataModule; ``Digits`` and ``PyDocText`` work offline, the Hug
 or a local ``datasets`` cache.
 """
 
+from slimkit.data.batches import LABEL_KEYS, move_batch, split_batch
 from slimkit.data.builtin import pydoc_split_topics, pydoc_text_blocks
 from slimkit.data.collate import (
     COLLATE_FUNCTIONS,
@@ -20,6 +21,7 @@ from slimkit.data.utils import DictDataset, split_train_into_train_val_test
 
 __all__ = [
     "COLLATE_FUNCTIONS",
+    "LABEL_KEYS",
     "DataModule",
     "DictDataset",
     "audio_processing_collate",
@@ -27,9 +29,11 @@ __all__ = [
     "image_generation_collate",
     "list_datasets",
     "make_datamodule",
+    "move_batch",
     "pydoc_split_topics",
     "pydoc_text_blocks",
     "question_answering_collate",
+    "split_batch",
     "split_train_into_train_val_test",
     "text_generation_collate",
 ]

@@ -10,11 +10,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from slimkit.data.batches import LABEL_KEYS, split_batch
 from slimkit.errors import DataError
 from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import Inputs, main_tensor, model_device, move_inputs, run_model
-
-_LABEL_KEYS = ("label", "labels")
 
 
 @dataclass
@@ -66,22 +65,17 @@ def fidelity(base: Any, smashed: Any, inputs: Inputs) -> Fidelity:
     )
 
 
-def _split_batch(batch: Any) -> tuple[Inputs, torch.Tensor]:
-    if isinstance(batch, Mapping):
-        key = next((k for k in _LABEL_KEYS if k in batch), None)
-        if key is None:
-            raise DataError(
-                f"A dict batch needs a 'label' or 'labels' key, got keys {sorted(batch)}; "
-                "rename the target key or yield (inputs, labels) tuples."
-            )
-        return {k: v for k, v in batch.items() if k not in _LABEL_KEYS}, batch[key]
-    if isinstance(batch, (tuple, list)) and len(batch) == 2:
-        return batch[0], batch[1]
-    raise DataError(
-        f"accuracy needs batches that are (inputs, labels) pairs or dicts with 'label'/'labels', got a "
-        f"{type(batch).__name__}{f' of length {len(batch)}' if isinstance(batch, (tuple, list)) else ''}; "
-        "wrap your dataset so each batch is (x, y)."
-    )
+def _labelled(batch: Any) -> tuple[Inputs, Any]:
+    inputs, labels = None, None
+    if not isinstance(batch, (tuple, list)) or len(batch) == 2:  # a dict without a label key raises here
+        inputs, labels = split_batch(batch, label_keys=LABEL_KEYS)
+    if labels is None:
+        raise DataError(
+            f"accuracy needs batches that are (inputs, labels) pairs or dicts with 'label'/'labels', got a "
+            f"{type(batch).__name__}{f' of length {len(batch)}' if isinstance(batch, (tuple, list)) else ''}; "
+            "wrap your dataset so each batch is (x, y)."
+        )
+    return inputs, labels
 
 
 def accuracy(model: Any, dataloader: Iterable, *, device: torch.device | str | None = None) -> float:
@@ -94,7 +88,7 @@ def accuracy(model: Any, dataloader: Iterable, *, device: torch.device | str | N
     correct = total = 0
     with torch.inference_mode(), eval_mode(model):
         for batch in dataloader:
-            inputs, labels = _split_batch(batch)
+            inputs, labels = _labelled(batch)
             logits = main_tensor(run_model(model, move_inputs(inputs, device)))
             preds = logits.argmax(dim=-1).cpu()
             labels = torch.as_tensor(labels).cpu()

@@ -25,10 +25,10 @@ from torch import nn
 
 from slimkit.compression.pruning import AttentionHeadPruner, Pruner, PruningConfigError, resolve_config_list
 from slimkit.compression.pruning.coupling import ChannelCoupling
-from slimkit.compression.pruning.data_pruners import split_batch
 from slimkit.compression.speedup import ModelSpeedup, SpeedupError, UnsupportedOpError, apply_kept_channels
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ConfigListHyperparameter, ListHyperparameter
+from slimkit.data import split_batch
 from slimkit.errors import ConfigError, DataError, SlimkitError
 from slimkit.utils import model_device, move_inputs
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
-from slimkit.algorithms.pruning._data import batch_hyperparameters, train, train_loader
+from slimkit.algorithms.pruning._data import batch_hyperparameters, train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
 from slimkit.compression.pruning import AGPPruner, Pruner
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.training import fit, make_optimizer
 
 
 @register
@@ -68,11 +66,7 @@ class AGP(FrameworkPruner):
         """AGPPruner with an optimizer whose steps drive the schedule."""
         steps = int(smash_config["epochs"]) * len(train_loader(self.algorithm_name, smash_config))
         frequency = int(smash_config["frequency"])
-        lr = float(smash_config["lr"])
-        if smash_config["optimizer"] == "sgd":
-            optimizer: Any = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-        else:
-            optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
         return AGPPruner(model, config_list, optimizer, pruning_algorithm=smash_config["pruning_algorithm"],
                          initial_sparsity=float(smash_config["initial_sparsity"]),
                          num_iterations=max(1, (2 * steps // 3) // frequency), frequency=frequency)
@@ -80,9 +74,10 @@ class AGP(FrameworkPruner):
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Train; if the schedule did not reach its end (fewer steps than planned), apply the final masks."""
         pruner.compress()
-        loader = train_loader(self.algorithm_name, smash_config)
-        steps, loss = train(model, pruner, loader, int(smash_config["epochs"]))
+        result = fit(model, train_loader(self.algorithm_name, smash_config), optimizer=pruner.optimizer,
+                     epochs=int(smash_config["epochs"]), seed=int(smash_config["seed"]), on_epoch=pruner.update_epoch,
+                     desc=self.algorithm_name)
         if pruner.current_iteration < pruner.num_iterations:
             pruner.step_count = pruner.num_iterations * pruner.frequency
             pruner.update_mask()
-        smash_config.state.update(train_steps=steps, final_loss=round(loss, 6))
+        smash_config.state.update(train_steps=result.steps, final_loss=round(result.final_loss, 6))

@@ -1,30 +1,31 @@
 """Shared machinery of the training-aware smash quantizers (qat, dorefa, bnn, lsq).
 
-Each of them wraps the model's Linear/Conv layers with a quantizer from
-:mod:`slimkit.compression.quantization`, fine-tunes for a few epochs on the SmashConfig's train data with a
-cross-entropy loss, then freezes the result (:meth:`Quantizer.freeze`): every quantized layer becomes a
-:class:`QuantizedLayer` holding integer weight codes (uint8) with their scales and zero points as buffers,
-and fixed activation scales. That is what is saved (``save_fn=REPLAY``): ``replay()`` re-creates the empty
-``QuantizedLayer`` structure from the layer specs recorded in the replay state, then the saved codes and
-scales load strictly, so a reloaded model reproduces the smashed outputs exactly.
+Each of them (a :class:`TrainingQuantizer`) wraps the model's Linear/Conv layers with a quantizer from
+:mod:`slimkit.compression.quantization`, fine-tunes for a few epochs on the SmashConfig's train data with
+:func:`slimkit.training.fit` (default loss: cross-entropy), then freezes the result
+(:meth:`Quantizer.freeze`): every quantized layer becomes a :class:`QuantizedLayer` holding integer weight
+codes (uint8) with their scales and zero points as buffers, and fixed activation scales. That is what is
+saved (``save_fn=REPLAY``): ``replay()`` re-creates the empty ``QuantizedLayer`` structure from the layer
+specs recorded in the replay state, then the saved codes and scales load strictly, so a reloaded model
+reproduces the smashed outputs exactly.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import math
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.compression.quantization import Quantizer, quantized_layer_specs, rebuild_quantized_layers
+from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
-from slimkit.errors import ConfigError, DataError
-from slimkit.utils import main_tensor, model_device, move_inputs, run_model
+from slimkit.errors import ConfigError
+from slimkit.training import fit, make_optimizer
 
 #: Layer types the smash quantizers quantize (their weights, and the inputs when activations are on).
 LAYER_TYPES: tuple[str, ...] = ("Linear", "Conv1d", "Conv2d", "Conv3d")
@@ -90,72 +91,31 @@ def build_config_list(
     return config
 
 
-def _split_batch(batch: Any) -> tuple[Any, torch.Tensor]:
-    if isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor):
-        inputs, labels = batch
-        if not labels.dtype.is_floating_point:
-            return inputs, labels
-    raise DataError(
-        "Training-aware quantizers fine-tune with a cross-entropy loss and need (inputs, integer labels) batches, "
-        f"as classification data gives (e.g. cfg.add_data('Digits')); got a batch of type {type(batch).__name__}."
-    )
-
-
 def train_and_freeze(
-    model: nn.Module, smash_config: Any, make_quantizer: QuantizerFactory, config_list: list[dict[str, Any]]
+    model: nn.Module, smash_config: Any, make_quantizer: QuantizerFactory, config_list: list[dict[str, Any]],
+    desc: str = "quantization-aware training",
 ) -> nn.Module:
-    """Wrap ``model`` with the quantizer, fine-tune it on the train data, freeze it and record the replay state.
+    """Wrap ``model`` with the quantizer, fine-tune it with :func:`slimkit.training.fit`, freeze, record the state.
 
-    The model comes back in the train/eval mode it had; the final training loss and the number of steps go
-    into ``smash_config.state`` next to the frozen layer specs ``replay()`` needs.
+    The loss is the training package's default (cross-entropy on the batch targets, or the model's own
+    ``.loss``); shuffling and the run are seeded with ``seed``; ``desc`` labels the progress bar. The model
+    comes back in the train/eval mode it had; the final training loss and the number of steps go into
+    ``smash_config.state`` next to the frozen layer specs ``replay()`` needs.
     """
-    data = smash_config.data
     seed = int(smash_config["seed"])
-    loader = data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
-                                   generator=torch.Generator().manual_seed(seed))
-    device = model_device(model)
-    was_training = model.training
-    threads = torch.get_num_threads()
-    if int(smash_config["num_threads"]) > 0 and device.type == "cpu":
-        torch.set_num_threads(int(smash_config["num_threads"]))
-    try:
-        quantizer, steps, last_loss = _train(model, smash_config, make_quantizer, config_list, loader, device)
-    finally:
-        torch.set_num_threads(threads)
-    model.train(was_training)
+    loader = smash_config.data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
+                                                generator=torch.Generator().manual_seed(seed))
+    optimizer = make_optimizer("adam", model.parameters(), lr=float(smash_config["lr"]))
+    quantizer = make_quantizer(model, config_list, optimizer)
+    threads = int(smash_config["num_threads"])
+    result = fit(model, loader, optimizer=optimizer, epochs=int(smash_config["epochs"]), seed=seed,
+                 on_epoch=quantizer.update_epoch, num_threads=threads if threads > 0 else None,
+                 desc=desc)
     quantizer.freeze()
     smash_config.state["layers"] = quantized_layer_specs(model)
-    smash_config.state["train_steps"] = steps
-    smash_config.state["final_loss"] = round(last_loss, 6)
+    smash_config.state["train_steps"] = result.steps
+    smash_config.state["final_loss"] = round(result.final_loss, 6)
     return model
-
-
-def _train(
-    model: nn.Module, smash_config: Any, make_quantizer: QuantizerFactory, config_list: list[dict[str, Any]],
-    loader: Any, device: torch.device,
-) -> tuple[Quantizer, int, float]:
-    """The fine-tuning loop (seeded, on a forked RNG so the caller's random state is untouched)."""
-    seed = int(smash_config["seed"])
-    steps, last_loss = 0, math.nan
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        optimizer = torch.optim.Adam(model.parameters(), lr=float(smash_config["lr"]))
-        quantizer = make_quantizer(model, config_list, optimizer)
-        model.train()
-        for epoch in range(int(smash_config["epochs"])):
-            quantizer.update_epoch(epoch)
-            for batch in loader:
-                inputs, labels = _split_batch(batch)
-                logits = main_tensor(run_model(model, move_inputs(inputs, device)))
-                loss = F.cross_entropy(logits.flatten(0, -2) if logits.dim() > 2 else logits,
-                                       labels.to(device).flatten() if logits.dim() > 2 else labels.to(device))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                steps, last_loss = steps + 1, float(loss.detach())
-        if steps == 0:
-            raise DataError("The train dataloader yielded no batch; add train data with cfg.add_data(...).")
-    return quantizer, steps, last_loss
 
 
 def replay_frozen(model: nn.Module, state: Mapping[str, Any]) -> nn.Module:
@@ -163,3 +123,55 @@ def replay_frozen(model: nn.Module, state: Mapping[str, Any]) -> nn.Module:
     if "layers" not in state:
         raise ConfigError("The saved replay state has no 'layers'; the save is incomplete or from another version.")
     return rebuild_quantized_layers(model, state["layers"])
+
+
+class TrainingQuantizer(SlimkitQuantizer):
+    """Base of the training-aware smash quantizers (not registered): wrap, fine-tune, freeze, replay.
+
+    A subclass sets ``algorithm_name``/``engine``/``references`` and the training defaults, and implements
+    :meth:`quantizer_hyperparameters`, :meth:`config_list` and :meth:`make_quantizer`; the training
+    hyperparameters, the model check, ``_apply`` (:func:`train_and_freeze`) and ``replay`` live here.
+    """
+
+    dataset_required: ClassVar[bool] = True
+    save_fn: ClassVar[SaveFn] = SaveFn.REPLAY
+    replay_on_meta: ClassVar[bool] = True  # replay wraps layers in empty frozen-code layers; reads no weight values
+    #: defaults of the shared ``epochs`` and ``lr`` hyperparameters
+    default_epochs: ClassVar[int] = 2
+    default_lr: ClassVar[float] = 1e-3
+    #: what the algorithm does to a layer, for the model-check refusal ("It quantizes ... layers")
+    verb: ClassVar[str] = "quantizes"
+
+    @abstractmethod
+    def quantizer_hyperparameters(self) -> list:
+        """The algorithm's own hyperparameters (bits, ...), listed before the shared training ones."""
+
+    @abstractmethod
+    def config_list(self, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> list[dict[str, Any]]:
+        """The engine's config_list for ``model`` (usually :func:`build_config_list`)."""
+
+    @abstractmethod
+    def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: torch.optim.Optimizer,
+                       smash_config: SmashConfigPrefixWrapper) -> Quantizer:
+        """The engine quantizer wrapping ``model`` (its optimizer steps drive the quantizer)."""
+
+    def get_hyperparameters(self) -> list:
+        """The algorithm's own hyperparameters, then the shared training settings."""
+        return [*self.quantizer_hyperparameters(), *training_hyperparameters(self.default_epochs, self.default_lr)]
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs a Linear or Conv layer."""
+        return has_quantizable_layers(model)
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return f"It {self.verb} {', '.join(LAYER_TYPES)} layers and the model has none."
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        return train_and_freeze(model, smash_config,
+                                lambda m, c, o: self.make_quantizer(m, c, o, smash_config),
+                                self.config_list(model, smash_config), desc=self.algorithm_name)
+
+    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Rebuild the frozen quantized layers; the saved codes and scales then load strictly."""
+        return replay_frozen(model, state)

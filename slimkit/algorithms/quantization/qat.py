@@ -5,23 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from ConfigSpace import UniformIntegerHyperparameter
+from torch import nn
 
-from slimkit.algorithms.quantization._training import (
-    LAYER_TYPES,
-    build_config_list,
-    has_quantizable_layers,
-    replay_frozen,
-    train_and_freeze,
-    training_hyperparameters,
-)
-from slimkit.compression.quantization import QATQuantizer
-from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.algorithms.quantization._training import TrainingQuantizer, build_config_list
+from slimkit.compression.quantization import QATQuantizer, Quantizer
+from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
 
 
 @register
-class QAT(SlimkitQuantizer):
+class QAT(TrainingQuantizer):
     """Quantization-aware training: fine-tune with fake-quantized weights (and layer inputs), then freeze.
 
     Weights get per-channel affine scales from their min/max; layer inputs get scales from EMA-tracked
@@ -34,12 +28,8 @@ class QAT(SlimkitQuantizer):
     engine = QATQuantizer
     references = {"Paper": "https://arxiv.org/abs/1712.05877",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
-    dataset_required = True
-    save_fn = SaveFn.REPLAY
-    replay_on_meta = True  # replay wraps layers in empty frozen-code layers; reads no weight values
-
-    def get_hyperparameters(self) -> list:
-        """Bits, activations, per-channel scales, EMA decay and the shared training settings."""
+    def quantizer_hyperparameters(self) -> list:
+        """Bits, activations, per-channel scales, observation start (the shared training settings follow)."""
         return [
             UniformIntegerHyperparameter("bits", 2, 8, default_value=8,
                                          meta={"desc": "Bit width of weights and activations."}),
@@ -49,26 +39,15 @@ class QAT(SlimkitQuantizer):
             UniformIntegerHyperparameter("quant_start_step", 0, 100000, default_value=0,
                                          meta={"desc": "Optimizer steps during which activations are only "
                                                        "observed before they are quantized."}),
-            *training_hyperparameters(epochs=2, lr=1e-3),
         ]
 
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs a Linear or Conv layer."""
-        return has_quantizable_layers(model)
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return f"It quantizes {', '.join(LAYER_TYPES)} layers and the model has none."
-
-    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        bits = int(smash_config["bits"])
+    def config_list(self, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> list[dict[str, Any]]:
+        """Weights (and inputs) of every Linear/Conv layer at ``bits``, with the observation-only start."""
         types = ["weight", "input"] if smash_config["quantize_activations"] else ["weight"]
-        config_list = build_config_list(model, types, dict.fromkeys(types, bits), smash_config["exclude"],
-                                        {"quant_start_step": int(smash_config["quant_start_step"])})
-        per_channel = bool(smash_config["per_channel"])
-        return train_and_freeze(model, smash_config,
-                                lambda m, c, o: QATQuantizer(m, c, o, per_channel=per_channel), config_list)
+        return build_config_list(model, types, dict.fromkeys(types, int(smash_config["bits"])), smash_config["exclude"],
+                                 {"quant_start_step": int(smash_config["quant_start_step"])})
 
-    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
-        """Rebuild the frozen quantized layers; the saved codes and scales then load strictly."""
-        return replay_frozen(model, state)
+    def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: Any,
+                       smash_config: SmashConfigPrefixWrapper) -> Quantizer:
+        """QATQuantizer with per-channel or per-tensor weight scales."""
+        return QATQuantizer(model, config_list, optimizer, per_channel=bool(smash_config["per_channel"]))

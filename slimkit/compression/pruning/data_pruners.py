@@ -20,23 +20,11 @@ from slimkit.compression.pruning.dependency import DependencyAwarePruner
 from slimkit.compression.pruning.maskers import StructuredWeightMasker
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+from slimkit.data.batches import split_batch
 from slimkit.errors import DataError
 from slimkit.utils import main_tensor, run_model
 
 Trainer = Callable[[nn.Module, Any, Any, int], Any]
-
-
-def split_batch(batch: Any) -> tuple[Any, Any]:
-    """``(inputs, targets)`` of a batch: a pair, a 1-tuple, a mapping (HF kwargs) or a tensor."""
-    if isinstance(batch, Mapping) or isinstance(batch, torch.Tensor):
-        return batch, None
-    if isinstance(batch, (tuple, list)) and len(batch) in (1, 2):
-        return batch[0], (batch[1] if len(batch) == 2 else None)
-    raise DataError(
-        f"Cannot read a batch of type {type(batch).__name__}"
-        + (f" with {len(batch)} items" if isinstance(batch, (tuple, list)) else "")
-        + "; yield (inputs, targets), a dict of model kwargs, or an input tensor."
-    )
 
 
 class _DataDrivenPruner(DependencyAwarePruner):
