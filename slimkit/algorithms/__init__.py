@@ -1,7 +1,8 @@
 """Smash-level algorithms, one file each, in a folder per group. Every module listed here must import.
 
-Adding an algorithm: write ``<group folder>/<algorithm_name>.py`` with a ``@register``-ed class whose
-``algorithm_name`` is the file name. Every such module is imported at start-up; one that fails to import, or
+The contract an algorithm implements (``SlimkitAlgorithm``, ``SaveFn``, ``register``...) lives in
+:mod:`slimkit.core`. Adding an algorithm: write ``<group folder>/<algorithm_name>.py`` with a ``@register``-ed
+class whose ``algorithm_name`` is the file name. Every such module is imported at start-up; one that fails to import, or
 that registers no algorithm of its name, raises instead of leaving a silently missing algorithm.
 """
 
@@ -11,19 +12,6 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from slimkit.core.contract import (
-    GROUPS,
-    SaveFn,
-    SlimkitAlgorithm,
-    SlimkitBatcher,
-    SlimkitCacher,
-    SlimkitCompiler,
-    SlimkitDistiller,
-    SlimkitPruner,
-    SlimkitQuantizer,
-    SlimkitRecoverer,
-)
-from slimkit.core.registry import register
 from slimkit.errors import RegistryError
 
 #: One folder per group; every public module in them (name not starting with "_") is one algorithm.
@@ -69,16 +57,4 @@ def _load_all(modules: list[str] | None = None) -> None:
 
 _load_all()
 
-__all__ = [
-    "GROUPS",
-    "SaveFn",
-    "SlimkitAlgorithm",
-    "SlimkitBatcher",
-    "SlimkitCacher",
-    "SlimkitCompiler",
-    "SlimkitDistiller",
-    "SlimkitPruner",
-    "SlimkitQuantizer",
-    "SlimkitRecoverer",
-    "register",
-]
+__all__ = ["GROUP_PACKAGES", "algorithm_modules"]
