@@ -23,6 +23,25 @@ def build_seeded(model_cls: str, config_cls: str, arch: dict[str, Any], purpose:
         return getattr(transformers, model_cls)(config)
 
 
+def byte_tokenizer(vocab_size: int = 256) -> Any:
+    """An offline byte-level tokenizer (one token per byte, no merges) for the tiny 256-token language models.
+
+    It makes the tiny builders real text models: calibration and fine-tuning on ``PyDocText`` work offline,
+    exactly as on SmolLM2, in milliseconds. Token 0 doubles as padding and end of text.
+    """
+    if vocab_size != 256:
+        return None
+    transformers = transformers_module("the tiny models' byte tokenizer")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # installed with transformers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=alphabet[0],
+                                                pad_token=alphabet[0])
+
+
 def random_tokens(vocab_size: int, batch_size: int, seq_len: int, seed: int) -> torch.Tensor:
     """Seeded token ids ``[batch_size, seq_len]`` in ``[0, vocab_size)``."""
     return torch.randint(0, vocab_size, (batch_size, seq_len), generator=torch.Generator().manual_seed(seed + 1))

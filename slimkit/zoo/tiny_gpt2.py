@@ -5,10 +5,12 @@ from __future__ import annotations
 from torch import nn
 
 from slimkit.zoo._common import check_divisible
-from slimkit.zoo._hf import build_seeded, check_positions, random_tokens
+from slimkit.zoo._hf import build_seeded, byte_tokenizer, check_positions, random_tokens
 from slimkit.zoo.registry import ZooModel
 
 TASK = "causal_lm"
+#: byte-level text: with the byte tokenizer, PyDocText calibrates and fine-tunes these models offline
+DATA = "PyDocText"
 ARCH_DEFAULTS = {"vocab_size": 256, "n_positions": 64, "n_embd": 64, "n_layer": 2, "n_head": 4, "seed": 0}
 INPUT_DEFAULTS = {"batch_size": 2, "seq_len": 16}
 
@@ -26,4 +28,4 @@ def load(batch_size: int, seq_len: int, **arch: int) -> ZooModel:
     """Build the seeded model and seeded ``{"input_ids": [batch_size, seq_len]}``."""
     check_positions("tiny_gpt2", seq_len, arch["n_positions"], "n_positions")
     ids = random_tokens(arch["vocab_size"], batch_size, seq_len, arch["seed"])
-    return ZooModel(build(**arch), {"input_ids": ids}, "tiny_gpt2")
+    return ZooModel(build(**arch), {"input_ids": ids}, "tiny_gpt2", tokenizer=byte_tokenizer(arch["vocab_size"]))

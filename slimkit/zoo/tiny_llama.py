@@ -5,10 +5,12 @@ from __future__ import annotations
 from torch import nn
 
 from slimkit.zoo._common import check_divisible
-from slimkit.zoo._hf import build_seeded, check_positions, random_tokens
+from slimkit.zoo._hf import build_seeded, byte_tokenizer, check_positions, random_tokens
 from slimkit.zoo.registry import ZooModel
 
 TASK = "causal_lm"
+#: byte-level text: with the byte tokenizer, PyDocText calibrates and fine-tunes these models offline
+DATA = "PyDocText"
 ARCH_DEFAULTS = {
     "vocab_size": 256,
     "hidden_size": 64,
@@ -33,4 +35,4 @@ def load(batch_size: int, seq_len: int, **arch: int) -> ZooModel:
     """Build the seeded model and seeded ``{"input_ids": [batch_size, seq_len]}``."""
     check_positions("tiny_llama", seq_len, arch["max_position_embeddings"], "max_position_embeddings")
     ids = random_tokens(arch["vocab_size"], batch_size, seq_len, arch["seed"])
-    return ZooModel(build(**arch), {"input_ids": ids}, "tiny_llama")
+    return ZooModel(build(**arch), {"input_ids": ids}, "tiny_llama", tokenizer=byte_tokenizer(arch["vocab_size"]))

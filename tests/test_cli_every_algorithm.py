@@ -1,0 +1,59 @@
+"""Every registered algorithm runs from the shell on a compatible zoo model, the zoo model supplying its inputs,
+tokenizer and data (issue: "the command line runs every algorithm")."""
+
+from __future__ import annotations
+
+import pytest
+
+from slimkit.cli import main
+from slimkit.core import registry
+
+LLM_CALIBRATION = ["--set", "{a}_n_calibration_samples=4", "--set", "{a}_seq_len=64", "--set", "{a}_group_size=32"]
+
+#: algorithm -> (zoo model, extra arguments); "{a}" is the algorithm's name. A new algorithm must be added here.
+RECIPES: dict[str, tuple[str, list[str]]] = {
+    "activation_apoz_rank": ("digits_cnn", []),
+    "activation_mean_rank": ("digits_cnn", []),
+    "agp": ("digits_cnn", ["--set", "agp_epochs=1"]),
+    "awq": ("tiny_llama", LLM_CALIBRATION),
+    "bnn": ("digits_cnn", ["--set", "bnn_epochs=1"]),
+    "dorefa": ("digits_cnn", ["--set", "dorefa_epochs=1"]),
+    "fpgm": ("digits_cnn", []),
+    "gptq": ("tiny_llama", LLM_CALIBRATION),
+    "half": ("mlp", []),
+    "hqq": ("tiny_llama", ["--set", "hqq_group_size=32"]),
+    "int8_dynamic": ("tiny_bert", []),
+    "int8_smooth": ("tiny_llama", []),
+    "int8_static": ("digits_cnn", []),
+    "l1_filter": ("resnet_tiny", []),
+    "l2_filter": ("digits_cnn", []),
+    "level": ("tiny_vit", []),
+    "lsq": ("digits_cnn", ["--set", "lsq_epochs=1"]),
+    "onnxruntime": ("mlp", []),
+    "qat": ("digits_cnn", ["--set", "qat_epochs=1"]),
+    "rtn": ("tiny_gpt2", []),
+    "slim": ("digits_cnn", []),
+    "taylor_fo_weight": ("digits_cnn", []),
+    "torch_compile": ("mlp", []),
+}
+
+
+def test_every_registered_algorithm_has_a_shell_recipe():
+    assert set(RECIPES) == set(registry.names()), "add the new algorithm to RECIPES with a compatible zoo model"
+
+
+@pytest.mark.parametrize("algorithm", sorted(RECIPES))
+def test_algorithm_runs_from_the_shell(algorithm, capsys):
+    model, extra = RECIPES[algorithm]
+    args = ["smash", "--model", model, "--algorithm", algorithm, "--no-save", "--repeats", "1", "--warmup", "0"]
+    code = main(args + [a.format(a=algorithm) for a in extra])
+    captured = capsys.readouterr()
+    assert code == 0, f"slimkit {' '.join(args)} failed:\n{captured.err[-2000:]}"
+    assert "fidelity" in captured.out and "cfg." not in captured.err
+
+
+def test_combinations_run_in_stage_order(capsys):
+    code = main(["smash", "--model", "digits_cnn", "--algorithm", "int8_dynamic", "--algorithm", "l1_filter",
+                 "--no-save", "--repeats", "1", "--warmup", "0"])
+    out = capsys.readouterr().out
+    assert code == 0 and "recipe ['l1_filter', 'int8_dynamic']" in out
