@@ -36,8 +36,22 @@ def retrieval_top1(model: Any, tokenizer: Any) -> float:
     return float((sims.argmax(dim=1) == torch.arange(len(pairs))).float().mean())
 
 
+def _top1(model: Any, x: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return main_tensor(run_model(model, x)).argmax(-1)
+
+
+def _held_out_perplexity(model: Any, tokenizer: Any) -> float:
+    from slimkit.data import pydoc_text_blocks
+    from slimkit.evaluation import perplexity
+
+    config = getattr(model, "config", None)
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 128
+    return perplexity(model, pydoc_text_blocks(tokenizer, 4, min(128, int(limit)), split="test"))
+
+
 def task_metrics(loaded: Any, base: Any, smashed: Any) -> dict[str, tuple[float, float, str]]:
-    """Extra comparison rows that speak the model's task (retrieval, accuracy)."""
+    """Extra comparison rows that speak the model's task: retrieval, accuracy, perplexity, top-1 agreement."""
     if loaded.task == "sentence_embedding" and loaded.tokenizer is not None:
         return {"retrieval top-1 (16 pairs)": (retrieval_top1(base, loaded.tokenizer),
                                                retrieval_top1(smashed, loaded.tokenizer), "higher")}
@@ -45,9 +59,18 @@ def task_metrics(loaded: Any, base: Any, smashed: Any) -> dict[str, tuple[float,
         from slimkit.zoo import digits_split
 
         _, _, x_test, y_test = digits_split()
-        with torch.inference_mode():
-            acc = [float((main_tensor(m(x_test)).argmax(1) == y_test).float().mean()) for m in (base, smashed)]
+        acc = [float((_top1(m, x_test) == y_test).float().mean()) for m in (base, smashed)]
         return {"test accuracy": (acc[0], acc[1], "higher")}
+    if loaded.task == "causal_lm" and loaded.tokenizer is not None:
+        label = "perplexity (held-out PyDocText, 4 blocks)"
+        return {label: (_held_out_perplexity(base, loaded.tokenizer), _held_out_perplexity(smashed, loaded.tokenizer),
+                        "lower")}
+    if loaded.name == "mobilenet_v2":
+        from slimkit.zoo.mobilenet_v2 import PHOTOS, photo_batch
+
+        photos = photo_batch()
+        agreement = float((_top1(base, photos) == _top1(smashed, photos)).float().mean())
+        return {f"top-1 agreement with base ({len(PHOTOS)} photos)": (1.0, agreement, "higher")}
     return {}
 
 

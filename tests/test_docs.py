@@ -44,3 +44,20 @@ def test_public_names_are_sorted_and_importable():
     assert slimkit.__all__ == sorted(slimkit.__all__)
     for name in slimkit.__all__:
         assert hasattr(slimkit, name), name
+
+
+def test_readme_what_to_type_commands_run(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    from slimkit.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("<!-- commands:start -->") : text.index("<!-- commands:end -->")]
+    commands = re.findall(r"`(slimkit smash [^`]+)`", block)
+    assert len(commands) >= 5
+    monkeypatch.chdir(tmp_path)
+    for command in commands:
+        code = main(shlex.split(command)[1:] + ["--repeats", "1", "--warmup", "0"])
+        captured = capsys.readouterr()
+        assert code == 0, f"{command}\n{captured.err[-1500:]}"
+        assert "fidelity" in captured.out

@@ -117,6 +117,16 @@ def imagenet_preprocess(np_image: np.ndarray, size: int = 224, resize: int = 256
     return ((x - mean) / std).contiguous()
 
 
+#: skimage photos the task metric classifies (every one is a real photo of an ImageNet-like subject)
+PHOTOS = ("chelsea", "coffee", "astronaut", "rocket", "camera", "cat", "immunohistochemistry", "hubble_deep_field")
+
+
+def photo_batch() -> torch.Tensor:
+    """Centre crops of the offline skimage photos, ImageNet-normalised: ``[len(PHOTOS), 3, 224, 224]``."""
+    skimage_data = require("skimage.data", "pip install scikit-image", "MobileNetV2 photo crops")
+    return torch.cat([imagenet_preprocess(getattr(skimage_data, name)()) for name in PHOTOS])
+
+
 def build() -> nn.Module:
     """Build the architecture with torchvision-style random initialisation (no weights loaded)."""
     return MobileNetV2()
