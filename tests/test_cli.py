@@ -107,3 +107,38 @@ def test_shell_message_names_flags_not_python_calls():
     assert "cfg" not in out and "(" not in out.replace("(e.g.", "").replace("own)", "")
     assert "`--example-inputs FILE.safetensors`" in out and "`--set l1_filter_speedup=False`" in out
     assert "`--data PyDocText`" in out and "`--tokenizer FOLDER`" in out and "`--device cpu`" in out
+
+
+def test_no_python_call_survives_in_any_error_text_shown_on_the_command_line():
+    """Every message text in the algorithms, engine and config that tells the user to call ``cfg.<...>`` has a
+    command-line phrasing."""
+    import ast
+    from pathlib import Path
+
+    import slimkit
+    from slimkit.cli import shell_message
+
+    root = Path(slimkit.__file__).parent
+    texts = []
+    for folder in ("algorithms", "engine", "config", "compression/quantization/lowbit"):
+        for path in (root / folder).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                          if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+                          and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            docstrings |= {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+            for node in ast.walk(tree):
+                if id(node) in docstrings:  # docstrings, and the pieces of f-strings (read whole below)
+                    continue
+                if isinstance(node, ast.JoinedStr):  # a formatted value stands in as a name ('name' when !r)
+                    text = "".join(v.value if isinstance(v, ast.Constant) else "'name'" if v.conversion == 114
+                                   else "name" for v in node.values)
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    text = node.value
+                else:
+                    continue
+                if "cfg." in text or "cfg[" in text:
+                    texts.append((path.name, text))
+    assert len(texts) > 10
+    left = [(name, shell_message(t)) for name, t in texts if "cfg." in shell_message(t) or "cfg[" in shell_message(t)]
+    assert not left, left[:5]

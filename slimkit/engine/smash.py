@@ -42,11 +42,10 @@ def check_config(model: Any, smash_config: SmashConfig, experimental: bool = Fal
         for component, needed in (("tokenizer", cls.tokenizer_required), ("processor", cls.processor_required),
                                   ("data", cls.dataset_required)):
             if needed and getattr(smash_config, component) is None:
-                adder = {"tokenizer": "add_tokenizer", "processor": "add_processor", "data": "add_data"}[component]
-                noun = "dataset" if component == "data" else component
-                raise MissingComponentError(
-                    f"{n} needs a {noun}; add one with cfg.{adder}(...) before smash()."
-                )
+                fix = {"tokenizer": "a tokenizer; add one with cfg.add_tokenizer(...)",
+                       "processor": "a processor; add one with cfg.add_processor(...)",
+                       "data": "a dataset; add one with cfg.add_data(...)"}[component]
+                raise MissingComponentError(f"{n} needs {fix} before smash().")
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             ok, why = registry.compatible(a, b)

@@ -219,7 +219,7 @@ class FrameworkPruner(SlimkitPruner):
                 raise
             raise DataError(
                 f"{name}: running the model on the train data failed ({type(exc).__name__}: {str(exc)[:300]}). The "
-                "batches of cfg.data must be (inputs, targets) the model accepts; add matching data with "
+                "dataset's batches must be (inputs, targets) the model accepts; add matching data with "
                 "cfg.add_data(...)."
             ) from exc
         if coupling is not None and not self.norms_decide:

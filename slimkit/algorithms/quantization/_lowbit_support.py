@@ -42,7 +42,7 @@ def calibration_hyperparameters(n_samples: int = 32, seq_len: int = 512) -> list
     """``n_calibration_samples`` and ``seq_len`` of the calibration token blocks."""
     return [
         UniformIntegerHyperparameter("n_calibration_samples", 1, 1024, default_value=n_samples,
-                                     meta={"desc": "Token blocks of calibration text (from cfg.add_data)."}),
+                                     meta={"desc": "Token blocks of calibration text taken from the dataset."}),
         UniformIntegerHyperparameter("seq_len", 8, 8192, default_value=seq_len,
                                      meta={"desc": "Tokens per calibration block (capped at the model's "
                                                    "max_position_embeddings)."}),

@@ -35,7 +35,7 @@ def _check_runs(dtype: torch.dtype, device: torch.device) -> None:
     except RuntimeError as exc:
         raise SlimkitError(
             f"half: {dtype} matmul/conv does not run on {device} with this PyTorch ({exc}). "
-            "Use half_dtype='bfloat16', or run on CUDA (cfg.device='cuda')."
+            "Set cfg['half_dtype'] = 'bfloat16', or run on CUDA with cfg.device = 'cuda'."
         ) from exc
 
 
