@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import torch
 
-from slimkit.algorithms.compilation.onnxruntime import OnnxRuntimeModule
-from slimkit.algorithms.quantization._int8_linear import Int8Linear
+from slimkit.compression.onnx import OnnxRuntimeModule
+from slimkit.compression.quantization.int8.linear import Int8Linear
 from slimkit.evaluation import fidelity, size_on_disk
 from tests.algorithms import models as harness_models
 from tests.algorithms.testers.base import AlgorithmTesterBase

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from slimkit.algorithms.quantization._int8_linear import Int8Linear, full_range_is_exact, quantize_layers
+from slimkit.compression.quantization.int8.linear import Int8Linear, full_range_is_exact, quantize_layers
 from slimkit.core.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.zoo import build
 

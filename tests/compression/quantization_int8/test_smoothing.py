@@ -5,7 +5,7 @@ import copy
 import torch
 
 from slimkit import zoo
-from slimkit.algorithms.quantization._smooth_utils import (
+from slimkit.compression.quantization.int8.smoothing import (
     FoldGroup,
     choose_alpha,
     collect_statistics,
