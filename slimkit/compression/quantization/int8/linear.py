@@ -74,6 +74,7 @@ class Int8Linear(nnqd.Linear):
         self.reduce_range = bool(reduce_range)
         self.saturation_safe = bool(saturation_safe)
         self.requantize_on_load = False
+        self.register_load_state_dict_post_hook(_after_load)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Quantize ``x`` dynamically and run the int8 GEMM; returns ``x``'s dtype."""
@@ -85,11 +86,6 @@ class Int8Linear(nnqd.Linear):
         weights = "pair-safe" if self.saturation_safe else "127 levels"
         return f"{super().extra_repr()}, activation_bits={7 if self.reduce_range else 8}, weights={weights}"
 
-    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        if self.requantize_on_load:
-            self.set_weight_bias(quantize_weight(self.weight().dequantize(), True), self.bias())
-            self.saturation_safe = True
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, reduce_range: bool = False,
@@ -105,6 +101,13 @@ class Int8Linear(nnqd.Linear):
         module.set_weight_bias(quantize_weight(weight, saturation_safe),
                                bias.detach().float().cpu() if bias is not None else None)
         return module
+
+
+def _after_load(module: Int8Linear, incompatible_keys: Any) -> None:
+    """After a state dict loaded (packed params included): re-quantize saturation-safe when asked to."""
+    if module.requantize_on_load:
+        module.set_weight_bias(quantize_weight(module.weight().dequantize(), True), module.bias())
+        module.saturation_safe = True
 
 
 def quantize_weight(weight: torch.Tensor, saturation_safe: bool = False) -> torch.Tensor:

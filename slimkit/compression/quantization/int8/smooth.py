@@ -24,12 +24,14 @@ from slimkit.compression.quantization.int8.fallback import (
     restore_until,
 )
 from slimkit.compression.quantization.int8.linear import (
+    FORCE_ENV,
     FULL_RANGE,
     SATURATION_SAFE,
     Int8Linear,
     choose_path,
     cpu_int8_capability,
     quantize_layers,
+    saturation_safe_forced,
     set_module,
 )
 from slimkit.compression.quantization.int8.smoothing import (
@@ -146,10 +148,12 @@ def replay_smooth(model: torch.nn.Module, state: dict[str, Any]) -> torch.nn.Mod
     saved = state.get("int8_path", FULL_RANGE)
     requantize = saved == FULL_RANGE and not state.get("reduce_range") and choose_path() == SATURATION_SAFE
     if requantize:
+        why = (f"{FORCE_ENV} is set" if saturation_safe_forced()
+               else "its int8 kernel saturates int16 pair sums with 8-bit activations")
         warnings.warn(f"int8_smooth: this model was quantized for 8-bit activations on a CPU where they are exact "
-                      f"({state.get('cpu_int8', 'capability not recorded')}); this CPU ({cpu_int8_capability()}) "
-                      "needs saturation-safe weights (or SLIMKIT_INT8_SATURATION_SAFE is set), so the loaded int8 "
-                      "weights are re-quantized to pair-safe levels: outputs differ slightly from the save.",
+                      f"({state.get('cpu_int8', 'capability not recorded')}); on this CPU "
+                      f"({cpu_int8_capability()}) {why}, so the loaded int8 weights are re-quantized to "
+                      "saturation-safe (pair-safe) levels: outputs differ slightly from the saved model's.",
                       RuntimeWarning, stacklevel=3)
     return quantize_layers(model, state["int8_layers"], bool(state.get("reduce_range", False)),
                            saturation_safe=saved == SATURATION_SAFE, requantize_on_load=requantize)
