@@ -7,7 +7,10 @@ MiniLM-L6 (batch x seq tokens): fp32; torch.ao quantize_dynamic (defaults); ONNX
 (defaults); slimkit int8_dynamic (per-channel); slimkit onnxruntime (int8, per-channel); slimkit int8_smooth
 (calibrated on PyDocText through the tokenizer). Prints median latency (interleaved), speed-up vs fp32, size on
 disk (.onnx file for ONNX Runtime), embedding cosine vs fp32 (mean / min) on the zoo's padded sentence batch,
-retrieval top-1 and smash seconds. MobileNetV2: fp32 vs torch.ao FX static int8 (default qconfig) vs slimkit
+retrieval top-1 and smash seconds, the int8 recipe each model runs, and for the fbgemm models the embedding cosine
+an AVX2-only CPU would give (exact emulation of fbgemm's AVX2 kernel; ONNX Runtime has its own kernels).
+``FBGEMM_ENABLE_INSTRUCTIONS=AVX2`` in the environment makes fbgemm run its AVX2 kernels on any newer CPU.
+MobileNetV2: fp32 vs torch.ao FX static int8 (default qconfig) vs slimkit
 int8_static (default; fp32 fallback off; fallback and bias correction off; a stricter fidelity budget), calibrated
 on crops of half of the skimage/sklearn photos; layers kept fp32, calibration cosine, top-1 agreement and logit
 cosine with fp32 on crops of the held-out photos, agreement on centre crops of all photos, latency on a batch of 8.
@@ -33,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved_latency, machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo  # noqa: E402
+from slimkit.compression.quantization.int8 import FORCE_ENV, cpu_int8_capability, emulate_avx2  # noqa: E402
 from slimkit.demo import retrieval_top1  # noqa: E402
 from slimkit.evaluation import fidelity, size_on_disk  # noqa: E402
 
@@ -83,28 +87,46 @@ def minilm(args) -> None:
     ortq, t_ort = _smash(base, {"onnxruntime": {"quantize": "int8_dynamic", "per_channel": True,
                                                 "threads": args.threads}}, example_inputs=inputs)
     smooth, t_smooth = _smash(base, {"int8_smooth": {}}, tokenizer=tok)
+    os.environ[FORCE_ENV] = "1"
+    try:
+        safe, t_safe = _smash(base, {"int8_smooth": {}}, tokenizer=tok)
+    finally:
+        del os.environ[FORCE_ENV]
 
     models = {"fp32 (torch)": (base, size_on_disk(base), None),
               "torch.ao quantize_dynamic (defaults)": (plain, size_on_disk(plain), None),
               "ONNX Runtime quantize_dynamic (defaults)": (ort_plain, ort_plain_bytes, None),
               "slimkit int8_dynamic (per-channel)": (dyn, size_on_disk(dyn), t_dyn),
               "slimkit onnxruntime int8 (per-channel)": (ortq, os.path.getsize(ortq.model.onnx_path), t_ort),
-              "slimkit int8_smooth": (smooth, size_on_disk(smooth), t_smooth)}
+              "slimkit int8_smooth": (smooth, size_on_disk(smooth), t_smooth),
+              f"slimkit int8_smooth, {FORCE_ENV}=1": (safe, size_on_disk(safe), t_safe)}
+    recipes = {"fp32 (torch)": "fp32", "torch.ao quantize_dynamic (defaults)": "7-bit act, per-tensor w",
+               "ONNX Runtime quantize_dynamic (defaults)": "ORT kernels",
+               "slimkit int8_dynamic (per-channel)": "7-bit act, per-channel w",
+               "slimkit onnxruntime int8 (per-channel)": "ORT kernels",
+               "slimkit int8_smooth": _recipe(smooth), f"slimkit int8_smooth, {FORCE_ENV}=1": _recipe(safe)}
     lat = interleaved_latency({k: (lambda m=m: m(**inputs)) for k, (m, _, _) in models.items()},
                               repeats=args.repeats, warmup=args.warmup, threads=args.threads)
     rows = []
     for name, (model, size, seconds) in models.items():
         fid = fidelity(base, model, inputs) if isinstance(model, torch.nn.Module) else _fid_fn(base, model, inputs)
         top1 = retrieval_top1(model if isinstance(model, torch.nn.Module) else _Wrap(model), tok)
-        rows.append([name, f"{lat[name]:.0f}", f"{lat['fp32 (torch)'] / lat[name]:.2f}x", f"{size / 1e6:.1f}",
-                     f"{fid.cosine_mean:.4f}", f"{fid.cosine_min:.4f}", f"{top1:.3f}",
+        fbgemm = isinstance(model, torch.nn.Module) and recipes[name] not in ("fp32", "ORT kernels")
+        avx2 = fidelity(base, emulate_avx2(model.model if isinstance(model, SmashedModel) else model),
+                        inputs).cosine_mean if fbgemm else None
+        rows.append([name, recipes[name], f"{lat[name]:.0f}", f"{lat['fp32 (torch)'] / lat[name]:.2f}x",
+                     f"{size / 1e6:.1f}", f"{fid.cosine_mean:.4f}", f"{fid.cosine_min:.4f}",
+                     "-" if avx2 is None else f"{avx2:.4f}", f"{top1:.3f}",
                      "-" if seconds is None else f"{seconds:.1f}"])
     print(f"MiniLM-L6 sentence embeddings, batch {args.batch} x {args.seq} tokens; {machine_line(args.threads)}")
-    print_table(["model", "latency ms", "speed-up", "size MB", "cos mean", "cos min", "top-1", "smash s"], rows)
-    state = smooth.applied[0]["state"]
-    print(f"int8_smooth: {len(state['int8_layers'])} int8 / {len(state['fp32_layers'])} fp32 Linear layers, "
-          f"{len(state['smoothed'])} folded smoothing groups, {8 - 1 * state['reduce_range']}-bit activations, "
-          f"calibration cosine {state['cosine']:.4f} ({state['calibration']})")
+    print(f"int8 capability: {cpu_int8_capability()}")
+    print_table(["model", "int8 recipe", "latency ms", "speed-up", "size MB", "cos mean", "cos min",
+                 "cos mean AVX2 (emulated)", "top-1", "smash s"], rows)
+    for name, model in (("int8_smooth", smooth), (f"int8_smooth, {FORCE_ENV}=1", safe)):
+        state = model.applied[0]["state"]
+        print(f"{name}: path {state['int8_path']}, {len(state['int8_layers'])} int8 / {len(state['fp32_layers'])} "
+              f"fp32 Linear layers, {len(state['smoothed'])} folded smoothing groups, "
+              f"calibration cosine {state['cosine']:.4f} ({state['calibration']})")
     with tempfile.TemporaryDirectory() as folder:
         smooth.save_pretrained(Path(folder) / "m")
         again = SmashedModel.from_pretrained(Path(folder) / "m")
@@ -112,6 +134,11 @@ def minilm(args) -> None:
             exact = torch.equal(again(**inputs), smooth(**inputs))
     print(f"int8_smooth save/load round-trip reproduces outputs exactly: {exact}")
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _recipe(smashed) -> str:
+    path = smashed.applied[0]["state"]["int8_path"]
+    return "8-bit act, 127-level w" if path == "full_range" else "8-bit act, pair-safe w"
 
 
 class _Wrap(torch.nn.Module):

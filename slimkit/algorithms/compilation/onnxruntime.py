@@ -2,56 +2,18 @@
 
 from __future__ import annotations
 
-import inspect
-import logging
-import shutil
-import tempfile
-import warnings
-import weakref
 from pathlib import Path
 from typing import Any
 
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.algorithms.compilation._onnx_module import (  # re-exported: tests and users import them from here
-    _LEVELS,
-    OnnxRuntimeModule,
-    _bind,
-    _output_layout,
-    _split,
-    output_type_from_json,
-    output_type_to_json,
-    signature_from_json,
-    signature_to_json,
-)
-from slimkit.algorithms.quantization._calibration import example_inputs
+from slimkit.compression.onnx import LEVELS, OnnxRuntimeModule, compile_onnx, open_saved, save_files
+from slimkit.compression.quantization.int8.calibration import example_inputs
 from slimkit.core.contract import SaveFn, SlimkitCompiler, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.errors import MissingPackageError, SaveLoadError
-from slimkit.utils import Inputs
-
-
-def export_onnx(model: torch.nn.Module, inputs: Inputs, path: Path, exporter: str) -> tuple[inspect.Signature, list]:
-    """Export ``model`` called on ``inputs`` to ``path`` with a dynamic batch axis (and sequence axis for tokens)."""
-    signature = inspect.signature(model.forward)
-    args, kwargs = _split(inputs)
-    bound = _bind(signature, args, kwargs)
-    names = [n for n, v in bound.items() if isinstance(v, torch.Tensor)]
-    axes = {n: ({0: "batch", 1: "sequence"} if bound[n].dim() == 2 and not bound[n].is_floating_point()
-                else {0: "batch"}) for n in names}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the exporters warn about deprecations and tracing on every call
-        if exporter == "dynamo":
-            dims = {"batch": torch.export.Dim.AUTO, "sequence": torch.export.Dim.AUTO}
-            shapes = {n: {i: dims[a] for i, a in axes[n].items()} for n in names}
-            torch.onnx.export(model, args, str(path), kwargs=kwargs, dynamo=True, dynamic_shapes=shapes,
-                              external_data=False, verbose=False)
-        else:
-            torch.onnx.export(model, args, str(path), kwargs=kwargs, dynamo=False, input_names=names,
-                              dynamic_axes=axes)
-    return signature, names
+from slimkit.errors import MissingPackageError
 
 
 @register
@@ -87,7 +49,7 @@ class OnnxRuntime(SlimkitCompiler):
                 "desc": "ONNX Runtime intra-op threads; 0 uses torch's current thread count."}),
             CategoricalHyperparameter("exporter", ["torchscript", "dynamo"], default_value="torchscript", meta={
                 "desc": "torch.onnx exporter: 'torchscript' (tracing, fast) or 'dynamo' (torch.export, slower)."}),
-            CategoricalHyperparameter("optimization", list(_LEVELS), default_value="all", meta={
+            CategoricalHyperparameter("optimization", list(LEVELS), default_value="all", meta={
                 "desc": "ONNX Runtime graph optimisation level."}),
         ]
 
@@ -109,45 +71,18 @@ class OnnxRuntime(SlimkitCompiler):
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         model.eval()
-        inputs = example_inputs(model, smash_config, purpose="onnxruntime")
-        folder = Path(tempfile.mkdtemp(prefix="slimkit-onnx-"))
-        path = folder / "model.onnx"
-        signature, names = export_onnx(model, inputs, path, smash_config["exporter"])
-        if smash_config["quantize"] == "int8_dynamic":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
-            quantized = folder / "model.int8.onnx"
-            previous = logging.root.manager.disable
-            logging.disable(logging.WARNING)  # it asks for a pre-processing pass on every call
-            try:
-                quantize_dynamic(str(path), str(quantized), per_channel=smash_config["per_channel"],
-                                 reduce_range=smash_config["reduce_range"], weight_type=QuantType.QInt8)
-            finally:
-                logging.disable(previous)
-            path = quantized
-        args, kwargs = _split(inputs)
-        with torch.no_grad():
-            keys, out_type = _output_layout(model(*args, **kwargs))
-        threads = smash_config["threads"] or torch.get_num_threads()
-        module = OnnxRuntimeModule(path, signature, names, keys, out_type, threads, smash_config["optimization"])
-        weakref.finalize(module, _remove_tree, folder)  # the temp folder lives as long as the module
-        smash_config.state.update(
-            input_names=module.input_names, threads=threads, onnx_bytes=path.stat().st_size, onnx_file=path.name,
-            external_data=_external_files(path), signature=signature_to_json(signature), output_keys=keys,
-            output_type=output_type_to_json(out_type))
+        inputs = example_inputs(model, example=smash_config.example_inputs, data=smash_config.data,
+                                purpose="onnxruntime")
+        module, record = compile_onnx(
+            model, inputs, exporter=smash_config["exporter"], int8=smash_config["quantize"] == "int8_dynamic",
+            per_channel=smash_config["per_channel"], reduce_range=smash_config["reduce_range"],
+            threads=smash_config["threads"], optimization=smash_config["optimization"])
+        smash_config.state.update(record)
         return module
 
     def save_artifacts(self, model: Any, directory: Path, state: dict[str, Any]) -> None:
         """Copy the ONNX file the session runs (and its external-data files) into ``directory``."""
-        if not isinstance(model, OnnxRuntimeModule):
-            raise SaveLoadError(f"onnxruntime saves an OnnxRuntimeModule, got {type(model).__name__}.")
-        source = Path(model.onnx_path)
-        for name in [state["onnx_file"], *state["external_data"]]:
-            try:
-                shutil.copyfile(source.with_name(name), directory / _plain(name))
-            except OSError as exc:
-                raise SaveLoadError(f"Cannot copy {source.with_name(name)} into the save ({exc}). The ONNX file "
-                                    "this model runs was removed: smash the original model again.") from exc
+        save_files(model, directory, state)
 
     def load_artifacts(self, directory: Path, smash_config: SmashConfigPrefixWrapper,
                        state: dict[str, Any]) -> OnnxRuntimeModule:
@@ -157,49 +92,4 @@ class OnnxRuntime(SlimkitCompiler):
         except ImportError as exc:
             raise MissingPackageError(f"Loading an onnxruntime save needs onnx and onnxruntime ({exc}). Install "
                                       "them: pip install 'slimkit[onnx]'") from exc
-        try:
-            files = [_plain(state["onnx_file"]), *map(_plain, state["external_data"])]
-            signature = signature_from_json(state["signature"])
-            out_type = output_type_from_json(state["output_type"])
-            names, keys = list(state["input_names"]), state["output_keys"]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise SaveLoadError(f"{directory / 'smash_config.json'}: the onnxruntime record is incomplete or "
-                                f"invalid ({type(exc).__name__}: {exc}); it was saved by an older slimkit or "
-                                "edited. Smash the original model again.") from exc
-        for name in files:
-            if not (directory / name).is_file():
-                raise SaveLoadError(f"{directory / name} is missing: the save is incomplete. Copy the whole "
-                                    "directory, or save the smashed model again.")
-        threads = smash_config["threads"] or torch.get_num_threads()
-        try:
-            return OnnxRuntimeModule(directory / files[0], signature, names, keys if out_type else None, out_type,
-                                     threads, smash_config["optimization"])
-        except Exception as exc:
-            raise SaveLoadError(f"ONNX Runtime cannot load {directory / files[0]} ({str(exc)[:300]}): the file is "
-                                "truncated or corrupt. Save the smashed model again, or smash the original "
-                                "model again.") from exc
-
-
-def _plain(name: str) -> str:
-    """``name`` when it is a bare file name (no folder part), so saves never read or write outside their folder."""
-    if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
-        raise SaveLoadError(f"ONNX file name {name!r} is not a plain file name in the save directory.")
-    return name
-
-
-def _external_files(path: Path) -> list[str]:
-    """Bare names of the external-data files ``path``'s initializers point to (exports over 2 GB write them)."""
-    if all(f.name in ("model.onnx", "model.int8.onnx") for f in path.parent.iterdir()):
-        return []  # only the exported files are there: nothing to parse for
-    import onnx
-    from onnx.external_data_helper import uses_external_data
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return sorted({_plain(e.value) for t in graph.initializer if uses_external_data(t)
-                   for e in t.external_data if e.key == "location"})
-
-
-def _remove_tree(folder: Path) -> None:
-    for item in sorted(folder.glob("*"), reverse=True):
-        item.unlink(missing_ok=True)
-    folder.rmdir()
+        return open_saved(directory, state, smash_config["threads"], smash_config["optimization"])

@@ -2,40 +2,14 @@
 
 from __future__ import annotations
 
-import fnmatch
-import warnings
 from typing import Any
 
 import torch
 
+from slimkit.compression.quantization.int8.dynamic import linear_names, quantize_linears
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
-
-
-def _linear_names(model: torch.nn.Module, exclude: tuple[str, ...]) -> list[str]:
-    return [
-        name
-        for name, module in model.named_modules()
-        if type(module) is torch.nn.Linear and not any(fnmatch.fnmatchcase(name, pat) for pat in exclude)
-    ]
-
-
-def quantize_linears(model: torch.nn.Module, per_channel: bool, exclude: tuple[str, ...]) -> torch.nn.Module:
-    """Swap the selected ``nn.Linear`` layers of ``model`` for fbgemm dynamic int8 ones, in place."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao prints deprecation notices on every call
-        from torch.ao.quantization import (
-            default_dynamic_qconfig,
-            per_channel_dynamic_qconfig,
-            quantize_dynamic,
-        )
-
-        engines = torch.backends.quantized.supported_engines
-        torch.backends.quantized.engine = "fbgemm" if "fbgemm" in engines else "qnnpack"
-        qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
-        spec = {name: qconfig for name in _linear_names(model, exclude)}
-        return quantize_dynamic(model, qconfig_spec=spec, dtype=torch.qint8, inplace=True)
 
 
 @register
@@ -75,7 +49,7 @@ class Int8Dynamic(SlimkitQuantizer):
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         exclude = tuple(smash_config["exclude"])
-        smash_config.state["quantized_layers"] = len(_linear_names(model, exclude))
+        smash_config.state["quantized_layers"] = len(linear_names(model, exclude))
         return quantize_linears(model, smash_config["per_channel"], exclude)
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:

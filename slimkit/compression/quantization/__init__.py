@@ -8,6 +8,9 @@ Typical use::
     ...train as usual (optimizer.step() also calls quantizer.step())...
     quantizer.export_model("model.safetensors", "calibration.safetensors")
     frozen = quantizer.freeze()   # integer weight codes + fixed scales, savable as safetensors
+
+The fbgemm int8 CPU engines (int8_smooth, int8_static, int8_dynamic) live in
+:mod:`slimkit.compression.quantization.int8`; ``Int8Linear`` is re-exported here.
 """
 
 from slimkit.compression.quantization.bnn import BNNGrad, BNNQuantizer
@@ -16,6 +19,7 @@ from slimkit.compression.quantization.config import QuantizationConfigError, res
 from slimkit.compression.quantization.dorefa import DoReFaQuantizer
 from slimkit.compression.quantization.frozen import QuantizedLayer, quantized_layer_specs, rebuild_quantized_layers
 from slimkit.compression.quantization.grad import ClipGrad, QuantGrad, QuantType, grad_scale, round_ste
+from slimkit.compression.quantization.int8 import Int8Linear
 from slimkit.compression.quantization.io import load_calibration
 from slimkit.compression.quantization.lsq import LsqQuantizer
 from slimkit.compression.quantization.observers import affine_qparams, dequantize, fake_quantize, quantize_codes
@@ -27,6 +31,7 @@ __all__ = [
     "BNNQuantizer",
     "ClipGrad",
     "DoReFaQuantizer",
+    "Int8Linear",
     "LsqQuantizer",
     "QATQuantizer",
     "QAT_Quantizer",

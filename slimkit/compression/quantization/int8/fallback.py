@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from slimkit.algorithms.quantization._calibration import batch_size_of, slice_inputs
+from slimkit.compression.quantization.int8.calibration import batch_size_of, slice_inputs
 from slimkit.utils import Inputs, main_tensor, run_model
 
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""The module an onnxruntime smash returns, and the JSON records that let a save rebuild it without the model.
+"""An ``nn.Module`` around an ONNX Runtime session, and the JSON records that let a save rebuild it without the model.
 
 :class:`OnnxRuntimeModule` wraps an ONNX Runtime ``InferenceSession`` behind the original forward's signature;
 the ``*_to_json``/``*_from_json`` helpers store that signature and the output type in the save's JSON.
@@ -18,11 +18,13 @@ import torch
 from slimkit.errors import ModelNotSupportedError
 from slimkit.utils import Inputs
 
-_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+#: ``optimization`` level name -> ONNX Runtime ``GraphOptimizationLevel`` member.
+LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
            "all": "ORT_ENABLE_ALL"}
 
 
-def _bind(signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+def bind_arguments(signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``signature.bind`` as a dict of argument name -> value; a mismatch raises :class:`ModelNotSupportedError`."""
     try:
         return dict(signature.bind(*args, **kwargs).arguments)
     except TypeError as exc:
@@ -31,7 +33,7 @@ def _bind(signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]) -> 
 
 
 def signature_to_json(signature: inspect.Signature) -> list[dict[str, Any]]:
-    """Parameter names, kinds and JSON-able defaults: what ``_bind`` needs (other defaults are kept as None)."""
+    """Parameter names, kinds and JSON-able defaults: what :func:`bind_arguments` needs (others kept as None)."""
     params = []
     for p in signature.parameters.values():
         entry: dict[str, Any] = {"name": p.name, "kind": p.kind.name}
@@ -82,7 +84,8 @@ def output_type_from_json(name: str | None) -> type | None:
     return None
 
 
-def _split(inputs: Inputs) -> tuple[tuple, dict[str, Any]]:
+def split_inputs(inputs: Inputs) -> tuple[tuple, dict[str, Any]]:
+    """``(args, kwargs)`` for calling a model on ``inputs`` (a dict is keywords, a tuple/list positional)."""
     if isinstance(inputs, Mapping):
         return (), dict(inputs)
     if isinstance(inputs, (tuple, list)):
@@ -106,7 +109,7 @@ class OnnxRuntimeModule(torch.nn.Module):
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level])
         self.onnx_path = str(onnx_path)
         self.session = ort.InferenceSession(self.onnx_path, options, providers=["CPUExecutionProvider"])
         self._signature = signature
@@ -119,7 +122,7 @@ class OnnxRuntimeModule(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the session on the tensors among the arguments; return torch tensors."""
-        bound = _bind(self._signature, args, kwargs)
+        bound = bind_arguments(self._signature, args, kwargs)
         absent = [n for n in self.input_names if not isinstance(bound.get(n), torch.Tensor)]
         if absent:
             raise ModelNotSupportedError(f"The ONNX model needs tensor inputs {self.input_names}; missing {absent}.")
@@ -135,7 +138,8 @@ class OnnxRuntimeModule(torch.nn.Module):
         return f"onnx={self.onnx_path!r}, inputs={self.input_names}"
 
 
-def _output_layout(output: Any) -> tuple[list[str] | None, type | None]:
+def output_layout(output: Any) -> tuple[list[str] | None, type | None]:
+    """The keys and type of a dict-like output of tensors (to rebuild it after ONNX Runtime), else ``(None, None)``."""
     if isinstance(output, Mapping) and all(isinstance(v, torch.Tensor) for v in output.values()):
         return list(output.keys()), type(output)
     return None, None

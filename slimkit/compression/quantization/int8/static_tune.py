@@ -20,8 +20,8 @@ from typing import Any
 import torch
 import torch.ao.nn.quantized as nnq
 
-from slimkit.algorithms.quantization._int8_linear import set_module
-from slimkit.algorithms.quantization._static_fx import feeds_graph_output, reads_graph_input
+from slimkit.compression.quantization.int8.linear import set_module
+from slimkit.compression.quantization.int8.static_fx import feeds_graph_output, reads_graph_input
 
 _QUANTIZED = (nnq.Conv1d, nnq.Conv2d, nnq.Conv3d, nnq.Linear)  # fused ConvReLU / LinearReLU subclass these
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from slimkit.algorithms.quantization._int8_linear import Int8Linear
+from slimkit.compression.quantization.int8.linear import Int8Linear
 from slimkit.utils import Inputs, run_model
 
 
@@ -221,8 +221,13 @@ def smoothing_scales(model: torch.nn.Module, group: FoldGroup, alpha: float) -> 
     return scales.clamp(min=1e-4, max=1e4)
 
 
-def int8_error(model: torch.nn.Module, group: FoldGroup, scales: torch.Tensor | None, reduce_range: bool) -> float:
-    """Relative squared error of the group's int8 outputs on its sampled inputs, with ``scales`` folded in."""
+def int8_error(model: torch.nn.Module, group: FoldGroup, scales: torch.Tensor | None, reduce_range: bool,
+               saturation_safe: bool = False) -> float:
+    """Relative squared error of the group's int8 outputs on its sampled inputs, with ``scales`` folded in.
+
+    ``saturation_safe`` quantizes the weights with the pair-safe levels, so smoothing is chosen for the recipe
+    that will run (smoothing flattens weight columns, which costs pair-safe weights levels).
+    """
     x = group.sample
     total, norm = 0.0, 0.0
     with torch.no_grad():
@@ -235,25 +240,26 @@ def int8_error(model: torch.nn.Module, group: FoldGroup, scales: torch.Tensor | 
                 weight, x_in = weight * scales[None, :], x / scales[None, :]
             else:
                 x_in = x
-            out = Int8Linear.from_weight(weight, None, reduce_range)(x_in)
+            out = Int8Linear.from_weight(weight, None, reduce_range, saturation_safe)(x_in)
             total += float((out - reference).pow(2).sum())
             norm += float(reference.pow(2).sum())
     return total / max(norm, 1e-30)
 
 
 def choose_alpha(
-    model: torch.nn.Module, group: FoldGroup, alphas: list[float], reduce_range: bool, margin: float = 0.9
+    model: torch.nn.Module, group: FoldGroup, alphas: list[float], reduce_range: bool, margin: float = 0.9,
+    saturation_safe: bool = False,
 ) -> tuple[float | None, torch.Tensor | None]:
     """The alpha (or ``None``: no smoothing) whose smoothing gives the lowest int8 error on the group's sample.
 
     Smoothing is kept only when it lowers the error below ``margin`` times the unsmoothed error, so noise in a
     small calibration set does not buy a change that helps nowhere else.
     """
-    best_err = int8_error(model, group, None, reduce_range) * margin
+    best_err = int8_error(model, group, None, reduce_range, saturation_safe) * margin
     best: tuple[float | None, torch.Tensor | None] = (None, None)
     for alpha in alphas:
         scales = smoothing_scales(model, group, alpha)
-        err = int8_error(model, group, scales, reduce_range)
+        err = int8_error(model, group, scales, reduce_range, saturation_safe)
         if err < best_err:
             best_err, best = err, (alpha, scales)
     return best

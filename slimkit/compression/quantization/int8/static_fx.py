@@ -31,8 +31,8 @@ from torch.ao.quantization.observer import (
     PerChannelMinMaxObserver,
 )
 
-from slimkit.algorithms.quantization._fallback import progress
-from slimkit.algorithms.quantization._int8_linear import use_fbgemm
+from slimkit.compression.quantization.int8.fallback import progress
+from slimkit.compression.quantization.int8.linear import use_fbgemm
 
 CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 _BNS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)

@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from slimkit import zoo
-from slimkit.algorithms.quantization._smooth_utils import (
+from slimkit.compression.quantization.int8.linear import SATURATION_SAFE, choose_path
+from slimkit.compression.quantization.int8.smoothing import (
     FoldGroup,
     choose_alpha,
     collect_statistics,
@@ -60,20 +62,26 @@ def test_fold_is_exact_in_fp32_for_verified_groups_and_changes_rejected_ones():
         assert (broken(**inputs).logits - ref).abs().max() > 1e-3
 
 
-def test_choose_alpha_smooths_outlier_channels():
+# the recipe this CPU runs (full range on VNNI/AMX, saturation-safe on AVX2), and the saturation-safe one everywhere
+RECIPES = pytest.mark.parametrize("safe", [choose_path() == SATURATION_SAFE, True], ids=["this_cpu", "safe"])
+
+
+@RECIPES
+def test_choose_alpha_smooths_outlier_channels(safe):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.LayerNorm(64), torch.nn.Linear(64, 32))
     data = torch.randn(64, 8, 64)
     data[..., :3] *= 40  # LLM-style outlier channels
     group = FoldGroup(["1"], producer="0")
     collect_statistics(model, [group], [data])
-    alpha, scales = choose_alpha(model, group, [0.3, 0.5, 0.7], reduce_range=False)
+    alpha, scales = choose_alpha(model, group, [0.3, 0.5, 0.7], reduce_range=False, saturation_safe=safe)
     assert alpha is not None
     assert scales[:3].min() > 2 * scales[3:].max()  # the loud channels are divided the most
-    assert int8_error(model, group, scales, False) < 0.5 * int8_error(model, group, None, False)
+    assert int8_error(model, group, scales, False, safe) < 0.5 * int8_error(model, group, None, False, safe)
 
 
-def test_choose_alpha_skips_smoothing_that_cannot_help():
+@RECIPES
+def test_choose_alpha_skips_smoothing_that_cannot_help(safe):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.LayerNorm(64), torch.nn.Linear(64, 32, bias=False))
     with torch.no_grad():  # every channel has the same range in activations and weights: scales are constant
@@ -82,4 +90,4 @@ def test_choose_alpha_skips_smoothing_that_cannot_help():
     data = torch.rand(64, 8, 64) * 2 - 1
     data[0, 0] = 1.0  # every channel reaches |x| = 1
     collect_statistics(model, [group], [data])
-    assert choose_alpha(model, group, [0.3, 0.5, 0.7], reduce_range=False) == (None, None)
+    assert choose_alpha(model, group, [0.3, 0.5, 0.7], reduce_range=False, saturation_safe=safe) == (None, None)

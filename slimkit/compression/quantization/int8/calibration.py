@@ -1,11 +1,11 @@
-"""Inputs for algorithms that must run the model before changing it: calibration batches and export examples.
+"""Inputs for engines that run the model before changing it: calibration batches and export examples.
 
-Sources, in the order they are tried (the first that exists wins):
+Sources, in the order they are tried (the first given wins):
 
-1. ``smash_config.data``: batches of its train split (the ``(inputs, labels)`` collates give their inputs);
-2. ``smash_config.tokenizer``: PyDocText calibration text (Python's own docs, disjoint from the test text);
-3. ``smash_config.example_inputs`` (``cfg.add_example_inputs``): one batch, enough for structure and a smoke
-   test, thin for statistics.
+1. ``data`` (a datamodule): batches of its train split (the ``(inputs, labels)`` collates give their inputs);
+2. ``tokenizer``: PyDocText calibration text (Python's own docs, disjoint from the test text);
+3. ``example`` inputs (``cfg.add_example_inputs``): one batch, enough for structure and a smoke test, thin for
+   statistics.
 
 Nothing else is guessed: without any of them a :class:`DataError` says how to add data.
 """
@@ -113,15 +113,13 @@ def _data_batches(data: Any, n_samples: int, seq_len: int, batch_size: int) -> l
 
 
 def calibration_batches(
-    model: Any, smash_config: Any, n_samples: int, *, seq_len: int = 128, batch_size: int = 8, purpose: str = ""
+    model: Any, n_samples: int, *, data: Any = None, tokenizer: Any = None, example: Inputs | None = None,
+    seq_len: int = 128, batch_size: int = 8, purpose: str = "",
 ) -> tuple[list[Inputs], str]:
     """Up to ``n_samples`` calibration samples as batches on the model's device, and where they came from.
 
     ``seq_len`` caps token sequences; ``purpose`` names the caller in the error raised when no source exists.
     """
-    data = getattr(smash_config, "data", None)
-    tokenizer = getattr(smash_config, "tokenizer", None)
-    example = getattr(smash_config, "example_inputs", None)
     if data is not None:
         batches, source = _data_batches(data, n_samples, seq_len, batch_size), f"data {getattr(data, 'name', '')}"
     elif tokenizer is not None:
@@ -139,12 +137,10 @@ def calibration_batches(
     return [move_inputs(b, device) for b in batches], source
 
 
-def example_inputs(model: Any, smash_config: Any, purpose: str = "") -> Inputs:
-    """One batch of inputs that ``model`` accepts (for tracing/export): the example inputs, else a data batch."""
-    example = getattr(smash_config, "example_inputs", None)
+def example_inputs(model: Any, *, example: Inputs | None = None, data: Any = None, purpose: str = "") -> Inputs:
+    """One batch of inputs that ``model`` accepts (for tracing/export): ``example``, else a batch of ``data``."""
     if example is not None:
         return move_inputs(example, model_device(model))
-    data = getattr(smash_config, "data", None)
     if data is not None:
         batch = next(iter(data.train_dataloader(batch_size=2, shuffle=False)))
         return move_inputs(batch_inputs(batch), model_device(model))

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from slimkit import SmashConfig, SmashedModel, smash
-from slimkit.algorithms.quantization._fallback import restore_until
-from slimkit.algorithms.quantization._static_fx import (
+from slimkit.compression.quantization.int8.fallback import restore_until
+from slimkit.compression.quantization.int8.static_fx import (
     ClampedHistogramObserver,
     SaturationSafeWeightObserver,
     calibrate,

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo
-from slimkit.algorithms.compilation import onnxruntime as ort_algo
-from slimkit.algorithms.compilation.onnxruntime import OnnxRuntimeModule
+from slimkit.compression.onnx import OnnxRuntimeModule
+from slimkit.compression.onnx import export as onnx_export
+from slimkit.compression.onnx import module as onnx_module
 from slimkit.errors import ConfigError, DataError, ModelNotSupportedError, SaveLoadError
 from slimkit.evaluation import size_on_disk
 
@@ -228,7 +229,7 @@ def test_edited_record_is_refused(saved_mlp):
 def test_external_data_files_are_saved_and_required(tmp_path, monkeypatch):
     import onnx
 
-    real_export = ort_algo.export_onnx
+    real_export = onnx_export.export_onnx
 
     def export_with_external_data(model, inputs, path, exporter):  # what torch does for graphs over 2 GB
         result = real_export(model, inputs, path, exporter)
@@ -236,7 +237,7 @@ def test_external_data_files_are_saved_and_required(tmp_path, monkeypatch):
                         size_threshold=0)
         return result
 
-    monkeypatch.setattr(ort_algo, "export_onnx", export_with_external_data)
+    monkeypatch.setattr(onnx_export, "export_onnx", export_with_external_data)
     model, inputs = zoo.load("mlp")
     cfg = SmashConfig({"onnxruntime": {"threads": 1}}, device="cpu")
     cfg.add_example_inputs(inputs)
@@ -253,22 +254,22 @@ def test_external_data_files_are_saved_and_required(tmp_path, monkeypatch):
 def test_output_type_names_import_only_transformers_model_outputs():
     from transformers.modeling_outputs import SequenceClassifierOutput
 
-    name = ort_algo.output_type_to_json(SequenceClassifierOutput)
-    assert ort_algo.output_type_from_json(name) is SequenceClassifierOutput
-    assert ort_algo.output_type_to_json(dict) == "dict" and ort_algo.output_type_from_json("dict") is dict
-    assert ort_algo.output_type_to_json(collections.OrderedDict) is None  # reloads as a tuple
+    name = onnx_module.output_type_to_json(SequenceClassifierOutput)
+    assert onnx_module.output_type_from_json(name) is SequenceClassifierOutput
+    assert onnx_module.output_type_to_json(dict) == "dict" and onnx_module.output_type_from_json("dict") is dict
+    assert onnx_module.output_type_to_json(collections.OrderedDict) is None  # reloads as a tuple
     with pytest.warns(RuntimeWarning, match="returns a tuple"):
-        assert ort_algo.output_type_from_json("os.system") is None
+        assert onnx_module.output_type_from_json("os.system") is None
     with pytest.warns(RuntimeWarning, match="returns a tuple"):
-        assert ort_algo.output_type_from_json("transformers.modeling_outputs.torch") is None
+        assert onnx_module.output_type_from_json("transformers.modeling_outputs.torch") is None
 
 
 def test_signature_round_trips_with_json_defaults_only():
     def forward(x, /, mask=None, *rest, scale=2.0, dims=(2, 3), **extra):
         return x
 
-    recorded = json.loads(json.dumps(ort_algo.signature_to_json(inspect.signature(forward))))
+    recorded = json.loads(json.dumps(onnx_module.signature_to_json(inspect.signature(forward))))
     assert recorded[4] == {"name": "dims", "kind": "KEYWORD_ONLY", "default": None}  # a tuple is not kept
-    again = ort_algo.signature_from_json(recorded)
+    again = onnx_module.signature_from_json(recorded)
     assert str(again) == "(x, /, mask=None, *rest, scale=2.0, dims=None, **extra)"
-    assert ort_algo._bind(again, (1, 2), {"scale": 3.0}) == {"x": 1, "mask": 2, "scale": 3.0}
+    assert onnx_module.bind_arguments(again, (1, 2), {"scale": 3.0}) == {"x": 1, "mask": 2, "scale": 3.0}
