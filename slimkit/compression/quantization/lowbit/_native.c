@@ -120,11 +120,83 @@ static inline vf tof(vu v) { vf r; for (int j = 0; j < VL; j++) r[j] = (float)v[
 
 typedef void (*row_fn)(const uint8_t *, int64_t, int64_t, int64_t, int64_t, const float *, const float *,
                        const uint16_t *, const uint16_t *, int64_t, float *);
-#define ROWS(BITS, PER, NB) ROW(BITS, PER, NB, r##BITS##_1, 1) ROW(BITS, PER, NB, r##BITS##_m, 0)
+#define ROWS(BITS, PER, NB) ROW(BITS, PER, NB, r##BITS##_m, 0)
 ROWS(2, 4, 1)
 ROWS(3, 8, 3)
 ROWS(4, 2, 1)
 ROWS(8, 1, 1)
+
+/* Decode (one input): R output rows at once, the main loop unrolled U vector steps, so R * U * PER accumulators
+ * are independent (8 for every width: enough FMA chains in flight to hide the FMA latency on two FMA pipes) and
+ * each input vector is loaded once for the R rows. Per group: the accumulators are summed, scaled once (one FMA
+ * per lane), the zero point enters through the input's group sum. The group's units that are not a whole U-step
+ * go one vector at a time, a last partial vector through a zero-padded copy (zero codes add nothing). Rows are
+ * `rb` bytes apart; scales/zeros `groups` apart. The arithmetic per lane is the same as the m-row kernel's up to
+ * the order of the additions. */
+#define DECODE(BITS, PER, NB, NAME, R, U)                                                                      \
+    static void NAME(const uint8_t *row, int64_t rb, int64_t units, int64_t ps, int64_t groups, int64_t gu,     \
+                     const float *xp, const float *xsum, const uint16_t *sc, const uint16_t *zc, float *out) {  \
+        vf tot[R];                                                                                             \
+        float zterm[R];                                                                                        \
+        for (int r = 0; r < R; r++) { tot[r] = (vf){0}; zterm[r] = 0.0f; }                                     \
+        for (int64_t g = 0; g < groups; g++) {                                                                 \
+            int64_t u0 = g * gu, u1 = u0 + gu < units ? u0 + gu : units, u = u0;                               \
+            vf acc[R][U * PER];                                                                                \
+            for (int r = 0; r < R; r++)                                                                        \
+                for (int j = 0; j < U * PER; j++) acc[r][j] = (vf){0};                                         \
+            for (; u + U * VL <= u1; u += U * VL) {                                                            \
+                _Pragma("GCC unroll 4")                                                                        \
+                for (int uu = 0; uu < U; uu++) {                                                               \
+                    vf xv[PER];                                                                                \
+                    _Pragma("GCC unroll 8")                                                                    \
+                    for (int v = 0; v < PER; v++) xv[v] = loadf(xp + v * ps + u + uu * VL);                    \
+                    _Pragma("GCC unroll 2")                                                                    \
+                    for (int r = 0; r < R; r++) {                                                              \
+                        CODES_##BITS(row + r * rb, units, u + uu * VL)                                         \
+                        _Pragma("GCC unroll 8")                                                                \
+                        for (int v = 0; v < PER; v++) acc[r][uu * PER + v] += xv[v] * c_[v];                   \
+                    }                                                                                          \
+                }                                                                                              \
+            }                                                                                                  \
+            for (; u < u1; u += VL) {                                                                          \
+                for (int r = 0; r < R; r++) {                                                                  \
+                    uint8_t tb[NB * VL];                                                                       \
+                    const uint8_t *src = row + r * rb;                                                         \
+                    int64_t at = u, stride = units;                                                            \
+                    if (u + VL > u1) {                                                                         \
+                        memset(tb, 0, sizeof tb);                                                              \
+                        for (int p_ = 0; p_ < NB; p_++) memcpy(tb + p_ * VL, src + p_ * units + u, (size_t)(u1 - u)); \
+                        src = tb; at = 0; stride = VL;                                                         \
+                    }                                                                                          \
+                    CODES_##BITS(src, stride, at)                                                              \
+                    (void)stride;                                                                              \
+                    for (int v = 0; v < PER; v++) acc[r][v] += loadf(xp + v * ps + u) * c_[v];                 \
+                }                                                                                              \
+            }                                                                                                  \
+            for (int r = 0; r < R; r++) {                                                                      \
+                vf a = acc[r][0];                                                                              \
+                for (int j = 1; j < U * PER; j++) a += acc[r][j];                                              \
+                float s = half_to_float(sc[r * groups + g]), z = half_to_float(zc[r * groups + g]);            \
+                tot[r] += s * a;                                                                               \
+                zterm[r] += s * z * xsum[g];                                                                   \
+            }                                                                                                  \
+        }                                                                                                      \
+        for (int r = 0; r < R; r++) {                                                                          \
+            float t = 0.0f;                                                                                    \
+            for (int j = 0; j < VL; j++) t += tot[r][j];                                                       \
+            out[r] = t - zterm[r];                                                                             \
+        }                                                                                                      \
+    }
+
+typedef void (*dec_fn)(const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t, const float *, const float *,
+                       const uint16_t *, const uint16_t *, float *);
+DECODE(2, 4, 1, d2_2, 2, 1)
+DECODE(2, 4, 1, d2_1, 1, 2)
+DECODE(3, 8, 3, d3_1, 1, 1)
+DECODE(4, 2, 1, d4_2, 2, 2)
+DECODE(4, 2, 1, d4_1, 1, 4)
+DECODE(8, 1, 1, d8_2, 2, 4)
+DECODE(8, 1, 1, d8_1, 1, 8)
 
 /* values per packing unit and bytes per unit of a bit width; nonzero for an unsupported width */
 static int unit_shape(int bits, int64_t *per, int64_t *nbytes) {
@@ -148,6 +220,10 @@ int slimkit_lowbit_simd(void) {
 #endif
 }
 
+/* Input planes + group sums, kept per thread between calls (no allocation per call once large enough). */
+static __thread float *scratch;
+static __thread int64_t scratch_len;
+
 /* x [m, k] (m <= 8), y [m, n]. Returns 0 on success, 1 on a bad argument, 2 when out of memory. */
 int slimkit_lowbit_matmul(const float *x, int64_t m, int64_t k, const uint8_t *qweight, int64_t n,
                           int64_t row_bytes, const uint16_t *scales, const uint16_t *zeros, int64_t groups,
@@ -158,26 +234,56 @@ int slimkit_lowbit_matmul(const float *x, int64_t m, int64_t k, const uint8_t *q
     if (m < 1 || m > 8 || k < 1 || n < 1 || group_size % per || units * per < k || groups * group_size < k) return 1;
     int64_t gu = group_size / per; /* units per group */
     int64_t ps = units + VL;         /* input plane stride, zero-padded so the last vector load stays inside */
-    float *xp = (float *)calloc((size_t)(m * per * ps + m * groups), sizeof(float));
-    if (!xp) return 2;
-    float *xsum = xp + m * per * ps;
+    int64_t need = m * per * ps + m * groups;
+    if (need > scratch_len) {
+        float *grown = (float *)realloc(scratch, (size_t)need * sizeof(float));
+        if (!grown) return 2;
+        scratch = grown;
+        scratch_len = need;
+    }
+    float *xp = scratch, *xsum = scratch + m * per * ps;
     for (int64_t i = 0; i < m; i++) {
         const float *xi = x + i * k;
         float *pi = xp + i * per * ps;
-        for (int64_t c = 0; c < k; c++) {
-            pi[(c % per) * ps + c / per] = xi[c];
-            xsum[i * groups + c / group_size] += xi[c];
+        for (int64_t v = 0; v < per; v++) {
+            float *plane = pi + v * ps;
+            for (int64_t u = 0; u < units; u++) plane[u] = u * per + v < k ? xi[u * per + v] : 0.0f;
+            memset(plane + units, 0, VL * sizeof(float));
+        }
+        for (int64_t g = 0; g < groups; g++) {
+            float t = 0.0f;
+            for (int64_t c = g * group_size; c < (g + 1) * group_size && c < k; c++) t += xi[c];
+            xsum[i * groups + g] = t;
         }
     }
-    row_fn fn = bits == 2 ? (m == 1 ? r2_1 : r2_m) : bits == 3 ? (m == 1 ? r3_1 : r3_m)
-              : bits == 4 ? (m == 1 ? r4_1 : r4_m) : (m == 1 ? r8_1 : r8_m);
+    if (m == 1) {
+        dec_fn two = bits == 2 ? d2_2 : bits == 4 ? d4_2 : bits == 8 ? d8_2 : 0;
+        dec_fn one = bits == 2 ? d2_1 : bits == 4 ? d4_1 : bits == 8 ? d8_1 : d3_1;
+        int64_t step = two ? 2 : 1, blocks = (n + step - 1) / step;
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t b = 0; b < blocks; b++) {
+            int64_t o = b * step;
+            float out[2];
+            if (step == 2 && o + 1 < n) {
+                two(qweight + o * row_bytes, row_bytes, units, ps, groups, gu, xp, xsum, scales + o * groups,
+                    zeros + o * groups, out);
+                y[o] = out[0] + (bias ? bias[o] : 0.0f);
+                y[o + 1] = out[1] + (bias ? bias[o + 1] : 0.0f);
+            } else {
+                one(qweight + o * row_bytes, row_bytes, units, ps, groups, gu, xp, xsum, scales + o * groups,
+                    zeros + o * groups, out);
+                y[o] = out[0] + (bias ? bias[o] : 0.0f);
+            }
+        }
+        return 0;
+    }
+    row_fn fn = bits == 2 ? r2_m : bits == 3 ? r3_m : bits == 4 ? r4_m : r8_m;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t o = 0; o < n; o++) {
         float out[8];
         fn(qweight + o * row_bytes, units, ps, groups, gu, xp, xsum, scales + o * groups, zeros + o * groups, m, out);
         for (int64_t i = 0; i < m; i++) y[i * n + o] = out[i] + (bias ? bias[o] : 0.0f);
     }
-    free(xp);
     return 0;
 }
 

@@ -44,16 +44,16 @@ def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
     if x.device.type == "cuda" and x.numel() // max(x.shape[-1], 1) <= CUDA_SMALL_BATCH:
         return _cuda_int4(layer, x)
     rows = x.numel() // max(x.shape[-1], 1)
-    if x.device.type == "cpu" and x.dtype == torch.float32 and rows:
-        flat = x.reshape(rows, x.shape[-1])
+    if x.is_cpu and x.dtype == torch.float32 and rows:
         if rows <= native.MAX_ROWS:
-            out = native.matmul(flat, layer.qweight, layer.scales, layer.zeros, layer.bits, layer.group_size,
-                                layer.out_features, layer.bias)
+            out = native.layer_matmul(layer, x)  # decode: the hot path, kept free of reshapes
+            if out is not None:
+                return out
         else:
-            out = native.planar_matmul(flat, layer.qweight, layer.scales, layer.zeros, layer.bits, layer.group_size,
-                                       layer.in_features, layer.bias)
-        if out is not None:
-            return out.view(*x.shape[:-1], layer.out_features)
+            out = native.planar_matmul(x.reshape(rows, x.shape[-1]), layer.qweight, layer.scales, layer.zeros,
+                                       layer.bits, layer.group_size, layer.in_features, layer.bias)
+            if out is not None:
+                return out.view(*x.shape[:-1], layer.out_features)
     if x.device.type == "cpu" and x.dtype == torch.float32 and rows <= CPU_SMALL_BATCH:
         return _cpu_planes(layer, x)
     return None
