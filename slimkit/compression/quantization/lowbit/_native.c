@@ -220,6 +220,10 @@ int slimkit_lowbit_simd(void) {
 #endif
 }
 
+#ifndef PREFETCH
+#define PREFETCH 8
+#endif
+
 /* Input planes + group sums, kept per thread between calls (no allocation per call once large enough). */
 static __thread float *scratch;
 static __thread int64_t scratch_len;
@@ -264,6 +268,11 @@ int slimkit_lowbit_matmul(const float *x, int64_t m, int64_t k, const uint8_t *q
         for (int64_t b = 0; b < blocks; b++) {
             int64_t o = b * step;
             float out[2];
+            /* the weights stream from memory once per token: fetch the rows PREFETCH blocks ahead meanwhile */
+            if (o + (PREFETCH + 1) * step <= n) {
+                const char *ahead = (const char *)(qweight + (o + PREFETCH * step) * row_bytes);
+                for (int64_t off = 0; off < step * row_bytes; off += 64) __builtin_prefetch(ahead + off, 0, 0);
+            }
             if (step == 2 && o + 1 < n) {
                 two(qweight + o * row_bytes, row_bytes, units, ps, groups, gu, xp, xsum, scales + o * groups,
                     zeros + o * groups, out);
