@@ -163,10 +163,10 @@ def main() -> None:
     four = [k for k in seconds if k.endswith("4-bit")]
     if four:
         first = next(iter(isas.values()))
-        best = min(four, key=lambda k: ppl[f"{k} [{first}]"])
+        top = min(four, key=lambda k: ppl[f"{k} [{first}]"])
         worst_ratio = max(packed_linear_ratio(models[k]) for k in four)
-        change = 100 * (ppl[f"{best} [{first}]"] / ppl["fp32"] - 1)
-        print(f"target: a 4-bit method within +10% of fp32 perplexity: best {best} {change:+.1f}% -> "
+        change = 100 * (ppl[f"{top} [{first}]"] / ppl["fp32"] - 1)
+        print(f"target: a 4-bit method within +10% of fp32 perplexity: best {top} {change:+.1f}% -> "
               f"{'MET' if change <= 10 else 'NOT MET'}")
         print(f"target: 4-bit packed Linear <= 0.30x fp32 Linear weights: {worst_ratio:.3f}x -> "
               f"{'MET' if worst_ratio <= 0.30 else 'NOT MET'}")
