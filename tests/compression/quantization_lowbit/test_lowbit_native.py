@@ -66,11 +66,11 @@ def test_native_matmul_equals_the_dequantised_dense_matmul(bits, in_f, group, ro
 def test_packed_linear_decode_goes_through_the_native_kernel(monkeypatch):
     layer = _layer(3, 64, 256, 128)
     calls = []
-    real = native.matmul
-    monkeypatch.setattr(native, "matmul", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    real = native.layer_matmul
+    monkeypatch.setattr(native, "layer_matmul", lambda *a, **k: calls.append(tuple(a[1].shape)) or real(*a, **k))
     x = torch.randn(1, 1, 256)
     out = layer(x)
-    assert calls == [(1, 256)]
+    assert calls == [(1, 1, 256)]
     assert out.shape == (1, 1, 64)
     layer(torch.randn(1, native.MAX_ROWS + 1, 256))  # more rows than the kernel takes: not called
     assert len(calls) == 1

@@ -6,7 +6,9 @@
   layer (int4, never fp32) and checked against the dequantise path on the first call; on any mismatch or
   error the layer falls back to dequantise + dense matmul for good.
 - CPU, up to ``native.MAX_ROWS`` tokens (decode): the fused C kernel of :mod:`.native` (unpack in registers,
-  multiply, accumulate per group; on par with fp32 per call at one token on AVX-512/AVX2).
+  multiply, accumulate per group; AVX-512 or AVX2 build, ``SLIMKIT_NATIVE_ISA``), called through
+  :func:`.native.layer_matmul` with the layer's arguments prepared once (SmolLM2-135M 4-bit decodes 1.6-1.8x
+  fp32 tokens/s on 2 threads, see docs/benchmarks.md).
 - CPU, longer inputs (prefill): the C kernel dequantises the weight in one vectorised pass into planar column
   order, the input's columns are permuted to match, and one dense matmul follows (~5x faster than dequantising
   with torch ops; 1.5-2.2x fp32 time at 32-128 tokens on SmolLM2-sized layers).
@@ -44,16 +46,16 @@ def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
     if x.device.type == "cuda" and x.numel() // max(x.shape[-1], 1) <= CUDA_SMALL_BATCH:
         return _cuda_int4(layer, x)
     rows = x.numel() // max(x.shape[-1], 1)
-    if x.device.type == "cpu" and x.dtype == torch.float32 and rows:
-        flat = x.reshape(rows, x.shape[-1])
+    if x.is_cpu and x.dtype == torch.float32 and rows:
         if rows <= native.MAX_ROWS:
-            out = native.matmul(flat, layer.qweight, layer.scales, layer.zeros, layer.bits, layer.group_size,
-                                layer.out_features, layer.bias)
+            out = native.layer_matmul(layer, x)  # decode: the hot path, kept free of reshapes
+            if out is not None:
+                return out
         else:
-            out = native.planar_matmul(flat, layer.qweight, layer.scales, layer.zeros, layer.bits, layer.group_size,
-                                       layer.in_features, layer.bias)
-        if out is not None:
-            return out.view(*x.shape[:-1], layer.out_features)
+            out = native.planar_matmul(x.reshape(rows, x.shape[-1]), layer.qweight, layer.scales, layer.zeros,
+                                       layer.bits, layer.group_size, layer.in_features, layer.bias)
+            if out is not None:
+                return out.view(*x.shape[:-1], layer.out_features)
     if x.device.type == "cpu" and x.dtype == torch.float32 and rows <= CPU_SMALL_BATCH:
         return _cpu_planes(layer, x)
     return None
