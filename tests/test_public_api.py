@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "slimkit": ["SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__", "create_compressor",
+    "slimkit": ["BasicConfig", "SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__", "create_compressor",
                 "print_result", "smash"],
     "slimkit.core": ["GROUPS", "KIND_OF_GROUP", "SaveFn", "SlimkitAlgorithm", "SlimkitBatcher", "SlimkitCacher",
                      "SlimkitCompiler", "SlimkitDistiller", "SlimkitPruner", "SlimkitQuantizer", "SlimkitRecoverer",
@@ -15,10 +15,11 @@ PUBLIC = {
     "slimkit.config": ["SCHEMA_VERSION", "SmashConfig", "SmashConfigPrefixWrapper"],
     "slimkit.engine": ["SmashedModel", "check_config", "smash"],
     "slimkit.algorithms": ["GROUP_PACKAGES", "algorithm_modules"],
-    "slimkit.experiment": ["CompressionSettings", "Compressor", "CompressorSpec", "ScriptResult",
-                           "available_compressors", "create_compressor", "get_compressor_spec",
-                           "load_compressed_model", "parse_compression_config", "parse_result", "print_result",
-                           "read_kept_channels"],
+    "slimkit.experiment": ["BasicConfig", "CompressionSettings", "Compressor", "CompressorSpec", "Experiment",
+                           "ExperimentResult", "ScriptResult", "available_compressors", "create_compressor",
+                           "get_compressor_spec", "load_compressed_model", "load_experiment",
+                           "parse_compression_config", "parse_result", "print_result", "read_kept_channels",
+                           "report_experiment", "run_experiment"],
     "slimkit.evaluation": ["Comparison", "Fidelity", "Latency", "MetricRow", "accuracy", "compare", "count_macs",
                            "count_parameters", "fidelity", "measure_latency", "measure_latency_pair", "peak_memory",
                            "perplexity", "plot_comparison", "set_threads", "size_on_disk"],
