@@ -17,8 +17,8 @@ from slimkit.experiment.compressors import (
     available_compressors,
     get_compressor_spec,
 )
-from slimkit.experiment.export import load_compressed_model, read_kept_channels
 from slimkit.experiment.experiment_file import Experiment, load_experiment
+from slimkit.experiment.export import load_compressed_model, read_kept_channels
 from slimkit.experiment.result import ScriptResult, parse_result, print_result
 
 __all__ = [

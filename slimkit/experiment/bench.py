@@ -43,7 +43,8 @@ class Bench:
                               "(module, example_inputs) from the factory.")
         is_lm = self.loaded.task == "causal_lm" and self.loaded.tokenizer is not None
         if "accuracy" in objectives and self.loaded.name != "digits_cnn":
-            raise ConfigError(f"objectives.accuracy: slimkit measures held-out accuracy for digits_cnn (its test split);"
+            raise ConfigError(f"objectives.accuracy: slimkit measures held-out accuracy for digits_cnn (its test split)"
+                              ";"
                               f" for {source!r} use {'perplexity' if is_lm else 'cosine'} instead.")
         if "perplexity" in objectives and not is_lm:
             raise ConfigError(f"objectives.perplexity: needs a causal language model with a tokenizer; {source!r} is "

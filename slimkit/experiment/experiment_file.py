@@ -140,7 +140,8 @@ def _resource(raw: Mapping[str, Any]) -> str:
         import torch
 
         if not torch.cuda.is_available():
-            raise ConfigError("resource: 'gpu' but torch sees no CUDA device on this machine (torch.cuda.is_available() "
+            raise ConfigError("resource: 'gpu' but torch sees no CUDA device on this machine "
+                          "(torch.cuda.is_available() "
                               "is False); use 'cpu' or run where a GPU is visible.")
     return resource
 
@@ -171,7 +172,8 @@ def _objectives(raw: Mapping[str, Any]) -> dict[str, str]:
     if isinstance(value, list):
         value = {name: OBJECTIVES.get(name, "") for name in value}
     if not isinstance(value, Mapping) or not value:
-        raise ConfigError(f"objectives: an object such as {{\"accuracy\": \"max\", \"latency\": \"min\"}}; got {value!r}.")
+        raise ConfigError(f"objectives: an object such as {{\"accuracy\": \"max\", \"latency\": \"min\"}}; "
+                          f"got {value!r}.")
     for name, goal in value.items():
         if name not in OBJECTIVES:
             raise ConfigError(f"objectives.{name}: not a measurement slimkit makes. Valid (closest first): "
@@ -232,11 +234,13 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
     exp.expand_op_names = _bool(raw, "expand_op_names", "expand_op_names", True)
     if ("script" in raw) == ("model" in raw):
         raise ConfigError("An experiment needs exactly one of 'script' (a compression script, Auptimizer style) or "
-                          f"'model' (slimkit smashes and measures it itself); got {'both' if 'script' in raw else 'neither'}.")
+                          "'model' (slimkit smashes and measures it itself); "
+                          f"got {'both' if 'script' in raw else 'neither'}.")
     if "script" in raw:
         for key in ("search", "objectives", "data"):
             if key in raw:
-                raise ConfigError(f"{key}: belongs to the script-free form (with 'model'); a script experiment searches "
+                raise ConfigError(f"{key}: belongs to the script-free form (with 'model'); a script experiment "
+                                  "searches "
                                   "compression.config_list and reports its metric with print_result.")
         script = raw["script"]
         if not isinstance(script, str) or not (exp.workingdir / script).is_file():
@@ -245,7 +249,8 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
         exp.script = (exp.workingdir / script).resolve()
         if "compression" not in raw:
             raise ConfigError("compression: missing; a script experiment names its compressor and config_list, e.g. "
-                              "{'framework': 'torch', 'type': 'pruning', 'compressor': 'l1_filter', 'config_list': [...]}.")
+                              "{'framework': 'torch', 'type': 'pruning', 'compressor': 'l1_filter', "
+                              "'config_list': [...]}.")
         exp.compression, exp.params = _compression(raw, exp.expand_op_names)
     else:
         for key in ("compression",):
@@ -254,7 +259,8 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
                                   "the search over SmashConfig keys in 'search' (e.g. {\"pruner\": \"l1_filter\", "
                                   "\"l1_filter_sparsity\": 0.5}).")
         if not isinstance(raw["model"], str) or not raw["model"]:
-            raise ConfigError(f"model: a zoo name, a Hugging Face folder or package.module:factory; got {raw['model']!r}.")
+            raise ConfigError(f"model: a zoo name, a Hugging Face folder or package.module:factory; "
+                              f"got {raw['model']!r}.")
         exp.model = raw["model"]
         exp.data = raw.get("data")
         if exp.data is not None and not isinstance(exp.data, str):

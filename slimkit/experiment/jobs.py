@@ -7,6 +7,8 @@ Every job gets its own folder (``trials/<number>/``) holding ``job.json`` (the c
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
 import os
 import queue
@@ -65,6 +67,14 @@ def job_config(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, numb
     return config
 
 
+def die_with_parent() -> None:
+    """Linux: get SIGKILL when the parent process dies, so a killed runner leaves no orphan job running."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _kill(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -96,7 +106,8 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
         log.write(f"$ {' '.join(_command(exp.script, config_path))}\n")
         log.flush()
         process = subprocess.Popen(_command(exp.script, config_path), cwd=exp.workingdir, env=env, text=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=die_with_parent)
 
         def pump() -> None:
             assert process.stdout is not None
@@ -156,21 +167,18 @@ def run_smash_job(exp: Experiment, bench: Any, values: Mapping[str, Any], trial_
     assert exp.smash_space is not None
     trial_dir.mkdir(parents=True, exist_ok=True)
     log_path = trial_dir / "log.txt"
-    with open(log_path, "w") as log:
+    with open(log_path, "w") as log, contextlib.redirect_stdout(log):
         try:
             cfg = exp.smash_space.config(values)
             cfg.device = "cuda" if exp.resource == "gpu" else "cpu"
             cfg.add_model_defaults(bench.loaded, data=exp.data)
             log.write(f"recipe {cfg.get_active_algorithms()} {cfg.to_dict()['hyperparameters']}\n")
             started = time.perf_counter()
-            if cfg.get_active_algorithms():
-                model = smash(bench.base, cfg)
-            else:
-                model = bench.base
+            model = smash(bench.base, cfg)  # no algorithm chosen: the base model, savable like the others
             log.write(f"smashed in {time.perf_counter() - started:.2f} s\n")
             measured = bench.measure(model, exp.objectives)
             log.write(f"measured {measured}\n")
-            if exp.save_model and cfg.get_active_algorithms():
+            if exp.save_model:
                 model.save_pretrained(trial_dir / "model")
                 log.write(f"saved {trial_dir / 'model'}\n")
         except Exception as exc:  # any failure of this trial is recorded and the study goes on

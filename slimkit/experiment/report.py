@@ -49,14 +49,19 @@ class ExperimentResult:
 
 
 def label(params: dict[str, Any]) -> str:
-    """A short recipe label: ``l1_filter_sparsity=0.53 + int8_dynamic`` (groups by their algorithm)."""
-    parts = []
+    """A short recipe label: ``l1_filter sparsity=0.53 + int8_dynamic`` (a group shows its algorithm)."""
+    parts: dict[str, list[str]] = {}
     for key, value in params.items():
         if key in GROUPS:
-            parts.append(str(value) if value is not None else f"no {key}")
+            parts.setdefault(str(value), []).insert(0, str(value) if value is not None else f"no {key}")
+            continue
+        owner = next((a for a in params.values() if isinstance(a, str) and key.startswith(a + "_")), None)
+        shown = f"{value:.3g}" if isinstance(value, float) else str(value)
+        if owner is not None:
+            parts.setdefault(owner, []).append(f"{key[len(owner) + 1:]}={shown}")
         else:
-            parts.append(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}")
-    return " + ".join(parts) or "(fixed)"
+            parts.setdefault(key, []).append(f"{key}={shown}")
+    return " + ".join(" ".join(p) for p in parts.values()) or "(fixed)"
 
 
 def _short_state(trial: FrozenTrial) -> str:

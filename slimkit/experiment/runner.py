@@ -8,11 +8,9 @@ are re-run with the same parameters, and the study stops at ``n_samples`` finish
 
 from __future__ import annotations
 
-import ctypes
 import json
 import multiprocessing
 import os
-import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -25,7 +23,7 @@ from optuna.trial import TrialState
 from slimkit.core.io import write_json_atomic
 from slimkit.errors import ConfigError
 from slimkit.experiment.experiment_file import Experiment, load_experiment
-from slimkit.experiment.jobs import JobOutcome, run_script_job, run_smash_job
+from slimkit.experiment.jobs import JobOutcome, die_with_parent, run_script_job, run_smash_job
 from slimkit.experiment.report import ExperimentResult, finish, progress_line
 from slimkit.experiment.study import (
     counted,
@@ -38,14 +36,6 @@ from slimkit.experiment.study import (
 
 EXPERIMENT_FILE = "experiment.json"
 STOP_FILE = "STOP"
-
-
-def _die_with_parent() -> None:
-    """Linux: get SIGKILL when the parent dies, so a killed runner leaves no orphan worker running trials."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _suggest(exp: Experiment, trial: optuna.Trial) -> dict[str, Any]:
@@ -87,7 +77,7 @@ def _run_trial(exp: Experiment, folder: Path, trial: optuna.Trial, bench: Any) -
 def work(folder: str | Path, automatic: bool, index: int, n_samples: int, echo: bool = False) -> None:
     """One worker: ask the study for trials until ``n_samples`` are counted, run each, tell the result."""
     if index:  # a spawned worker process
-        _die_with_parent()
+        die_with_parent()
     folder = Path(folder)
     exp = load_experiment(folder / EXPERIMENT_FILE, automatic)
     with file_lock(folder / "ask.lock"):

@@ -90,7 +90,8 @@ def parse_spec(spec: Mapping[str, Any], path: str, name: str) -> Param:
                           f"(closest first: {', '.join(ranked(str(kind), TYPES))}).")
     values = spec.get("range")
     if not isinstance(values, list) or not values:
-        raise ConfigError(f"{path}.range: give a list, [lo, hi] for {kind!r} or the values for 'choice'; got {values!r}.")
+        raise ConfigError(f"{path}.range: give a list, [lo, hi] for {kind!r} or the values for 'choice'; "
+                          f"got {values!r}.")
     param = Param(name=name, kind=kind, path=path, log=bool(spec.get("log", False)))
     if kind == "choice":
         param.choices = copy.deepcopy(values)
