@@ -181,3 +181,13 @@ def test_resume_after_the_runner_is_killed(tmp_path):
     assert all(complete[n] == v for n, v in before.items())  # finished trials kept as they were
     again = report_experiment(folder, quiet=True)
     assert [r["number"] for r in again.rows] == [r["number"] for r in result.rows]
+
+
+def test_parallel_workers_share_the_study_and_stop_at_n_samples(tmp_path):
+    exp = _experiment(tmp_path, LIGHT_SCRIPT, name="parallel", n_samples=5, n_parallel=2, random_seed=4,
+                      proposer="tpe", runtime_args={"mode": "sleep", "seconds": 0.5})
+    result = run_experiment(exp, automatic=True, quiet=True)
+    assert sorted(r["number"] for r in result.rows) == [0, 1, 2, 3, 4]
+    assert all(r["state"] == "complete" for r in result.rows)
+    logs = [(result.folder / r["trial_dir"] / "log.txt").read_text() for r in result.rows]
+    assert all(f"job {r['number']} sparsity" in log for r, log in zip(result.rows, logs, strict=True))
