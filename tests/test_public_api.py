@@ -7,8 +7,8 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "slimkit": ["BasicConfig", "SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__", "create_compressor",
-                "print_result", "smash"],
+    "slimkit": ["BasicConfig", "SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__",
+                "create_compressor", "print_result", "smash"],
     "slimkit.core": ["GROUPS", "KIND_OF_GROUP", "SaveFn", "SlimkitAlgorithm", "SlimkitBatcher", "SlimkitCacher",
                      "SlimkitCompiler", "SlimkitDistiller", "SlimkitPruner", "SlimkitQuantizer", "SlimkitRecoverer",
                      "SmashConfigPrefixWrapper", "register", "registry"],
