@@ -53,7 +53,8 @@ def label(params: dict[str, Any]) -> str:
     parts: dict[str, list[str]] = {}
     for key, value in params.items():
         if key in GROUPS:
-            parts.setdefault(str(value), []).insert(0, str(value) if value is not None else f"no {key}")
+            parts.setdefault(str(value) if value is not None else key, []).insert(
+                0, str(value) if value is not None else f"no {key}")
             continue
         owner = next((a for a in params.values() if isinstance(a, str) and key.startswith(a + "_")), None)
         shown = f"{value:.3g}" if isinstance(value, float) else str(value)
