@@ -160,28 +160,64 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
     return JobOutcome("complete", [result.metric], extra=result.extra, log_tail=log_tail(log_path))
 
 
-def run_smash_job(exp: Experiment, bench: Any, values: Mapping[str, Any], trial_dir: Path) -> JobOutcome:
-    """Smash the base model with this trial's SmashConfig, measure the objectives, save when asked."""
+class JobTimeout(BaseException):
+    """A script-free trial ran past ``job_timeout``.
+
+    A BaseException, so no library's ``except Exception`` turns it into another error.
+    """
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Any:
+    """Raise :class:`JobTimeout` in this (main) thread after ``seconds``; no limit off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise JobTimeout(f"timed out after {seconds:g} s (job_timeout)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _smash_and_measure(exp: Experiment, bench: Any, values: Mapping[str, Any], trial_dir: Path,
+                       log: Any) -> dict[str, float]:
     from slimkit.engine import smash
 
     assert exp.smash_space is not None
+    cfg = exp.smash_space.config(values)
+    cfg.device = "cuda" if exp.resource == "gpu" else "cpu"
+    cfg.add_model_defaults(bench.loaded, data=exp.data)
+    log.write(f"recipe {cfg.get_active_algorithms()} {cfg.to_dict()['hyperparameters']}\n")
+    started = time.perf_counter()
+    model = smash(bench.base, cfg)  # no algorithm chosen: the base model, savable like the others
+    log.write(f"smashed in {time.perf_counter() - started:.2f} s\n")
+    measured = bench.measure(model, exp.objectives)
+    log.write(f"measured {measured}\n")
+    if exp.save_model:
+        model.save_pretrained(trial_dir / "model")
+        log.write(f"saved {trial_dir / 'model'}\n")
+    return measured
+
+
+def run_smash_job(exp: Experiment, bench: Any, values: Mapping[str, Any], trial_dir: Path) -> JobOutcome:
+    """Smash the base model with this trial's SmashConfig, measure the objectives, save when asked.
+
+    The trial runs in the worker process under ``job_timeout`` (a SIGALRM timer); any exception fails the trial.
+    """
     trial_dir.mkdir(parents=True, exist_ok=True)
     log_path = trial_dir / "log.txt"
     with open(log_path, "w") as log, contextlib.redirect_stdout(log):
         try:
-            cfg = exp.smash_space.config(values)
-            cfg.device = "cuda" if exp.resource == "gpu" else "cpu"
-            cfg.add_model_defaults(bench.loaded, data=exp.data)
-            log.write(f"recipe {cfg.get_active_algorithms()} {cfg.to_dict()['hyperparameters']}\n")
-            started = time.perf_counter()
-            model = smash(bench.base, cfg)  # no algorithm chosen: the base model, savable like the others
-            log.write(f"smashed in {time.perf_counter() - started:.2f} s\n")
-            measured = bench.measure(model, exp.objectives)
-            log.write(f"measured {measured}\n")
-            if exp.save_model:
-                model.save_pretrained(trial_dir / "model")
-                log.write(f"saved {trial_dir / 'model'}\n")
-        except Exception as exc:  # any failure of this trial is recorded and the study goes on
+            with _time_limit(exp.job_timeout):
+                measured = _smash_and_measure(exp, bench, values, trial_dir, log)
+        except (Exception, JobTimeout) as exc:  # any failure of this trial is recorded; the study goes on
             log.write(traceback.format_exc())
             log.flush()
             return JobOutcome("failed", reason=f"{type(exc).__name__}: {exc}", log_tail=log_tail(log_path))

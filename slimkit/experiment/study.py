@@ -53,6 +53,16 @@ def grid_size(exp: Experiment) -> int:
     return math.prod(len(v) for v in grid_space(exp).values()) if exp.params else 1
 
 
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """Optuna's GridSampler for ask/tell use: the runner caps n_samples at the grid size itself.
+
+    (GridSampler calls ``study.stop()`` after the last point, which Optuna allows only inside ``optimize``.)
+    """
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Any) -> None:
+        """Do nothing after a trial (no ``study.stop()``)."""
+
+
 def make_sampler(exp: Experiment, offset: int = 0) -> optuna.samplers.BaseSampler:
     """The Optuna sampler of the experiment's proposer, seeded with ``random_seed + offset``."""
     seed = None if exp.random_seed is None else exp.random_seed + offset
@@ -61,7 +71,7 @@ def make_sampler(exp: Experiment, offset: int = 0) -> optuna.samplers.BaseSample
         if exp.proposer == "random" or not exp.params:
             return optuna.samplers.RandomSampler(seed=seed)
         if exp.proposer in ("grid", "sequence"):
-            return optuna.samplers.GridSampler(grid_space(exp), seed=seed)
+            return _AskTellGridSampler(grid_space(exp), seed=seed)
         if exp.proposer in ("tpe", "hyperopt"):
             startup = min(10, max(2, exp.n_samples // 3))
             return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True, group=True)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import torch
 
+from slimkit import zoo
 from slimkit.engine import SmashedModel
+from slimkit.evaluation import size_on_disk
 from slimkit.experiment import run_experiment
 from slimkit.zoo import digits_split
 
@@ -56,3 +58,24 @@ def test_joint_search_returns_a_reloadable_pareto_front(tmp_path):
         assert abs(accuracy - point["accuracy"]) < 1e-6
     assert Path(result.folder / "pareto.png").stat().st_size > 1000
     assert json.loads((result.folder / "results.json").read_text())["kept"] == result.kept
+
+
+def test_other_models_are_judged_by_cosine_and_slow_trials_fail_with_their_log(tmp_path):
+    spec = {"name": "mlp", "model": "mlp", "n_samples": 3, "random_seed": 1, "proposer": "random",
+            "objectives": {"cosine": "max", "size": "min"}, "runtime_args": {"repeats": 2, "threads": 1},
+            "search": {"quantizer": [None, "int8_dynamic", "half"]}}
+    path = tmp_path / "mlp.json"
+    path.write_text(json.dumps(spec))
+    result = run_experiment(path, automatic=True, quiet=True)
+    assert [r["state"] for r in result.rows] == ["complete"] * 3
+    base_size = size_on_disk(zoo.load("mlp").model)
+    for row in result.rows:
+        if row["params"]["quantizer"] is None:
+            assert row["cosine"] == 1.0 and abs(row["size"] - base_size) < 0.05 * base_size
+        else:  # half or int8: close to the base outputs, at most ~half the bytes
+            assert 0.9 < row["cosine"] < 1.0 and row["size"] < 0.6 * base_size
+    path.write_text(json.dumps({**spec, "name": "slow", "job_timeout": 0.001}))
+    slow = run_experiment(path, automatic=True, quiet=True)
+    assert [r["state"] for r in slow.rows] == ["failed"] * 3
+    assert all("JobTimeout: timed out after 0.001 s" in r["reason"] for r in slow.rows)
+    assert "slimkit.experiment.jobs.JobTimeout: timed out" in slow.rows[0]["log_tail"] and slow.kept == []

@@ -191,3 +191,13 @@ def test_parallel_workers_share_the_study_and_stop_at_n_samples(tmp_path):
     assert all(r["state"] == "complete" for r in result.rows)
     logs = [(result.folder / r["trial_dir"] / "log.txt").read_text() for r in result.rows]
     assert all(f"job {r['number']} sparsity" in log for r, log in zip(result.rows, logs, strict=True))
+
+
+def test_grid_proposer_visits_every_point_once(tmp_path):
+    exp = _experiment(tmp_path, LIGHT_SCRIPT, name="grid", proposer="sequence", n_samples=10, random_seed=0)
+    data = json.loads(exp.read_text())
+    data["compression"]["config_list"][0]["sparsity"] = {"range": [0.2, 0.8], "type": "float", "interval": 0.2}
+    exp.write_text(json.dumps(data))
+    result = run_experiment(exp, automatic=True, quiet=True)  # 4 grid points: 4 trials, not 10
+    assert sorted(r["params"]["config_list[0].sparsity"] for r in result.rows) == [0.2, 0.4, 0.6, 0.8]
+    assert result.best[0]["params"]["config_list[0].sparsity"] == 0.6
