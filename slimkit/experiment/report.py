@@ -89,11 +89,12 @@ def progress_line(exp: Experiment, trials: list[FrozenTrial], n_samples: int) ->
 
 def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[dict[str, Any]]:
     rows = []
+    fixed = dict(exp.smash_space.fixed) if exp.smash_space is not None else {}
     for t in trials:
         if t.user_attrs.get(INTERRUPTED) or t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
             continue
         row: dict[str, Any] = {"number": t.number, "state": _short_state(t), "params": dict(t.params),
-                               "recipe": label(dict(t.params)), "kept": t.number in kept}
+                               "recipe": label({**fixed, **t.params}), "kept": t.number in kept}
         for name, value in zip(exp.objective_names, t.values or [None] * len(exp.objective_names), strict=True):
             row[name] = value
         row["measured"] = t.user_attrs.get("measured", {})

@@ -147,9 +147,9 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
         else:
             n_samples = len(done) + 1  # one more job per one-time run; earlier ones stay in the table
         if not quiet:
-            mode = "automatic search" if automatic else "one-time run"
-            print(f"slimkit: {exp.name!r}: {mode}, {n_samples} trial(s), proposer {exp.proposer}, "
-                  f"{exp.n_parallel if automatic else 1} worker(s), folder {out}", file=sys.stderr)
+            mode = (f"automatic search, {n_samples} trial(s), proposer {exp.proposer}, {exp.n_parallel} worker(s)"
+                    if automatic else "one-time run (one job)")
+            print(f"slimkit: {exp.name!r}: {mode}, folder {out}", file=sys.stderr)
             if done or interrupted:
                 print(f"slimkit: resuming: {len(done)} finished trial(s) kept"
                       + (f", {len(interrupted)} interrupted trial(s) queued again" if interrupted else ""),

@@ -179,6 +179,9 @@ def test_resume_after_the_runner_is_killed(tmp_path):
     complete = {r["number"]: [r["result"]] for r in result.rows if r["state"] == "complete"}
     assert len(complete) == 4 == len(result.rows)  # total = n_samples; the interrupted trial is not a row
     assert all(complete[n] == v for n, v in before.items())  # finished trials kept as they were
+    interrupted = [t for t in open_study(folder, exp_obj).trials if t.user_attrs.get("interrupted")]
+    assert len(interrupted) == 1 and interrupted[0].state.name == "FAIL"  # the trial the kill cut short
+    assert interrupted[0].params in [r["params"] for r in result.rows]  # ... ran again with the same values
     again = report_experiment(folder, quiet=True)
     assert [r["number"] for r in again.rows] == [r["number"] for r in result.rows]
 
