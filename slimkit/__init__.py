@@ -2,11 +2,12 @@
 
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
 from slimkit.engine import SmashedModel, smash
-from slimkit.experiment import create_compressor, print_result
+from slimkit.experiment import BasicConfig, create_compressor, print_result
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BasicConfig",
     "SmashConfig",
     "SmashConfigPrefixWrapper",
     "SmashedModel",

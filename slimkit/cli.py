@@ -23,6 +23,9 @@ EPILOG = """examples:
   slimkit smash --config my_config.json --output out/
   slimkit algorithms --group quantizer
   slimkit zoo
+  slimkit run experiment.json                     # one job with the file's fixed values
+  slimkit run experiment.json --automatic         # search the file's ranges on Optuna (resumes when rerun)
+  slimkit report runs/<experiment name>           # reprint its table, rewrite CSV/JSON/plots
 """
 
 
@@ -127,6 +130,21 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from slimkit.experiment.runner import run_experiment
+
+    result = run_experiment(args.experiment, automatic=args.automatic, folder=args.output)
+    counts = result.counts()
+    return 0 if counts.get("complete", 0) else 1
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from slimkit.experiment.runner import report_experiment
+
+    report_experiment(args.folder)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     from slimkit.core.contract import GROUPS
@@ -177,6 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("zoo", help="list the offline models `--model` accepts")
     p.set_defaults(func=_cmd_zoo)
+
+    p = sub.add_parser("run", help="run an experiment file: one job, or with --automatic a search on Optuna",
+                       description="Run an Auptimizer-style experiment file (JSON or YAML). Without --automatic: one "
+                                   "job with the file's fixed values. With --automatic: n_samples trials proposed by "
+                                   "the proposer (random, grid, tpe, cmaes, nsga2) in n_parallel worker processes; "
+                                   "rerunning the same command resumes the study. Results: a table, results.csv, "
+                                   "results.json and PNG plots in the experiment folder.")
+    p.add_argument("experiment", metavar="EXPERIMENT", help="the experiment file (.json, .yaml)")
+    p.add_argument("--automatic", action="store_true", help="search the ranges in the file (default: one job)")
+    p.add_argument("--output", metavar="DIR", help="experiment folder (default <workingdir>/runs/<name>)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("report", help="reprint an experiment's results and rewrite its CSV, JSON and plots")
+    p.add_argument("folder", metavar="FOLDER", help="the experiment folder `slimkit run` printed")
+    p.set_defaults(func=_cmd_report)
     return parser
 
 

@@ -142,3 +142,59 @@ def test_no_python_call_survives_in_any_error_text_shown_on_the_command_line():
     assert len(texts) > 10
     left = [(name, shell_message(t)) for name, t in texts if "cfg." in shell_message(t) or "cfg[" in shell_message(t)]
     assert not left, left[:5]
+
+
+_EXPERIMENT_SCRIPT = """#!/usr/bin/env python
+import json, sys
+config = json.load(open(sys.argv[1]))
+sparsity = config["config_list"][0]["sparsity"]
+print("#Auto: result=%r" % (1 - abs(sparsity - 0.5)))
+"""
+
+
+def _write_experiment(tmp_path, **fields):
+    (tmp_path / "job.py").write_text(_EXPERIMENT_SCRIPT)
+    exp = {"name": "cli", "script": "job.py", "n_samples": 3, "proposer": "random", "random_seed": 0,
+           "compression": {"framework": "torch", "type": "pruning", "compressor": "l1_filter",
+                           "config_list": [{"sparsity": {"range": [0.1, 0.9], "type": "float"}}]}}
+    exp.update(fields)
+    (tmp_path / "exp.json").write_text(json.dumps(exp))
+    return tmp_path / "exp.json"
+
+
+def test_run_and_report_an_experiment(tmp_path, capsys):
+    exp = _write_experiment(tmp_path)
+    assert main(["run", str(exp), "--automatic", "--output", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert "done 3/3 | running 0 | failed 0 | best result=" in captured.err
+    assert "3 trial(s): 3 complete" in captured.out and "results.csv" in captured.out
+    assert main(["report", str(tmp_path / "out")]) == 0
+    again = capsys.readouterr().out
+    assert "3 trial(s): 3 complete" in again and "config_list[0].sparsity=" in again
+
+
+def test_run_errors_exit_2_with_the_field_path(tmp_path, capsys):
+    exp = _write_experiment(tmp_path, proposer="bayes")
+    assert main(["run", str(exp), "--automatic"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("slimkit: error: proposer: 'bayes' is not available. Valid proposers (closest first):")
+    exp = _write_experiment(tmp_path)
+    assert main(["run", str(exp)]) == 2  # ranges need --automatic
+    assert "add --automatic to search it" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is not an experiment folder" in capsys.readouterr().err
+
+
+def test_python_m_slimkit_compression_runs_an_experiment(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exp = _write_experiment(tmp_path, n_samples=2)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "slimkit.compression", str(exp), "--automatic"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "2 trial(s): 2 complete" in done.stdout
+    assert (tmp_path / "runs" / "cli" / "results.json").is_file()

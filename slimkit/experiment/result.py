@@ -5,8 +5,11 @@ the last result line as the job's metric (the value automatic mode optimises). `
 
     #Auto: result=0.9711
     #Auto: extra={"macs": 1203904, "params": 41234}     (only with keyword arguments)
+    #Auto: intermediate={"step": 3, "value": 0.93}       (print_result(0.93, step=3): a value on the way)
 
-Both lines are plain text, one per call, flushed at once; :func:`parse_result` reads them back.
+All lines are plain text, one per call, flushed at once; :func:`parse_result` reads the final result back and
+:func:`parse_intermediate` one intermediate line (the runner reports those to Optuna, whose pruner may stop the
+trial early).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from slimkit.errors import ConfigError
 
 RESULT_PREFIX = "#Auto: result="
 EXTRA_PREFIX = "#Auto: extra="
+INTERMEDIATE_PREFIX = "#Auto: intermediate="
 
 
 @dataclass
@@ -44,14 +48,24 @@ def _metric_value(metric: Any) -> float:
     return float(metric)
 
 
-def print_result(metric: float, **extra: Any) -> str:
+def print_result(metric: float, step: int | None = None, **extra: Any) -> str:
     """Print ``#Auto: result=<metric>`` (and ``#Auto: extra=<JSON>`` for keyword values); return the text.
 
     ``metric`` is the number the runner records and, in automatic mode, optimises (a Python number, a
     numpy scalar or a one-element tensor). Keyword values must be JSON-serialisable (numbers, strings,
-    lists, dicts); the runner stores them beside the metric.
+    lists, dicts); the runner stores them beside the metric. With ``step=k`` the value is an intermediate
+    one (e.g. the accuracy after epoch ``k``): the runner records it and, with ``early_stop``, Optuna's
+    pruner may stop a trial whose intermediate values lag behind; the final result is the last call
+    without ``step``.
     """
     value = _metric_value(metric)
+    if step is not None:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ConfigError(f"print_result(..., step={step!r}): step must be a whole number >= 0 (the epoch or "
+                              "iteration the value belongs to).")
+        text = INTERMEDIATE_PREFIX + json.dumps({"step": step, "value": value})
+        print(text, file=sys.stdout, flush=True)
+        return text
     lines = [f"{RESULT_PREFIX}{value!r}"]
     if extra:
         try:
@@ -94,3 +108,15 @@ def parse_result(output: str) -> ScriptResult | None:
 def is_finite_result(result: ScriptResult | None) -> bool:
     """True when a result was reported and its metric is a finite number (usable by a search)."""
     return result is not None and math.isfinite(result.metric)
+
+
+def parse_intermediate(line: str) -> tuple[int, float] | None:
+    """``(step, value)`` when ``line`` is an intermediate line ``print_result(value, step=step)`` wrote, else None."""
+    text = line.strip()
+    if not text.startswith(INTERMEDIATE_PREFIX):
+        return None
+    try:
+        payload = json.loads(text[len(INTERMEDIATE_PREFIX):])
+        return int(payload["step"]), float(payload["value"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None

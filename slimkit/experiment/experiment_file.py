@@ -1,0 +1,280 @@
+"""The experiment file (JSON, or YAML with PyYAML): Auptimizer's fields plus slimkit's script-free form.
+
+Script form (Auptimizer)::
+
+    {"name": "digits l1", "script": "train.py", "resource": "cpu", "n_samples": 8, "n_parallel": 2,
+     "target": "max", "proposer": "tpe", "random_seed": 0,
+     "compression": {"framework": "torch", "type": "pruning", "compressor": "l1_filter",
+                     "config_list": [{"sparsity": {"range": [0.2, 0.8], "type": "float"}, "op_types": ["Conv2d"]}]}}
+
+Script-free form: ``"model"`` (a zoo name, a Hugging Face folder or ``package.module:factory``), ``"search"``
+(SmashConfig keys with choices/ranges) and ``"objectives"`` (``{"accuracy": "max", "latency": "min"}``)
+measured by slimkit itself. Every error names the field's path and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slimkit.errors import ConfigError
+from slimkit.experiment.basic_config import read_mapping
+from slimkit.experiment.compressors import KINDS, get_compressor_spec
+from slimkit.experiment.smash_space import SmashSpace, parse_search
+from slimkit.experiment.space import Param, config_list_params, ranked
+
+FIELDS = ("name", "script", "resource", "workingdir", "n_parallel", "n_samples", "target", "proposer",
+          "random_seed", "job_failure", "resource_args", "runtime_args", "compression", "expand_op_names",
+          "job_timeout", "model", "data", "search", "objectives")
+COMPRESSION_FIELDS = ("framework", "type", "compressor", "config_list")
+JOB_FAILURE_FIELDS = ("ignore_fail", "job_retries")
+RESOURCE_ARGS_FIELDS = ("save_model", "early_stop", "track_intermediate_results")
+RESOURCES = ("cpu", "gpu")
+TARGETS = ("min", "max")
+#: proposer name -> Optuna sampler it becomes
+PROPOSERS = {"random": "RandomSampler", "sequence": "GridSampler", "grid": "GridSampler", "tpe": "TPESampler",
+             "hyperopt": "TPESampler", "cmaes": "CmaEsSampler", "nsga2": "NSGAIISampler"}
+#: objective -> default direction
+OBJECTIVES = {"accuracy": "max", "perplexity": "min", "cosine": "max", "latency": "min", "size": "min",
+              "params": "min", "macs": "min"}
+
+
+@dataclass
+class Experiment:
+    """A validated experiment: every field with its default, the search parameters and where it writes."""
+
+    name: str
+    path: Path | None
+    workingdir: Path
+    script: Path | None = None
+    resource: str = "cpu"
+    n_parallel: int = 1
+    n_samples: int = 1
+    target: str = "max"
+    proposer: str = "tpe"
+    random_seed: int | None = None
+    ignore_fail: bool = True
+    job_retries: int = 0
+    save_model: bool = False
+    early_stop: bool = False
+    track_intermediate_results: bool = False
+    runtime_args: dict[str, Any] = field(default_factory=dict)
+    job_timeout: float = 3600.0
+    compression: dict[str, Any] | None = None
+    expand_op_names: bool = True
+    model: str | None = None
+    data: str | None = None
+    smash_space: SmashSpace | None = None
+    objectives: dict[str, str] = field(default_factory=dict)
+    params: list[Param] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def directions(self) -> list[str]:
+        """Optuna directions: ``minimize``/``maximize`` per objective (the script's one metric in script mode)."""
+        goals = list(self.objectives.values()) if self.objectives else [self.target]
+        return ["maximize" if g == "max" else "minimize" for g in goals]
+
+    @property
+    def objective_names(self) -> list[str]:
+        """Names of the measured values (``["result"]`` for a script)."""
+        return list(self.objectives) or ["result"]
+
+    def default_folder(self) -> Path:
+        """Where the runner writes: ``<workingdir>/runs/<name as a folder name>``."""
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.name).strip("_") or "experiment"
+        return self.workingdir / "runs" / slug
+
+
+def _unknown(key: Any, allowed: tuple[str, ...], where: str) -> ConfigError:
+    return ConfigError(f"{where}{key!r} is not a field. Valid fields (closest first): "
+                       f"{', '.join(ranked(str(key), allowed))}.")
+
+
+def _int(raw: Mapping[str, Any], key: str, path: str, default: int | None, minimum: int) -> int | None:
+    value = raw.get(key, default)
+    if value is None and default is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{path}: must be a whole number >= {minimum}; got {value!r}.")
+    return value
+
+
+def _bool(raw: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: must be true or false; got {value!r}.")
+    return value
+
+
+def _choice(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str | None) -> str | None:
+    value = raw.get(key, default)
+    if value is None:
+        return None
+    if value not in allowed:
+        raise ConfigError(f"{key}: {value!r} is not allowed; use one of (closest first): "
+                          f"{', '.join(ranked(str(value), allowed))}.")
+    return value
+
+
+def _section(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: must be an object with {', '.join(allowed)}; got {value!r}.")
+    for sub in value:
+        if sub not in allowed:
+            raise _unknown(sub, allowed, f"{key}: ")
+    return dict(value)
+
+
+def _resource(raw: Mapping[str, Any]) -> str:
+    resource = _choice(raw, "resource", RESOURCES + ("passive", "node", "aws"), "cpu")
+    if resource in ("passive", "node", "aws"):
+        raise ConfigError(f"resource: {resource!r} (remote/passive jobs) is not supported; slimkit runs jobs on this "
+                          "machine: use 'cpu' or 'gpu'.")
+    if resource == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("resource: 'gpu' but torch sees no CUDA device on this machine "
+                          "(torch.cuda.is_available() "
+                              "is False); use 'cpu' or run where a GPU is visible.")
+    return resource
+
+
+def _compression(raw: Mapping[str, Any], expand: bool) -> tuple[dict[str, Any], list[Param]]:
+    block = _section(raw, "compression", COMPRESSION_FIELDS)
+    framework = block.get("framework", "torch")
+    if str(framework).lower() not in ("torch", "pytorch"):
+        raise ConfigError(f"compression.framework: {framework!r} is not supported; slimkit compresses PyTorch models, "
+                          "use 'torch'.")
+    kind = block.get("type")
+    if kind is not None and kind not in KINDS:
+        raise ConfigError(f"compression.type: {kind!r} is not allowed; use one of {', '.join(KINDS)}.")
+    if "compressor" not in block:
+        raise ConfigError("compression.compressor: missing; name one, e.g. 'l1_filter' (`slimkit algorithms`).")
+    try:
+        spec = get_compressor_spec(block["compressor"], kind)
+    except ConfigError as exc:
+        raise ConfigError(f"compression.compressor: {exc}") from None
+    if "config_list" not in block:
+        raise ConfigError("compression.config_list: missing; add e.g. [{'sparsity': 0.5, 'op_types': ['Conv2d']}].")
+    params = config_list_params(block["config_list"], expand)
+    return {**block, "type": spec.kind, "framework": "torch"}, params
+
+
+def _objectives(raw: Mapping[str, Any]) -> dict[str, str]:
+    value = raw.get("objectives", {"cosine": "max", "latency": "min"})
+    if isinstance(value, list):
+        value = {name: OBJECTIVES.get(name, "") for name in value}
+    if not isinstance(value, Mapping) or not value:
+        raise ConfigError(f"objectives: an object such as {{\"accuracy\": \"max\", \"latency\": \"min\"}}; "
+                          f"got {value!r}.")
+    for name, goal in value.items():
+        if name not in OBJECTIVES:
+            raise ConfigError(f"objectives.{name}: not a measurement slimkit makes. Valid (closest first): "
+                              f"{', '.join(ranked(str(name), tuple(OBJECTIVES)))}.")
+        if goal not in TARGETS:
+            raise ConfigError(f"objectives.{name}: {goal!r} is not a direction; use 'min' or 'max'.")
+    return dict(value)
+
+
+def _proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
+    default = "nsga2" if n_objectives > 1 else "tpe"
+    proposer = raw.get("proposer", default)
+    if proposer not in PROPOSERS:
+        raise ConfigError(f"proposer: {proposer!r} is not available. Valid proposers (closest first): "
+                          f"{', '.join(ranked(str(proposer), tuple(PROPOSERS)))}.")
+    if n_objectives > 1 and proposer == "cmaes":
+        raise ConfigError(f"proposer: 'cmaes' optimises one objective but {n_objectives} are given; use 'nsga2', "
+                          "'tpe' or 'random' for several.")
+    return proposer
+
+
+def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bool = False) -> Experiment:
+    """Read and validate an experiment file (or dict); ``automatic`` allows (and needs) search ranges."""
+    path = None if isinstance(source, Mapping) else Path(source)
+    raw = dict(source) if isinstance(source, Mapping) else read_mapping(path, "experiment")
+    for key in raw:
+        if key not in FIELDS:
+            raise _unknown(key, FIELDS, "")
+    name = raw.get("name", path.stem if path else "experiment")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"name: must be a non-empty string; got {name!r}.")
+    base = path.resolve().parent if path else Path.cwd()
+    workingdir = raw.get("workingdir", str(base))
+    if not isinstance(workingdir, str) or not (base / workingdir).is_dir():
+        raise ConfigError(f"workingdir: {workingdir!r} is not an existing folder (paths are relative to the "
+                          f"experiment file's folder {base}).")
+    exp = Experiment(name=name, path=path, workingdir=(base / workingdir).resolve(), raw=raw)
+    exp.resource = _resource(raw)
+    exp.n_parallel = _int(raw, "n_parallel", "n_parallel", 1, 1)
+    exp.n_samples = _int(raw, "n_samples", "n_samples", 1, 1)
+    exp.random_seed = _int(raw, "random_seed", "random_seed", None, 0)
+    exp.target = _choice(raw, "target", TARGETS, "max")
+    failure = _section(raw, "job_failure", JOB_FAILURE_FIELDS)
+    exp.ignore_fail = _bool(failure, "ignore_fail", "job_failure.ignore_fail", True)
+    exp.job_retries = _int(failure, "job_retries", "job_failure.job_retries", 0, 0)
+    args = _section(raw, "resource_args", RESOURCE_ARGS_FIELDS)
+    exp.save_model = _bool(args, "save_model", "resource_args.save_model", False)
+    exp.early_stop = _bool(args, "early_stop", "resource_args.early_stop", False)
+    exp.track_intermediate_results = _bool(args, "track_intermediate_results",
+                                           "resource_args.track_intermediate_results", exp.early_stop)
+    exp.runtime_args = raw.get("runtime_args", {})
+    if not isinstance(exp.runtime_args, Mapping):
+        raise ConfigError(f"runtime_args: an object of extra values for the job config; got {exp.runtime_args!r}.")
+    timeout = raw.get("job_timeout", 3600.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigError(f"job_timeout: seconds a trial may run (a number > 0); got {timeout!r}.")
+    exp.job_timeout = float(timeout)
+    exp.expand_op_names = _bool(raw, "expand_op_names", "expand_op_names", True)
+    if ("script" in raw) == ("model" in raw):
+        raise ConfigError("An experiment needs exactly one of 'script' (a compression script, Auptimizer style) or "
+                          "'model' (slimkit smashes and measures it itself); "
+                          f"got {'both' if 'script' in raw else 'neither'}.")
+    if "script" in raw:
+        for key in ("search", "objectives", "data"):
+            if key in raw:
+                raise ConfigError(f"{key}: belongs to the script-free form (with 'model'); a script experiment "
+                                  "searches "
+                                  "compression.config_list and reports its metric with print_result.")
+        script = raw["script"]
+        if not isinstance(script, str) or not (exp.workingdir / script).is_file():
+            raise ConfigError(f"script: {script!r} is not a file in {exp.workingdir}; give the path of the "
+                              "compression script (relative to workingdir).")
+        exp.script = (exp.workingdir / script).resolve()
+        if "compression" not in raw:
+            raise ConfigError("compression: missing; a script experiment names its compressor and config_list, e.g. "
+                              "{'framework': 'torch', 'type': 'pruning', 'compressor': 'l1_filter', "
+                              "'config_list': [...]}.")
+        exp.compression, exp.params = _compression(raw, exp.expand_op_names)
+    else:
+        for key in ("compression",):
+            if key in raw:
+                raise ConfigError("compression: needs a 'script' that calls create_compressor; without a script write "
+                                  "the search over SmashConfig keys in 'search' (e.g. {\"pruner\": \"l1_filter\", "
+                                  "\"l1_filter_sparsity\": 0.5}).")
+        if not isinstance(raw["model"], str) or not raw["model"]:
+            raise ConfigError(f"model: a zoo name, a Hugging Face folder or package.module:factory; "
+                              f"got {raw['model']!r}.")
+        exp.model = raw["model"]
+        exp.data = raw.get("data")
+        if exp.data is not None and not isinstance(exp.data, str):
+            raise ConfigError(f"data: a slimkit.data id such as 'Digits' or 'PyDocText'; got {exp.data!r}.")
+        exp.smash_space = parse_search(raw.get("search", {}), automatic)
+        exp.params = exp.smash_space.params
+        exp.objectives = _objectives(raw)
+    exp.proposer = _proposer(raw, len(exp.directions))
+    if not automatic and exp.params:
+        raise ConfigError(f"{exp.params[0].path}: is a search range but this is a one-time run; add --automatic to "
+                          "search it, or write one value.")
+    if exp.proposer in ("grid", "sequence"):
+        for param in exp.params:
+            if param.grid() is None:
+                raise ConfigError(f"{param.path}: the {exp.proposer!r} proposer needs a grid; add \"interval\": step "
+                                  "or \"n\": points to this float range.")
+    return exp

@@ -1,0 +1,228 @@
+"""One trial's job: a user script in its own process, or slimkit's own smash + measure (script-free form).
+
+Every job gets its own folder (``trials/<number>/``) holding ``job.json`` (the config the script reads),
+``log.txt`` (everything the job printed) and, with ``save_model``, ``model/``. A job that crashes, exceeds
+``job_timeout`` or reports no result ends as a failure whose reason and log tail the runner records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slimkit.errors import ConfigError
+from slimkit.experiment.basic_config import BasicConfig
+from slimkit.experiment.experiment_file import Experiment
+from slimkit.experiment.result import parse_intermediate, parse_result
+from slimkit.experiment.space import fixed_config_list
+
+LOG_TAIL_LINES = 20
+
+
+@dataclass
+class JobOutcome:
+    """How a job ended: ``complete`` with its objective values, ``failed`` with a reason, or ``pruned``."""
+
+    state: str
+    values: list[float] = field(default_factory=list)
+    reason: str = ""
+    log_tail: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file ('' when it does not exist)."""
+    if not path.is_file():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def job_config(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, number: int) -> BasicConfig:
+    """The job config a script receives (Auptimizer's keys; ranges replaced by this trial's values)."""
+    assert exp.compression is not None
+    config = BasicConfig(
+        compression_framework="torch",
+        compression_type=exp.compression["type"],
+        compressor=exp.compression["compressor"],
+        config_list=fixed_config_list(exp.compression["config_list"], values),
+        folder_name=str(trial_dir / "model"),
+        save_model=exp.save_model,
+        job_id=number,
+        resource=exp.resource,
+    )
+    config.update(exp.runtime_args)
+    return config
+
+
+def die_with_parent() -> None:
+    """Linux: get SIGKILL when the parent process dies, so a killed runner leaves no orphan job running."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
+def _command(script: Path, config_path: Path) -> list[str]:
+    if script.suffix == ".py" or not os.access(script, os.X_OK):
+        return [sys.executable, str(script), str(config_path)]  # the runner's own Python (and its slimkit)
+    return [str(script), str(config_path)]
+
+
+def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, number: int,
+                   on_intermediate: Callable[[int, float], bool] | None = None) -> JobOutcome:
+    """Run the experiment's script on this trial's config; ``on_intermediate(step, value)`` True stops it (pruned)."""
+    assert exp.script is not None
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    config_path = job_config(exp, values, trial_dir, number).save(trial_dir / "job.json")
+    log_path = trial_dir / "log.txt"
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding this slimkit
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    if exp.resource == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    lines: queue.Queue[str | None] = queue.Queue()
+    with open(log_path, "w") as log:
+        log.write(f"$ {' '.join(_command(exp.script, config_path))}\n")
+        log.flush()
+        process = subprocess.Popen(_command(exp.script, config_path), cwd=exp.workingdir, env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=die_with_parent)
+
+        def pump() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        output: list[str] = []
+        deadline = time.monotonic() + exp.job_timeout
+        reason = ""
+        while True:
+            try:
+                line = lines.get(timeout=max(0.01, min(0.5, deadline - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    _kill(process)
+                    reason = f"timed out after {exp.job_timeout:g} s (job_timeout)"
+                    break
+                continue
+            if line is None:
+                break
+            output.append(line)
+            log.write(line)
+            log.flush()
+            step = parse_intermediate(line)
+            if step is not None and on_intermediate is not None and on_intermediate(*step):
+                _kill(process)
+                reason = "pruned"
+                break
+        code = process.wait()
+        if reason:
+            log.write(f"slimkit: job stopped: {reason}\n")
+    if reason == "pruned":
+        return JobOutcome("pruned", reason="stopped by the pruner (intermediate values behind other trials)",
+                          log_tail=log_tail(log_path))
+    if reason:
+        return JobOutcome("failed", reason=reason, log_tail=log_tail(log_path))
+    if code != 0:
+        return JobOutcome("failed", reason=f"the script exited with status {code}", log_tail=log_tail(log_path))
+    try:
+        result = parse_result("".join(output))
+    except ConfigError as exc:
+        return JobOutcome("failed", reason=str(exc), log_tail=log_tail(log_path))
+    if result is None:
+        return JobOutcome("failed", reason="the script reported no result (call slimkit.print_result(metric) at the "
+                          "end)", log_tail=log_tail(log_path))
+    if not math.isfinite(result.metric):
+        return JobOutcome("failed", reason=f"the script reported {result.metric}", log_tail=log_tail(log_path))
+    return JobOutcome("complete", [result.metric], extra=result.extra, log_tail=log_tail(log_path))
+
+
+class JobTimeout(BaseException):
+    """A script-free trial ran past ``job_timeout``.
+
+    A BaseException, so no library's ``except Exception`` turns it into another error.
+    """
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Any:
+    """Raise :class:`JobTimeout` in this (main) thread after ``seconds``; no limit off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise JobTimeout(f"timed out after {seconds:g} s (job_timeout)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _smash_and_measure(exp: Experiment, bench: Any, values: Mapping[str, Any], trial_dir: Path,
+                       log: Any) -> dict[str, float]:
+    from slimkit.engine import smash
+
+    assert exp.smash_space is not None
+    cfg = exp.smash_space.config(values)
+    cfg.device = "cuda" if exp.resource == "gpu" else "cpu"
+    cfg.add_model_defaults(bench.loaded, data=exp.data)
+    log.write(f"recipe {cfg.get_active_algorithms()} {cfg.to_dict()['hyperparameters']}\n")
+    started = time.perf_counter()
+    model = smash(bench.base, cfg)  # no algorithm chosen: the base model, savable like the others
+    log.write(f"smashed in {time.perf_counter() - started:.2f} s\n")
+    measured = bench.measure(model, exp.objectives)
+    log.write(f"measured {measured}\n")
+    if exp.save_model:
+        model.save_pretrained(trial_dir / "model")
+        log.write(f"saved {trial_dir / 'model'}\n")
+    return measured
+
+
+def run_smash_job(exp: Experiment, bench: Any, values: Mapping[str, Any], trial_dir: Path) -> JobOutcome:
+    """Smash the base model with this trial's SmashConfig, measure the objectives, save when asked.
+
+    The trial runs in the worker process under ``job_timeout`` (a SIGALRM timer); any exception fails the trial.
+    """
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    log_path = trial_dir / "log.txt"
+    with open(log_path, "w") as log, contextlib.redirect_stdout(log):
+        try:
+            with _time_limit(exp.job_timeout):
+                measured = _smash_and_measure(exp, bench, values, trial_dir, log)
+        except (Exception, JobTimeout) as exc:  # any failure of this trial is recorded; the study goes on
+            log.write(traceback.format_exc())
+            log.flush()
+            return JobOutcome("failed", reason=f"{type(exc).__name__}: {exc}", log_tail=log_tail(log_path))
+    values_out = [measured[name] for name in exp.objectives]
+    bad = [n for n, v in zip(exp.objectives, values_out, strict=True) if not math.isfinite(v)]
+    if bad:
+        return JobOutcome("failed", reason=f"non-finite {', '.join(bad)}", log_tail=log_tail(log_path))
+    return JobOutcome("complete", values_out, extra=measured, log_tail=log_tail(log_path))
