@@ -14,8 +14,8 @@ from slimkit.razor.config import load_config, merge_configs
 from slimkit.razor.distill import SingleTeacherDistill
 
 __all__ = [
-    "MODES",
     "BaseAlgorithm",
+    "MODES",
     "SingleTeacherDistill",
     "batch_loss",
     "build",
