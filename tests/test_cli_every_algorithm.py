@@ -18,6 +18,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "awq": ("tiny_llama", LLM_CALIBRATION),
     "bnn": ("digits_cnn", ["--set", "bnn_epochs=1"]),
     "dorefa": ("digits_cnn", ["--set", "dorefa_epochs=1"]),
+    "finetune": ("digits_cnn", ["--set", "finetune_steps=5"]),
     "fpgm": ("digits_cnn", []),
     "gptq": ("tiny_llama", LLM_CALIBRATION),
     "half": ("mlp", []),
@@ -25,8 +26,10 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "int8_dynamic": ("tiny_bert", []),
     "int8_smooth": ("tiny_llama", []),
     "int8_static": ("digits_cnn", []),
+    "kd_recover": ("digits_cnn", ["--set", "kd_recover_steps=5"]),
     "l1_filter": ("resnet_tiny", []),
     "l2_filter": ("digits_cnn", []),
+    "layer_drop": ("tiny_llama", ["--set", "layer_drop_steps=2", "--set", "layer_drop_batch_size=4"]),
     "level": ("tiny_vit", []),
     "lsq": ("digits_cnn", ["--set", "lsq_epochs=1"]),
     "onnxruntime": ("mlp", []),
@@ -35,6 +38,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "slim": ("digits_cnn", []),
     "taylor_fo_weight": ("digits_cnn", []),
     "torch_compile": ("mlp", []),
+    "width_distill": ("digits_cnn", ["--set", "width_distill_steps=5"]),
 }
 
 

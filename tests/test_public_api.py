@@ -23,6 +23,13 @@ PUBLIC = {
     "slimkit.evaluation": ["Comparison", "Fidelity", "Latency", "MetricRow", "accuracy", "compare", "count_macs",
                            "count_parameters", "fidelity", "measure_latency", "measure_latency_pair", "peak_memory",
                            "perplexity", "plot_comparison", "set_threads", "size_on_disk"],
+    "slimkit.razor": ["MODES", "BaseAlgorithm", "SingleTeacherDistill", "batch_loss", "build", "build_module",
+                      "load_config", "merge_configs", "register_module", "task_loss", "zoo_model"],
+    "slimkit.training.distill": ["ATLoss", "BaseRecorder", "ChannelWiseDivergence", "ConfigurableDistiller",
+                                 "Conv1x1Connector", "CosineSimilarityLoss", "DistillLoss", "DistillObjective",
+                                 "FunctionOutputsRecorder", "KLDivergence", "L2Loss", "LinearConnector", "MSELoss",
+                                 "MethodOutputsRecorder", "ModuleInputsRecorder", "ModuleOutputsRecorder",
+                                 "RecorderManager", "connector_for", "forward_arguments", "frozen_teacher"],
     "slimkit.zoo": ["ZooModel", "build", "cache_dir", "digits_split", "imagenet_preprocess", "load", "names",
                     "sentence_pairs"],
 }

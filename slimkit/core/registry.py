@@ -8,12 +8,14 @@ means one algorithm everywhere; unknown names get the closest valid ones. Regist
 
 from __future__ import annotations
 
+import inspect
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from slimkit.core.contract import GROUPS, KIND_OF_GROUP, SaveFn, SlimkitAlgorithm
 from slimkit.core.hyperparameters import describe_allowed, to_jsonable
-from slimkit.errors import AlgorithmNotFoundError, RegistryError, closest
+from slimkit.errors import AlgorithmNotFoundError, ConfigError, RegistryError, closest
 
 _REGISTRY: dict[str, type[SlimkitAlgorithm]] = {}
 _ALIASES: dict[str, str] = {}
@@ -59,6 +61,10 @@ def register(cls: type[SlimkitAlgorithm]) -> type[SlimkitAlgorithm]:
             raise RegistryError(f"{where}: alias {alias!r} already names {taken.algorithm_name!r}.")
     if name in _ALIASES and _ALIASES[name] != name:
         raise RegistryError(f"{where}: algorithm_name {name!r} is already an alias of {_ALIASES[name]!r}.")
+    for taken in (name, *aliases):
+        if taken in _COMPONENTS:
+            raise RegistryError(f"{where}: {taken!r} already names the {_COMPONENTS[taken][1]} component "
+                                f"{_qualname(_COMPONENTS[taken][0])}; one name means one thing on every face.")
     _REGISTRY[name] = cls
     for alias in aliases:
         _ALIASES[alias] = name
@@ -210,3 +216,91 @@ def info(name: str) -> dict[str, Any]:
         "references": dict(cls.references),
         "hyperparameters": hps,
     }
+
+
+# ----------------------------------------------------------------- components (the razor builder's table)
+#: component name -> (class or factory, kind): distillation losses, recorders, connectors, architectures and
+#: razor algorithms that ``build(dict(type=name, ...))`` constructs. Names never collide with algorithm names.
+_COMPONENTS: dict[str, tuple[Callable[..., Any], str]] = {}
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def register_component(obj: Callable[..., Any], kind: str, name: str | None = None) -> Callable[..., Any]:
+    """Register a buildable class or factory as component ``name`` (default: its ``__name__``) of ``kind``.
+
+    Raises RegistryError when the name is taken by another component or by an algorithm (or its alias).
+    """
+    name = name or getattr(obj, "__name__", None)
+    if not isinstance(name, str) or not _ALIAS_RE.match(name):
+        raise RegistryError(f"{_qualname(obj)}: a component name must be an identifier, got {name!r}.")
+    if not callable(obj):
+        raise RegistryError(f"Component {name!r} must be a class or a function, got {type(obj).__name__}.")
+    if name in _REGISTRY or name in _ALIASES:
+        raise RegistryError(f"Component name {name!r} ({_qualname(obj)}) is already the algorithm "
+                            f"{_ALIASES.get(name, name)!r}; one name means one thing on every face. Pick another.")
+    known = _COMPONENTS.get(name)
+    if known is not None and _qualname(known[0]) != _qualname(obj):
+        raise RegistryError(f"Component name {name!r} is registered twice: {_qualname(known[0])} and {_qualname(obj)}.")
+    _COMPONENTS[name] = (obj, kind)
+    return obj
+
+
+def component_names(kind: str | None = None) -> list[str]:
+    """Registered component names (of one ``kind`` when given), sorted."""
+    return sorted(n for n, (_, k) in _COMPONENTS.items() if kind is None or k == kind)
+
+
+def get_component(name: str) -> Callable[..., Any]:
+    """The class or factory registered as component ``name``; unknown names list the closest ones."""
+    if isinstance(name, str) and name in _COMPONENTS:
+        return _COMPONENTS[name][0]
+    raise AlgorithmNotFoundError(
+        f"Unknown component type {name!r}.{closest(str(name), _COMPONENTS)} Registered types: "
+        f"{', '.join(component_names()) or 'none'} (register your own with @register_module())."
+    )
+
+
+def _fields(obj: Callable[..., Any]) -> tuple[list[str], list[str], bool]:
+    """(every keyword field, the required ones, whether it takes **kwargs) of a class or function."""
+    try:
+        params = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):
+        return [], [], True
+    fields = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    required = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and p.default is p.empty]
+    return fields, required, any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+def build_component(cfg: Any) -> Any:
+    """Build ``dict(type="Name", **fields)`` recursively (nested dicts with a ``type`` first).
+
+    Nested configs (also inside lists and plain dicts) are built first, then the component is called with
+    the fields.
+
+    Anything that is not such a dict is returned unchanged (already-built objects pass through). A field the
+    component does not take, or a missing required one, raises ConfigError naming the component, the field
+    and the fields it takes.
+    """
+    if isinstance(cfg, (list, tuple)):
+        return type(cfg)(build_component(v) for v in cfg)
+    if not isinstance(cfg, Mapping):
+        return cfg
+    if "type" not in cfg:
+        return {k: build_component(v) for k, v in cfg.items()}
+    kwargs = {k: v for k, v in cfg.items() if k != "type"}
+    name = cfg["type"]
+    obj = name if callable(name) else get_component(name)
+    label = getattr(obj, "__name__", str(name))
+    fields, required, var_kw = _fields(obj)
+    unknown = [k for k in kwargs if k not in fields and not var_kw]
+    missing = [k for k in required if k not in kwargs]
+    if unknown or missing:
+        what = (f"has no field {unknown[0]!r}.{closest(unknown[0], fields)}" if unknown
+                else f"needs the field {missing[0]!r}.")
+        raise ConfigError(f"{label} ({_qualname(obj)}) {what} It takes: {', '.join(fields) or 'no fields'}"
+                          f"{' (required: ' + ', '.join(required) + ')' if required else ''}.")
+    return obj(**{k: build_component(v) for k, v in kwargs.items()})

@@ -80,7 +80,10 @@ def smash(
     """Apply the SmashConfig's algorithms to ``model`` in stage order and return a :class:`SmashedModel`.
 
     The input model is deep-copied first (``copy_model=False`` smashes in place to save memory), so it stays
-    usable as the baseline for ``slimkit.evaluation.compare``.
+    usable as the baseline for ``slimkit.evaluation.compare``. An algorithm that declares
+    ``uses_original_model = True`` (e.g. a recoverer distilling from the model as it was) reads that model as
+    ``smash_config.original_model`` on its config view: the caller's own object when it was copied (no extra
+    copy), else one copy taken before anything is applied; other algorithms see no such attribute.
     """
     if isinstance(model, SmashedModel):
         raise ConfigError("This model is already smashed; smash the original model with a SmashConfig that holds "
@@ -89,6 +92,14 @@ def smash(
         raise ModelNotSupportedError(f"smash() needs a torch.nn.Module, got {type(model).__name__}.")
     names = check_config(model, smash_config, experimental)
     base_spec = describe_base(model)
+    wants_original = any(getattr(registry.get(n), "uses_original_model", False) for n in names)
+    original = None
+    if wants_original:
+        try:
+            original = model if copy_model else copy.deepcopy(model)
+        except Exception as exc:
+            raise ConfigError(f"Could not copy the model to keep it as the original ({exc}); pass copy_model=True "
+                              "or drop the algorithm that distils from the original model.") from exc
     if copy_model:
         try:
             model = copy.deepcopy(model)
@@ -100,6 +111,8 @@ def smash(
     for i, name in enumerate(names):
         algo = registry.get(name)()
         wrapper = smash_config.get_prefix_wrapper(name)
+        if getattr(algo, "uses_original_model", False):
+            wrapper.original_model = original
         if algo.save_fn == SaveFn.SAVE_BEFORE_APPLY and saved_before is None:
             pre_apply, saved_before = model, i
         start = time.perf_counter()

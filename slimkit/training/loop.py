@@ -8,6 +8,7 @@ their optimizer (whose ``step`` they wrap) or the ``on_step`` / ``on_epoch`` cal
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -126,6 +127,7 @@ def fit(
     num_threads: int | None = None,
     progress: bool = True,
     desc: str = "training",
+    max_seconds: float | None = None,
 ) -> FitResult:
     """Train ``model`` in place on ``batches`` and return what happened (:class:`FitResult`).
 
@@ -144,10 +146,15 @@ def fit(
     eval mode without gradients; ``mode`` says whether higher (``"max"``) or lower (``"min"``) is better,
     ``patience`` stops after that many evaluations in a row without a gain above ``min_delta``, and
     ``restore_best`` loads the weights of the best evaluation at the end. ``num_threads``: CPU threads while
-    training. ``progress``: a tqdm bar (on terminals only; none when False). The model's train/eval mode,
-    torch's thread count and (with ``seed``) the random state are restored afterwards.
+    training. ``max_seconds``: a wall-clock budget; training stops after the step that exceeds it (the result
+    says ``stopped_early``). ``progress``: a tqdm bar (on terminals only; none when False). The model's
+    train/eval mode, torch's thread count and (with ``seed``) the random state are restored afterwards.
     """
     _check(batches, epochs, steps, grad_clip, eval_fn, eval_every, patience, num_threads)
+    if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))
+                                    or not max_seconds > 0):
+        raise ConfigError(f"max_seconds must be a number > 0 (a time budget in seconds) or None, got {max_seconds!r}.")
+    deadline = None if max_seconds is None else time.perf_counter() + float(max_seconds)
     stopper = EarlyStopping(mode, patience, min_delta)
     if device is not None:
         model.to(device)
@@ -194,6 +201,8 @@ def fit(
                         on_step(result.steps, result.losses[-1])
                     if eval_fn is not None and eval_every is not None and result.steps % eval_every == 0:
                         done = evaluate()
+                    if deadline is not None and time.perf_counter() >= deadline:
+                        result.stopped_early = done = True
                     if done or (steps is not None and result.steps >= steps):
                         done = True
                         break

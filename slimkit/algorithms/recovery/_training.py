@@ -1,0 +1,101 @@
+"""Shared machinery of the recoverers and distillers that train a model on ``cfg.data`` (not an algorithm).
+
+:func:`student_hyperparameters` are the training settings they share (length, budget, early stopping,
+seed); :func:`train_student` runs :func:`slimkit.training.fit` with them: seeded shuffling, a progress bar,
+a step and time budget, and early stopping on the held-out (validation) split's task loss with the best
+weights restored. The validation loss before and after training goes into the replay state, so a save
+records what the training bought.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
+from torch import nn
+
+from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.errors import DataError
+from slimkit.training import BatchLoss, FitResult, default_loss, fit, move_batch
+from slimkit.utils import model_device
+
+
+def student_hyperparameters(epochs: int = 2, lr: float = 1e-3) -> list:
+    """Training length, budget, learning rate, batch size, early stopping, seed and threads."""
+    return [
+        UniformIntegerHyperparameter("epochs", 1, 1000, default_value=epochs,
+                                     meta={"desc": "Passes over the train data."}),
+        UniformIntegerHyperparameter("steps", 0, 10**7, default_value=0,
+                                     meta={"desc": "Stop after this many optimizer steps (0: no step limit)."}),
+        UniformFloatHyperparameter("max_seconds", 0.0, 1e6, default_value=0.0,
+                                   meta={"desc": "Wall-clock budget of the training in seconds (0: none)."}),
+        UniformFloatHyperparameter("lr", 1e-7, 1.0, default_value=lr, log=True,
+                                   meta={"desc": "Adam learning rate."}),
+        UniformIntegerHyperparameter("batch_size", 1, 4096, default_value=32, meta={"desc": "Train batch size."}),
+        UniformIntegerHyperparameter("patience", 0, 1000, default_value=0,
+                                     meta={"desc": "Early stopping: evaluations (one per epoch) without a lower "
+                                                   "validation loss before stopping; the best weights are kept "
+                                                   "(0: train the whole length)."}),
+        UniformIntegerHyperparameter("seed", 0, 2**31 - 1, default_value=0,
+                                     meta={"desc": "Seed of data shuffling and of any randomness in training."}),
+        UniformIntegerHyperparameter("num_threads", 0, 1024, default_value=0,
+                                     meta={"desc": "CPU threads while training (0 keeps torch's setting)."}),
+    ]
+
+
+def validation_loss(model: nn.Module, batches: Any, max_batches: int = 50) -> float:
+    """Mean task loss (:func:`slimkit.training.default_loss`) over up to ``max_batches`` batches, eval mode."""
+    was, device = model.training, model_device(model)
+    model.eval()
+    total, n = 0.0, 0
+    try:
+        with torch.no_grad():
+            for i, batch in enumerate(batches):
+                if i >= max_batches:
+                    break
+                total += float(default_loss(model, move_batch(batch, device)))
+                n += 1
+    finally:
+        model.train(was)
+    if n == 0:
+        raise DataError("The validation split yielded no batch; add data with a non-empty validation split.")
+    return total / n
+
+
+def _val_batches(smash_config: SmashConfigPrefixWrapper, batch_size: int) -> Any:
+    try:
+        return smash_config.data.val_dataloader(batch_size=batch_size)
+    except DataError:
+        return None
+
+
+def train_student(model: nn.Module, smash_config: SmashConfigPrefixWrapper, loss: BatchLoss | None,
+                  desc: str, params: Any = None) -> FitResult:
+    """Train ``model`` (or only ``params`` when given) with ``loss`` on ``cfg.data``; record the outcome.
+
+    ``smash_config.state`` gets ``train_steps``, ``final_loss``, ``stopped_early`` and, when the data has a
+    validation split, ``val_loss_before`` / ``val_loss_after``.
+    """
+    seed, batch_size = int(smash_config["seed"]), int(smash_config["batch_size"])
+    loader = smash_config.data.train_dataloader(batch_size=batch_size, shuffle=True,
+                                                generator=torch.Generator().manual_seed(seed))
+    val = _val_batches(smash_config, batch_size)
+    patience = int(smash_config["patience"])
+    if patience and val is None:
+        raise DataError(f"{desc}_patience needs a validation split to stop on; add data that has one, or set "
+                        f"cfg['{desc}_patience'] = 0.")
+    state = smash_config.state
+    if val is not None:
+        state["val_loss_before"] = round(validation_loss(model, val), 6)
+    threads, steps = int(smash_config["num_threads"]), int(smash_config["steps"])
+    seconds = float(smash_config["max_seconds"])
+    optimizer = torch.optim.Adam(params if params is not None else model.parameters(), lr=float(smash_config["lr"]))
+    result = fit(model, loader, loss=loss, optimizer=optimizer, epochs=int(smash_config["epochs"]),
+                 steps=steps or None, seed=seed, num_threads=threads or None, desc=desc,
+                 max_seconds=seconds or None, eval_fn=(lambda m: validation_loss(m, val)) if patience else None,
+                 patience=patience or None, mode="min", restore_best=bool(patience))
+    if val is not None:
+        state["val_loss_after"] = round(validation_loss(model, val), 6)
+    state.update(train_steps=result.steps, final_loss=round(result.final_loss, 6), stopped_early=result.stopped_early)
+    return result

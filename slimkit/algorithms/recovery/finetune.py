@@ -1,0 +1,43 @@
+"""finetune: recover quality after compression by training on the task loss of ``cfg.data``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from slimkit.algorithms.recovery._training import student_hyperparameters, train_student
+from slimkit.core.contract import SlimkitRecoverer, SmashConfigPrefixWrapper
+from slimkit.core.registry import register
+
+
+@register
+class Finetune(SlimkitRecoverer):
+    """Fine-tuning: train the compressed model on the task loss of the SmashConfig's data.
+
+    The loss is cross-entropy on the batch targets (or the model's own ``.loss``), through slimkit's one
+    training loop: seeded shuffling, a progress bar, a step and time budget, and optional early stopping on
+    the validation split (``patience``) with the best weights kept. The weights change, the architecture does
+    not, so a save stores them as they are.
+    """
+
+    algorithm_name = "finetune"
+    aliases = ("fine_tune",)
+    dataset_required = True
+    references = {"Guide": "https://pytorch.org/tutorials/beginner/finetuning_torchvision_models_tutorial.html"}
+
+    def get_hyperparameters(self) -> list:
+        """The shared training settings (epochs, steps, max_seconds, lr, batch_size, patience, seed...)."""
+        return student_hyperparameters(epochs=2, lr=1e-3)
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs a module with trainable parameters."""
+        return isinstance(model, nn.Module) and any(p.is_floating_point() for p in model.parameters())
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return "It trains floating-point parameters and the model has none."
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        train_student(model, smash_config, None, self.algorithm_name)
+        return model

@@ -1,0 +1,74 @@
+"""kd_recover: recover quality after compression by distilling from the model as it entered smash."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar
+
+from ConfigSpace import UniformFloatHyperparameter
+from torch import nn
+
+from slimkit.algorithms.recovery._training import student_hyperparameters, train_student
+from slimkit.core.contract import SlimkitRecoverer, SmashConfigPrefixWrapper
+from slimkit.core.registry import register
+from slimkit.errors import ConfigError
+from slimkit.training.distill import DistillObjective, KLDivergence, frozen_teacher
+from slimkit.utils import model_device
+
+
+@register
+class KDRecover(SlimkitRecoverer):
+    """Knowledge-distillation recovery: the compressed model learns the original model's softened outputs.
+
+    The teacher is the model as it was before smash (frozen, in eval mode); the loss is Hinton's
+    ``temperature**2``-scaled KL divergence of the outputs (weight ``distill_weight``) plus ``task_weight`` x
+    cross-entropy on the targets of ``cfg.data``. Training goes through slimkit's one loop (seeded, budgeted,
+    early stopping on the validation split with ``patience``). Only the weights change; the save keeps them.
+    """
+
+    algorithm_name = "kd_recover"
+    aliases = ("KDRecover",)
+    dataset_required = True
+    #: smash hands this algorithm the model as it entered smash (``smash_config.original_model``)
+    uses_original_model: ClassVar[bool] = True
+    references = {"Paper": "https://arxiv.org/abs/1503.02531"}
+
+    def get_hyperparameters(self) -> list:
+        """Temperature and loss weights, then the shared training settings."""
+        return [
+            UniformFloatHyperparameter("temperature", 0.1, 100.0, default_value=4.0, log=True,
+                                       meta={"desc": "Softmax temperature of the teacher and student outputs."}),
+            UniformFloatHyperparameter("distill_weight", 0.0, 100.0, default_value=1.0,
+                                       meta={"desc": "Weight of the KL divergence to the original model."}),
+            UniformFloatHyperparameter("task_weight", 0.0, 100.0, default_value=1.0,
+                                       meta={"desc": "Weight of the task loss (cross-entropy on the targets); 0 "
+                                                     "distils from the teacher alone."}),
+            *student_hyperparameters(epochs=3, lr=1e-3),
+        ]
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs a module with trainable parameters."""
+        return isinstance(model, nn.Module) and any(p.is_floating_point() for p in model.parameters())
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return "It trains floating-point parameters and the model has none."
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        teacher = getattr(smash_config, "original_model", None)
+        if not isinstance(teacher, nn.Module):
+            raise ConfigError("kd_recover distils from the model as it entered smash(), and none was handed to it; "
+                              "run it through slimkit.smash(model, cfg).")
+        device = model_device(model)
+        if model_device(teacher) != device:
+            teacher = copy.deepcopy(teacher).to(device)
+        weight = float(smash_config["distill_weight"])
+        logits = KLDivergence(tau=float(smash_config["temperature"]), loss_weight=weight) if weight > 0 else None
+        task = float(smash_config["task_weight"])
+        if logits is None and task == 0:
+            raise ConfigError("kd_recover_distill_weight and kd_recover_task_weight are both 0: nothing to train on.")
+        objective = DistillObjective(teacher, logits_loss=logits, task_weight=task)
+        with frozen_teacher(teacher):
+            train_student(model, smash_config, objective, self.algorithm_name)
+        smash_config.state["last_parts"] = {k: round(v, 6) for k, v in objective.last.items()}
+        return model

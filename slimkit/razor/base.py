@@ -1,0 +1,95 @@
+"""BaseAlgorithm: MMRazor's algorithm entry point, ``forward(inputs, data_samples, mode)``.
+
+``mode="loss"`` returns a dict of named scalar tensors (what a training loop sums), ``"tensor"`` the raw
+output of the architecture, ``"predict"`` the predicted class indices (argmax of the main output's last
+dimension). An architecture that is itself a :class:`BaseAlgorithm` is called with the same mode; a plain
+``nn.Module`` (a zoo model, a Hugging Face model) gets slimkit's task loss: cross-entropy on
+``data_samples`` (the targets), or the model's own ``.loss`` when there are none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.data.batches import split_batch
+from slimkit.errors import ConfigError, DataError
+from slimkit.razor.builder import build, build_module, register_module
+from slimkit.training.losses import cross_entropy, model_loss
+from slimkit.utils import main_tensor, run_model
+
+#: the modes ``forward`` accepts
+MODES: tuple[str, ...] = ("loss", "tensor", "predict")
+
+
+@register_module()
+class BaseAlgorithm(nn.Module):
+    """Wraps an ``architecture`` (a module or a config dict built with :func:`~slimkit.razor.build`).
+
+    ``data_preprocessor``: a module or callable applied to the inputs before every forward (a config dict is
+    built). Subclasses override :meth:`loss` (and, when needed, :meth:`tensor` / :meth:`predict`).
+    """
+
+    def __init__(self, architecture: nn.Module | Mapping[str, Any],
+                 data_preprocessor: nn.Module | Callable[[Any], Any] | Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.architecture = build_module(architecture, "architecture")
+        if isinstance(data_preprocessor, Mapping):
+            data_preprocessor = build(data_preprocessor)
+        if data_preprocessor is not None and not callable(data_preprocessor):
+            raise ConfigError(f"data_preprocessor must be callable (inputs -> inputs), got "
+                              f"{type(data_preprocessor).__name__}.")
+        self.data_preprocessor = data_preprocessor
+
+    def forward(self, inputs: Any, data_samples: Any = None, mode: str = "tensor") -> Any:
+        """Dispatch to :meth:`loss`, :meth:`tensor` or :meth:`predict` by ``mode``."""
+        if mode not in MODES:
+            raise ConfigError(f"Invalid mode {mode!r}; BaseAlgorithm.forward supports mode='loss', 'tensor' or "
+                              "'predict'.")
+        if self.data_preprocessor is not None:
+            inputs = self.data_preprocessor(inputs)
+        return getattr(self, mode)(inputs, data_samples)
+
+    def _run(self, inputs: Any, data_samples: Any, mode: str) -> Any:
+        if isinstance(self.architecture, BaseAlgorithm):
+            return self.architecture(inputs, data_samples, mode=mode)
+        return run_model(self.architecture, inputs)
+
+    def loss(self, inputs: Any, data_samples: Any = None) -> dict[str, torch.Tensor]:
+        """Named scalar losses of the architecture on ``inputs`` against ``data_samples``."""
+        if isinstance(self.architecture, BaseAlgorithm):
+            return self.architecture(inputs, data_samples, mode="loss")
+        return {"loss": task_loss(run_model(self.architecture, inputs), data_samples)}
+
+    def tensor(self, inputs: Any, data_samples: Any = None) -> Any:
+        """The architecture's raw output."""
+        return self._run(inputs, data_samples, "tensor")
+
+    def predict(self, inputs: Any, data_samples: Any = None) -> torch.Tensor:
+        """Predicted class indices: argmax over the last dimension of the main output."""
+        if isinstance(self.architecture, BaseAlgorithm):
+            return self.architecture(inputs, data_samples, mode="predict")
+        return main_tensor(run_model(self.architecture, inputs)).argmax(dim=-1)
+
+
+def task_loss(output: Any, targets: Any) -> torch.Tensor:
+    """Cross-entropy of ``output``'s main tensor against integer ``targets``, else the output's own ``.loss``."""
+    if targets is not None:
+        return cross_entropy(main_tensor(output), targets)
+    loss = model_loss(output)
+    if loss is None:
+        raise DataError("mode='loss' needs data_samples (the integer targets) or an architecture whose output "
+                        "carries a .loss (a Hugging Face model fed labels).")
+    return loss
+
+
+def batch_loss(algorithm: nn.Module, batch: Any) -> torch.Tensor:
+    """A :func:`slimkit.training.fit` batch loss for an algorithm: the sum of ``algorithm(x, y, mode="loss")``."""
+    inputs, targets = split_batch(batch)
+    losses = algorithm(inputs, targets, mode="loss")
+    if not isinstance(losses, Mapping) or not losses:
+        raise ConfigError(f"mode='loss' must return a non-empty dict of scalar tensors, got {type(losses).__name__}.")
+    return torch.stack([v.float() for v in losses.values()]).sum()

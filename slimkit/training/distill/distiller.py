@@ -1,0 +1,147 @@
+"""ConfigurableDistiller: recorders on student and teacher, named losses, and which record feeds which argument.
+
+``loss_forward_mappings`` maps each loss name to its forward arguments, each filled from a recorder::
+
+    dict(loss_kl=dict(preds_S=dict(from_student=True, recorder="logits"),
+                      preds_T=dict(from_student=False, recorder="logits")))
+
+An argument may also name ``record_idx`` (which call), ``data_idx`` (which element of a tuple output) and
+``connector`` (a learned layer from ``connectors`` applied first). Mistakes are caught when the distiller is
+built (unknown loss, recorder or connector; argument names that are not the loss's forward arguments) or at the
+first step (shapes that cannot be compared without a connector).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.core.registry import build_component
+from slimkit.errors import ConfigError, closest
+from slimkit.training.distill.connectors import connector_for
+from slimkit.training.distill.recorders import RecorderManager
+
+_ARG_FIELDS = {"from_student", "recorder", "record_idx", "data_idx", "connector"}
+
+
+def _modules(kind: str, specs: Mapping[str, Any] | None) -> nn.ModuleDict:
+    built = nn.ModuleDict()
+    for name, spec in (specs or {}).items():
+        obj = build_component(spec)
+        if not isinstance(obj, nn.Module):
+            raise ConfigError(f"{kind} {name!r} must build an nn.Module, got {type(obj).__name__}.")
+        built[name] = obj
+    return built
+
+
+def forward_arguments(loss: nn.Module) -> list[str]:
+    """The argument names of ``loss.forward`` (what a loss mapping must fill)."""
+    params = inspect.signature(loss.forward).parameters.values()
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty]
+
+
+class ConfigurableDistiller(nn.Module):
+    """Computes named distillation losses from what the student and teacher recorders captured.
+
+    ``student_recorders`` / ``teacher_recorders``: name -> ``dict(type="ModuleOutputs", source="fc")`` (see
+    :mod:`slimkit.training.distill.recorders`); ``distill_losses``: name -> a loss or ``dict(type="KLDivergence",
+    tau=4)``; ``connectors``: name -> a connector or its dict; ``loss_forward_mappings``: see the module doc.
+    Call :meth:`prepare` with the student and the teacher once, then record inside :meth:`student_recording`
+    and :meth:`teacher_recording` and read :meth:`compute_distill_losses`.
+    """
+
+    def __init__(self, student_recorders: Mapping[str, Any] | None = None,
+                 teacher_recorders: Mapping[str, Any] | None = None,
+                 distill_losses: Mapping[str, Any] | None = None,
+                 loss_forward_mappings: Mapping[str, Any] | None = None,
+                 connectors: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.student_recorders = RecorderManager(student_recorders)
+        self.teacher_recorders = RecorderManager(teacher_recorders)
+        self.distill_losses = _modules("distill loss", distill_losses)
+        self.connectors = _modules("connector", connectors)
+        self.loss_forward_mappings = self._check_mappings(dict(loss_forward_mappings or {}))
+
+    def _check_mappings(self, mappings: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+        for name in mappings:
+            if name not in self.distill_losses:
+                raise ConfigError(f"loss_forward_mappings names loss {name!r}, which distill_losses does not define."
+                                  f"{closest(name, self.distill_losses)} Losses: {', '.join(self.distill_losses)}.")
+        for name, loss in self.distill_losses.items():
+            expected = forward_arguments(loss)
+            given = mappings.get(name)
+            if not isinstance(given, Mapping) or sorted(given) != sorted(expected):
+                got = sorted(given) if isinstance(given, Mapping) else "no mapping"
+                raise ConfigError(f"loss_forward_mappings[{name!r}] must fill the forward arguments of "
+                                  f"{type(loss).__name__}: expected keys {expected}, got {got}.")
+            for arg, spec in given.items():
+                where = f"loss_forward_mappings[{name!r}][{arg!r}]"
+                if not isinstance(spec, Mapping) or "recorder" not in spec or "from_student" not in spec:
+                    raise ConfigError(f"{where} must be dict(from_student=True|False, recorder=<name>), got {spec!r}.")
+                extra = sorted(set(spec) - _ARG_FIELDS)
+                if extra:
+                    raise ConfigError(f"{where} has unknown field(s) {extra}; fields: {sorted(_ARG_FIELDS)}.")
+                manager = self.student_recorders if spec["from_student"] else self.teacher_recorders
+                side = "student" if spec["from_student"] else "teacher"
+                if spec["recorder"] not in manager.recorders:
+                    raise ConfigError(f"{where} reads {side} recorder {spec['recorder']!r}, which does not exist."
+                                      f"{closest(str(spec['recorder']), manager.recorders)} {side} recorders: "
+                                      f"{', '.join(manager.recorders) or 'none'}.")
+                connector = spec.get("connector")
+                if connector is not None and connector not in self.connectors:
+                    raise ConfigError(f"{where} names connector {connector!r}, which connectors does not define."
+                                      f"{closest(str(connector), self.connectors)}")
+        return {k: {a: dict(s) for a, s in v.items()} for k, v in mappings.items()}
+
+    def prepare(self, student: nn.Module, teacher: nn.Module) -> None:
+        """Bind the recorders to ``student`` and ``teacher`` (unknown module names list the real ones)."""
+        self.student_recorders.initialize(student)
+        self.teacher_recorders.initialize(teacher)
+
+    def student_recording(self) -> RecorderManager:
+        """Context manager: record the student while the block runs (hooks removed on exit)."""
+        return self.student_recorders
+
+    def teacher_recording(self) -> RecorderManager:
+        """Context manager: record the teacher while the block runs (hooks removed on exit)."""
+        return self.teacher_recorders
+
+    def _read(self, spec: Mapping[str, Any]) -> tuple[torch.Tensor, str]:
+        manager = self.student_recorders if spec["from_student"] else self.teacher_recorders
+        value = manager.get(spec["recorder"], int(spec.get("record_idx", 0)), spec.get("data_idx"))
+        side = "student" if spec["from_student"] else "teacher"
+        source = manager.recorders[spec["recorder"]].source or "<the whole model>"
+        return value, f"{side} layer {source!r} (recorder {spec['recorder']!r})"
+
+    def compute_distill_losses(self) -> dict[str, torch.Tensor]:
+        """Every distill loss on the latest records: loss name -> scalar tensor."""
+        losses: dict[str, torch.Tensor] = {}
+        for name, loss in self.distill_losses.items():
+            kwargs, labels = {}, {}
+            for arg, spec in self.loss_forward_mappings[name].items():
+                value, labels[arg] = self._read(spec)
+                if spec.get("connector") is not None:
+                    value = self.connectors[spec["connector"]](value)
+                kwargs[arg] = value
+            if getattr(loss, "same_shape", True):
+                self._check_shapes(name, loss, kwargs, labels)
+            losses[name] = loss(**kwargs)
+        return losses
+
+    def _check_shapes(self, name: str, loss: nn.Module, kwargs: dict[str, Any], labels: dict[str, str]) -> None:
+        shapes = {arg: tuple(v.shape) for arg, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        if len(set(shapes.values())) <= 1:
+            return
+        (a, sa), (b, sb) = list(shapes.items())[:2]
+        try:
+            hint = connector_for(sa, sb)
+            fix = (f" Add a connector: connectors=dict({name}_connector=dict(type={type(hint).__name__!r}, ...)) "
+                   f"and connector='{name}_connector' on the student side of the mapping.")
+        except ConfigError:
+            fix = " No connector can fix this (they change widths only); record other layers."
+        raise ConfigError(f"Loss {name!r} ({type(loss).__name__}) compares {labels[a]} of shape {sa} with "
+                          f"{labels[b]} of shape {sb}; they must have the same shape.{fix}")
