@@ -33,7 +33,7 @@ def weight_hyperparameters(default_group: int = 128, with_sym: bool = True) -> l
         hps.append(Boolean("sym", False, meta={"desc": "Symmetric grid (fixed zero at the middle code) instead of "
                                                        "a per-group min/max grid."}))
     hps.append(ListHyperparameter("exclude", DEFAULT_EXCLUDE,
-                                  meta={"desc": "fnmatch patterns of layer names kept in full precision (a "
+                                  meta={"desc": "Layers kept in full precision: exact names or glob patterns (a "
                                                 "pattern also matches the last name part); lm_head by default."}))
     return hps
 

@@ -12,7 +12,6 @@ reproduces the smashed outputs exactly.
 
 from __future__ import annotations
 
-import fnmatch
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -24,6 +23,7 @@ from torch import nn
 from slimkit.compression.quantization import Quantizer, quantized_layer_specs, rebuild_quantized_layers
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
+from slimkit.core.selection import matches
 from slimkit.errors import ConfigError
 from slimkit.training import fit, make_optimizer
 
@@ -55,7 +55,7 @@ def training_hyperparameters(epochs: int = 2, lr: float = 1e-3) -> list:
                                    meta={"desc": "Adam learning rate of the quantization-aware fine-tuning."}),
         UniformIntegerHyperparameter("batch_size", 1, 4096, default_value=64,
                                      meta={"desc": "Train batch size."}),
-        ListHyperparameter("exclude", (), meta={"desc": "fnmatch patterns of layer names kept in full precision, "
+        ListHyperparameter("exclude", (), meta={"desc": "Layers kept in full precision: exact names or glob patterns, "
                                                         "e.g. ['classifier.3'] for the last layer."}),
         UniformIntegerHyperparameter("seed", 0, 2**31 - 1, default_value=0,
                                      meta={"desc": "Seed of data shuffling and of any randomness in training."}),
@@ -73,7 +73,7 @@ def build_config_list(
     names = layer_names(model)
     excluded: list[str] = []
     for pattern in exclude:
-        matched = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        matched = [n for n in names if matches(n, [pattern])]
         if not matched:
             raise ConfigError(
                 f"exclude pattern {pattern!r} matches no Linear/Conv layer. Layer names: {', '.join(names)}."

@@ -35,7 +35,7 @@ class Int8Dynamic(SlimkitQuantizer):
         return [
             Boolean("per_channel", True, meta={"desc": "One weight scale per output channel (more accurate) "
                                                        "instead of one per tensor."}),
-            ListHyperparameter("exclude", (), meta={"desc": "fnmatch patterns of module names kept in fp32, "
+            ListHyperparameter("exclude", (), meta={"desc": "Module names kept in fp32: exact names or glob patterns, "
                                                             "e.g. ['*.output.dense', 'classifier']."}),
         ]
 

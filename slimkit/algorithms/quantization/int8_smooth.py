@@ -53,8 +53,8 @@ class Int8Smooth(SlimkitQuantizer):
                         "weights."}),
             UniformIntegerHyperparameter("calibration_samples", 1, 4096, default_value=32, meta={
                 "desc": "Calibration samples (sequences or images) used for statistics and the budget."}),
-            ListHyperparameter("exclude", (), meta={"desc": "fnmatch patterns of Linear layers always kept in fp32, "
-                                                            "e.g. ['lm_head']."}),
+            ListHyperparameter("exclude", (), meta={
+                "desc": "Linear layers always kept in fp32: exact names or glob patterns, e.g. ['lm_head']."}),
         ]
 
     def model_check_fn(self, model: Any) -> bool:

@@ -57,7 +57,7 @@ class Int8Static(SlimkitQuantizer):
             Boolean("bias_correction", True, meta={
                 "desc": "Correct each int8 layer's bias so its mean output per channel matches fp32 on the "
                         "calibration images."}),
-            ListHyperparameter("exclude", (), meta={"desc": "fnmatch patterns of module names kept in fp32, "
+            ListHyperparameter("exclude", (), meta={"desc": "Module names kept in fp32: exact names or glob patterns, "
                                                             "e.g. ['features.0.*']."}),
         ]
 

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import fnmatch
 import warnings
 
 import torch
 
+from slimkit.core.selection import matches
+
 
 def linear_names(model: torch.nn.Module, exclude: tuple[str, ...] = ()) -> list[str]:
-    """Names of the plain ``nn.Linear`` modules of ``model`` that match no fnmatch pattern in ``exclude``."""
+    """Names of the plain ``nn.Linear`` modules of ``model`` that ``exclude`` does not name (exact or glob)."""
     return [
         name
         for name, module in model.named_modules()
-        if type(module) is torch.nn.Linear and not any(fnmatch.fnmatchcase(name, pat) for pat in exclude)
+        if type(module) is torch.nn.Linear and not matches(name, exclude)
     ]
 
 

@@ -6,7 +6,6 @@ same mixed int8/fp32 graph from that record on a fresh model (the saved scales, 
 
 from __future__ import annotations
 
-import fnmatch
 import warnings
 from typing import Any
 
@@ -30,6 +29,7 @@ from slimkit.compression.quantization.int8.static_fx import (
     qconfig_mapping,
 )
 from slimkit.compression.quantization.int8.static_tune import bias_correct, float_alone, quantized_layers
+from slimkit.core.selection import matches, unmatched
 from slimkit.errors import ConfigError, ModelNotSupportedError
 from slimkit.utils import Inputs
 
@@ -50,10 +50,10 @@ def first_tensor(inputs: Inputs) -> torch.Tensor:
 
 
 def excluded_modules(model: torch.nn.Module, patterns: tuple[str, ...]) -> list[str]:
-    """Module names matching the fnmatch ``patterns``; a pattern matching nothing raises :class:`ConfigError`."""
+    """Module names named by ``patterns`` (:mod:`slimkit.core.selection`); one matching nothing raises ConfigError."""
     names = [n for n, _ in model.named_modules() if n]
-    out = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-    unknown = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    out = [n for n in names if matches(n, patterns)]
+    unknown = unmatched(names, patterns)
     if unknown:
         leaf = [n for n, m in model.named_modules() if isinstance(m, (*CONVS, torch.nn.Linear))]
         raise ConfigError(f"int8_static exclude pattern(s) {unknown} match no module. Conv/Linear modules: "

@@ -6,13 +6,13 @@ transposed, ``[in, out]``); both become a :class:`PackedLinear` with the same ``
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
+from slimkit.core.selection import matches
 from slimkit.errors import ConfigError
 
 
@@ -40,12 +40,6 @@ def in_out(module: nn.Module) -> tuple[int, int]:
     """``(in_features, out_features)`` of a quantizable layer."""
     out_f, in_f = weight_of(module).shape
     return in_f, out_f
-
-
-def matches(name: str, patterns: Iterable[str]) -> bool:
-    """Whether module ``name`` matches any fnmatch pattern (a pattern also matches the name's last part)."""
-    last = name.rsplit(".", 1)[-1]
-    return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(last, p) for p in patterns)
 
 
 def select_layers(model: nn.Module, exclude: Iterable[str] = ()) -> list[str]:
