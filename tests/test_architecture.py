@@ -17,7 +17,7 @@ ROOT = Path(slimkit.__file__).parent
 
 #: Top to bottom. A package may import its own layer's packages or any lower layer, never a higher one.
 LAYERS: list[tuple[str, ...]] = [
-    ("slimkit", "slimkit.__main__", "slimkit.cli", "slimkit.demo"),
+    ("slimkit", "slimkit.__main__", "slimkit.cli", "slimkit.demo", "slimkit.compression.__main__"),
     ("slimkit.experiment", "slimkit.razor"),
     ("slimkit.engine",),
     ("slimkit.config",),
@@ -80,6 +80,8 @@ GRAPH = {_module_name(p): _imports(p) for p in FILES}
 
 
 def _package(module: str) -> str:
+    if module in LAYER_OF:  # entry points such as slimkit.compression.__main__ are faces by name
+        return module
     for depth in (2, 1):
         name = ".".join(module.split(".")[:depth])
         if name in LAYER_OF:

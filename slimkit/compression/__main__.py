@@ -1,12 +1,12 @@
-"""``python -m slimkit.compression experiment.json [--automatic]``: Auptimizer's command, run by ``slimkit run``.
+"""``python -m slimkit.compression experiment.json [--automatic]``: Auptimizer's command, the same as ``slimkit run``.
 
-The compression engines are a low layer; this entry point only hands the command line to the top-level
-``slimkit`` program (``python -m slimkit run ...``) and imports nothing from the layers above.
+An entry point is a face whatever folder it sits in (``tests/test_architecture.py`` places this module in the
+top layer by name): it hands the command line to the CLI and is never imported by the compression engines.
 """
 
-import runpy
 import sys
 
+from slimkit.cli import main
+
 if __name__ == "__main__":
-    sys.argv = ["slimkit", "run", *sys.argv[1:]]
-    runpy.run_module("slimkit", run_name="__main__", alter_sys=True)
+    sys.exit(main(["run", *sys.argv[1:]]))
