@@ -27,6 +27,8 @@ import torch
 from torch import nn
 
 from slimkit.compression.pruning import Pruner
+from slimkit.compression.pruning.coupling import has_norm_masks
+from slimkit.compression.pruning.coupling import norm_producer_masks as producer_masks
 from slimkit.compression.pruning.io import MODEL_FORMAT, save_masks
 from slimkit.compression.quantization import Quantizer, quantized_layer_specs
 from slimkit.compression.speedup import KeptChannels, ModelSpeedup
@@ -36,7 +38,6 @@ from slimkit.engine import SmashedModel, smash
 from slimkit.errors import ConfigError
 from slimkit.utils import model_device, move_inputs
 
-from ._norm_masks import has_norm_masks, producer_masks
 from .compression_config import parse_compression_config
 from .compressors import CompressorSpec, check_compressor_kwargs, config_list_hyperparameters, get_compressor_spec
 from .export import (

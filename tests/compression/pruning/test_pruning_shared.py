@@ -63,12 +63,6 @@ def test_norm_masks_become_producer_masks_that_the_speedup_removes():
     assert (small.a.out_channels, small.b.out_channels, small.bn.num_features, small.c.in_channels) == (3, 3, 3, 3)
 
 
-def test_experiment_layer_uses_the_compression_implementation():
-    from slimkit.experiment import _norm_masks
-
-    assert _norm_masks.producer_masks is norm_producer_masks and _norm_masks.has_norm_masks is has_norm_masks
-
-
 class Conv2dSame(nn.Conv2d):
     """A TF-"SAME"-padding conv (its forward is irrelevant to layer selection)."""
 
