@@ -43,8 +43,10 @@ def machine_line(threads: int) -> str:
             f"{time.strftime('%Y-%m-%d')}")
 
 
-def interleaved_latency(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, threads: int) -> dict:
-    """Median ms per callable, timing them round-robin so machine noise hits all of them alike."""
+def interleaved_samples(fns: dict[str, Callable[[], object]], repeats: int, warmup: int,
+                        threads: int) -> dict[str, list[float]]:
+    """ms per call of each callable, ``repeats`` samples each, timed round-robin (alternating order) so machine
+    noise hits all of them alike."""
     torch.set_num_threads(threads)
     samples: dict[str, list[float]] = {k: [] for k in fns}
     with torch.inference_mode():
@@ -57,7 +59,12 @@ def interleaved_latency(fns: dict[str, Callable[[], object]], repeats: int, warm
                 start = time.perf_counter()
                 fn()
                 samples[name].append((time.perf_counter() - start) * 1000)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return samples
+
+
+def interleaved_latency(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, threads: int) -> dict:
+    """Median ms per callable, timing them round-robin so machine noise hits all of them alike."""
+    return {k: statistics.median(v) for k, v in interleaved_samples(fns, repeats, warmup, threads).items()}
 
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:

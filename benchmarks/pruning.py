@@ -7,10 +7,11 @@ widths 64-128-256-512, ImageNet stem, seeded random init), 224x224 inputs, batch
 channel is pruned (stem, blocks, shortcuts; the classifier is left alone) at 30% and 50%, ranked by the L1
 norm of the filters:
 
-* slimkit: ``create_compressor(model, "group_l1_filter", ...)`` -> ``compress()`` -> ``apply_speedup()``; coupled
-  layers (residual streams, expand + depthwise) share one mask chosen by their summed L1 norms.
-* slimkit per-layer ``l1_filter`` (ResNet-18 at 50% only): each conv ranked on its own, as NNI does; shows how
-  little of the residual streams the speedup can then remove.
+* slimkit: ``create_compressor(model, "l1_filter", ..., dummy_input=x)`` -> ``compress()`` -> ``apply_speedup()``;
+  dependency-aware (the default when an input is given): coupled layers (residual streams, expand + depthwise)
+  share one mask chosen by their summed L1 norms.
+* slimkit per-layer ``l1_filter`` with ``dependency_aware=False`` (ResNet-18 at 50% only): each conv ranked on its
+  own, as NNI does by default; shows how little of the residual streams the speedup can then remove.
 * Torch-Pruning ``tp.pruner.MetaPruner`` with ``tp.importance.MagnitudeImportance(p=1)``, same ratio, classifier
   ignored.
 
@@ -89,10 +90,10 @@ def build_resnet18(seed: int = 0) -> nn.Module:
     return ResNet18().eval()
 
 
-def slimkit_prune(model: nn.Module, x: torch.Tensor, sparsity: float, compressor: str) -> nn.Module:
-    config = {"compression": {"framework": "torch", "type": "pruning", "compressor": compressor,
+def slimkit_prune(model: nn.Module, x: torch.Tensor, sparsity: float, dependency_aware: bool) -> nn.Module:
+    config = {"compression": {"framework": "torch", "type": "pruning", "compressor": "l1_filter",
                               "config_list": [{"sparsity": sparsity, "op_types": ["Conv2d"]}]}}
-    comp = create_compressor(copy.deepcopy(model), config, dummy_input=x[:1])
+    comp = create_compressor(copy.deepcopy(model), config, dummy_input=x[:1], dependency_aware=dependency_aware)
     comp.compress()
     with warnings.catch_warnings():  # per-layer l1_filter warns about every coupled channel it could not remove
         warnings.simplefilter("ignore")
@@ -121,10 +122,10 @@ def benchmark_model(title: str, model: nn.Module, x: torch.Tensor, classifier: s
                     per_layer_at: float | None) -> dict[str, float]:
     variants: dict[str, nn.Module] = {"dense": model}
     for s in (0.3, 0.5):
-        variants[f"slimkit group_l1_filter {s:.0%}"] = slimkit_prune(model, x, s, "group_l1_filter")
+        variants[f"slimkit l1_filter {s:.0%}"] = slimkit_prune(model, x, s, True)
         variants[f"Torch-Pruning L1 {s:.0%}"] = torch_pruning_prune(model, x, s, classifier)
         if per_layer_at == s:
-            variants[f"slimkit l1_filter per-layer {s:.0%}"] = slimkit_prune(model, x, s, "l1_filter")
+            variants[f"slimkit l1_filter per-layer {s:.0%}"] = slimkit_prune(model, x, s, False)
     variants["dense (2nd copy: timing noise)"] = copy.deepcopy(model)
     lat = interleaved_latency({k: (lambda m=m: m(x)) for k, m in variants.items()}, repeats=args.repeats,
                               warmup=args.warmup, threads=args.threads)
@@ -142,14 +143,14 @@ def benchmark_model(title: str, model: nn.Module, x: torch.Tensor, classifier: s
     print_table(["model", "params M", "GMACs", "MACs cut", "conv ch kept", "latency ms", "speedup", "cos vs dense"],
                 rows)
     for s in (0.3, 0.5):
-        ours, theirs = variants[f"slimkit group_l1_filter {s:.0%}"], variants[f"Torch-Pruning L1 {s:.0%}"]
+        ours, theirs = variants[f"slimkit l1_filter {s:.0%}"], variants[f"Torch-Pruning L1 {s:.0%}"]
         same = conv_shapes(ours) == conv_shapes(theirs)
-        ratio = lat[f"Torch-Pruning L1 {s:.0%}"] / lat[f"slimkit group_l1_filter {s:.0%}"]
+        ratio = lat[f"Torch-Pruning L1 {s:.0%}"] / lat[f"slimkit l1_filter {s:.0%}"]
         print(f"  {s:.0%}: Torch-Pruning / slimkit latency {ratio:.2f} (>1 = slimkit faster); "
               f"identical layer shapes: {same}"
               + ("" if same else " (slimkit prunes floor(s*N) channels per group, Torch-Pruning keeps floor((1-s)*N))"))
-    return {"speedup50": lat["dense"] / lat["slimkit group_l1_filter 50%"],
-            "macs50": dense_macs / count_macs(variants["slimkit group_l1_filter 50%"], x),
+    return {"speedup50": lat["dense"] / lat["slimkit l1_filter 50%"],
+            "macs50": dense_macs / count_macs(variants["slimkit l1_filter 50%"], x),
             "tp_speedup50": lat["dense"] / lat["Torch-Pruning L1 50%"],
             "noise": abs(1 - lat["dense"] / lat["dense (2nd copy: timing noise)"])}
 

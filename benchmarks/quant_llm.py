@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_line, print_table  # noqa: E402
+from common import interleaved_samples, machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo  # noqa: E402
 from slimkit.compression.quantization.lowbit import PackedLinear, native  # noqa: E402
@@ -41,23 +41,6 @@ def packed_linear_ratio(model: torch.nn.Module) -> float:
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     stored = sum(b.numel() * b.element_size() for m in packed for b in m.buffers())
     return stored / sum(4 * m.in_features * m.out_features for m in packed)
-
-
-def interleaved_samples(fns: dict, repeats: int, warmup: int, threads: int) -> dict[str, list[float]]:
-    """ms per call of each callable, ``repeats`` samples each, timed round-robin (alternating order) so machine
-    noise hits all alike (common.interleaved_latency, keeping every sample: the table gives median and best)."""
-    torch.set_num_threads(threads)
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    with torch.inference_mode():
-        for _ in range(warmup):
-            for fn in fns.values():
-                fn()
-        for r in range(repeats):
-            for name, fn in list(fns.items()) if r % 2 == 0 else list(reversed(fns.items())):
-                start = time.perf_counter()
-                fn()
-                samples[name].append((time.perf_counter() - start) * 1000)
-    return samples
 
 
 def quantize(base: torch.nn.Module, tok, method: str, bits: int, group_size: int,

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from slimkit.compression.quantization.lowbit import PackedLinear, kernels, native, quantize_rtn
+from slimkit.compression.quantization.lowbit import kernels, native
 
 HAVE_CC = shutil.which("cc") is not None
 
@@ -27,24 +27,6 @@ FLAGS = _flags()
 #: what this CPU can run, read independently of native.py's probe (the tests check the probe against it)
 CAN_AVX2 = HAVE_CC and {"avx2", "fma", "f16c"} <= FLAGS
 CAN_AVX512 = HAVE_CC and {"avx512f", "avx512bw", "avx512vl"} <= FLAGS and CAN_AVX2
-
-
-@pytest.fixture
-def fresh_kernel(monkeypatch, tmp_path):
-    """An empty kernel cache and no loaded library, restored afterwards."""
-    monkeypatch.setenv("SLIMKIT_CACHE", str(tmp_path))
-    saved = dict(native._STATE)
-    native._STATE.clear()
-    yield tmp_path
-    native._STATE.clear()
-    native._STATE.update(saved)
-
-
-def _layer(bits, out_f, in_f, group, bias=True, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    w = torch.randn(out_f, in_f, generator=gen)
-    q, s, z = quantize_rtn(w, bits, group, False)
-    return PackedLinear.from_quantized(q, s, z, bits, group, torch.randn(out_f, generator=gen) if bias else None)
 
 
 def test_the_probe_matches_the_cpu_flags():
@@ -123,10 +105,10 @@ def _paths(layer, x):
                          [(37, 256, 128), (64, 576, 128), (33, 200, 64), (19, 83, 16), (96, 1536, 128),
                           (40, 1040, 32)])
 @pytest.mark.parametrize("rows", [1, 2, 8, 24])
-def test_avx2_avx512_and_torch_paths_give_the_same_numbers(bits, out_f, in_f, group, rows):
+def test_avx2_avx512_and_torch_paths_give_the_same_numbers(bits, out_f, in_f, group, rows, make_layer):
     """Odd and even row counts (the decode kernel pairs rows), partial groups, widths that are not whole units,
     decode (1..8 tokens) and prefill (24 tokens)."""
-    layer = _layer(bits, out_f, in_f, group, bias=rows != 2, seed=bits + rows)
+    layer = make_layer(bits, out_f, in_f, group, bias=rows != 2, seed=bits + rows)
     x = torch.randn(rows, in_f, generator=torch.Generator().manual_seed(in_f))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no silent fallback inside a forced build
@@ -144,8 +126,8 @@ def test_avx2_avx512_and_torch_paths_give_the_same_numbers(bits, out_f, in_f, gr
 
 
 @pytest.mark.skipif(not CAN_AVX2, reason="no AVX2 per the probe: no kernel to run (asserted by the probe test)")
-def test_a_packed_layer_follows_the_forced_isa(monkeypatch):
-    layer = _layer(4, 48, 576, 128)
+def test_a_packed_layer_follows_the_forced_isa(monkeypatch, make_layer):
+    layer = make_layer(4, 48, 576, 128)
     x = torch.randn(1, 1, 576)
     results = {}
     for isa in ("avx2", "avx512") if CAN_AVX512 else ("avx2",):

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from slimkit.compression.quantization.lowbit import PackedLinear, kernels, native, quantize_rtn
+from slimkit.compression.quantization.lowbit import kernels, native
 
 
 def _avx2() -> bool:
@@ -22,24 +22,6 @@ def _avx2() -> bool:
 EXPECT_NATIVE = shutil.which("cc") is not None and _avx2()
 
 
-@pytest.fixture
-def fresh_kernel(monkeypatch, tmp_path):
-    """An empty kernel cache and no loaded library, restored afterwards."""
-    monkeypatch.setenv("SLIMKIT_CACHE", str(tmp_path))
-    saved = dict(native._STATE)
-    native._STATE.clear()
-    yield tmp_path
-    native._STATE.clear()
-    native._STATE.update(saved)
-
-
-def _layer(bits, out_f, in_f, group, bias=True, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    w = torch.randn(out_f, in_f, generator=gen)
-    q, s, z = quantize_rtn(w, bits, group, False)
-    return PackedLinear.from_quantized(q, s, z, bits, group, torch.randn(out_f, generator=gen) if bias else None)
-
-
 def _native(layer, x):
     return native.matmul(x, layer.qweight, layer.scales, layer.zeros, layer.bits, layer.group_size,
                          layer.out_features, layer.bias)
@@ -52,19 +34,19 @@ def test_kernel_is_built_where_a_compiler_and_avx2_exist():
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])
 @pytest.mark.parametrize(("in_f", "group"), [(256, 128), (200, 128), (83, 16), (96, 32), (1040, 64)])
 @pytest.mark.parametrize("rows", [1, 3, 8])
-def test_native_matmul_equals_the_dequantised_dense_matmul(bits, in_f, group, rows):
+def test_native_matmul_equals_the_dequantised_dense_matmul(bits, in_f, group, rows, make_layer):
     """Every width, full and partial last groups, widths that are not a whole packing unit, 1..8 rows."""
     if not EXPECT_NATIVE:
         pytest.fail("no C compiler or no AVX2 here: run test_fallback_without_the_kernel_gives_the_same_numbers")
-    layer = _layer(bits, 37, in_f, group, bias=rows != 3)
+    layer = make_layer(bits, 37, in_f, group, bias=rows != 3)
     x = torch.randn(rows, in_f)
     out = _native(layer, x)
     assert out is not None and out.shape == (rows, 37)
     torch.testing.assert_close(out, F.linear(x, layer.dequantize(), layer.bias), atol=1e-4, rtol=1e-4)
 
 
-def test_packed_linear_decode_goes_through_the_native_kernel(monkeypatch):
-    layer = _layer(3, 64, 256, 128)
+def test_packed_linear_decode_goes_through_the_native_kernel(monkeypatch, make_layer):
+    layer = make_layer(3, 64, 256, 128)
     calls = []
     real = native.layer_matmul
     monkeypatch.setattr(native, "layer_matmul", lambda *a, **k: calls.append(tuple(a[1].shape)) or real(*a, **k))
@@ -76,19 +58,19 @@ def test_packed_linear_decode_goes_through_the_native_kernel(monkeypatch):
     assert len(calls) == 1
 
 
-def test_kernel_declines_what_it_cannot_compute():
-    layer = _layer(4, 16, 64, 32)
+def test_kernel_declines_what_it_cannot_compute(make_layer):
+    layer = make_layer(4, 16, 64, 32)
     assert _native(layer, torch.randn(native.MAX_ROWS + 1, 64)) is None
     assert _native(layer, torch.randn(2, 64, dtype=torch.float64)) is None
     assert _native(layer, torch.randn(2, 64, requires_grad=True)) is None  # no backward in C
-    odd = _layer(3, 16, 64, 12)  # a group of 12 is not a whole number of 8-value units
+    odd = make_layer(3, 16, 64, 12)  # a group of 12 is not a whole number of 8-value units
     assert _native(odd, torch.randn(1, 64)) is None
     x = torch.randn(1, 64)
     torch.testing.assert_close(odd(x), F.linear(x, odd.dequantize(), odd.bias), atol=1e-4, rtol=1e-4)
 
 
-def test_fallback_without_the_kernel_gives_the_same_numbers(fresh_kernel, monkeypatch):
-    layer = _layer(4, 48, 200, 64)
+def test_fallback_without_the_kernel_gives_the_same_numbers(fresh_kernel, monkeypatch, make_layer):
+    layer = make_layer(4, 48, 200, 64)
     x = torch.randn(2, 200)
     expected = F.linear(x, layer.dequantize(), layer.bias)
     monkeypatch.setenv("SLIMKIT_NATIVE", "0")
@@ -117,10 +99,10 @@ def test_the_build_is_cached_per_source_and_cpu(fresh_kernel, monkeypatch):
 
 @pytest.mark.parametrize("bits", [2, 3, 4])
 @pytest.mark.parametrize("group", [32, 128])
-def test_int4_kernel_scales_and_mins_reproduce_our_dequantisation(bits, group):
+def test_int4_kernel_scales_and_mins_reproduce_our_dequantisation(bits, group, make_layer):
     """The CUDA path's (scale, min) mapping, checked through PyTorch's CPU build of the same int4 kernel format
     (the CUDA kernel itself needs a GPU: tests marked cuda)."""
-    layer = _layer(bits, 64, 256, group)
+    layer = make_layer(bits, 64, 256, group)
     tiny = kernels._tinygemm_group(layer)
     assert tiny == group  # our group sizes 32 and 128 are tinygemm group sizes themselves
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(layer.codes().to(torch.int32), 8)
@@ -131,18 +113,18 @@ def test_int4_kernel_scales_and_mins_reproduce_our_dequantisation(bits, group):
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])
 @pytest.mark.parametrize(("in_f", "group"), [(200, 128), (83, 16), (1040, 64)])
-def test_planar_prefill_path_equals_the_dequantised_dense_matmul(bits, in_f, group):
+def test_planar_prefill_path_equals_the_dequantised_dense_matmul(bits, in_f, group, make_layer):
     if not EXPECT_NATIVE:
         pytest.fail("no C compiler or no AVX2 here: run test_fallback_without_the_kernel_gives_the_same_numbers")
-    layer = _layer(bits, 45, in_f, group)
+    layer = make_layer(bits, 45, in_f, group)
     x = torch.randn(37, in_f)
     out = native.planar_matmul(x, layer.qweight, layer.scales, layer.zeros, bits, group, in_f, layer.bias)
     assert out is not None and out.shape == (37, 45)
     torch.testing.assert_close(out, F.linear(x, layer.dequantize(), layer.bias), atol=1e-4, rtol=1e-4)
 
 
-def test_packed_linear_prefill_goes_through_the_planar_kernel(monkeypatch):
-    layer = _layer(4, 64, 256, 128)
+def test_packed_linear_prefill_goes_through_the_planar_kernel(monkeypatch, make_layer):
+    layer = make_layer(4, 64, 256, 128)
     calls = []
     real = native.planar_matmul
     monkeypatch.setattr(native, "planar_matmul", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
