@@ -21,12 +21,13 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+
+from slimkit.core.io import atomic_file
 
 SOURCE = Path(__file__).with_name("_native.c")
 _COMMON = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11")
@@ -111,18 +112,11 @@ def _build(compiler: str, flags: tuple[str, ...] = FLAGS) -> Path:
     target = cache_dir() / f"lowbit-{key}.so"
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".lowbit-", suffix=".so")
-    os.close(fd)
-    try:
-        done = subprocess.run([compiler, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True,
+    with atomic_file(target, suffix=".so") as tmp:  # another process never loads half a library
+        done = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True,
                               timeout=120, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return target
 
 
