@@ -7,6 +7,39 @@ import importlib
 import pytest
 
 PUBLIC = {
+    "slimkit.compression.pruning": [
+        "AGPPruner", "ActivationAPoZRankFilterPruner", "ActivationAPoZRankFilterPrunerMasker",
+        "ActivationMeanRankFilterPruner", "ActivationMeanRankFilterPrunerMasker", "AttentionHeadMasker",
+        "AttentionHeadPruner", "ChannelCoupling", "ChannelGroupPlan", "DependencyAwarePruner", "FPGMPruner",
+        "FPGMPrunerMasker", "GroupFilterPruner", "GroupL1FilterPruner", "GroupL2FilterPruner", "HeadLayout",
+        "L1FilterPruner", "L1FilterPrunerMasker", "L2FilterPruner", "L2FilterPrunerMasker", "LevelPruner",
+        "LevelPrunerMasker", "Pruner", "PrunerModuleWrapper", "PruningConfigError", "SlimPruner", "SlimPrunerMasker",
+        "StructuredWeightMasker", "TaylorFOWeightFilterPruner", "TaylorFOWeightFilterPrunerMasker", "WeightMasker",
+        "agp_sparsity", "find_head_layout", "format_sensitivity_table", "load_masks", "load_state_dict_file",
+        "num_to_prune", "plot_sensitivity", "resolve_config_list", "save_masks", "sensitivity_analysis"
+    ],
+    "slimkit.compression.quantization": [
+        "BNNGrad", "BNNQuantizer", "ClipGrad", "DoReFaQuantizer", "Int8Linear", "LsqQuantizer", "QATQuantizer",
+        "QAT_Quantizer", "QuantGrad", "QuantType", "QuantizationConfigError", "QuantizedLayer", "Quantizer",
+        "QuantizerModuleWrapper", "affine_qparams", "dequantize", "fake_quantize", "grad_scale", "load_calibration",
+        "quantize_codes", "quantized_layer_specs", "rebuild_quantized_layers", "resolve_quant_config_list",
+        "round_ste"
+    ],
+    "slimkit.compression.speedup": [
+        "ChannelGraph", "ChannelGroups", "KeptChannels", "ModelSpeedup", "SpeedupError", "SpeedupWarning",
+        "UnsupportedOpError", "apply_kept_channels", "channel_dependency_report", "trace_channels"
+    ],
+    "slimkit.data": [
+        "COLLATE_FUNCTIONS", "DataModule", "DictDataset", "LABEL_KEYS", "audio_processing_collate",
+        "image_classification_collate", "image_generation_collate", "list_datasets", "make_datamodule", "move_batch",
+        "pydoc_split_topics", "pydoc_text_blocks", "question_answering_collate", "split_batch",
+        "split_train_into_train_val_test", "text_generation_collate"
+    ],
+    "slimkit.training": [
+        "BatchLoss", "Criterion", "EarlyStopping", "EpochCallback", "EvalFn", "FitResult", "LABEL_KEYS", "MODES",
+        "OPTIMIZERS", "StepCallback", "criterion_loss", "cross_entropy", "default_loss", "fit", "make_optimizer",
+        "model_loss", "move_batch", "split_batch"
+    ],
     "slimkit": ["BasicConfig", "SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__",
                 "create_compressor", "print_result", "smash"],
     "slimkit.core": ["GROUPS", "KIND_OF_GROUP", "SaveFn", "SlimkitAlgorithm", "SlimkitBatcher", "SlimkitCacher",

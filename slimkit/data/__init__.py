@@ -21,9 +21,9 @@ from slimkit.data.utils import DictDataset, split_train_into_train_val_test
 
 __all__ = [
     "COLLATE_FUNCTIONS",
-    "LABEL_KEYS",
     "DataModule",
     "DictDataset",
+    "LABEL_KEYS",
     "audio_processing_collate",
     "image_classification_collate",
     "image_generation_collate",

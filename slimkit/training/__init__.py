@@ -12,15 +12,15 @@ from slimkit.training.optim import OPTIMIZERS, make_optimizer
 from slimkit.training.result import MODES, EarlyStopping, FitResult
 
 __all__ = [
-    "LABEL_KEYS",
-    "MODES",
-    "OPTIMIZERS",
     "BatchLoss",
     "Criterion",
     "EarlyStopping",
     "EpochCallback",
     "EvalFn",
     "FitResult",
+    "LABEL_KEYS",
+    "MODES",
+    "OPTIMIZERS",
     "StepCallback",
     "criterion_loss",
     "cross_entropy",

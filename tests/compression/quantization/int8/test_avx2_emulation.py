@@ -12,7 +12,7 @@ from slimkit.compression.quantization.int8.emulation import (
     quantize_activations,
 )
 from slimkit.compression.quantization.int8.linear import Int8Linear, full_range_is_exact
-from tests.compression.quantization_int8.test_int8_linear import _run_with_fbgemm_avx2
+from tests.compression.quantization.int8.test_int8_linear import _run_with_fbgemm_avx2
 
 
 def _big_weight_linear(k: int = 385) -> torch.nn.Linear:
