@@ -18,6 +18,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "awq": ("tiny_llama", LLM_CALIBRATION),
     "bnn": ("digits_cnn", ["--set", "bnn_epochs=1"]),
     "dorefa": ("digits_cnn", ["--set", "dorefa_epochs=1"]),
+    "dynamic_batch": ("tiny_bert", []),
     "embedding_cache": ("tiny_bert", []),
     "finetune": ("digits_cnn", ["--set", "finetune_steps=5"]),
     "fpgm": ("digits_cnn", []),
