@@ -35,6 +35,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "level": ("tiny_vit", []),
     "lsq": ("digits_cnn", ["--set", "lsq_epochs=1"]),
     "onnxruntime": ("mlp", []),
+    "prefix_cache": ("tiny_llama", []),
     "qat": ("digits_cnn", ["--set", "qat_epochs=1"]),
     "rtn": ("tiny_gpt2", []),
     "slim": ("digits_cnn", []),

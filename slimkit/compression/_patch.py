@@ -13,14 +13,14 @@ import torch
 
 
 class ForwardPatch:
-    """Callable installed as ``module.forward``: it calls ``handler(module, inner, args, kwargs)``.
+    """Callable installed as ``module.<method>`` (default ``forward``); it calls ``handler(module, inner, args, kw)``.
 
-    ``inner`` is the forward the module had before (its class's, or an earlier patch), so patches stack.
+    ``inner`` is the method the module had before (its class's, or an earlier patch), so patches stack.
     """
 
-    def __init__(self, module: torch.nn.Module, handler: Any) -> None:
+    def __init__(self, module: torch.nn.Module, handler: Any, method: str = "forward") -> None:
         self.module = module
-        self.inner = module.forward
+        self.inner = getattr(module, method)
         self.handler = handler
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -28,8 +28,8 @@ class ForwardPatch:
         return self.handler(self.module, self.inner, args, kwargs)
 
 
-def patch_forward(module: torch.nn.Module, attribute: str, handler: Any) -> torch.nn.Module:
-    """Make ``handler`` wrap ``module``'s forward and expose it as ``module.<attribute>``; return ``module``."""
-    module.forward = ForwardPatch(module, handler)
+def patch_forward(module: torch.nn.Module, attribute: str, handler: Any, method: str = "forward") -> torch.nn.Module:
+    """Make ``handler`` wrap ``module.<method>`` and expose it as ``module.<attribute>``; return ``module``."""
+    setattr(module, method, ForwardPatch(module, handler, method))
     setattr(module, attribute, handler)
     return module

@@ -62,3 +62,23 @@ class TestDynamicBatch(AlgorithmTesterBase):
             for call, got in zip(calls, outputs, strict=True):
                 torch.testing.assert_close(got, main_tensor(run_model(base, call)), atol=1e-5, rtol=1e-4)
         assert smashed.dynamic_batcher.stats()["batches"] - before < len(calls)
+
+
+class TestPrefixCache(AlgorithmTesterBase):
+    algorithm = "prefix_cache"
+    models = ["tiny_llama", "tiny_gpt2"]
+    reject_models = ["tiny_bert", "mlp", "not_a_module"]
+    hyperparameters = {"max_prefixes": 4, "min_prefix_tokens": 2}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        system = inputs["input_ids"][:1, :10]
+        prompts = [torch.cat([system, inputs["input_ids"][i : i + 1, 10 : 12 + 2 * i]], dim=1) for i in range(2)]
+        prompts.append(prompts[0])
+        with torch.no_grad():
+            for prompt in prompts:
+                kwargs = {"attention_mask": torch.ones_like(prompt), "max_new_tokens": 8, "do_sample": False,
+                          "pad_token_id": 0}
+                assert torch.equal(smashed.generate(prompt, **kwargs), base.generate(prompt, **kwargs))
+        stats = smashed.prefix_cache.stats()
+        assert stats["hits"] == 2 and stats["misses"] == 1
+        assert stats["reused_tokens"] == 10 + prompts[0].shape[1] - 1
