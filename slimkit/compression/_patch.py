@@ -18,9 +18,9 @@ class ForwardPatch:
     ``inner`` is the method the module had before (its class's, or an earlier patch), so patches stack.
     """
 
-    def __init__(self, module: torch.nn.Module, handler: Any, method: str = "forward") -> None:
+    def __init__(self, module: torch.nn.Module, handler: Any, method: str = "forward", inner: Any = None) -> None:
         self.module = module
-        self.inner = getattr(module, method)
+        self.inner = getattr(module, method) if inner is None else inner
         self.handler = handler
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -31,5 +31,21 @@ class ForwardPatch:
 def patch_forward(module: torch.nn.Module, attribute: str, handler: Any, method: str = "forward") -> torch.nn.Module:
     """Make ``handler`` wrap ``module.<method>`` and expose it as ``module.<attribute>``; return ``module``."""
     setattr(module, method, ForwardPatch(module, handler, method))
+    setattr(module, attribute, handler)
+    return module
+
+
+def patch_beneath_caches(module: torch.nn.Module, attribute: str, handler: Any) -> torch.nn.Module:
+    """Like :func:`patch_forward`, but installed beneath the forward patches that answer from a cache.
+
+    Patches whose handler sets ``answers_before_batching = True`` stay in front, so cached calls return at once
+    and only misses reach ``handler``.
+    """
+    holder, current = None, module.forward
+    while isinstance(current, ForwardPatch) and getattr(current.handler, "answers_before_batching", False):
+        holder, current = current, current.inner
+    if holder is None:
+        return patch_forward(module, attribute, handler)
+    holder.inner = ForwardPatch(module, handler, inner=current)
     setattr(module, attribute, handler)
     return module

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from slimkit.compression._patch import patch_forward
+from slimkit.compression._patch import patch_beneath_caches
 from slimkit.compression.batching.padding import call_signature, collate, uncollate
 from slimkit.compression.rows import batch_size_of
 from slimkit.errors import SlimkitError
@@ -185,8 +185,9 @@ def attach_dynamic_batcher(model: torch.nn.Module, max_batch_size: int, max_wait
     """Group concurrent calls to ``model`` into batches; the batcher is ``model.dynamic_batcher`` (stats()).
 
     The state dict is unchanged (the batcher wraps the instance's forward), so the weights save as the model's own.
+    An embedding cache already on the model stays in front: hits return at once, only misses are batched.
     """
-    return patch_forward(model, "dynamic_batcher",
+    return patch_beneath_caches(model, "dynamic_batcher",
                          DynamicBatcher(max_batch_size, max_wait_ms, max_queue, pad_token_id))
 
 

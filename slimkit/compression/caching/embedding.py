@@ -55,6 +55,9 @@ class EmbeddingCache:
     Rows already stored are returned as stored; the missing rows (each distinct one once) run in one forward.
     """
 
+    #: A batcher installed later goes beneath this cache (the cache sees each caller's own rows, unpadded).
+    answers_before_batching = True
+
     def __init__(self, max_entries: int) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}.")

@@ -132,3 +132,18 @@ def test_grad_mode_training_mode_and_copies():
     assert twin.dynamic_batcher.stats()["requests"] == 0
     with pytest.raises(ValueError, match="max_batch_size >= 1"):
         DynamicBatcher(0, 1.0, 1)
+
+
+def test_a_cache_stays_in_front_of_the_batcher():
+    from slimkit.compression.caching import attach_embedding_cache
+
+    encoder = zoo.load("tiny_bert").model.eval()
+    model = attach_dynamic_batcher(attach_embedding_cache(copy.deepcopy(encoder), 8), 8, 0.0, 8)
+    x = {"input_ids": torch.tensor([[5, 6, 7]]), "attention_mask": torch.ones(1, 3, dtype=torch.long)}
+    with torch.no_grad():
+        first, second = model(**x).logits, model(**x).logits
+    assert torch.equal(first, second)
+    assert model.dynamic_batcher.stats()["requests"] == 1 and model.embedding_cache.stats()["hits"] == 1
+    twin = copy.deepcopy(model)
+    assert twin.forward.handler is twin.embedding_cache and twin.forward.inner.handler is twin.dynamic_batcher
+    assert twin.forward.inner.module is twin
