@@ -10,7 +10,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from slimkit.errors import ConfigError, DataError, MissingComponentError, ModelNotSupportedError, SlimkitError
+from slimkit.errors import (
+    ConfigError,
+    DataError,
+    MissingComponentError,
+    MissingPackageError,
+    ModelNotSupportedError,
+    SlimkitError,
+)
 
 #: Errors in what the user asked for (exit status 2, like argparse's usage errors); others are failures (1).
 USAGE_ERRORS = (ConfigError, DataError, MissingComponentError, ModelNotSupportedError)
@@ -26,6 +33,7 @@ EPILOG = """examples:
   slimkit run experiment.json                     # one job with the file's fixed values
   slimkit run experiment.json --automatic         # search the file's ranges on Optuna (resumes when rerun)
   slimkit report runs/<experiment name>           # reprint its table, rewrite CSV/JSON/plots
+  slimkit serve smashed/minilm --port 8000        # HTTP: POST /embed /predict, GET /health /metrics
 """
 
 
@@ -145,6 +153,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from slimkit.serve import serve
+    except ImportError as exc:
+        raise MissingPackageError(f"slimkit serve needs a package that is not installed ({exc}). "
+                                  "Install it: pip install 'slimkit[serve]'") from exc
+    serve(args.folder, host=args.host, port=args.port, max_length=args.max_length, max_inputs=args.max_inputs)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     from slimkit.core.contract import GROUPS
@@ -210,6 +228,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="reprint an experiment's results and rewrite its CSV, JSON and plots")
     p.add_argument("folder", metavar="FOLDER", help="the experiment folder `slimkit run` printed")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("serve", help="serve a saved model over HTTP: /embed, /predict, /health, /metrics",
+                       description="Load a model saved by `slimkit smash` (with its batcher and cacher) and answer "
+                                   'POST /embed and /predict with JSON {"inputs": [...]} (strings when the save has '
+                                   "a tokenizer, else token-id lists); GET /health and /metrics.")
+    p.add_argument("folder", metavar="DIR", help="the saved model's folder")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="longest input in tokens (default: the model's max_position_embeddings)")
+    p.add_argument("--max-inputs", type=int, default=256, help="most inputs in one request (default 256)")
+    p.set_defaults(func=_cmd_serve)
     return parser
 
 

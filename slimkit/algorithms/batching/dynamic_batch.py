@@ -1,0 +1,53 @@
+"""dynamic_batch: group concurrent callers' requests into one forward (dynamic micro-batching)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
+
+from slimkit.compression.batching import attach_dynamic_batcher
+from slimkit.core.contract import SaveFn, SlimkitBatcher, SmashConfigPrefixWrapper
+from slimkit.core.registry import register
+
+
+def _pad_token_id(model: torch.nn.Module) -> int:
+    pad = getattr(getattr(model, "config", None), "pad_token_id", None)
+    return pad if isinstance(pad, int) else 0
+
+
+@register
+class DynamicBatch(SlimkitBatcher):
+    """Group concurrent callers' forward calls into one batched forward (dynamic micro-batching).
+
+    Callers in different threads call the model as usual; calls arriving within ``max_wait_ms`` of each other
+    with the same argument layout run as one batch of up to ``max_batch_size`` rows. Token inputs of different
+    lengths that carry an ``attention_mask`` are right-padded and each caller gets its own rows back, cut to its
+    own length. An error in one request reaches only its caller; past ``max_queue`` waiting requests a call is
+    refused with ``QueueFullError``. ``model.dynamic_batcher.stats()`` reports batch sizes.
+    """
+
+    algorithm_name = "dynamic_batch"
+    references = {"Triton dynamic batching": "https://docs.nvidia.com/deeplearning/triton-inference-server/"
+                  "user-guide/docs/user_guide/model_configuration.html#dynamic-batcher"}
+    save_fn = SaveFn.REAPPLY
+
+    def get_hyperparameters(self) -> list:
+        """Batch size bound, wait time and queue bound."""
+        return [
+            UniformIntegerHyperparameter("max_batch_size", 1, 4096, default_value=32,
+                                         meta={"desc": "Most rows (summed over requests) in one forward."}),
+            UniformFloatHyperparameter("max_wait_ms", 0.0, 1000.0, default_value=5.0,
+                                       meta={"desc": "How long a request waits for others before its batch runs."}),
+            UniformIntegerHyperparameter("max_queue", 1, 1_000_000, default_value=1024,
+                                         meta={"desc": "Most waiting requests; more are refused with an error."}),
+        ]
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return "It batches calls to a torch.nn.Module."
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        return attach_dynamic_batcher(model, int(smash_config["max_batch_size"]), float(smash_config["max_wait_ms"]),
+                                      int(smash_config["max_queue"]), _pad_token_id(model))

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from slimkit.utils import main_tensor, run_model
+from tests.algorithms.testers.base import AlgorithmTesterBase
+
+
+class TestEmbeddingCache(AlgorithmTesterBase):
+    algorithm = "embedding_cache"
+    models = ["tiny_bert"]
+    reject_models = ["mlp", "tiny_gpt2", "not_a_module"]
+    hyperparameters = {"max_entries": 64}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        cache = smashed.embedding_cache
+        n = inputs["input_ids"].shape[0]
+        before = cache.stats()
+        with torch.no_grad():
+            first = main_tensor(run_model(smashed, inputs))
+            again = main_tensor(run_model(smashed, inputs))
+            expected = main_tensor(run_model(base, inputs))
+        after = cache.stats()
+        assert torch.equal(first, expected) and torch.equal(again, first)
+        assert after["hits"] - before["hits"] >= n and after["entries"] == n
+
+
+def _concurrently(model, calls):
+    """Run ``model(**call)`` for every call in its own thread (all released at once); return the outputs."""
+    barrier, out = threading.Barrier(len(calls)), [None] * len(calls)
+
+    def go(i):
+        barrier.wait()
+        with torch.no_grad():
+            out[i] = main_tensor(run_model(model, calls[i]))
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+class TestDynamicBatch(AlgorithmTesterBase):
+    algorithm = "dynamic_batch"
+    models = ["tiny_bert", "mlp"]
+    reject_models = ["not_a_module"]
+    hyperparameters = {"max_wait_ms": 200.0, "max_batch_size": 16}
+    reload_atol = 1e-6
+
+    def post_smash_hook(self, smashed, base, inputs):
+        if isinstance(inputs, dict):  # 8 callers, token inputs of lengths 4..11, one row each
+            calls = [{k: v[:1, : 4 + i] for k, v in inputs.items()} for i in range(8)]
+        else:
+            calls = [inputs[i % inputs.shape[0]].unsqueeze(0) * (i + 1) for i in range(8)]
+        before = smashed.dynamic_batcher.stats()["batches"]
+        outputs = _concurrently(smashed, calls)
+        with torch.no_grad():
+            for call, got in zip(calls, outputs, strict=True):
+                torch.testing.assert_close(got, main_tensor(run_model(base, call)), atol=1e-5, rtol=1e-4)
+        assert smashed.dynamic_batcher.stats()["batches"] - before < len(calls)
+
+
+class TestPrefixCache(AlgorithmTesterBase):
+    algorithm = "prefix_cache"
+    models = ["tiny_llama", "tiny_gpt2"]
+    reject_models = ["tiny_bert", "mlp", "not_a_module"]
+    hyperparameters = {"max_prefixes": 4, "min_prefix_tokens": 2}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        system = inputs["input_ids"][:1, :10]
+        prompts = [torch.cat([system, inputs["input_ids"][i : i + 1, 10 : 12 + 2 * i]], dim=1) for i in range(2)]
+        prompts.append(prompts[0])
+        with torch.no_grad():
+            for prompt in prompts:
+                kwargs = {"attention_mask": torch.ones_like(prompt), "max_new_tokens": 8, "do_sample": False,
+                          "pad_token_id": 0}
+                assert torch.equal(smashed.generate(prompt, **kwargs), base.generate(prompt, **kwargs))
+        stats = smashed.prefix_cache.stats()
+        assert stats["hits"] == 2 and stats["misses"] == 1
+        assert stats["reused_tokens"] == 10 + prompts[0].shape[1] - 1
