@@ -210,9 +210,9 @@ class SmashConfig:
         """Add what the active algorithms need from a zoo model (``slimkit.zoo.load(name)``); return what was added.
 
         Example inputs and the tokenizer are added when the config has none (tracing, export and calibration
-        use them). When an active algorithm needs a dataset and none is set, ``data`` is added, else the zoo
-        model's natural offline data (``zoo_model.data``: Digits for the digits CNN, PyDocText for the language
-        models). Call it after choosing the algorithms.
+        use them). When an active algorithm needs or uses a dataset (training, calibration) and none is set,
+        ``data`` is added, else the zoo model's natural offline data (``zoo_model.data``: Digits for the digits
+        CNN, PyDocText for the language models, Photos for MobileNetV2). Call it after choosing the algorithms.
         """
         added = []
         if self.example_inputs is None and getattr(zoo_model, "example_inputs", None) is not None:
@@ -221,7 +221,8 @@ class SmashConfig:
         if self.tokenizer is None and getattr(zoo_model, "tokenizer", None) is not None:
             self.add_tokenizer(zoo_model.tokenizer)
             added.append("tokenizer")
-        needs_data = any(registry.get(n).dataset_required for n in self.get_active_algorithms())
+        needs_data = any(registry.get(n).dataset_required or registry.get(n).dataset_used
+                         for n in self.get_active_algorithms())
         source = data if data is not None else (getattr(zoo_model, "data", None) if needs_data else None)
         if self.data is None and source is not None:
             self.add_data(source)

@@ -84,6 +84,9 @@ class SlimkitAlgorithm(ABC):
     tokenizer_required: ClassVar[bool] = False
     processor_required: ClassVar[bool] = False
     dataset_required: ClassVar[bool] = False
+    #: uses ``cfg.data`` when there is one (e.g. calibration), else falls back to example inputs; faces that
+    #: know a model's natural data (the CLI, experiments) then supply it
+    dataset_used: ClassVar[bool] = False
     run_on_cpu: ClassVar[bool] = True
     run_on_cuda: ClassVar[bool] = True
     #: group -> list of algorithm names this one combines with, or "*" (default: every group is "*").

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from slimkit.data.images import to_chw_float
 from slimkit.data.utils import DictDataset, split_train_into_train_val_test
 from slimkit.errors import DataError, MissingPackageError
 
@@ -32,6 +33,48 @@ def load_digits_splits(seed: int = 42) -> tuple[DictDataset, Any, Any]:
     images = torch.from_numpy(bunch.images).float().div_(16.0).unsqueeze(1)
     dataset = DictDataset({"image": list(images), "label": [int(y) for y in bunch.target]})
     return split_train_into_train_val_test(dataset, seed=seed)
+
+
+#: the offline photos of ``Photos``: scikit-image's sample photos (real camera images of everyday subjects)
+PHOTO_NAMES: tuple[str, ...] = ("chelsea", "coffee", "astronaut", "rocket", "camera", "cat", "coins", "page",
+                                "moon", "immunohistochemistry", "hubble_deep_field", "retina")
+
+
+def _ten_crops(image: torch.Tensor, size: int = 224, resize: int = 256) -> list[torch.Tensor]:
+    """Centre and corner crops of ``image`` ([3, H, W] in [0, 1]) after resizing its shorter side, and mirrors."""
+    h, w = image.shape[1:]
+    scale = resize / min(h, w)
+    new_hw = (max(size, round(h * scale)), max(size, round(w * scale)))
+    image = torch.nn.functional.interpolate(image[None], size=new_hw, mode="bilinear", align_corners=False,
+                                            antialias=True)[0]
+    h, w = image.shape[1:]
+    corners = [((h - size) // 2, (w - size) // 2), (0, 0), (0, w - size), (h - size, 0), (h - size, w - size)]
+    crops = [image[:, t : t + size, left : left + size].clamp(0, 1).contiguous() for t, left in corners]
+    return crops + [c.flip(-1) for c in crops]
+
+
+def load_photo_splits(seed: int = 42) -> tuple[DictDataset, DictDataset, DictDataset]:
+    """Photos as (train, val, test): ten 224x224 crops of each offline photo, ``{"image", "label": photo index}``.
+
+    The split is by photo (every fourth photo is test, the one before it validation), so calibration crops
+    never come from a held-out photo. Images are RGB floats in [0, 1]; the collate normalises them with the
+    ImageNet mean and std. ``seed`` is accepted for the common loader signature (the split is fixed).
+    """
+    try:
+        from skimage import data as skimage_data
+    except ImportError as exc:  # pragma: no cover - scikit-image is in the models extra
+        raise MissingPackageError("The 'Photos' dataset needs scikit-image: pip install scikit-image.") from exc
+    splits: tuple[dict[str, list], ...] = tuple({"image": [], "label": []} for _ in range(3))
+    for index, name in enumerate(PHOTO_NAMES):
+        array = getattr(skimage_data, name)()
+        image = to_chw_float(array)
+        image = image.expand(3, -1, -1) if image.shape[0] == 1 else image[:3]
+        split = 2 if index % 4 == 3 else 1 if index % 4 == 2 else 0
+        for crop in _ten_crops(image):
+            splits[split]["image"].append(crop)
+            splits[split]["label"].append(index)
+    train, val, test = (DictDataset(s) for s in splits)
+    return train, val, test
 
 
 def _topics() -> dict[str, str]:

@@ -31,6 +31,14 @@ BUILTIN_DATASETS: dict[str, DatasetSpec] = {
         "scikit-learn load_digits()",
         offline=True,
     ),
+    "Photos": DatasetSpec(
+        "image_classification",
+        "image_classification_collate",
+        builtin.load_photo_splits,
+        "scikit-image's sample photos, ten crops each",
+        offline=True,
+        collate_kwargs={"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)},
+    ),
     "PyDocText": DatasetSpec(
         "text_generation",
         "text_generation_collate",

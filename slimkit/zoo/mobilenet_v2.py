@@ -16,6 +16,8 @@ from slimkit.zoo._common import package_folder, require
 from slimkit.zoo.registry import ZooModel
 
 TASK = "image_classification"
+#: calibration / fine-tuning data: ten crops of each offline sample photo, split by photo
+DATA = "Photos"
 ARCH_DEFAULTS: dict = {}
 INPUT_DEFAULTS = {"batch_size": 1}
 
@@ -115,16 +117,6 @@ def imagenet_preprocess(np_image: np.ndarray, size: int = 224, resize: int = 256
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
     return ((x - mean) / std).contiguous()
-
-
-#: skimage photos the task metric classifies (every one is a real photo of an ImageNet-like subject)
-PHOTOS = ("chelsea", "coffee", "astronaut", "rocket", "camera", "cat", "immunohistochemistry", "hubble_deep_field")
-
-
-def photo_batch() -> torch.Tensor:
-    """Centre crops of the offline skimage photos, ImageNet-normalised: ``[len(PHOTOS), 3, 224, 224]``."""
-    skimage_data = require("skimage.data", "pip install scikit-image", "MobileNetV2 photo crops")
-    return torch.cat([imagenet_preprocess(getattr(skimage_data, name)()) for name in PHOTOS])
 
 
 def build() -> nn.Module:

@@ -112,3 +112,18 @@ def test_pydoc_text_datamodule_batches(tokenizer):
     input_ids, labels = next(iter(dm.test_dataloader(batch_size=4)))
     assert input_ids.shape == labels.shape == (4, 32)
     assert torch.equal(input_ids[:, 1:], labels[:, :-1])  # long chunks: no padding, labels shifted by one
+
+
+def test_photos_are_real_crops_split_by_photo():
+    from slimkit.data import DataModule
+
+    photos = DataModule.from_string("Photos")
+    splits = [photos.train_dataloader(batch_size=64, shuffle=False), photos.val_dataloader(batch_size=64),
+              photos.test_dataloader(batch_size=64)]
+    labels = []
+    for loader in splits:
+        x, y = next(iter(loader))
+        assert x.shape[1:] == (3, 224, 224) and abs(float(x.mean())) < 1.0  # ImageNet-normalised
+        labels.append(set(y.tolist()))
+    assert len(labels[0]) == 6 and len(labels[1]) == 3 and len(labels[2]) == 3
+    assert not (labels[0] & labels[1]) and not (labels[0] & labels[2]) and not (labels[1] & labels[2])

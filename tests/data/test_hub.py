@@ -36,7 +36,7 @@ def test_hub_ids_cover_the_reference_table():
         "AIPodcast",
         "Polyglot",
     }
-    assert set(list_datasets()) == set(HUB_IDS) | {"Digits", "PyDocText"}
+    assert set(list_datasets()) == set(HUB_IDS) | {"Digits", "Photos", "PyDocText"}
 
 
 @pytest.mark.parametrize("dataset_id", HUB_IDS)

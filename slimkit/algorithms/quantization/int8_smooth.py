@@ -31,6 +31,7 @@ class Int8Smooth(SlimkitQuantizer):
     """
 
     algorithm_name = "int8_smooth"
+    dataset_used = True
     references = {
         "SmoothQuant": "https://arxiv.org/abs/2211.10438",
         "fbgemm": "https://github.com/pytorch/FBGEMM",

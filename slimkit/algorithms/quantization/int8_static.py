@@ -31,6 +31,7 @@ class Int8Static(SlimkitQuantizer):
     """
 
     algorithm_name = "int8_static"
+    dataset_used = True
     references = {
         "PyTorch FX quantization": "https://pytorch.org/docs/stable/quantization.html#prototype-fx-graph-mode-quantization",
         "fbgemm": "https://github.com/pytorch/FBGEMM",
