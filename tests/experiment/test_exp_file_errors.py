@@ -60,7 +60,7 @@ def test_a_valid_file_loads_with_its_search_parameters(tmp_path):
 
 
 def test_yaml_files_load_too(tmp_path):
-    yaml = pytest.importorskip("yaml")
+    import yaml  # installed with transformers (a dependency), so never skipped
     path = _script_exp(tmp_path)
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(json.loads(path.read_text())))
     assert load_experiment(tmp_path / "exp.yaml", automatic=True).n_samples == 2

@@ -49,27 +49,22 @@ class GroupFilterPruner(WeightFilterPruner):
         super().__init__(model, config_list, optimizer, dependency_aware=True, dummy_input=dummy_input)
 
 
-class GroupL1FilterPruner(L1FilterPruner):
+class _AlwaysDependencyAware:
+    """Mixin: the filter pruner it precedes always runs with ``dependency_aware=True``."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config_list: Sequence[Mapping[str, Any]],
+        optimizer: torch.optim.Optimizer | None = None,
+        dummy_input: Any = None,
+    ) -> None:
+        super().__init__(model, config_list, optimizer, dependency_aware=True, dummy_input=dummy_input)
+
+
+class GroupL1FilterPruner(_AlwaysDependencyAware, L1FilterPruner):
     """``L1FilterPruner`` with ``dependency_aware=True`` (``dummy_input`` is required)."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        config_list: Sequence[Mapping[str, Any]],
-        optimizer: torch.optim.Optimizer | None = None,
-        dummy_input: Any = None,
-    ) -> None:
-        super().__init__(model, config_list, optimizer, dependency_aware=True, dummy_input=dummy_input)
 
-
-class GroupL2FilterPruner(L2FilterPruner):
+class GroupL2FilterPruner(_AlwaysDependencyAware, L2FilterPruner):
     """``L2FilterPruner`` with ``dependency_aware=True`` (``dummy_input`` is required)."""
-
-    def __init__(
-        self,
-        model: nn.Module,
-        config_list: Sequence[Mapping[str, Any]],
-        optimizer: torch.optim.Optimizer | None = None,
-        dummy_input: Any = None,
-    ) -> None:
-        super().__init__(model, config_list, optimizer, dependency_aware=True, dummy_input=dummy_input)

@@ -54,10 +54,12 @@ class BaseRecorder:
         """Bind to ``model`` (module recorders); check the source exists."""
 
     def _attach(self) -> None:
-        raise NotImplementedError
+        """Install the hook or patch (each recorder kind implements it)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _attach() (install its hook or patch).")
 
     def _detach(self) -> None:
-        raise NotImplementedError
+        """Remove what :meth:`_attach` installed."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _detach() (remove its hook or patch).")
 
     def __enter__(self) -> BaseRecorder:
         """Clear the data and attach the hook or patch."""
