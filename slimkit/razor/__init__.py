@@ -5,24 +5,61 @@
 
 The builder reads the one registry's component table (:mod:`slimkit.core.registry`): distillation losses,
 recorders and connectors from :mod:`slimkit.training.distill`, ``ZooModel`` architectures, and the algorithms
-here. Configs load from dicts, JSON or YAML with ``_base_`` inheritance (:func:`load_config`).
+here. One-shot NAS (:mod:`slimkit.razor.nas`): mutables, ``SPOS``, ``EvolutionSearchLoop``, subnet export.
+Configs load from dicts, JSON or YAML with ``_base_`` inheritance (:func:`load_config`).
 """
 
 from slimkit.razor.base import MODES, BaseAlgorithm, batch_loss, task_loss
 from slimkit.razor.builder import build, build_module, register_module, zoo_model
 from slimkit.razor.config import load_config, merge_configs
 from slimkit.razor.distill import SingleTeacherDistill
+from slimkit.razor.nas import (
+    SPOS,
+    DynamicBatchNorm2d,
+    DynamicConv2d,
+    DynamicLinear,
+    EvolutionSearchLoop,
+    MutableChannels,
+    MutableSequential,
+    NasMutator,
+    OneShotMutableOP,
+    SearchableCNN,
+    SearchResult,
+    calibrate_bn,
+    export_subnet,
+    load_subnet,
+    read_subnet,
+    save_subnet,
+    write_subnet,
+)
 
 __all__ = [
     "BaseAlgorithm",
+    "DynamicBatchNorm2d",
+    "DynamicConv2d",
+    "DynamicLinear",
+    "EvolutionSearchLoop",
     "MODES",
+    "MutableChannels",
+    "MutableSequential",
+    "NasMutator",
+    "OneShotMutableOP",
+    "SPOS",
+    "SearchResult",
+    "SearchableCNN",
     "SingleTeacherDistill",
     "batch_loss",
     "build",
     "build_module",
+    "calibrate_bn",
+    "export_subnet",
     "load_config",
+    "load_subnet",
     "merge_configs",
+    "read_subnet",
     "register_module",
+    "save_subnet",
     "task_loss",
+    "write_subnet",
     "zoo_model",
 ]

@@ -1,0 +1,40 @@
+"""One-shot NAS: mutables, dynamic layers, the mutator, SPOS, evolution search, subnet export.
+
+>>> spos = build(dict(type="SPOS", architecture=dict(type="SearchableCNN")))
+>>> fit(spos, batches, loss=batch_loss, epochs=5)                  # one random path per step
+>>> loop = EvolutionSearchLoop(spos, score_fn, example_inputs=x[:1], constraints_range=dict(flops=4e5))
+>>> result = loop.run()                                            # result.best_subnet: {name: {"chosen": ...}}
+>>> small = save_subnet(spos, "subnet/")                           # plain nn.Module; load_subnet("subnet/")
+"""
+
+from slimkit.razor.nas.constraints import METRICS, calibrate_bn, measure_subnet
+from slimkit.razor.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
+from slimkit.razor.nas.export import export_subnet, load_subnet, read_subnet, save_subnet, write_subnet
+from slimkit.razor.nas.mutables import BaseMutable, MutableChannels, MutableSequential, OneShotMutableOP
+from slimkit.razor.nas.mutator import NasMutator, subnet_key
+from slimkit.razor.nas.search import EvolutionSearchLoop, SearchResult
+from slimkit.razor.nas.supernet import SPOS, SearchableCNN
+
+__all__ = [
+    "BaseMutable",
+    "DynamicBatchNorm2d",
+    "DynamicConv2d",
+    "DynamicLinear",
+    "EvolutionSearchLoop",
+    "METRICS",
+    "MutableChannels",
+    "MutableSequential",
+    "NasMutator",
+    "OneShotMutableOP",
+    "SPOS",
+    "SearchResult",
+    "SearchableCNN",
+    "calibrate_bn",
+    "export_subnet",
+    "load_subnet",
+    "measure_subnet",
+    "read_subnet",
+    "save_subnet",
+    "subnet_key",
+    "write_subnet",
+]
