@@ -123,10 +123,10 @@ class NasMutator:
 
     def mutate(self, subnet: Mapping[str, Any], prob: float, rng: random.Random) -> Subnet:
         """A copy of ``subnet`` where each choice is resampled uniformly with probability ``prob``."""
-        fresh = self.sample_choices(rng)
-        return {n: fresh[n] if rng.random() < prob else c for n, c in plain_choices(subnet).items()}
+        fresh, subnet = self.sample_choices(rng), plain_choices(subnet)
+        return {n: fresh[n] if rng.random() < prob else subnet[n] for n in self.mutables}  # the mutator's order
 
     def crossover(self, a: Mapping[str, Any], b: Mapping[str, Any], prob: float, rng: random.Random) -> Subnet:
         """A child taking each choice from ``b`` with probability ``prob``, else from ``a``."""
-        b = plain_choices(b)
-        return {n: b[n] if rng.random() < prob else c for n, c in plain_choices(a).items()}
+        a, b = plain_choices(a), plain_choices(b)
+        return {n: b[n] if rng.random() < prob else a[n] for n in self.mutables}  # the mutator's order

@@ -126,10 +126,12 @@ class EvolutionSearchLoop:
             def metric(s: Subnet, key: str = key) -> float:
                 return self.cost(s)[key]
             lo, lo_net = reachable(self.mutator, min(tried, key=metric), metric, lowest=True)
-            hi, _ = reachable(self.mutator, max(tried, key=metric), metric, lowest=False)
-            parts.append(f"{key} must lie in [{format_metric(key, low)}, {format_metric(key, high)}] but the search "
-                         f"space reaches {format_metric(key, lo)} to {format_metric(key, hi)} (smallest: "
-                         f"{json.dumps(lo_net)})")
+            text = (f"{key} must lie in [{format_metric(key, low)}, {format_metric(key, high)}] but the smallest "
+                    f"reachable {key} is {format_metric(key, lo)} (subnet {json.dumps(lo_net)})")
+            if low > 0:  # a lower bound may be out of reach too
+                hi, _ = reachable(self.mutator, max(tried, key=metric), metric, lowest=False)
+                text += f" and the largest {format_metric(key, hi)}"
+            parts.append(text)
         return ConfigError(f"No subnet met constraints_range after {len(tried)} sampling attempts: "
                            f"{'; '.join(parts)}. Widen constraints_range (e.g. raise the upper bound to at least the "
                            "smallest reachable value) or, if the range is reachable, raise max_sample_attempts.")
