@@ -121,7 +121,7 @@ def main() -> None:
     print(machine_line(args.threads))
     print(f"FLOPs limit {args.flops:,.0f}; supernet {args.supernet_epochs} epochs, search {args.search_epochs} "
           f"epochs x 20 candidates, retrain {args.retrain_epochs} epochs, lr {args.lr}, {args.random} random subnets\n")
-    rows, evolved, medians = [], [], []
+    rows, evolved, medians, start = [], [], [], time.perf_counter()
     for seed in args.seeds:
         r = run_seed(seed, args, split)
         med = statistics.median(r["random"])
@@ -136,7 +136,8 @@ def main() -> None:
                  "random median FLOPs", "supernet val acc", "evaluated", "s: supernet / search / retrain 1"], rows)
     gap = statistics.mean(evolved) - statistics.mean(medians)
     verdict = "at least as accurate as" if gap >= 0 else "LESS accurate than"
-    print(f"\nevolved subnet is {verdict} the random median: {gap * 100:+.2f} points (mean of {len(args.seeds)} seeds)")
+    print(f"\nevolved subnet is {verdict} the random median: {gap * 100:+.2f} points (mean of {len(args.seeds)} "
+          f"seeds); {time.perf_counter() - start:.0f} s in all")
 
 
 if __name__ == "__main__":

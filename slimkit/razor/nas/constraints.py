@@ -126,7 +126,7 @@ def calibrate_bn(model: nn.Module, batches: Iterable[Any], num_batches: int | No
                 run_model(model, inputs)
                 seen += 1
         finally:
-            for m, momentum in zip(norms, momenta):
+            for m, momentum in zip(norms, momenta, strict=True):
                 m.momentum = momentum
     if norms and seen == 0:
         raise ConfigError("calibrate_bn got no batch; pass a non-empty list or DataLoader of training batches.")

@@ -31,7 +31,8 @@ from slimkit.razor.nas.dynamic_ops import DYNAMIC_OPS
 from slimkit.razor.nas.mutables import BaseMutable
 from slimkit.razor.nas.mutator import NasMutator, plain_choices
 
-SUBNET_JSON, SUBNET_YAML, ARCH_FILE, WEIGHTS_FILE = "subnet.json", "subnet.yaml", "architecture.json", "model.safetensors"
+SUBNET_JSON, SUBNET_YAML = "subnet.json", "subnet.yaml"
+ARCH_FILE, WEIGHTS_FILE = "architecture.json", "model.safetensors"
 FORMAT = "slimkit.razor.subnet/1"
 
 
@@ -55,8 +56,8 @@ def _replace_mutables(module: nn.Module) -> nn.Module | None:
 def export_subnet(supernet: nn.Module, subnet: Mapping[str, Any] | None = None) -> nn.Module:
     """A standalone copy of ``supernet`` on ``subnet`` (default: the active choices) with no mutable left.
 
-    Chosen candidates replace :class:`OneShotMutableOP`\\ s, ``nn.Sequential``\\ s of the active blocks replace
-    :class:`MutableSequential`\\ s, and dynamic layers become plain ``nn.Conv2d`` / ``nn.Linear`` /
+    Chosen candidates replace each :class:`OneShotMutableOP`, an ``nn.Sequential`` of the active blocks each
+    :class:`MutableSequential`, and dynamic layers become plain ``nn.Conv2d`` / ``nn.Linear`` /
     ``nn.BatchNorm2d`` with copies of their active weight slices: the result computes exactly what the
     supernet computes on that subnet. The supernet itself is not changed (except that ``subnet`` is set).
     """
@@ -112,7 +113,7 @@ def _structure(model: nn.Module) -> dict[str, str]:
 
 def save_subnet(supernet: nn.Module, folder: str | os.PathLike, subnet: Mapping[str, Any] | None = None,
                 architecture: Mapping[str, Any] | None = None) -> nn.Module:
-    """Export ``subnet`` of ``supernet`` and save it to ``folder`` (atomically); return the exported model.
+    """Export ``subnet`` of ``supernet`` and save it to ``folder`` (atomically); return the exported model in eval mode.
 
     ``architecture``: the supernet's config ``dict(type=...)`` so :func:`load_subnet` can rebuild it alone;
     default: the supernet's ``razor_config`` attribute (slimkit's :class:`SearchableCNN` sets it), else
@@ -133,7 +134,7 @@ def save_subnet(supernet: nn.Module, folder: str | os.PathLike, subnet: Mapping[
                                             "class": f"{type(exported).__module__}.{type(exported).__qualname__}",
                                             "modules": _structure(exported)})
         save_tensors_atomic(exported.state_dict(), tmp / WEIGHTS_FILE, fmt="pt")
-    return exported
+    return exported.eval()
 
 
 def load_subnet(folder: str | os.PathLike,

@@ -66,6 +66,7 @@ class BaseMutable(nn.Module):
         raise NotImplementedError
 
     def extra_repr(self) -> str:
+        """The choices and the current one, for ``print(model)``."""
         return f"choices={self._choices}, current={self._current!r}"
 
 
@@ -116,6 +117,7 @@ class MutableChannels(BaseMutable):
         return max(self._choices)
 
     def forward(self, *args: Any) -> Any:
+        """Not callable: a width is read by the dynamic layers that share it."""
         raise ConfigError("MutableChannels holds a width and has no forward; pass it as the in/out channels of "
                           "DynamicConv2d, DynamicLinear or DynamicBatchNorm2d.")
 

@@ -78,8 +78,10 @@ class NasMutator:
         return total
 
     def sample_choices(self, rng: random.Random | None = None) -> Subnet:
-        """A uniformly random subnet ``{name: choice}``: ``rng`` when given, else torch's global RNG (seeded by
-        :func:`slimkit.training.fit`'s ``seed``)."""
+        """A uniformly random subnet ``{name: choice}``.
+
+        Draws from ``rng`` when given, else from torch's global RNG (seeded by :func:`slimkit.training.fit`'s ``seed``).
+        """
         self._require()
         out = {}
         for name, m in self.mutables.items():

@@ -199,7 +199,10 @@ class EvolutionSearchLoop:
         self.epoch += 1
 
     def run(self) -> SearchResult:
-        """Run the remaining epochs (saving the state after each) and return the best subnet; it is left active."""
+        """Run the remaining epochs (saving the state after each) and return the best subnet.
+
+        The best subnet is left active (and calibrated by ``calibrate_fn``), ready for :func:`save_subnet`.
+        """
         bar = tqdm(total=self.max_epochs, initial=min(self.epoch, self.max_epochs), desc="evolution search",
                    leave=False, disable=None if self.progress else True)
         try:
@@ -213,6 +216,8 @@ class EvolutionSearchLoop:
             bar.close()
         best = self.scores[subnet_key(self.top[0])]
         self.mutator.set_choices(self.top[0])
+        if self.calibrate_fn is not None:  # the supernet's BN statistics now fit the best subnet (for export)
+            self.calibrate_fn(self.model)
         return SearchResult(self.mutator.fix_subnet(self.top[0]), best["score"], dict(best["metrics"]),
                             [dict(self.scores[subnet_key(s)]) for s in self.top], list(self.history), len(self.scores))
 
@@ -235,7 +240,8 @@ class EvolutionSearchLoop:
         try:
             state = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise SaveLoadError(f"Cannot resume from {path}: {exc}. Give a state file an earlier search wrote.") from exc
+            raise SaveLoadError(f"Cannot resume from {path}: {exc}. Give a state file an earlier search "
+                                "wrote.") from exc
         if state.get("version") != STATE_VERSION:
             raise SaveLoadError(f"{path} has search state version {state.get('version')!r}; this slimkit reads "
                                 f"{STATE_VERSION}.")

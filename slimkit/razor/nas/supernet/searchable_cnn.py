@@ -19,7 +19,8 @@ def conv_bn_relu(in_c: int | MutableChannels, out_c: MutableChannels, kernel: in
                          DynamicBatchNorm2d(out_c), nn.ReLU())
 
 
-def kernel_op(in_c: int | MutableChannels, out_c: MutableChannels, kernels: Sequence[int], stride: int) -> OneShotMutableOP:
+def kernel_op(in_c: int | MutableChannels, out_c: MutableChannels, kernels: Sequence[int],
+              stride: int) -> OneShotMutableOP:
     """A OneShotMutableOP over conv-bn-relu candidates named ``k3``, ``k5``... (one per kernel size)."""
     return OneShotMutableOP({f"k{k}": conv_bn_relu(in_c, out_c, k, stride) for k in kernels})
 
@@ -32,12 +33,16 @@ class ResidualBlock(nn.Module):
         self.op = kernel_op(channels, channels, kernels, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x + op(x)``."""
         return x + self.op(x)
 
 
 class SearchStage(nn.Module):
-    """One stage: a width (``width``), a first block with a kernel choice (``first``, may stride), and up to
-    ``max_extra`` residual blocks of which ``extra`` (a depth mutable) keeps 0..max_extra."""
+    """One stage: a width, a first block with a kernel choice (may stride), then a depth choice of residual blocks.
+
+    ``width`` is the stage's MutableChannels, ``first`` the first block, ``extra`` a MutableSequential that
+    keeps 0..max(depth_choices) residual blocks.
+    """
 
     def __init__(self, in_c: int | MutableChannels, widths: Sequence[int], kernels: Sequence[int], stride: int,
                  depth_choices: Sequence[int]) -> None:
@@ -48,6 +53,7 @@ class SearchStage(nn.Module):
                                        depth_choices) if max(depth_choices) > 0 else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The first block, then the active residual blocks."""
         x = self.first(x)
         return x if self.extra is None else self.extra(x)
 
@@ -75,7 +81,7 @@ class SearchableCNN(nn.Module):
                              "kernel_choices": list(kernel_choices), "depth_choices": list(depth_choices)}
         stages: list[SearchStage] = []
         prev: int | MutableChannels = in_channels
-        for widths, stride in zip(stage_widths, strides):
+        for widths, stride in zip(stage_widths, strides, strict=True):
             stages.append(SearchStage(prev, widths, kernel_choices, stride, depth_choices))
             prev = stages[-1].width
         self.stages = nn.Sequential(*stages)
@@ -83,4 +89,5 @@ class SearchableCNN(nn.Module):
         self.head = DynamicLinear(prev, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of the active subnet."""
         return self.head(self.pool(self.stages(x)))
