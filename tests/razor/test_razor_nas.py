@@ -209,3 +209,14 @@ def test_calibrate_bn_recomputes_statistics_and_restores_modes():
     assert float(bn.running_mean[: net.stages[0].width.current_choice].abs().sum()) > 0
     with pytest.raises(ConfigError, match="got no batch"):
         calibrate_bn(net, [])
+
+
+def test_mutables_build_from_config_dicts():
+    op = build(dict(type="OneShotMutableOP", init_choice="k3", candidates=dict(
+        k3=dict(type="DynamicConv2d", in_channels=1, out_channels=[2, 4], kernel_size=3, padding=1),
+        k5=dict(type="DynamicConv2d", in_channels=1, out_channels=[2, 4], kernel_size=5, padding=2))))
+    assert op.current_choice == "k3" and isinstance(op.candidates["k5"], DynamicConv2d)
+    assert sorted(NasMutator(op).search_space()) == ["", "candidates.k3.out_mutable", "candidates.k5.out_mutable"]
+    assert op(torch.rand(1, 1, 6, 6)).shape == (1, 4, 6, 6)
+    with pytest.raises(ConfigError, match="Valid choices: 'k3', 'k5'"):
+        build(dict(type="OneShotMutableOP", init_choice="k7", candidates=dict(k3=nn.Identity(), k5=nn.Identity())))

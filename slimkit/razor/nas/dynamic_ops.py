@@ -9,6 +9,7 @@ copies of exactly those slices, so the exported layer computes what the dynamic 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,15 @@ def _check_input(layer: nn.Module, x: torch.Tensor, expected: int) -> None:
         raise ConfigError(f"{type(layer).__name__} expects {expected} input channels (its current in_channels "
                           f"choice) but got {got}; pass the producing layer's MutableChannels as this layer's "
                           "in_channels so their widths move together.")
+
+
+def _copy_slices(src: nn.Module, dst: nn.Module, c_in: int, c_out: int) -> Any:
+    """Copy ``src``'s first ``c_out`` x ``c_in`` weights (and ``c_out`` biases) into ``dst``; same train mode."""
+    with torch.no_grad():
+        dst.weight.copy_(src.weight[:c_out, :c_in])
+        if src.bias is not None:
+            dst.bias.copy_(src.bias[:c_out])
+    return dst.train(src.training)
 
 
 @register_module(kind="dynamic_op")
@@ -57,11 +67,7 @@ class DynamicConv2d(nn.Conv2d):
         c_in, c_out = active(self.in_mutable), active(self.out_mutable)
         conv = nn.Conv2d(c_in, c_out, self.kernel_size, self.stride, self.padding, self.dilation, 1,
                          self.bias is not None, device=self.weight.device, dtype=self.weight.dtype)
-        with torch.no_grad():
-            conv.weight.copy_(self.weight[:c_out, :c_in])
-            if self.bias is not None:
-                conv.bias.copy_(self.bias[:c_out])
-        return conv.train(self.training)
+        return _copy_slices(self, conv, c_in, c_out)
 
 
 @register_module(kind="dynamic_op")
@@ -86,11 +92,7 @@ class DynamicLinear(nn.Linear):
         """A plain ``nn.Linear`` of the active width with copies of the active weight slices."""
         c_in, c_out = active(self.in_mutable), active(self.out_mutable)
         linear = nn.Linear(c_in, c_out, self.bias is not None, device=self.weight.device, dtype=self.weight.dtype)
-        with torch.no_grad():
-            linear.weight.copy_(self.weight[:c_out, :c_in])
-            if self.bias is not None:
-                linear.bias.copy_(self.bias[:c_out])
-        return linear.train(self.training)
+        return _copy_slices(self, linear, c_in, c_out)
 
 
 @register_module(kind="dynamic_op")
