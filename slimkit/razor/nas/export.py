@@ -26,6 +26,7 @@ from torch import nn
 
 from slimkit.core.io import atomic_directory, atomic_file, save_tensors_atomic, write_json_atomic
 from slimkit.errors import ConfigError, MissingPackageError, SaveLoadError
+from slimkit.razor.base import BaseAlgorithm
 from slimkit.razor.builder import build_module
 from slimkit.razor.nas.dynamic_ops import DYNAMIC_OPS
 from slimkit.razor.nas.mutables import BaseMutable
@@ -61,7 +62,7 @@ def export_subnet(supernet: nn.Module, subnet: Mapping[str, Any] | None = None) 
     ``nn.BatchNorm2d`` with copies of their active weight slices: the result computes exactly what the
     supernet computes on that subnet. The supernet itself is not changed (except that ``subnet`` is set).
     """
-    supernet = getattr(supernet, "architecture", supernet) if not isinstance(supernet, BaseMutable) else supernet
+    supernet = supernet.architecture if isinstance(supernet, BaseAlgorithm) else supernet
     mutator = NasMutator(supernet)
     if subnet is not None:
         mutator.set_choices(subnet)
@@ -119,7 +120,7 @@ def save_subnet(supernet: nn.Module, folder: str | os.PathLike, subnet: Mapping[
     default: the supernet's ``razor_config`` attribute (slimkit's :class:`SearchableCNN` sets it), else
     loading needs ``supernet=``.
     """
-    arch = getattr(supernet, "architecture", supernet) if not isinstance(supernet, BaseMutable) else supernet
+    arch = supernet.architecture if isinstance(supernet, BaseAlgorithm) else supernet
     exported = export_subnet(arch, subnet)
     description = NasMutator(arch).fix_subnet()
     config = dict(architecture) if architecture is not None else getattr(arch, "razor_config", None)

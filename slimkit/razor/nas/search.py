@@ -68,7 +68,8 @@ class EvolutionSearchLoop:
     ``score_fn(model)``: a number or a dict of metrics (``score_key`` picks one; higher is better), called in
     eval mode without gradients with the candidate active. ``calibrate_fn(model)``: runs first on every
     candidate (e.g. ``lambda m: calibrate_bn(m, batches)``). ``example_inputs``: one batch for counting
-    FLOPs / timing latency. ``constraints_range``: ``dict(flops=3e6, params=(0, 2e4), latency=1.5)``.
+    FLOPs / timing latency. ``constraints_range``: ``dict(flops=3e6, params=(0, 2e4), latency=1.5)``; a
+    latency constraint depends on timings, so such a search repeats only as far as the timings do.
     """
 
     def __init__(self, model: nn.Module, score_fn: Callable[[nn.Module], float | Mapping[str, float]],
