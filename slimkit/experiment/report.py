@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from slimkit.core.contract import GROUPS
 from slimkit.core.io import atomic_file, write_json_atomic
 from slimkit.experiment.experiment_file import Experiment
-from slimkit.experiment.study import INTERRUPTED, finished, kept_trials, open_study
+from slimkit.experiment.study import Store, finished, interrupted, kept_trials, open_study
 
 
 @dataclass
@@ -90,8 +90,9 @@ def progress_line(exp: Experiment, trials: list[FrozenTrial], n_samples: int) ->
 def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[dict[str, Any]]:
     rows = []
     fixed = dict(exp.smash_space.fixed) if exp.smash_space is not None else {}
+    cut = interrupted(trials)
     for t in trials:
-        if t.user_attrs.get(INTERRUPTED) or t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+        if t.number in cut or t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
             continue
         row: dict[str, Any] = {"number": t.number, "state": _short_state(t), "params": dict(t.params),
                                "recipe": label({**fixed, **t.params}), "kept": t.number in kept}
@@ -214,9 +215,9 @@ def print_table(exp: Experiment, result: ExperimentResult) -> None:
             print(f"slimkit: trial {r['number']} failed: {r['reason']}; log tail:\n    {tail}")
 
 
-def finish(folder: Path, exp: Experiment, quiet: bool = False) -> ExperimentResult:
+def finish(folder: Path, exp: Experiment, quiet: bool = False, store: Store | None = None) -> ExperimentResult:
     """Read the study, keep the best/Pareto models, write CSV, JSON and plots, print the table."""
-    study = open_study(folder, exp)
+    study = open_study(folder, exp, store=store)
     kept = {t.number for t in kept_trials(study)}
     if exp.save_model:
         clean_models(folder, kept)
