@@ -99,7 +99,9 @@ def _next_trial(study: optuna.Study, store: Store, folder: Path, n_samples: int)
             # the rest are running: locally they end with this runner; in a shared store a dead worker's trial
             # is found by its missing heartbeat and queued again, so wait for it
             return "wait" if store.shared else "done"
-        return study.ask()
+        with warnings.catch_warnings():  # heartbeats are recorded by slimkit's own thread, not Study.optimize
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            return study.ask()
 
 
 def work(folder: str | Path, automatic: bool, index: int, n_samples: int, echo: bool = False,

@@ -17,6 +17,7 @@ import importlib.util
 import os
 import re
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -86,21 +87,26 @@ class Store:
     def _connect(self) -> RDBStorage:
         assert self.url is not None
         url = _sqlalchemy_url(self.url)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RDBStorage(url, engine_kwargs=_engine_kwargs(url), heartbeat_interval=self.heartbeat_interval,
-                                  grace_period=self.grace_period,
-                                  heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
-        except ModuleNotFoundError as exc:
-            raise MissingPackageError(f"The storage {redact(self.url)} needs the {exc.name!r} driver, which is not "
-                                      "installed; `pip install 'slimkit[cluster]'`.") from None
-        except Exception as exc:  # SQLAlchemy's OperationalError and friends: say what the server said
-            message = str(getattr(exc, "orig", None) or exc).strip().replace(self.url, redact(self.url))
-            raise SlimkitError(f"Cannot open the study storage {redact(self.url)}: {message}. Check that the server "
-                               "runs and accepts connections from this machine, and the user, password and database "
-                               "name (the password can also come from the PGPASSWORD environment variable)."
-                               ) from None
+        for attempt in range(6):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    return RDBStorage(url, engine_kwargs=_engine_kwargs(url),
+                                      heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period,
+                                      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
+            except ModuleNotFoundError as exc:
+                raise MissingPackageError(f"The storage {redact(self.url)} needs the {exc.name!r} driver, which is "
+                                          "not installed; `pip install 'slimkit[cluster]'`.") from None
+            except Exception as exc:  # SQLAlchemy's OperationalError and friends: say what the server said
+                message = str(getattr(exc, "orig", None) or exc).strip().replace(self.url, redact(self.url))
+                if attempt < 5 and ("already exists" in message or "duplicate key" in message):
+                    time.sleep(0.5 + attempt)  # workers started together race to create Optuna's tables
+                    continue
+                raise SlimkitError(f"Cannot open the study storage {redact(self.url)}: {message}. Check that the "
+                                   "server runs and accepts connections from this machine, and the user, password "
+                                   "and database name (the password can also come from the PGPASSWORD environment "
+                                   "variable).") from None
+        raise AssertionError("unreachable")
 
     @contextlib.contextmanager
     def ask_lock(self, folder: Path, study_name: str) -> Iterator[None]:
