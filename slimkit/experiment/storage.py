@@ -27,6 +27,7 @@ from typing import Any
 import optuna
 from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend
+from sqlalchemy import text
 
 from slimkit.errors import ConfigError, MissingPackageError, SlimkitError
 
@@ -115,8 +116,6 @@ class Store:
             with file_lock(folder / "ask.lock"):
                 yield
             return
-        from sqlalchemy import text
-
         storage = self.open(folder)
         key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:7], "big")
         with storage.engine.connect() as connection:  # the lock dies with the connection (a killed worker)
