@@ -2,7 +2,8 @@
 
 ``finish`` runs at the end of ``slimkit run`` and again for ``slimkit report <folder>``: it reads the study from
 the folder's journal, keeps only the best (or Pareto) models when ``save_model`` is on, and writes
-``history.png`` (each objective per trial with the best so far) and, for several objectives, ``pareto.png``
+``history.png`` (each objective per trial with the best so far), ``importance.png`` (how much each searched
+parameter explains of each objective: Optuna's fANOVA importances) and, for several objectives, ``pareto.png``
 (the measured front, its points labelled with their trial and recipe).
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from slimkit.core.contract import GROUPS
@@ -34,6 +36,7 @@ class ExperimentResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    importance: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def best(self) -> list[dict[str, Any]]:
@@ -174,6 +177,45 @@ def _plots(folder: Path, exp: Experiment, rows: list[dict[str, Any]]) -> list[Pa
     return paths
 
 
+def importances(study: optuna.Study, exp: Experiment, seed: int = 0) -> dict[str, dict[str, float]]:
+    """``{objective: {parameter: importance}}`` (Optuna's fANOVA, summing to 1), over the complete trials.
+
+    Only parameters every complete trial has are compared (a hyperparameter of an algorithm some trials did not
+    choose is left out); an objective gets ``{}`` with fewer than two complete trials or nothing varied.
+    """
+    out: dict[str, dict[str, float]] = {}
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    for i, name in enumerate(exp.objective_names):
+        try:
+            scores = optuna.importance.get_param_importances(
+                study, target=lambda t, i=i: t.values[i],
+                evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed))
+        except (ValueError, RuntimeError):
+            scores = {}
+        out[name] = {k: float(v) for k, v in scores.items()} if len(complete) >= 2 else {}
+    return out
+
+
+def _importance_plot(folder: Path, names: list[str], scores: dict[str, dict[str, float]]) -> list[Path]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    shown = [n for n in names if scores.get(n)]
+    if not shown:
+        return []
+    params = sorted({p for n in shown for p in scores[n]}, key=lambda p: -max(scores[n].get(p, 0) for n in shown))
+    fig = Figure(figsize=(5 * len(shown), 1.2 + 0.35 * len(params)))
+    for i, name in enumerate(shown):
+        ax = fig.add_subplot(1, len(shown), i + 1)
+        ax.barh(params[::-1], [scores[name].get(p, 0.0) for p in params[::-1]], color="tab:blue")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("importance (fANOVA)")
+        ax.set_title(name)
+        ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    return [_save(fig, FigureCanvasAgg, folder / "importance.png")]
+
+
 def _save(fig: Any, canvas: Any, path: Path) -> Path:
     canvas(fig)
     with atomic_file(path, suffix=".png") as tmp:
@@ -209,6 +251,10 @@ def print_table(exp: Experiment, result: ExperimentResult) -> None:
     counts = ", ".join(f"{v} {k}" for k, v in result.counts().items())
     print(f"slimkit: {len(result.rows)} trial(s): {counts}. Files: {', '.join(p.name for p in result.files)} "
           f"in {result.folder}")
+    for name, scores in result.importance.items():
+        if scores:
+            ranked = ", ".join(f"{k} {v:.2f}" for k, v in sorted(scores.items(), key=lambda kv: -kv[1]))
+            print(f"slimkit: parameter importance for {name} (fANOVA): {ranked}")
     for r in result.rows:
         if r["state"] == "failed" and r["log_tail"]:
             tail = "\n    ".join(r["log_tail"].splitlines()[-5:])
@@ -223,10 +269,13 @@ def finish(folder: Path, exp: Experiment, quiet: bool = False, store: Store | No
         clean_models(folder, kept)
     result = ExperimentResult(folder, exp.objectives or {"result": exp.target},
                               _rows(exp, study.get_trials(deepcopy=False), kept), sorted(kept))
-    payload = {"name": exp.name, "objectives": result.objectives, "kept": result.kept, "trials": result.rows}
+    result.importance = importances(study, exp) if exp.params else {}
+    payload = {"name": exp.name, "objectives": result.objectives, "kept": result.kept,
+               "importance": result.importance, "trials": result.rows}
     result.files = [_write_csv(folder / "results.csv", exp, result.rows),
                     write_json_atomic(folder / "results.json", json.loads(json.dumps(payload, default=str))),
-                    *_plots(folder, exp, result.rows)]
+                    *_plots(folder, exp, result.rows),
+                    *_importance_plot(folder, exp.objective_names, result.importance)]
     if not quiet:
         print_table(exp, result)
     return result
