@@ -184,6 +184,18 @@ def _objectives(raw: Mapping[str, Any]) -> dict[str, str]:
     return dict(value)
 
 
+def _script_objectives(value: Any) -> dict[str, str]:
+    """A script's own objectives: ``{"accuracy": "max", "latency_ms": "min"}``, the order of print_result([...])."""
+    if not isinstance(value, Mapping) or not value:
+        raise ConfigError(f"objectives: the values your script reports with print_result([a, b]), in that order, "
+                          f"each 'min' or 'max', e.g. {{\"accuracy\": \"max\", \"latency_ms\": \"min\"}}; "
+                          f"got {value!r}.")
+    for name, goal in value.items():
+        if goal not in TARGETS:
+            raise ConfigError(f"objectives.{name}: {goal!r} is not a direction; use 'min' or 'max'.")
+    return dict(value)
+
+
 def _proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
     default = "nsga2" if n_objectives > 1 else "tpe"
     proposer = raw.get("proposer", default)
@@ -242,7 +254,7 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
                           "'model' (slimkit smashes and measures it itself); "
                           f"got {'both' if 'script' in raw else 'neither'}.")
     if "script" in raw:
-        for key in ("search", "objectives", "data"):
+        for key in ("search", "data"):
             if key in raw:
                 raise ConfigError(f"{key}: belongs to the script-free form (with 'model'); a script experiment "
                                   "searches "
@@ -257,6 +269,8 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
                               "{'framework': 'torch', 'type': 'pruning', 'compressor': 'l1_filter', "
                               "'config_list': [...]}.")
         exp.compression, exp.params = _compression(raw, exp.expand_op_names)
+        if "objectives" in raw:
+            exp.objectives = _script_objectives(raw["objectives"])
     else:
         for key in ("compression",):
             if key in raw:

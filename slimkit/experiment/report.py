@@ -99,8 +99,8 @@ def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[di
             continue
         row: dict[str, Any] = {"number": t.number, "state": _short_state(t), "params": dict(t.params),
                                "recipe": label({**fixed, **t.params}), "kept": t.number in kept}
-        for name, value in zip(exp.objective_names, t.values or [None] * len(exp.objective_names), strict=True):
-            row[name] = value
+        values = dict(zip(exp.objective_names, t.values or [None] * len(exp.objective_names), strict=True))
+        row["values"] = values
         row["measured"] = t.user_attrs.get("measured", {})
         row["seconds"] = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None
         row["reason"] = t.user_attrs.get("reason", "")
@@ -108,6 +108,8 @@ def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[di
         row["trial_dir"] = t.user_attrs.get("trial_dir", "")
         model = Path(row["trial_dir"]) / "model"
         row["model"] = str(model) if row["trial_dir"] else ""
+        for name, value in values.items():  # row["accuracy"] too, unless the name is a column ("params")
+            row.setdefault(name, value)
         rows.append(row)
     return rows
 
@@ -126,7 +128,7 @@ def _write_csv(path: Path, exp: Experiment, rows: list[dict[str, Any]]) -> Path:
     writer = csv.writer(buffer)
     writer.writerow(header)
     for r in rows:
-        writer.writerow([r["number"], r["state"], r["kept"], *[r.get(n) for n in exp.objective_names],
+        writer.writerow([r["number"], r["state"], r["kept"], *[r["values"][n] for n in exp.objective_names],
                          *[r["params"].get(n) for n in names], r["seconds"], r["reason"],
                          r["model"] if r["kept"] and exp.save_model else ""])
     with atomic_file(path) as tmp:
@@ -145,7 +147,7 @@ def _plots(folder: Path, exp: Experiment, rows: list[dict[str, Any]]) -> list[Pa
     fig = Figure(figsize=(5 * len(names), 3.6))
     for i, (name, direction) in enumerate(zip(names, exp.directions, strict=True)):
         ax = fig.add_subplot(1, len(names), i + 1)
-        xs, ys = [r["number"] for r in done], [r[name] for r in done]
+        xs, ys = [r["number"] for r in done], [r["values"][name] for r in done]
         ax.scatter(xs, ys, s=18, label="trial")
         best, so_far = [], None
         for y in ys:
@@ -162,11 +164,13 @@ def _plots(folder: Path, exp: Experiment, rows: list[dict[str, Any]]) -> list[Pa
         x_name, y_name = names[1], names[0]
         fig = Figure(figsize=(7, 5))
         ax = fig.add_subplot(1, 1, 1)
-        ax.scatter([r[x_name] for r in done], [r[y_name] for r in done], s=16, color="0.6", label="trial")
-        front = sorted((r for r in done if r["kept"]), key=lambda r: r[x_name])
-        ax.plot([r[x_name] for r in front], [r[y_name] for r in front], "o-", color="tab:red", label="Pareto front")
-        for r in front:
-            ax.annotate(f"#{r['number']} {r['recipe']}", (r[x_name], r[y_name]), fontsize=6,
+        xs_all, ys_all = [r["values"][x_name] for r in done], [r["values"][y_name] for r in done]
+        ax.scatter(xs_all, ys_all, s=16, color="0.6", label="trial")
+        front = sorted((r for r in done if r["kept"]), key=lambda r: r["values"][x_name])
+        fx, fy = [r["values"][x_name] for r in front], [r["values"][y_name] for r in front]
+        ax.plot(fx, fy, "o-", color="tab:red", label="Pareto front")
+        for r, x, y in zip(front, fx, fy, strict=True):
+            ax.annotate(f"#{r['number']} {r['recipe']}", (x, y), fontsize=6,
                         xytext=(4, 4), textcoords="offset points")
         ax.set_xlabel(f"{x_name} ({exp.objectives.get(x_name, '')})")
         ax.set_ylabel(f"{y_name} ({exp.objectives.get(y_name, '')})")
@@ -232,7 +236,8 @@ def _fmt(value: Any) -> str:
 def print_table(exp: Experiment, result: ExperimentResult) -> None:
     """The results table (rich when available): one row per trial, kept ones marked."""
     header = ["trial", "state", *exp.objective_names, "recipe", "note"]
-    cells = [[str(r["number"]) + (" *" if r["kept"] else ""), r["state"], *[_fmt(r[n]) for n in exp.objective_names],
+    cells = [[str(r["number"]) + (" *" if r["kept"] else ""), r["state"],
+              *[_fmt(r["values"][n]) for n in exp.objective_names],
               r["recipe"], r["reason"][:60]] for r in result.rows]
     try:
         from rich.console import Console

@@ -59,8 +59,8 @@ def _run_trial(exp: Experiment, folder: Path, trial: optuna.Trial, bench: Any) -
     trial.set_user_attr("trial_dir", str(trial_dir.relative_to(folder)))
 
     def on_intermediate(step: int, value: float) -> bool:
-        if not exp.track_intermediate_results:
-            return False
+        if not exp.track_intermediate_results or len(exp.directions) > 1:
+            return False  # Optuna's pruners follow one objective
         trial.report(value, step)
         return exp.early_stop and trial.should_prune()
 
