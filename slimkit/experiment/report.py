@@ -92,7 +92,9 @@ def progress_line(exp: Experiment, trials: list[FrozenTrial], n_samples: int) ->
 
 def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[dict[str, Any]]:
     rows = []
-    fixed = dict(exp.smash_space.fixed) if exp.smash_space is not None else {}
+    # recipe labels show the groups (fixed or chosen) and the searched values; fixed hyperparameters are the same
+    # in every trial and would only lengthen them
+    fixed = {k: v for k, v in (exp.smash_space.fixed if exp.smash_space is not None else {}).items() if k in GROUPS}
     cut = interrupted(trials)
     for t in trials:
         if t.number in cut or t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
