@@ -39,6 +39,10 @@ SEARCH = {
     "onnxruntime_quantize": ["none", "int8_dynamic"],
 }
 RUNTIME = {"repeats": 7, "warmup": 2}
+#: recipes re-measured beside the front whether or not the search reached them (same run, same noise)
+REFERENCES = {"int8_dynamic": {"quantizer": "int8_dynamic"},
+              "onnxruntime": {"compiler": "onnxruntime"},
+              "onnxruntime int8": {"compiler": "onnxruntime", "onnxruntime_quantize": "int8_dynamic"}}
 BATCH, SEQ = 8, 64
 
 
@@ -50,19 +54,24 @@ def minilm_batch():
 
 
 def remeasure(bench: Bench, exp, result, threads: int, repeats: int) -> None:
-    """Time the front's recipes again, round-robin with the fp32 base, so the machine's noise hits all alike."""
+    """Time the front's recipes (and REFERENCES) again, round-robin with the fp32 base, so noise hits all alike."""
     models, labels = {"fp32 base": bench.base}, {}
     for row in sorted(result.best, key=lambda r: r["values"]["latency"]):
         cfg = exp.smash_space.config(row["params"])
         cfg.add_model_defaults(bench.loaded)
         models[f"#{row['number']}"] = smash(bench.base, cfg)
-        labels[f"#{row['number']}"] = row
+        labels[f"#{row['number']}"] = (row["recipe"], row["values"]["cosine"])
+    for name, settings in REFERENCES.items():
+        cfg = exp.smash_space.config(settings)
+        cfg.add_model_defaults(bench.loaded)
+        models[name] = smash(bench.base, cfg)
+        labels[name] = ("(reference) " + name, bench.measure(models[name], ["cosine"])["cosine"])
     fns = {name: (lambda m=m: run_model(m, bench.inputs)) for name, m in models.items()}
     ms = interleaved_latency(fns, repeats=repeats, warmup=2, threads=threads)
     print(f"\nthe front re-measured: {repeats} forwards each, round-robin with the fp32 base "
           f"({ms['fp32 base']:.1f} ms):")
-    rows = [[name, row["recipe"], f"{row['values']['cosine']:.4f}", f"{ms[name]:.1f}",
-             f"{ms['fp32 base'] / ms[name]:.2f}x"] for name, row in labels.items()]
+    rows = [[name, recipe, f"{cosine:.4f}", f"{ms[name]:.1f}", f"{ms['fp32 base'] / ms[name]:.2f}x"]
+            for name, (recipe, cosine) in labels.items()]
     print_table(["trial", "recipe", "cosine", "latency ms", "speedup vs fp32"], rows)
 
 
