@@ -4,9 +4,10 @@ Each trial is a real compression job in its own process (Auptimizer's script for
 with ``l1_filter`` at the proposed sparsity, speed it up, fine-tune it for a fixed number of steps on one thread,
 report held-out accuracy. Throughput: the same seeded search of ``--trials`` trials with one worker and with two,
 run alternately ``--rounds`` times; trials per hour from wall time, with the jobs' own CPU seconds beside it.
-Resume: `slimkit run --automatic` in a subprocess is killed with SIGKILL while a trial runs, then the same command
-runs again; it must keep every finished trial unchanged, rerun the interrupted one with the same parameters and
-end with exactly n_samples trials.
+``--sleep-job S`` swaps the job for one that only sleeps S seconds (no torch): what the runner itself
+parallelises when CPU is not the limit. Resume: `slimkit run --automatic` in a subprocess is killed with
+SIGKILL while a trial runs, then the same command runs again; it must keep every finished trial unchanged,
+rerun the interrupted one with the same parameters and end with exactly n_samples trials.
 
     PYTHONPATH=. nice -n 10 .venv/bin/python benchmarks/experiment_scaleout.py --trials 8 --rounds 2
 """
@@ -62,13 +63,22 @@ with torch.no_grad():
 """
 
 
-def experiment(folder: Path, name: str, n_samples: int, n_parallel: int, steps: int, seed: int) -> Path:
+SLEEP_JOB = """#!/usr/bin/env python
+import json, sys, time
+config = json.load(open(sys.argv[1]))
+time.sleep(config["sleep"])
+print("#Auto: result=%r" % config["config_list"][0]["sparsity"])
+"""
+
+
+def experiment(folder: Path, name: str, n_samples: int, n_parallel: int, steps: int, seed: int,
+               sleep: float = 0.0) -> Path:
     """Write the job script and the experiment file; return the file."""
-    (folder / "job.py").write_text(JOB)
+    (folder / "job.py").write_text(SLEEP_JOB if sleep else JOB)
     path = folder / f"{name}.json"
     path.write_text(json.dumps({
         "name": name, "script": "job.py", "n_samples": n_samples, "n_parallel": n_parallel, "proposer": "random",
-        "random_seed": seed, "target": "max", "runtime_args": {"steps": steps},
+        "random_seed": seed, "target": "max", "runtime_args": {"steps": steps, "sleep": sleep},
         "compression": {"framework": "torch", "type": "pruning", "compressor": "l1_filter",
                         "config_list": [{"sparsity": {"range": [0.1, 0.6], "type": "float"},
                                          "op_types": ["Conv2d"]}]}}))
@@ -80,13 +90,13 @@ def _child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def throughput(folder: Path, trials: int, rounds: int, steps: int) -> None:
+def throughput(folder: Path, trials: int, rounds: int, steps: int, sleep: float = 0.0) -> None:
     """Alternate n_parallel=1 and 2 on the same seeded search; print trials/hour and the ratio per round."""
     ratios = []
     for r in range(rounds):
         rates = {}
         for workers in (1, 2):
-            path = experiment(folder, f"tp_{r}_{workers}", trials, workers, steps, seed=r)
+            path = experiment(folder, f"tp_{r}_{workers}", trials, workers, steps, seed=r, sleep=sleep)
             cpu, load = _child_cpu(), os.getloadavg()[0]
             started = time.perf_counter()
             result = run_experiment(path, automatic=True, quiet=True)
@@ -139,12 +149,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="fine-tuning steps per job (its length)")
     parser.add_argument("--resume-samples", type=int, default=6)
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-resume", action="store_true")
+    parser.add_argument("--sleep-job", type=float, default=0.0, metavar="S",
+                        help="throughput of jobs that only sleep S seconds (the runner's own parallelism)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="slimkit-exp-scaleout-"))
     print(machine_line(1))
     if not args.skip_throughput:
-        throughput(folder, args.trials, args.rounds, args.steps)
-    resume(folder, args.resume_samples, args.steps)
+        throughput(folder, args.trials, args.rounds, args.steps, args.sleep_job)
+    if not args.skip_resume:
+        resume(folder, args.resume_samples, args.steps)
 
 
 if __name__ == "__main__":
