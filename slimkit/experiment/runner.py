@@ -226,23 +226,22 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
 
 def _run_workers(folder: Path, exp: Experiment, automatic: bool, workers: int, n_samples: int, quiet: bool,
                  store: Store) -> None:
+    """Run worker 0 in this process and spawn ``workers - 1`` more.
+
+    A spawned worker imports slimkit afresh, which takes seconds; this one starts its first trial at once.
+    """
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=work, args=(str(folder), automatic, i + 1, n_samples, False, store),
-                                 daemon=False) for i in range(workers)]
+    processes = [context.Process(target=work, args=(str(folder), automatic, i, n_samples, False, store),
+                                 daemon=False) for i in range(1, workers)]
     for process in processes:
         process.start()
-    study = open_study(folder, exp, store=store)
-    last = ""
+    stopped = True
     try:
-        while any(p.is_alive() for p in processes):
-            time.sleep(1.0)
-            line = progress_line(exp, study.get_trials(deepcopy=False), n_samples)
-            if line != last and not quiet:
-                print(line, file=sys.stderr, flush=True)
-                last = line
+        work(folder, automatic, 0, n_samples, echo=not quiet, store=store)
+        stopped = False
     finally:
-        for process in processes:
-            process.join(timeout=0 if sys.exc_info()[0] else None)
+        for process in processes:  # they stop asking once n_samples are counted; wait for their last trials
+            process.join(timeout=0 if stopped else None)
             if process.is_alive():
                 process.kill()
     crashed = [p.exitcode for p in processes if p.exitcode]
