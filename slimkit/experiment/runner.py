@@ -26,7 +26,7 @@ from slimkit.errors import ConfigError
 from slimkit.experiment.experiment_file import Experiment, load_experiment
 from slimkit.experiment.jobs import JobOutcome, die_with_parent, run_script_job, run_smash_job
 from slimkit.experiment.report import ExperimentResult, finish, progress_line
-from slimkit.experiment.storage import Heartbeat, redact
+from slimkit.experiment.storage import Heartbeat, forget_connections, redact
 from slimkit.experiment.study import (
     Store,
     file_lock,
@@ -107,8 +107,9 @@ def _next_trial(study: optuna.Study, store: Store, folder: Path, n_samples: int)
 def work(folder: str | Path, automatic: bool, index: int, n_samples: int, echo: bool = False,
          store: Store | None = None) -> None:
     """One worker: ask the study for trials until ``n_samples`` are finished, run each, tell the result."""
-    if index:  # a spawned worker process
+    if index:  # a forked or spawned worker process
         die_with_parent()
+        forget_connections()
     folder, store = Path(folder), store or Store()
     exp = load_experiment(folder / EXPERIMENT_FILE, automatic)
     with store.ask_lock(folder, store.study_name(exp.name)):
@@ -226,11 +227,16 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
 
 def _run_workers(folder: Path, exp: Experiment, automatic: bool, workers: int, n_samples: int, quiet: bool,
                  store: Store) -> None:
-    """Run worker 0 in this process and spawn ``workers - 1`` more.
+    """Run worker 0 in this process and start ``workers - 1`` more.
 
-    A spawned worker imports slimkit afresh, which takes seconds; this one starts its first trial at once.
+    Script experiments fork them (their workers only start job processes; a spawned worker would first import
+    slimkit afresh, seconds on a busy machine). Script-free ones spawn them: they run torch, which must not
+    inherit a forked OpenMP thread pool. This process starts its first trial at once either way.
     """
-    context = multiprocessing.get_context("spawn")
+    forks = exp.script is not None and "fork" in multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if forks else "spawn")
+    sys.stdout.flush()
+    sys.stderr.flush()
     processes = [context.Process(target=work, args=(str(folder), automatic, i, n_samples, False, store),
                                  daemon=False) for i in range(1, workers)]
     for process in processes:

@@ -126,6 +126,13 @@ class Store:
                 connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
 
 
+def forget_connections() -> None:
+    """In a forked process: drop the parent's database connections without closing them (they are its)."""
+    for storage in _OPENED.values():
+        storage.engine.dispose(close=False)
+    _OPENED.clear()
+
+
 @contextlib.contextmanager
 def file_lock(path: Path, blocking: bool = True, shared: bool = False) -> Iterator[bool]:
     """A ``flock`` on ``path`` (exclusive, or ``shared``; released when the process dies).

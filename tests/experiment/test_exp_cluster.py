@@ -128,3 +128,14 @@ def test_one_study_name_one_experiment_and_workers_need_a_database(tmp_path, pos
         run_experiment(exp, quiet=True, worker=True)
     with pytest.raises(ConfigError, match="storage: 'postgres-db' is not a database URL"):
         Store("postgres-db").open(tmp_path)
+
+
+def test_run_with_two_local_workers_on_the_database(tmp_path, postgres):
+    from slimkit.experiment.runner import run_experiment
+
+    exp = _experiment(tmp_path, "local_pair", n_samples=4, n_parallel=2, runtime_args={"seconds": 0.5})
+    result = run_experiment(exp, automatic=True, quiet=True, storage=postgres.url(), heartbeat_interval=1)
+    assert sorted(r["number"] for r in result.rows) == [0, 1, 2, 3]  # exactly n_samples, no duplicate asks
+    assert all(r["state"] == "complete" for r in result.rows)
+    logs = [(result.folder / r["trial_dir"] / "log.txt").read_text() for r in result.rows]
+    assert all(f"job {r['number']} sparsity" in log for r, log in zip(result.rows, logs, strict=True))
