@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved_latency, machine_line, print_table  # noqa: E402
 
 from slimkit.engine import smash  # noqa: E402
-from slimkit.experiment import load_experiment, run_experiment  # noqa: E402
+from slimkit.experiment import load_experiment, report_experiment, run_experiment  # noqa: E402
 from slimkit.experiment.bench import Bench  # noqa: E402
 from slimkit.utils import run_model  # noqa: E402
 
@@ -53,26 +53,36 @@ def minilm_batch():
     return zoo.load("minilm", batch_size=BATCH, seq_len=SEQ)
 
 
-def remeasure(bench: Bench, exp, result, threads: int, repeats: int) -> None:
-    """Time the front's recipes (and REFERENCES) again, round-robin with the fp32 base, so noise hits all alike."""
-    models, labels = {"fp32 base": bench.base}, {}
-    for row in sorted(result.best, key=lambda r: r["values"]["latency"]):
-        cfg = exp.smash_space.config(row["params"])
-        cfg.add_model_defaults(bench.loaded)
-        models[f"#{row['number']}"] = smash(bench.base, cfg)
-        labels[f"#{row['number']}"] = (row["recipe"], row["values"]["cosine"])
-    for name, settings in REFERENCES.items():
-        cfg = exp.smash_space.config(settings)
-        cfg.add_model_defaults(bench.loaded)
-        models[name] = smash(bench.base, cfg)
-        labels[name] = ("(reference) " + name, bench.measure(models[name], ["cosine"])["cosine"])
+def _block(title: str, models: dict, labels: dict, bench: Bench, threads: int, repeats: int) -> None:
     fns = {name: (lambda m=m: run_model(m, bench.inputs)) for name, m in models.items()}
     ms = interleaved_latency(fns, repeats=repeats, warmup=2, threads=threads)
-    print(f"\nthe front re-measured: {repeats} forwards each, round-robin with the fp32 base "
-          f"({ms['fp32 base']:.1f} ms):")
+    print(f"\n{title}: {repeats} forwards each, round-robin with the fp32 base ({ms['fp32 base']:.1f} ms):")
     rows = [[name, recipe, f"{cosine:.4f}", f"{ms[name]:.1f}", f"{ms['fp32 base'] / ms[name]:.2f}x"]
             for name, (recipe, cosine) in labels.items()]
     print_table(["trial", "recipe", "cosine", "latency ms", "speedup vs fp32"], rows)
+
+
+def remeasure(bench: Bench, exp, result, threads: int, repeats: int) -> None:
+    """Time the front's recipes (and REFERENCES) again, round-robin with the fp32 base, so noise hits all alike.
+
+    ONNX Runtime models are timed in a block of their own: ORT's intra-op threads spin after each run, which
+    would slow whatever torch model the round-robin times next.
+    """
+    blocks: dict[bool, tuple[dict, dict]] = {False: ({"fp32 base": bench.base}, {}),
+                                             True: ({"fp32 base": bench.base}, {})}
+    recipes = [(f"#{r['number']}", r["params"], r["recipe"], r["values"]["cosine"])
+               for r in sorted(result.best, key=lambda r: r["values"]["latency"])]
+    recipes += [(name, settings, "(reference) " + name, None) for name, settings in REFERENCES.items()]
+    for name, settings, recipe, cosine in recipes:
+        cfg = exp.smash_space.config(settings)
+        cfg.add_model_defaults(bench.loaded)
+        model = smash(bench.base, cfg)
+        cosine = bench.measure(model, ["cosine"])["cosine"] if cosine is None else cosine
+        models, labels = blocks["onnxruntime" in cfg.get_active_algorithms()]
+        models[name], labels[name] = model, (recipe, cosine)
+    _block("the front re-measured (torch models)", *blocks[False], bench, threads, repeats)
+    if blocks[True][1]:
+        _block("ONNX Runtime models", *blocks[True], bench, threads, repeats)
 
 
 def main() -> None:
@@ -84,6 +94,7 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="folder for the experiment (default: a temp dir)")
     parser.add_argument("--copy-plot", default=None, metavar="PNG", help="copy the Pareto plot here")
     parser.add_argument("--remeasure-repeats", type=int, default=15)
+    parser.add_argument("--reuse", action="store_true", help="reuse the search already in --output")
     args = parser.parse_args()
     folder = Path(args.output or tempfile.mkdtemp(prefix="slimkit-exp-minilm-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -100,7 +111,10 @@ def main() -> None:
     path = folder / "minilm_joint.json"
     path.write_text(json.dumps(spec, indent=2))
     started = time.perf_counter()
-    result = run_experiment(path, automatic=True, folder=folder / "minilm_joint", quiet=True)
+    if args.reuse and (folder / "minilm_joint" / "results.json").is_file():
+        result = report_experiment(folder / "minilm_joint", quiet=True)  # re-measure an earlier search's front
+    else:
+        result = run_experiment(path, automatic=True, folder=folder / "minilm_joint", quiet=True)
     seconds = time.perf_counter() - started
     print(f"\njoint search: {len(result.rows)} trials in {seconds:.0f} s ({result.counts()}); Pareto front "
           f"({len(result.best)} points, cosine max / latency min):")
