@@ -187,6 +187,9 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
         raise ConfigError("slimkit worker joins a study in a database several machines share; give --storage "
                           "postgresql://USER@HOST:PORT/DB (or \"storage\" in the file). On one machine, use "
                           "`slimkit run EXPERIMENT --automatic` with n_parallel workers.")
+    if isinstance(heartbeat_interval, bool) or not isinstance(heartbeat_interval, int) or heartbeat_interval < 1:
+        raise ConfigError(f"--heartbeat-interval: whole seconds >= 1 between a running trial's heartbeats; got "
+                          f"{heartbeat_interval!r}.")
     store = Store(url, heartbeat_interval, 3 * heartbeat_interval) if url else Store()
     out = Path(folder) if folder is not None else exp.default_folder()
     out.mkdir(parents=True, exist_ok=True)

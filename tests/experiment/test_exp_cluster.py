@@ -126,6 +126,8 @@ def test_one_study_name_one_experiment_and_workers_need_a_database(tmp_path, pos
         run_experiment(other, automatic=True, quiet=True, storage=postgres.url(), folder=tmp_path / "two")
     with pytest.raises(ConfigError, match="--storage postgresql://"):
         run_experiment(exp, quiet=True, worker=True)
+    with pytest.raises(ConfigError, match="--heartbeat-interval: whole seconds >= 1"):
+        run_experiment(exp, automatic=True, quiet=True, storage=postgres.url(), heartbeat_interval=0)
     with pytest.raises(ConfigError, match="storage: 'postgres-db' is not a database URL"):
         Store("postgres-db").open(tmp_path)
 
