@@ -2,7 +2,7 @@
 
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
 from slimkit.engine import SmashedModel, smash
-from slimkit.experiment import BasicConfig, create_compressor, print_result
+from slimkit.experiment import BasicConfig, aup_args, create_compressor, print_result
 
 __version__ = "0.1.0"
 
@@ -12,6 +12,7 @@ __all__ = [
     "SmashConfigPrefixWrapper",
     "SmashedModel",
     "__version__",
+    "aup_args",
     "create_compressor",
     "print_result",
     "smash",

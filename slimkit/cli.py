@@ -32,6 +32,7 @@ EPILOG = """examples:
   slimkit zoo
   slimkit run experiment.json                     # one job with the file's fixed values
   slimkit run experiment.json --automatic         # search the file's ranges on Optuna (resumes when rerun)
+  slimkit worker experiment.json --storage postgresql://me@db-host/studies   # one per machine, one shared study
   slimkit report runs/<experiment name>           # reprint its table, rewrite CSV/JSON/plots
   slimkit serve smashed/minilm --port 8000        # HTTP: POST /embed /predict, GET /health /metrics
 """
@@ -141,7 +142,8 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from slimkit.experiment.runner import run_experiment
 
-    result = run_experiment(args.experiment, automatic=args.automatic, folder=args.output)
+    result = run_experiment(args.experiment, automatic=args.automatic, folder=args.output, storage=args.storage,
+                            heartbeat_interval=args.heartbeat_interval, worker=args.command == "worker")
     counts = result.counts()
     return 0 if counts.get("complete", 0) else 1
 
@@ -149,7 +151,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from slimkit.experiment.runner import report_experiment
 
-    report_experiment(args.folder)
+    report_experiment(args.folder, storage=args.storage)
     return 0
 
 
@@ -161,6 +163,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                                   "Install it: pip install 'slimkit[serve]'") from exc
     serve(args.folder, host=args.host, port=args.port, max_length=args.max_length, max_inputs=args.max_inputs)
     return 0
+
+
+def _storage_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", metavar="URL", help="a database URL several machines share (postgresql://USER:PW@"
+                                                    "HOST:PORT/DB); default the file's \"storage\", else the "
+                                                    "journal file in the experiment folder")
+    p.add_argument("--heartbeat-interval", type=int, default=10, metavar="S",
+                   help="with --storage: seconds between a running trial's heartbeats; a trial silent for 3x this "
+                        "is failed and run again (default 10)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,10 +234,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment", metavar="EXPERIMENT", help="the experiment file (.json, .yaml)")
     p.add_argument("--automatic", action="store_true", help="search the ranges in the file (default: one job)")
     p.add_argument("--output", metavar="DIR", help="experiment folder (default <workingdir>/runs/<name>)")
-    p.set_defaults(func=_cmd_run)
+    _storage_flags(p)
+    p.set_defaults(func=_cmd_run, automatic=False)
+
+    p = sub.add_parser("worker", help="join an experiment's search in a shared database (one per machine)",
+                       description="Run an experiment's automatic search as one of many workers sharing one study "
+                                   "in a database (Optuna's RDB storage): start `slimkit worker exp.json --storage "
+                                   "postgresql://USER@HOST/DB` on each machine. Each runs n_parallel trials at a "
+                                   "time; a dead worker's trial is failed after its heartbeats stop and run again. "
+                                   "All stop when n_samples trials have finished.")
+    p.add_argument("experiment", metavar="EXPERIMENT", help="the experiment file (.json, .yaml)")
+    p.add_argument("--output", metavar="DIR", help="this machine's folder for trial logs and models "
+                                                   "(default <workingdir>/runs/<name>)")
+    _storage_flags(p)
+    p.set_defaults(func=_cmd_run, automatic=True)
 
     p = sub.add_parser("report", help="reprint an experiment's results and rewrite its CSV, JSON and plots")
     p.add_argument("folder", metavar="FOLDER", help="the experiment folder `slimkit run` printed")
+    p.add_argument("--storage", metavar="URL", help="the study's database URL with its password, when the "
+                                                    "folder's run.json records it without")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("serve", help="serve a saved model over HTTP: /embed, /predict, /health, /metrics",

@@ -198,3 +198,20 @@ def test_python_m_slimkit_compression_runs_an_experiment(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "2 trial(s): 2 complete" in done.stdout
     assert (tmp_path / "runs" / "cli" / "results.json").is_file()
+
+
+def test_worker_needs_a_database_and_two_runners_on_one_folder_are_refused(tmp_path, capsys):
+    from slimkit.experiment.storage import file_lock
+
+    exp = _write_experiment(tmp_path)
+    assert main(["worker", str(exp)]) == 2
+    assert "slimkit worker joins a study in a database" in capsys.readouterr().err
+    out = tmp_path / "out"
+    out.mkdir()
+    with file_lock(out / "runner.lock", blocking=False) as held:  # as a running `slimkit run` holds it
+        assert held
+        assert main(["run", str(exp), "--automatic", "--output", str(out)]) == 2
+        assert "Another `slimkit run or worker` is running the experiment in" in capsys.readouterr().err
+    with file_lock(out / "runner.lock", blocking=False, shared=True):  # as a running `slimkit worker` holds it
+        assert main(["run", str(exp), "--automatic", "--output", str(out)]) == 2
+    assert main(["run", str(exp), "--automatic", "--output", str(out)]) == 0  # free again: it runs

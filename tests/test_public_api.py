@@ -41,7 +41,7 @@ PUBLIC = {
         "model_loss", "move_batch", "split_batch"
     ],
     "slimkit": ["BasicConfig", "SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__",
-                "create_compressor", "print_result", "smash"],
+                "aup_args", "create_compressor", "print_result", "smash"],
     "slimkit.core": ["GROUPS", "KIND_OF_GROUP", "SaveFn", "SlimkitAlgorithm", "SlimkitBatcher", "SlimkitCacher",
                      "SlimkitCompiler", "SlimkitDistiller", "SlimkitPruner", "SlimkitQuantizer", "SlimkitRecoverer",
                      "SmashConfigPrefixWrapper", "register", "registry"],
@@ -49,7 +49,8 @@ PUBLIC = {
     "slimkit.engine": ["SmashedModel", "check_config", "smash"],
     "slimkit.algorithms": ["GROUP_PACKAGES", "algorithm_modules"],
     "slimkit.experiment": ["BasicConfig", "CompressionSettings", "Compressor", "CompressorSpec", "Experiment",
-                           "ExperimentResult", "ScriptResult", "available_compressors", "create_compressor",
+                           "ExperimentResult", "ScriptResult", "aup_args", "aup_save_model",
+                           "available_compressors", "create_compressor",
                            "get_compressor_spec", "load_compressed_model", "load_experiment",
                            "parse_compression_config", "parse_result", "print_result", "read_kept_channels",
                            "report_experiment", "run_experiment"],

@@ -2,13 +2,15 @@
 
 ``create_compressor(model, config, optimizer=...)`` builds the compressor an experiment config names;
 ``.compress()``, ``.apply_speedup(dummy_input)`` and ``.export_model(...)`` run the job; ``print_result(metric)``
-reports the script's metric to the runner as a ``#Auto: result=...`` line. ``run_experiment(path, automatic)``
+reports the script's metric (or a list, one per objective) to the runner as a ``#Auto: result=...`` line;
+``@aup_args`` fills a main function's arguments from the job config. ``run_experiment(path, automatic)``
 runs an experiment file (``slimkit run``): one job, or a search on Optuna with a measured Pareto front.
 """
 
 import importlib
 from typing import Any
 
+from slimkit.experiment.aup_args import aup_args, aup_save_model
 from slimkit.experiment.basic_config import BasicConfig
 from slimkit.experiment.compression_config import CompressionSettings, parse_compression_config
 from slimkit.experiment.compressor import Compressor, create_compressor
@@ -29,6 +31,8 @@ __all__ = [
     "Experiment",
     "ExperimentResult",
     "ScriptResult",
+    "aup_args",
+    "aup_save_model",
     "available_compressors",
     "create_compressor",
     "get_compressor_spec",

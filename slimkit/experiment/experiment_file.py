@@ -29,7 +29,7 @@ from slimkit.experiment.space import Param, config_list_params, ranked
 
 FIELDS = ("name", "script", "resource", "workingdir", "n_parallel", "n_samples", "target", "proposer",
           "random_seed", "job_failure", "resource_args", "runtime_args", "compression", "expand_op_names",
-          "job_timeout", "model", "data", "search", "objectives")
+          "job_timeout", "model", "data", "search", "objectives", "storage")
 COMPRESSION_FIELDS = ("framework", "type", "compressor", "config_list")
 JOB_FAILURE_FIELDS = ("ignore_fail", "job_retries")
 RESOURCE_ARGS_FIELDS = ("save_model", "early_stop", "track_intermediate_results")
@@ -70,6 +70,7 @@ class Experiment:
     data: str | None = None
     smash_space: SmashSpace | None = None
     objectives: dict[str, str] = field(default_factory=dict)
+    storage: str | None = None
     params: list[Param] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -183,6 +184,18 @@ def _objectives(raw: Mapping[str, Any]) -> dict[str, str]:
     return dict(value)
 
 
+def _script_objectives(value: Any) -> dict[str, str]:
+    """A script's own objectives: ``{"accuracy": "max", "latency_ms": "min"}``, the order of print_result([...])."""
+    if not isinstance(value, Mapping) or not value:
+        raise ConfigError(f"objectives: the values your script reports with print_result([a, b]), in that order, "
+                          f"each 'min' or 'max', e.g. {{\"accuracy\": \"max\", \"latency_ms\": \"min\"}}; "
+                          f"got {value!r}.")
+    for name, goal in value.items():
+        if goal not in TARGETS:
+            raise ConfigError(f"objectives.{name}: {goal!r} is not a direction; use 'min' or 'max'.")
+    return dict(value)
+
+
 def _proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
     default = "nsga2" if n_objectives > 1 else "tpe"
     proposer = raw.get("proposer", default)
@@ -232,12 +245,16 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
         raise ConfigError(f"job_timeout: seconds a trial may run (a number > 0); got {timeout!r}.")
     exp.job_timeout = float(timeout)
     exp.expand_op_names = _bool(raw, "expand_op_names", "expand_op_names", True)
+    exp.storage = raw.get("storage")
+    if exp.storage is not None and (not isinstance(exp.storage, str) or "://" not in exp.storage):
+        raise ConfigError(f"storage: a database URL workers share, e.g. 'postgresql://USER@HOST:5432/DB'; got "
+                          f"{exp.storage!r}. Leave it out for the journal file in the experiment folder.")
     if ("script" in raw) == ("model" in raw):
         raise ConfigError("An experiment needs exactly one of 'script' (a compression script, Auptimizer style) or "
                           "'model' (slimkit smashes and measures it itself); "
                           f"got {'both' if 'script' in raw else 'neither'}.")
     if "script" in raw:
-        for key in ("search", "objectives", "data"):
+        for key in ("search", "data"):
             if key in raw:
                 raise ConfigError(f"{key}: belongs to the script-free form (with 'model'); a script experiment "
                                   "searches "
@@ -252,6 +269,8 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
                               "{'framework': 'torch', 'type': 'pruning', 'compressor': 'l1_filter', "
                               "'config_list': [...]}.")
         exp.compression, exp.params = _compression(raw, exp.expand_op_names)
+        if "objectives" in raw:
+            exp.objectives = _script_objectives(raw["objectives"])
     else:
         for key in ("compression",):
             if key in raw:

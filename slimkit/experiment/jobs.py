@@ -155,9 +155,15 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
     if result is None:
         return JobOutcome("failed", reason="the script reported no result (call slimkit.print_result(metric) at the "
                           "end)", log_tail=log_tail(log_path))
-    if not math.isfinite(result.metric):
-        return JobOutcome("failed", reason=f"the script reported {result.metric}", log_tail=log_tail(log_path))
-    return JobOutcome("complete", [result.metric], extra=result.extra, log_tail=log_tail(log_path))
+    names = exp.objective_names
+    if len(result.values) != len(names) and (len(names) > 1 or len(result.values) > 1):
+        return JobOutcome("failed", reason=f"the script reported {len(result.values)} value(s) but the experiment "
+                          f"names {len(names)} objective(s) ({', '.join(names)}); report one per objective in that "
+                          "order with print_result([...])", log_tail=log_tail(log_path))
+    if not all(math.isfinite(v) for v in result.values):
+        return JobOutcome("failed", reason=f"the script reported {result.metric if len(names) == 1 else result.values}",
+                          log_tail=log_tail(log_path))
+    return JobOutcome("complete", list(result.values), extra=result.extra, log_tail=log_tail(log_path))
 
 
 class JobTimeout(BaseException):

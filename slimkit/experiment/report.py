@@ -2,7 +2,8 @@
 
 ``finish`` runs at the end of ``slimkit run`` and again for ``slimkit report <folder>``: it reads the study from
 the folder's journal, keeps only the best (or Pareto) models when ``save_model`` is on, and writes
-``history.png`` (each objective per trial with the best so far) and, for several objectives, ``pareto.png``
+``history.png`` (each objective per trial with the best so far), ``importance.png`` (how much each searched
+parameter explains of each objective: Optuna's fANOVA importances) and, for several objectives, ``pareto.png``
 (the measured front, its points labelled with their trial and recipe).
 """
 
@@ -17,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from slimkit.core.contract import GROUPS
 from slimkit.core.io import atomic_file, write_json_atomic
 from slimkit.experiment.experiment_file import Experiment
-from slimkit.experiment.study import INTERRUPTED, finished, kept_trials, open_study
+from slimkit.experiment.study import Store, finished, interrupted, kept_trials, open_study
 
 
 @dataclass
@@ -34,6 +36,7 @@ class ExperimentResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    importance: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def best(self) -> list[dict[str, Any]]:
@@ -89,14 +92,17 @@ def progress_line(exp: Experiment, trials: list[FrozenTrial], n_samples: int) ->
 
 def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[dict[str, Any]]:
     rows = []
-    fixed = dict(exp.smash_space.fixed) if exp.smash_space is not None else {}
+    # recipe labels show the groups (fixed or chosen) and the searched values; fixed hyperparameters are the same
+    # in every trial and would only lengthen them
+    fixed = {k: v for k, v in (exp.smash_space.fixed if exp.smash_space is not None else {}).items() if k in GROUPS}
+    cut = interrupted(trials)
     for t in trials:
-        if t.user_attrs.get(INTERRUPTED) or t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+        if t.number in cut or t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
             continue
         row: dict[str, Any] = {"number": t.number, "state": _short_state(t), "params": dict(t.params),
                                "recipe": label({**fixed, **t.params}), "kept": t.number in kept}
-        for name, value in zip(exp.objective_names, t.values or [None] * len(exp.objective_names), strict=True):
-            row[name] = value
+        values = dict(zip(exp.objective_names, t.values or [None] * len(exp.objective_names), strict=True))
+        row["values"] = values
         row["measured"] = t.user_attrs.get("measured", {})
         row["seconds"] = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None
         row["reason"] = t.user_attrs.get("reason", "")
@@ -104,6 +110,8 @@ def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[di
         row["trial_dir"] = t.user_attrs.get("trial_dir", "")
         model = Path(row["trial_dir"]) / "model"
         row["model"] = str(model) if row["trial_dir"] else ""
+        for name, value in values.items():  # row["accuracy"] too, unless the name is a column ("params")
+            row.setdefault(name, value)
         rows.append(row)
     return rows
 
@@ -122,7 +130,7 @@ def _write_csv(path: Path, exp: Experiment, rows: list[dict[str, Any]]) -> Path:
     writer = csv.writer(buffer)
     writer.writerow(header)
     for r in rows:
-        writer.writerow([r["number"], r["state"], r["kept"], *[r.get(n) for n in exp.objective_names],
+        writer.writerow([r["number"], r["state"], r["kept"], *[r["values"][n] for n in exp.objective_names],
                          *[r["params"].get(n) for n in names], r["seconds"], r["reason"],
                          r["model"] if r["kept"] and exp.save_model else ""])
     with atomic_file(path) as tmp:
@@ -141,7 +149,7 @@ def _plots(folder: Path, exp: Experiment, rows: list[dict[str, Any]]) -> list[Pa
     fig = Figure(figsize=(5 * len(names), 3.6))
     for i, (name, direction) in enumerate(zip(names, exp.directions, strict=True)):
         ax = fig.add_subplot(1, len(names), i + 1)
-        xs, ys = [r["number"] for r in done], [r[name] for r in done]
+        xs, ys = [r["number"] for r in done], [r["values"][name] for r in done]
         ax.scatter(xs, ys, s=18, label="trial")
         best, so_far = [], None
         for y in ys:
@@ -158,11 +166,13 @@ def _plots(folder: Path, exp: Experiment, rows: list[dict[str, Any]]) -> list[Pa
         x_name, y_name = names[1], names[0]
         fig = Figure(figsize=(7, 5))
         ax = fig.add_subplot(1, 1, 1)
-        ax.scatter([r[x_name] for r in done], [r[y_name] for r in done], s=16, color="0.6", label="trial")
-        front = sorted((r for r in done if r["kept"]), key=lambda r: r[x_name])
-        ax.plot([r[x_name] for r in front], [r[y_name] for r in front], "o-", color="tab:red", label="Pareto front")
-        for r in front:
-            ax.annotate(f"#{r['number']} {r['recipe']}", (r[x_name], r[y_name]), fontsize=6,
+        xs_all, ys_all = [r["values"][x_name] for r in done], [r["values"][y_name] for r in done]
+        ax.scatter(xs_all, ys_all, s=16, color="0.6", label="trial")
+        front = sorted((r for r in done if r["kept"]), key=lambda r: r["values"][x_name])
+        fx, fy = [r["values"][x_name] for r in front], [r["values"][y_name] for r in front]
+        ax.plot(fx, fy, "o-", color="tab:red", label="Pareto front")
+        for r, x, y in zip(front, fx, fy, strict=True):
+            ax.annotate(f"#{r['number']} {r['recipe']}", (x, y), fontsize=6,
                         xytext=(4, 4), textcoords="offset points")
         ax.set_xlabel(f"{x_name} ({exp.objectives.get(x_name, '')})")
         ax.set_ylabel(f"{y_name} ({exp.objectives.get(y_name, '')})")
@@ -171,6 +181,45 @@ def _plots(folder: Path, exp: Experiment, rows: list[dict[str, Any]]) -> list[Pa
         fig.tight_layout()
         paths.append(_save(fig, FigureCanvasAgg, folder / "pareto.png"))
     return paths
+
+
+def importances(study: optuna.Study, exp: Experiment, seed: int = 0) -> dict[str, dict[str, float]]:
+    """``{objective: {parameter: importance}}`` (Optuna's fANOVA, summing to 1), over the complete trials.
+
+    Only parameters every complete trial has are compared (a hyperparameter of an algorithm some trials did not
+    choose is left out); an objective gets ``{}`` with fewer than two complete trials or nothing varied.
+    """
+    out: dict[str, dict[str, float]] = {}
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    for i, name in enumerate(exp.objective_names):
+        try:
+            scores = optuna.importance.get_param_importances(
+                study, target=lambda t, i=i: t.values[i],
+                evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed))
+        except (ValueError, RuntimeError):
+            scores = {}
+        out[name] = {k: float(v) for k, v in scores.items()} if len(complete) >= 2 else {}
+    return out
+
+
+def _importance_plot(folder: Path, names: list[str], scores: dict[str, dict[str, float]]) -> list[Path]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    shown = [n for n in names if scores.get(n)]
+    if not shown:
+        return []
+    params = sorted({p for n in shown for p in scores[n]}, key=lambda p: -max(scores[n].get(p, 0) for n in shown))
+    fig = Figure(figsize=(5 * len(shown), 1.2 + 0.35 * len(params)))
+    for i, name in enumerate(shown):
+        ax = fig.add_subplot(1, len(shown), i + 1)
+        ax.barh(params[::-1], [scores[name].get(p, 0.0) for p in params[::-1]], color="tab:blue")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("importance (fANOVA)")
+        ax.set_title(name)
+        ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    return [_save(fig, FigureCanvasAgg, folder / "importance.png")]
 
 
 def _save(fig: Any, canvas: Any, path: Path) -> Path:
@@ -189,7 +238,8 @@ def _fmt(value: Any) -> str:
 def print_table(exp: Experiment, result: ExperimentResult) -> None:
     """The results table (rich when available): one row per trial, kept ones marked."""
     header = ["trial", "state", *exp.objective_names, "recipe", "note"]
-    cells = [[str(r["number"]) + (" *" if r["kept"] else ""), r["state"], *[_fmt(r[n]) for n in exp.objective_names],
+    cells = [[str(r["number"]) + (" *" if r["kept"] else ""), r["state"],
+              *[_fmt(r["values"][n]) for n in exp.objective_names],
               r["recipe"], r["reason"][:60]] for r in result.rows]
     try:
         from rich.console import Console
@@ -208,24 +258,31 @@ def print_table(exp: Experiment, result: ExperimentResult) -> None:
     counts = ", ".join(f"{v} {k}" for k, v in result.counts().items())
     print(f"slimkit: {len(result.rows)} trial(s): {counts}. Files: {', '.join(p.name for p in result.files)} "
           f"in {result.folder}")
+    for name, scores in result.importance.items():
+        if scores:
+            ranked = ", ".join(f"{k} {v:.2f}" for k, v in sorted(scores.items(), key=lambda kv: -kv[1]))
+            print(f"slimkit: parameter importance for {name} (fANOVA): {ranked}")
     for r in result.rows:
         if r["state"] == "failed" and r["log_tail"]:
             tail = "\n    ".join(r["log_tail"].splitlines()[-5:])
             print(f"slimkit: trial {r['number']} failed: {r['reason']}; log tail:\n    {tail}")
 
 
-def finish(folder: Path, exp: Experiment, quiet: bool = False) -> ExperimentResult:
+def finish(folder: Path, exp: Experiment, quiet: bool = False, store: Store | None = None) -> ExperimentResult:
     """Read the study, keep the best/Pareto models, write CSV, JSON and plots, print the table."""
-    study = open_study(folder, exp)
+    study = open_study(folder, exp, store=store)
     kept = {t.number for t in kept_trials(study)}
     if exp.save_model:
         clean_models(folder, kept)
     result = ExperimentResult(folder, exp.objectives or {"result": exp.target},
                               _rows(exp, study.get_trials(deepcopy=False), kept), sorted(kept))
-    payload = {"name": exp.name, "objectives": result.objectives, "kept": result.kept, "trials": result.rows}
+    result.importance = importances(study, exp) if exp.params else {}
+    payload = {"name": exp.name, "objectives": result.objectives, "kept": result.kept,
+               "importance": result.importance, "trials": result.rows}
     result.files = [_write_csv(folder / "results.csv", exp, result.rows),
                     write_json_atomic(folder / "results.json", json.loads(json.dumps(payload, default=str))),
-                    *_plots(folder, exp, result.rows)]
+                    *_plots(folder, exp, result.rows),
+                    *_importance_plot(folder, exp.objective_names, result.importance)]
     if not quiet:
         print_table(exp, result)
     return result

@@ -4,6 +4,7 @@ A compression script ends with ``print_result(accuracy)``; the runner reads the 
 the last result line as the job's metric (the value automatic mode optimises). ``print_result`` writes::
 
     #Auto: result=0.9711
+    #Auto: result=[0.9711, 3.2]                          (print_result([accuracy, latency]): several objectives)
     #Auto: extra={"macs": 1203904, "params": 41234}     (only with keyword arguments)
     #Auto: intermediate={"step": 3, "value": 0.93}       (print_result(0.93, step=3): a value on the way)
 
@@ -30,10 +31,19 @@ INTERMEDIATE_PREFIX = "#Auto: intermediate="
 
 @dataclass
 class ScriptResult:
-    """The metric a script reported (``float``; nan/inf allowed for failed runs) and its extra values."""
+    """The metric a script reported (``float``; nan/inf allowed for failed runs) and its extra values.
+
+    ``values`` holds every reported value (one, or one per objective for ``print_result([a, b])``);
+    ``metric`` is the first.
+    """
 
     metric: float
     extra: dict[str, Any] = field(default_factory=dict)
+    values: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            self.values = [self.metric]
 
 
 def _metric_value(metric: Any) -> float:
@@ -48,16 +58,26 @@ def _metric_value(metric: Any) -> float:
     return float(metric)
 
 
-def print_result(metric: float, step: int | None = None, **extra: Any) -> str:
+def print_result(metric: float | list[float] | tuple[float, ...], step: int | None = None, **extra: Any) -> str:
     """Print ``#Auto: result=<metric>`` (and ``#Auto: extra=<JSON>`` for keyword values); return the text.
 
     ``metric`` is the number the runner records and, in automatic mode, optimises (a Python number, a
-    numpy scalar or a one-element tensor). Keyword values must be JSON-serialisable (numbers, strings,
-    lists, dicts); the runner stores them beside the metric. With ``step=k`` the value is an intermediate
-    one (e.g. the accuracy after epoch ``k``): the runner records it and, with ``early_stop``, Optuna's
-    pruner may stop a trial whose intermediate values lag behind; the final result is the last call
-    without ``step``.
+    numpy scalar or a one-element tensor), or a list of numbers, one per objective the experiment file names
+    in ``"objectives"`` (in that order), for a search of several objectives. Keyword values must be
+    JSON-serialisable (numbers, strings, lists, dicts); the runner stores them beside the metric. With
+    ``step=k`` the value is an intermediate one (e.g. the accuracy after epoch ``k``): the runner records it
+    and, with ``early_stop``, Optuna's pruner may stop a trial whose intermediate values lag behind; the final
+    result is the last call without ``step``.
     """
+    if isinstance(metric, (list, tuple)):
+        if step is not None:
+            raise ConfigError("print_result([...], step=...): intermediate values are one number (Optuna's pruners "
+                              "follow one objective); report the list only as the final result.")
+        if not metric:
+            raise ConfigError("print_result([]): give one number per objective, e.g. print_result([accuracy, "
+                              "latency_ms]).")
+        values = [_metric_value(m) for m in metric]
+        return _print_lines(f"{RESULT_PREFIX}{json.dumps(values)}", extra)
     value = _metric_value(metric)
     if step is not None:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -66,7 +86,11 @@ def print_result(metric: float, step: int | None = None, **extra: Any) -> str:
         text = INTERMEDIATE_PREFIX + json.dumps({"step": step, "value": value})
         print(text, file=sys.stdout, flush=True)
         return text
-    lines = [f"{RESULT_PREFIX}{value!r}"]
+    return _print_lines(f"{RESULT_PREFIX}{value!r}", extra)
+
+
+def _print_lines(result_line: str, extra: dict[str, Any]) -> str:
+    lines = [result_line]
     if extra:
         try:
             payload = json.dumps(extra, sort_keys=True, allow_nan=True)
@@ -90,10 +114,15 @@ def parse_result(output: str) -> ScriptResult | None:
         if line.startswith(RESULT_PREFIX):
             text = line[len(RESULT_PREFIX):].strip()
             try:
-                found = ScriptResult(float(text))
-            except ValueError as exc:
-                raise ConfigError(f"Bad result line {line!r}: {text!r} is not a number. Report metrics with "
-                                  "slimkit.print_result(value).") from exc
+                values = json.loads(text) if text.startswith("[") else [float(text)]
+                if not values or not isinstance(values, list):
+                    raise ValueError(text)
+                values = [float(v) for v in values]
+                found = ScriptResult(values[0], values=values)
+            except (ValueError, TypeError, json.JSONDecodeError) as exc:
+                raise ConfigError(f"Bad result line {line!r}: {text!r} is not a number or a list of numbers. "
+                                  "Report metrics with slimkit.print_result(value) or print_result([a, b])."
+                                  ) from exc
         elif line.startswith(EXTRA_PREFIX) and found is not None:
             try:
                 extra = json.loads(line[len(EXTRA_PREFIX):])

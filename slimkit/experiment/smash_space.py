@@ -79,6 +79,14 @@ def _check_value(key: str, value: Any, path: str) -> None:
         raise ConfigError(f"{path}: {exc}") from None
 
 
+def _is_value(key: str, value: Any) -> bool:
+    try:
+        _check_value(key, value, key)
+    except ConfigError:
+        return False
+    return True
+
+
 def parse_search(search: Any, automatic: bool, path: str = "search") -> SmashSpace:
     """Validate a ``search`` block (errors name the key path and what is allowed) into a :class:`SmashSpace`."""
     if not isinstance(search, Mapping) or not search:
@@ -122,7 +130,11 @@ def parse_search(search: Any, automatic: bool, path: str = "search") -> SmashSpa
                               f"never chooses ({chosen or 'not given'}); add {cls.algorithm_name!r} to "
                               f"search.{cls.group} or remove {key!r}.")
         condition = (cls.group, cls.algorithm_name) if cls.group not in space.fixed else None
-        if is_spec(value) or isinstance(value, list):
+        if isinstance(value, list) and value and _is_value(key, value) and not _is_value(key, value[0]):
+            pass  # a list-valued hyperparameter written as is (op_names, exclude): one fixed value, not choices
+        elif isinstance(value, list) and len(value) == 1:
+            value = value[0]  # one choice is a fixed value
+        if is_spec(value) or (isinstance(value, list) and not _is_value(key, value)):
             param = parse_spec(value if is_spec(value) else {"range": value, "type": "choice"}, where, key)
             param.condition = condition
             for bound in (param.choices if param.kind == "choice" else [param.low, param.high]):

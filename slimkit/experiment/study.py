@@ -1,36 +1,34 @@
-"""The Optuna side of an experiment: the journal-file storage, the sampler a proposer names, trial counting.
+"""The Optuna side of an experiment: the study and its storage, the sampler a proposer names, trial counting.
 
 The study lives in ``<experiment folder>/study.journal`` (Optuna's ``JournalStorage`` with a file backend,
-safe for several local processes). Proposers map to Optuna's samplers: ``random`` -> ``RandomSampler``,
+safe for several local processes) or in a database several machines share (``storage.Store``).
+Proposers map to Optuna's samplers: ``random`` -> ``RandomSampler``,
 ``sequence``/``grid`` -> ``GridSampler``, ``tpe``/``hyperopt`` -> ``TPESampler``, ``cmaes`` -> ``CmaEsSampler``,
 ``nsga2`` -> ``NSGAIISampler``; ``early_stop`` turns on Optuna's ``MedianPruner``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
+import json
 import math
-import os
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from slimkit.errors import MissingPackageError
+from slimkit.errors import ConfigError, MissingPackageError
 from slimkit.experiment.experiment_file import Experiment
 
 try:
     import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
     from optuna.trial import FrozenTrial, TrialState
 except ImportError as _exc:  # pragma: no cover - the experiment extra is missing
     raise MissingPackageError("Running experiments needs Optuna, which is not installed; install it with "
                               "`pip install 'slimkit[experiment]'` (or `pip install optuna`).") from _exc
 
-STUDY_NAME = "slimkit"
-JOURNAL = "study.journal"
+from slimkit.experiment.storage import Store, file_lock, redact
+
+__all__ = ["Store", "file_lock"]  # re-exported for the runner
+
 #: trial user attribute marking a trial whose runner was killed (not counted; its parameters are re-run)
 INTERRUPTED = "interrupted"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -38,9 +36,16 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def storage(folder: Path) -> JournalStorage:
-    """The study storage of an experiment folder (created on first use)."""
-    return JournalStorage(JournalFileBackend(str(folder / JOURNAL)))
+def folder_store(folder: Path, url: str | None = None) -> Store:
+    """The storage an experiment folder's study lives in (``run.json`` records it; ``url`` overrides)."""
+    run = folder / "run.json"
+    spec = dict(json.loads(run.read_text()).get("storage") or {}) if run.is_file() else {}
+    if url is not None:
+        spec["url"] = url
+    if spec.get("url") and spec["url"] != redact(spec["url"]) and url is None:
+        raise ConfigError(f"The study of {folder} is in {spec['url']}; give the URL with its password "
+                          "(--storage URL) or set PGPASSWORD.")
+    return Store(**spec) if spec.get("url") else Store()
 
 
 def grid_space(exp: Experiment) -> dict[str, list[Any]]:
@@ -87,49 +92,54 @@ def make_pruner(exp: Experiment) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def open_study(folder: Path, exp: Experiment, offset: int = 0) -> optuna.Study:
-    """Create or load the experiment's study with this process's sampler."""
-    return optuna.create_study(study_name=STUDY_NAME, storage=storage(folder), directions=exp.directions,
-                               sampler=make_sampler(exp, offset), pruner=make_pruner(exp), load_if_exists=True)
+def open_study(folder: Path, exp: Experiment, offset: int = 0, store: Store | None = None) -> optuna.Study:
+    """Create or load the experiment's study with this process's sampler (``store``: default the folder's)."""
+    store = store or folder_store(folder)
+    return optuna.create_study(study_name=store.study_name(exp.name), storage=store.open(folder),
+                               directions=exp.directions, sampler=make_sampler(exp, offset), pruner=make_pruner(exp),
+                               load_if_exists=True)
 
 
-def counted(trial: FrozenTrial) -> bool:
-    """Whether a trial counts towards ``n_samples`` (finished or running, not interrupted)."""
-    return not trial.user_attrs.get(INTERRUPTED) and (trial.state in FINISHED or trial.state == TrialState.RUNNING)
+def trial_id(study: optuna.Study, number: int) -> int:
+    """The storage's id of trial ``number`` of ``study``."""
+    store = study._storage  # Optuna keeps the storage here; there is no public accessor
+    return store.get_trial_id_from_study_id_trial_number(store.get_study_id_from_name(study.study_name), number)
+
+
+def interrupted(trials: list[FrozenTrial]) -> set[int]:
+    """Numbers of trials cut short by a dead runner or worker (their parameters were queued again).
+
+    A killed local runner's trials carry the ``interrupted`` attribute; a dead worker's stale trial (heartbeat
+    storage) is named in the ``retry_history`` of the trial Optuna's retry callback queued in its place.
+    """
+    out = {t.number for t in trials if t.user_attrs.get(INTERRUPTED)}
+    for t in trials:
+        out.update(t.system_attrs.get("retry_history", ()))
+    return out
 
 
 def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """The trials that ran to an end (complete, pruned or failed), not interrupted ones."""
-    return [t for t in trials if t.state in FINISHED and not t.user_attrs.get(INTERRUPTED)]
+    cut = interrupted(trials)
+    return [t for t in trials if t.state in FINISHED and t.number not in cut]
 
 
-@contextlib.contextmanager
-def file_lock(path: Path, blocking: bool = True) -> Iterator[bool]:
-    """An exclusive ``flock`` on ``path`` (released when the process dies); yields False if not blocking and held."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+def n_counted(trials: list[FrozenTrial]) -> int:
+    """How many trials count towards ``n_samples``: finished ones and running ones."""
+    return len(finished(trials)) + sum(t.state == TrialState.RUNNING for t in trials)
 
 
 def recover_interrupted(folder: Path, study: optuna.Study) -> list[int]:
-    """Mark trials left RUNNING by a killed runner as failed + interrupted and queue their parameters again."""
-    store = storage(folder)
+    """Mark trials left RUNNING by a killed runner as failed + interrupted and queue their parameters again.
+
+    Only for the journal file: in a shared database other machines' trials run, and heartbeats find dead ones.
+    """
+    store = study._storage
     numbers = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        trial_id = store.get_trial_id_from_study_id_trial_number(store.get_study_id_from_name(STUDY_NAME),
-                                                                 trial.number)
-        store.set_trial_user_attr(trial_id, INTERRUPTED, True)
-        store.set_trial_state_values(trial_id, TrialState.FAIL)
+        trial_id_ = trial_id(study, trial.number)
+        store.set_trial_user_attr(trial_id_, INTERRUPTED, True)
+        store.set_trial_state_values(trial_id_, TrialState.FAIL)
         if trial.params:
             study.enqueue_trial(trial.params, skip_if_exists=False)
         numbers.append(trial.number)

@@ -79,3 +79,15 @@ def test_other_models_are_judged_by_cosine_and_slow_trials_fail_with_their_log(t
     assert [r["state"] for r in slow.rows] == ["failed"] * 3
     assert all("JobTimeout: timed out after 0.001 s" in r["reason"] for r in slow.rows)
     assert "slimkit.experiment.jobs.JobTimeout: timed out" in slow.rows[0]["log_tail"] and slow.kept == []
+
+
+def test_a_list_valued_hyperparameter_is_one_fixed_value_and_one_choice_is_fixed():
+    from slimkit.experiment.smash_space import parse_search
+
+    space = parse_search({"pruner": [None, "l1_filter"], "l1_filter_op_names": ["*intermediate.dense"],
+                          "l1_filter_sparsity": [0.3], "quantizer": ["rtn"], "rtn_bits": [2, 4]}, True)
+    assert space.fixed == {"quantizer": "rtn", "l1_filter_op_names": ["*intermediate.dense"],
+                           "l1_filter_sparsity": 0.3}
+    assert [(p.name, p.choices) for p in space.params] == [("pruner", [None, "l1_filter"]), ("rtn_bits", [2, 4])]
+    cfg = space.config({"pruner": "l1_filter", "rtn_bits": 2})
+    assert list(cfg["l1_filter_op_names"]) == ["*intermediate.dense"] and cfg["rtn_bits"] == 2
