@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 
 from slimkit.errors import SlimkitError
 
@@ -48,10 +48,13 @@ def clear_or_ok(boundary: str, call: Callable[[], Any], *words: str) -> Any:
     """
     tried(boundary)
     try:
-        return call()
+        result = call()
     except SlimkitError as exc:
+        event(f"{boundary}: refused with {type(exc).__name__}")
         message = str(exc)
         assert len(message) > 20, f"slimkit error without a useful message: {message!r}"
         if words:
             assert any(w in message for w in words), f"message names none of {words}: {message!r}"
         return exc
+    event(f"{boundary}: accepted")
+    return result

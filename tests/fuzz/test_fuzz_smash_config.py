@@ -19,7 +19,7 @@ from slimkit.core.contract import GROUPS
 from tests.fuzz._fuzz import clear_or_ok, examples
 
 ALGORITHMS = registry.all_names()
-HP_KEYS = [f"{n}_{h['name']}" for n in registry.names() for h in registry.info(n)["hyperparameters"]]
+HP_KEYS = [h["name"] for n in registry.names() for h in registry.info(n)["hyperparameters"]]
 FIELDS = ["schema_version", "algorithms", "hyperparameters", "device", "data"]
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
