@@ -125,12 +125,11 @@ def _guard(field: str, call: Callable[[], Any]) -> Any:
     """Run one load step; errors other than a SaveLoadError become one naming ``field`` (the record at fault)."""
     try:
         return call()
-    except SaveLoadError:
-        raise
     except SlimkitError as exc:
+        if isinstance(exc, SaveLoadError) and (CONFIG_FILE in str(exc) or WEIGHTS_FILE in str(exc)):
+            raise
         raise SaveLoadError(f"{field}: {exc}") from exc
-    except (RuntimeError, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, MemoryError,
-            NotImplementedError, AssertionError) as exc:
+    except Exception as exc:  # noqa: BLE001 - third-party init code (transformers) raises any type on bad values
         raise SaveLoadError(
             f"{field} does not fit the rebuilt model ({type(exc).__name__}: {str(exc)[:300]}): the save was edited "
             "or is corrupt. Save the model again; if this save was never edited, please report it as a slimkit bug."
@@ -222,10 +221,12 @@ def load_smashed(
                 f"{folder / PICKLE_FILE} is a pickle file, which can run arbitrary code when loaded. "
                 "Pass allow_pickle=True only if you trust its source."
             )
-        base = torch.load(folder / PICKLE_FILE, weights_only=False)
+        if not (folder / PICKLE_FILE).is_file():
+            raise SaveLoadError(f"{folder / PICKLE_FILE} is missing: the save is incomplete.")
+        base = _guard(str(folder / PICKLE_FILE), lambda: torch.load(folder / PICKLE_FILE, weights_only=False))
     else:
         weights = folder / WEIGHTS_FILE
-        if payload["weights_file"] != WEIGHTS_FILE or not weights.is_file():
+        if payload.get("weights_file") != WEIGHTS_FILE or not weights.is_file():
             raise SaveLoadError(f"{weights} is missing: the save is incomplete.")
         _check_digest(payload, weights)
         replays = [(f"{file}: applied[{i}] ({r['name']}).state",
@@ -233,7 +234,7 @@ def load_smashed(
                    for i, (a, r) in enumerate(zip(algos[:cut], applied[:cut], strict=True)) if a.save_fn == SaveFn.REPLAY]
         spec = payload["base"]
         recipe = (lambda: rebuild_base(spec)) if spec.get("kind") in REBUILT_KINDS else None
-        check_budget(recipe, model, [(field, replay) for field, replay in replays], weights)
+        _guard(f"{file}: base", lambda: check_budget(recipe, model, replays, weights))
         # parameters on meta when slimkit builds the base and every replay before the load works on a skeleton
         on_meta = model is None and all(a.replay_on_meta for a in algos[:cut] if a.save_fn == SaveFn.REPLAY)
         base = _guard(f"{file}: base", lambda: rebuild_base(spec, model, on_meta=on_meta, trust_code=trust_code))
