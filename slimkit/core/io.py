@@ -130,11 +130,12 @@ def recover_directory(final: str | os.PathLike) -> bool:
 
 
 def _remove_stale(final: Path) -> None:
-    """Remove the temporary folders of writers to ``final`` that were killed (their process is gone)."""
-    for folder in final.parent.glob(f".{final.name}.tmp-*"):
-        pid = folder.name[len(f".{final.name}.tmp-"):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
+    """Remove the temporary and set-aside folders of writers to ``final`` that were killed (process gone)."""
+    for kind in ("tmp", "old"):
+        for folder in final.parent.glob(f".{final.name}.{kind}-*"):
+            pid = folder.name[len(f".{final.name}.{kind}-"):].split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
@@ -173,7 +174,7 @@ def atomic_directory(final: str | os.PathLike, replace: bool = False) -> Iterato
             return
         trash = None
         if replace and final.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+            trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-{os.getpid()}-", dir=final.parent))
             os.replace(final, trash / "old")
         try:
             os.replace(tmp, final)
