@@ -14,7 +14,7 @@ import slimkit.algorithms  # noqa: F401  (importing it registers every algorithm
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import describe_allowed, is_legal, to_jsonable
-from slimkit.core.io import save_tensors_atomic, write_json_atomic
+from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
 from slimkit.errors import ConfigError, closest
 
 SCHEMA_VERSION = 1
@@ -314,7 +314,8 @@ class SmashConfig:
         write_json_atomic(target, {**self.to_dict(), **dict(extra or {})})
         for obj, sub in ((self.tokenizer, TOKENIZER_DIR), (self.processor, PROCESSOR_DIR)):
             if obj is not None and hasattr(obj, "save_pretrained"):
-                obj.save_pretrained(str(folder / sub))
+                with atomic_directory(folder / sub, replace=True) as tmp:  # never half a tokenizer on disk
+                    obj.save_pretrained(str(tmp))
         if self.example_inputs is not None:
             _save_inputs(self.example_inputs, folder / EXAMPLE_INPUTS_FILE)
         return target

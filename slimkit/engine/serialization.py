@@ -231,7 +231,8 @@ def load_smashed(
         _check_digest(payload, weights)
         replays = [(f"{file}: applied[{i}] ({r['name']}).state",
                     lambda m, a=a, r=r: a.replay(m, cfg.get_prefix_wrapper(r["name"]), r.get("state", {})))
-                   for i, (a, r) in enumerate(zip(algos[:cut], applied[:cut], strict=True)) if a.save_fn == SaveFn.REPLAY]
+                   for i, (a, r) in enumerate(zip(algos[:cut], applied[:cut], strict=True))
+                   if a.save_fn == SaveFn.REPLAY]
         spec = payload["base"]
         recipe = (lambda: rebuild_base(spec)) if spec.get("kind") in REBUILT_KINDS else None
         _guard(f"{file}: base", lambda: check_budget(recipe, model, replays, weights))

@@ -49,8 +49,9 @@ def valid_searches(draw: st.DrawFn) -> dict:
     return block
 
 
-search = st.one_of(valid_searches(), valid_searches(), st.dictionaries(keys, st.one_of(likely_values, ranges), max_size=4), hyperparameter_maps,
-                   json_values)
+search = st.one_of(valid_searches(), valid_searches(),
+                   st.dictionaries(keys, st.one_of(likely_values, ranges), max_size=4),
+                   hyperparameter_maps, json_values)
 near_valid_compression = st.builds(
     lambda name, cl: {"framework": "torch", "compressor": name, "config_list": cl},
     st.sampled_from(list(available_compressors())),
