@@ -282,14 +282,21 @@ class SmashConfig:
             if group not in GROUPS:
                 raise ConfigError(f"SmashConfig 'algorithms' key {group!r} is not a group.{closest(str(group), GROUPS)}"
                                   f" Groups: {', '.join(GROUPS)}.")
-            cfg[group] = name
+            cfg._set_field(f"'algorithms'[{group!r}]", group, name)
         for key, value in payload.get("hyperparameters", {}).items():
-            cfg[key] = value
+            cfg._set_field(f"'hyperparameters'[{key!r}]", key, value)
         data = payload.get("data")
         if data is not None and not isinstance(data, str):
             raise ConfigError(f"SmashConfig 'data' must be a dataset id (a string) or null; got {data!r}.")
         cfg._data_id = data
         return cfg
+
+    def _set_field(self, field: str, key: str, value: Any) -> None:
+        """``self[key] = value`` for a saved config's entry; an error names the field it came from."""
+        try:
+            self[key] = value
+        except ConfigError as exc:
+            raise type(exc)(f"SmashConfig {field}: {exc}") from None
 
     def restore_data(self) -> None:
         """Load the built-in dataset a saved config names (offline ones only; others keep just their id)."""

@@ -152,6 +152,9 @@ def config_list_hyperparameters(spec: CompressorSpec, config_list: Any) -> dict[
                 raise ConfigError(f"config_list key {key!r} means nothing to {spec.name!r}; it takes "
                                   f"{', '.join(sorted(hps)) or 'no hyperparameters'} (and op_types/op_names/exclude).")
             if isinstance(value, Mapping):  # NNI's per-type form {"weight": 4}
+                if not value:
+                    raise ConfigError(f"config_list key {key!r} is an empty object; write a value, or NNI's "
+                                      f"per-type form {{{key!r}: {{'weight': 8}}}}.")
                 value = next(iter(value.values()))
             found[name] = value
     return found
