@@ -142,7 +142,12 @@ def config_list_hyperparameters(spec: CompressorSpec, config_list: Any) -> dict[
         if entry.get("exclude"):
             if "exclude" not in hps:
                 raise ConfigError(f"{spec.name!r} has no exclude list; remove the exclude entry {dict(entry)}.")
-            found["exclude"] = [*found.get("exclude", []), *entry.get("op_names", [])]
+            names = entry.get("op_names", [])
+            if entry["exclude"] is not True or not isinstance(names, list) or \
+                    not all(isinstance(n, str) for n in names):
+                raise ConfigError(f"config_list exclude entry {dict(entry)}: write {{'exclude': True, 'op_names': "
+                                  "['layer name or pattern', ...]}.")
+            found["exclude"] = [*found.get("exclude", []), *names]
             continue
         for key, value in entry.items():
             if key in _SELECTION_KEYS:
