@@ -60,15 +60,18 @@ def _snapshot(folder: Path) -> dict[str, object]:
     return out
 
 
-def _kill_during(write: Callable[[int], None], check: Callable[[], str], kills: int, seed: int,
+def _kill_during(write: Callable[[str], None], check: Callable[[], str], kills: int, seed: int,
                  period: float) -> dict[str, int]:
-    """Fork a child looping ``write(i)``; SIGKILL it after a random delay in [0, 2 * period]; ``check()`` after.
+    """Fork a child overwriting the target in a loop; SIGKILL it after a random delay in [0, 2 * period].
 
-    Returns how often ``check`` saw each outcome (e.g. ``{"old": 23, "new": 27}``).
+    The child writes the content the target does not hold first (``write("new")`` over "old" and vice versa),
+    then alternates. ``check()`` returns what the target holds after the kill; the counts are returned.
     """
     rng = random.Random(seed)
     seen: dict[str, int] = {}
+    current = "old"
     for _ in range(kills):
+        order = ("new", "old") if current == "old" else ("old", "new")
         ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # child: announce, then overwrite forever
@@ -77,7 +80,7 @@ def _kill_during(write: Callable[[int], None], check: Callable[[], str], kills: 
                 os.write(ready_w, b"1")
                 i = 0
                 while True:
-                    write(i)
+                    write(order[i % 2])
                     i += 1
             finally:
                 os._exit(0)
@@ -88,8 +91,8 @@ def _kill_during(write: Callable[[int], None], check: Callable[[], str], kills: 
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, "the writer ended before the kill"
-        outcome = check()
-        seen[outcome] = seen.get(outcome, 0) + 1
+        current = check()
+        seen[current] = seen.get(current, 0) + 1
     print(f"{kills} kills survived: {seen}")  # shown with -s; the figure docs/reliability.md records
     return seen
 
@@ -136,7 +139,7 @@ def test_killed_save_pretrained_leaves_old_or_new(two_saves, tmp_path, monkeypat
     models["new"].save_pretrained(target)
     models["old"].save_pretrained(target)
     period = (time.perf_counter() - start) / 2
-    seen = _kill_during(lambda i: models[("new", "old")[i % 2]].save_pretrained(target),
+    seen = _kill_during(lambda name: models[name].save_pretrained(target),
                         _save_check(target, refs, x, outputs), KILLS, seed=int(exchange), period=period)
     assert sum(seen.values()) == KILLS and set(seen) <= {"old", "new"}
     models["new"].save_pretrained(target)  # the next write removes what killed writers left beside the folder
@@ -178,12 +181,15 @@ def test_kill_inside_the_fallback_window_is_recovered(two_saves, tmp_path, monke
 def test_killed_save_pretrained_500_times(two_saves, tmp_path):
     models, refs = two_saves
     target = tmp_path / "m"
-    models["old"].save_pretrained(target)
     x = torch.randn(3, 256)
     with torch.no_grad():
         outputs = {name: m(x) for name, m in models.items()}
-    seen = _kill_during(lambda i: models[("new", "old")[i % 2]].save_pretrained(target),
-                        _save_check(target, refs, x, outputs), 10 * KILLS, seed=7, period=0.02)
+    start = time.perf_counter()
+    models["new"].save_pretrained(target)
+    models["old"].save_pretrained(target)
+    period = (time.perf_counter() - start) / 2
+    seen = _kill_during(lambda name: models[name].save_pretrained(target),
+                        _save_check(target, refs, x, outputs), 10 * KILLS, seed=7, period=period)
     assert set(seen) <= {"old", "new"} and sum(seen.values()) == 10 * KILLS
 
 
@@ -207,7 +213,7 @@ def test_killed_zoo_cache_write_leaves_a_readable_cache(tmp_path, monkeypatch):
         assert all(torch.equal(state[k], v) for k, v in expected[meta["version"]].items())
         return meta["version"]
 
-    seen = _kill_during(lambda i: digits_cnn._write_cache(*models[("new", "old")[i % 2]]), check, max(10, KILLS // 3),
+    seen = _kill_during(lambda name: digits_cnn._write_cache(*models[name]), check, max(10, KILLS // 3),
                         seed=3, period=0.01)
     assert set(seen) <= {"old", "new"}
 
@@ -222,6 +228,6 @@ def test_killed_json_write_leaves_old_or_new(tmp_path):
         assert payload in payloads.values()
         return payload["name"]
 
-    seen = _kill_during(lambda i: io.write_json_atomic(target, payloads[("new", "old")[i % 2]]), check,
+    seen = _kill_during(lambda name: io.write_json_atomic(target, payloads[name]), check,
                         max(10, KILLS // 3), seed=5, period=0.01)
     assert set(seen) <= {"old", "new"}
