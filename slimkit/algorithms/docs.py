@@ -6,6 +6,7 @@ from pathlib import Path
 
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS
+from slimkit.core.io import atomic_file
 
 README_START = "<!-- algorithms:start -->"
 README_END = "<!-- algorithms:end -->"
@@ -62,5 +63,6 @@ def update_readme(readme: Path) -> bool:
     start, end = text.index(README_START) + len(README_START), text.index(README_END)
     new = text[:start] + "\n" + summary_table() + "\n" + text[end:]
     if new != text:
-        readme.write_text(new)
+        with atomic_file(readme) as tmp:
+            tmp.write_text(new)
     return new != text

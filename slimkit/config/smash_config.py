@@ -14,7 +14,7 @@ import slimkit.algorithms  # noqa: F401  (importing it registers every algorithm
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import describe_allowed, is_legal, to_jsonable
-from slimkit.core.io import save_tensors_atomic, write_json_atomic
+from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
 from slimkit.errors import ConfigError, closest
 
 SCHEMA_VERSION = 1
@@ -114,7 +114,13 @@ class SmashConfig:
             )
         return name, hp_name
 
+    def _check_key(self, key: Any) -> None:
+        if not isinstance(key, str):
+            raise ConfigError(f"SmashConfig keys are strings (a group such as 'quantizer' or a prefixed "
+                              f"hyperparameter such as 'int8_dynamic_per_channel'); got {key!r}.")
+
     def __setitem__(self, key: str, value: Any) -> None:
+        self._check_key(key)
         if key in self._algorithms:
             if value is None:
                 self._algorithms[key] = None
@@ -138,6 +144,7 @@ class SmashConfig:
         self._hyperparameters[f"{name}_{hp_name}"] = value
 
     def __getitem__(self, key: str) -> Any:
+        self._check_key(key)
         if key in self._algorithms:
             return self._algorithms[key]
         if key in self._hyperparameters:
@@ -250,6 +257,11 @@ class SmashConfig:
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> SmashConfig:
         """Rebuild a SmashConfig from :meth:`to_dict` output (validating every key and value again)."""
+        if not isinstance(payload, Mapping):
+            raise ConfigError(
+                f"A saved SmashConfig is a JSON object with 'schema_version', 'algorithms' and 'hyperparameters'; "
+                f"got a {type(payload).__name__} at the top level. Re-save the config with SmashConfig.save_to_json."
+            )
         version = payload.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ConfigError(
@@ -257,15 +269,34 @@ class SmashConfig:
                 "Re-save the config with this slimkit version."
             )
         device = payload.get("device", "auto")
-        if str(device).startswith("cuda") and not torch.cuda.is_available():
+        if not isinstance(device, str):
+            raise ConfigError(f"SmashConfig 'device' must be a string such as 'cpu' or 'cuda'; got {device!r}.")
+        if device.startswith("cuda") and not torch.cuda.is_available():
             device = "cpu"
         cfg = cls(device=device)
+        for field in ("algorithms", "hyperparameters"):
+            if not isinstance(payload.get(field, {}), Mapping):
+                raise ConfigError(f"SmashConfig {field!r} must be a JSON object of key -> value; "
+                                  f"got {payload[field]!r}.")
         for group, name in payload.get("algorithms", {}).items():
-            cfg[group] = name
+            if group not in GROUPS:
+                raise ConfigError(f"SmashConfig 'algorithms' key {group!r} is not a group.{closest(str(group), GROUPS)}"
+                                  f" Groups: {', '.join(GROUPS)}.")
+            cfg._set_field(f"'algorithms'[{group!r}]", group, name)
         for key, value in payload.get("hyperparameters", {}).items():
-            cfg[key] = value
-        cfg._data_id = payload.get("data")
+            cfg._set_field(f"'hyperparameters'[{key!r}]", key, value)
+        data = payload.get("data")
+        if data is not None and not isinstance(data, str):
+            raise ConfigError(f"SmashConfig 'data' must be a dataset id (a string) or null; got {data!r}.")
+        cfg._data_id = data
         return cfg
+
+    def _set_field(self, field: str, key: str, value: Any) -> None:
+        """``self[key] = value`` for a saved config's entry; an error names the field it came from."""
+        try:
+            self[key] = value
+        except ConfigError as exc:
+            raise type(exc)(f"SmashConfig {field}: {exc}") from None
 
     def restore_data(self) -> None:
         """Load the built-in dataset a saved config names (offline ones only; others keep just their id)."""
@@ -290,7 +321,8 @@ class SmashConfig:
         write_json_atomic(target, {**self.to_dict(), **dict(extra or {})})
         for obj, sub in ((self.tokenizer, TOKENIZER_DIR), (self.processor, PROCESSOR_DIR)):
             if obj is not None and hasattr(obj, "save_pretrained"):
-                obj.save_pretrained(str(folder / sub))
+                with atomic_directory(folder / sub, replace=True) as tmp:  # never half a tokenizer on disk
+                    obj.save_pretrained(str(tmp))
         if self.example_inputs is not None:
             _save_inputs(self.example_inputs, folder / EXAMPLE_INPUTS_FILE)
         return target
@@ -308,10 +340,13 @@ class SmashConfig:
         if not file.is_file():
             raise ConfigError(f"No SmashConfig at {file}: the file does not exist.")
         try:
-            payload = json.loads(file.read_text())
-        except json.JSONDecodeError as exc:
+            payload = json.loads(file.read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{file} is not valid JSON ({exc}); the file is truncated or corrupt.") from exc
-        cfg = cls.from_dict(payload)
+        try:
+            cfg = cls.from_dict(payload)
+        except ConfigError as exc:
+            raise type(exc)(f"{file}: {exc}") from None
         folder = file.parent
         if (folder / TOKENIZER_DIR).is_dir():
             cfg.add_tokenizer(str(folder / TOKENIZER_DIR))

@@ -119,10 +119,10 @@ def _build_recipe(spec: dict[str, Any], kind: Any) -> torch.nn.Module:
     elif kind == "hf":
         import transformers
 
-        cls = getattr(transformers, spec["hf_class"], None)
-        if cls is None:
+        cls = getattr(transformers, str(spec["hf_class"]), None)
+        if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):  # never call anything else
             raise SaveLoadError(
-                f"transformers has no class {spec['hf_class']!r} (saved with another version?). "
+                f"transformers has no model class {spec['hf_class']!r} (saved with another version?). "
                 "Pass model=<an instance of the original architecture> to from_pretrained."
             )
         built = cls(cls.config_class.from_dict(spec["config"]))

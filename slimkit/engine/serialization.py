@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,10 +22,11 @@ from slimkit.config.smash_config import (
 )
 from slimkit.core import registry
 from slimkit.core.contract import SaveFn
-from slimkit.core.io import atomic_directory
+from slimkit.core.io import atomic_directory, recover_directory
 from slimkit.core.tensors import flatten_state_dict, load_flat_state_dict
-from slimkit.engine.base_model import meta_tensors, rebuild_base
-from slimkit.errors import ConfigError, SaveLoadError
+from slimkit.engine.base_model import REBUILT_KINDS, meta_tensors, rebuild_base
+from slimkit.engine.checks import check_budget, check_payload, known_algorithms, weights_digest
+from slimkit.errors import ConfigError, SaveLoadError, SlimkitError
 
 if TYPE_CHECKING:
     from slimkit.engine.smashed_model import SmashedModel
@@ -86,7 +88,7 @@ def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: b
         else:
             to_save = smashed._pre_apply_model if smashed.saved_before is not None else smashed.model
             fmt = _save_weights(to_save, tmp, allow_pickle)
-        extra = {
+        extra: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
             "weights_format": fmt,
             "weights_file": {"safetensors": WEIGHTS_FILE, "pickle": PICKLE_FILE}.get(fmt),
@@ -96,24 +98,42 @@ def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: b
         }
         if artifacts is not None:
             extra["artifacts"] = artifacts
+        if fmt == "safetensors":
+            extra["weights_sha256"] = weights_digest(tmp / WEIGHTS_FILE)
         smashed.smash_config.save_to_json(tmp, extra=extra)
 
 
 def _read_payload(folder: Path) -> dict[str, Any]:
+    recover_directory(folder)  # a replacing save killed mid-swap (non-Linux fallback) left the old one aside
     if not folder.is_dir():
         raise SaveLoadError(f"No saved model at {folder}: the directory does not exist.")
     file = folder / CONFIG_FILE
     if not file.is_file():
         raise SaveLoadError(f"{file} is missing: {folder} is not a complete slimkit save.")
     try:
-        payload = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
+        payload = json.loads(file.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise SaveLoadError(f"{file} is not valid JSON ({exc}): the file is truncated or corrupt.") from exc
-    if payload.get("format_version") != FORMAT_VERSION:
-        raise SaveLoadError(
-            f"{file} has format_version {payload.get('format_version')!r}; this slimkit reads {FORMAT_VERSION}."
-        )
+    if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
+        got = payload.get("format_version") if isinstance(payload, dict) else type(payload).__name__
+        raise SaveLoadError(f"{file} has format_version {got!r}; this slimkit reads {FORMAT_VERSION}.")
+    check_payload(payload, file)
     return payload
+
+
+def _guard(field: str, call: Callable[[], Any]) -> Any:
+    """Run one load step; errors other than a SaveLoadError become one naming ``field`` (the record at fault)."""
+    try:
+        return call()
+    except SlimkitError as exc:
+        if isinstance(exc, SaveLoadError) and (CONFIG_FILE in str(exc) or WEIGHTS_FILE in str(exc)):
+            raise
+        raise SaveLoadError(f"{field}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - third-party init code (transformers) raises any type on bad values
+        raise SaveLoadError(
+            f"{field} does not fit the rebuilt model ({type(exc).__name__}: {str(exc)[:300]}): the save was edited "
+            "or is corrupt. Save the model again; if this save was never edited, please report it as a slimkit bug."
+        ) from exc
 
 
 def _load_weights(model: torch.nn.Module, file: Path, assign: bool = False) -> None:
@@ -126,7 +146,7 @@ def _load_weights(model: torch.nn.Module, file: Path, assign: bool = False) -> N
         raise SaveLoadError(f"{file} cannot be read ({exc}): the file is truncated or corrupt.") from exc
     try:
         load_flat_state_dict(model, flat, strict=True, assign=assign)
-    except (RuntimeError, KeyError, ValueError) as exc:
+    except (RuntimeError, KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
         raise SaveLoadError(
             f"The weights in {file} do not fit the rebuilt architecture: {str(exc)[:600]}. If you passed model=, "
             "pass the same architecture you smashed."
@@ -176,44 +196,52 @@ def load_smashed(
     """
     folder = Path(path)
     payload = _read_payload(folder)
+    file = folder / CONFIG_FILE
     try:
         cfg = SmashConfig.from_dict(payload)
     except ConfigError as exc:
-        raise SaveLoadError(f"{folder / CONFIG_FILE}: {exc}") from exc
+        raise SaveLoadError(f"{file}: {exc}") from exc
     if device is not None:
         cfg.device = device
     for obj_dir, adder in ((TOKENIZER_DIR, cfg.add_tokenizer), (PROCESSOR_DIR, cfg.add_processor)):
         if (folder / obj_dir).is_dir():
-            adder(str(folder / obj_dir))
+            _guard(f"{folder / obj_dir}", lambda add=adder, sub=obj_dir: add(str(folder / sub)))
     if (folder / EXAMPLE_INPUTS_FILE).is_file():
-        cfg.example_inputs = load_inputs(folder / EXAMPLE_INPUTS_FILE)
-    try:  # records written under a retired name (an alias now) read as the algorithm's own
-        applied: list[dict[str, Any]] = [{**a, "name": registry.resolve(a["name"])} for a in payload["applied"]]
-    except (ConfigError, KeyError, TypeError) as exc:
-        raise SaveLoadError(f"{folder / CONFIG_FILE}: 'applied' must list algorithm records with a known "
-                            f"'name' ({exc}).") from exc
+        cfg.example_inputs = _guard(f"{folder / EXAMPLE_INPUTS_FILE}", lambda: _read_inputs(folder))
+    applied = known_algorithms(payload, file)
     saved_before = payload.get("saved_before")
     cut = len(applied) if saved_before is None else saved_before
     algos = [registry.get(a["name"])() for a in applied]
 
     if payload["weights_format"] == "artifacts":
-        return _load_artifacts(folder, payload, cfg, algos)
+        return _guard(f"{file}: applied[-1]", lambda: _load_artifacts(folder, payload, cfg, algos))
     if payload["weights_format"] == "pickle":
         if not allow_pickle:
             raise SaveLoadError(
                 f"{folder / PICKLE_FILE} is a pickle file, which can run arbitrary code when loaded. "
                 "Pass allow_pickle=True only if you trust its source."
             )
-        base = torch.load(folder / PICKLE_FILE, weights_only=False)
+        if not (folder / PICKLE_FILE).is_file():
+            raise SaveLoadError(f"{folder / PICKLE_FILE} is missing: the save is incomplete.")
+        base = _guard(str(folder / PICKLE_FILE), lambda: torch.load(folder / PICKLE_FILE, weights_only=False))
     else:
+        weights = folder / WEIGHTS_FILE
+        if payload.get("weights_file") != WEIGHTS_FILE or not weights.is_file():
+            raise SaveLoadError(f"{weights} is missing: the save is incomplete.")
+        _check_digest(payload, weights)
+        replays = [(f"{file}: applied[{i}] ({r['name']}).state",
+                    lambda m, a=a, r=r: a.replay(m, cfg.get_prefix_wrapper(r["name"]), r.get("state", {})))
+                   for i, (a, r) in enumerate(zip(algos[:cut], applied[:cut], strict=True))
+                   if a.save_fn == SaveFn.REPLAY]
+        spec = payload["base"]
+        recipe = (lambda: rebuild_base(spec)) if spec.get("kind") in REBUILT_KINDS else None
+        _guard(f"{file}: base", lambda: check_budget(recipe, model, replays, weights))
         # parameters on meta when slimkit builds the base and every replay before the load works on a skeleton
-        replays = [a for a in algos[:cut] if a.save_fn == SaveFn.REPLAY]
-        on_meta = model is None and all(a.replay_on_meta for a in replays)
-        base = rebuild_base(payload["base"], model, on_meta=on_meta, trust_code=trust_code)
-        for algo, record in zip(algos[:cut], applied[:cut], strict=True):
-            if algo.save_fn == SaveFn.REPLAY:
-                base = algo.replay(base, cfg.get_prefix_wrapper(record["name"]), record.get("state", {}))
-        _load_weights(base, folder / payload["weights_file"], assign=on_meta)
+        on_meta = model is None and all(a.replay_on_meta for a in algos[:cut] if a.save_fn == SaveFn.REPLAY)
+        base = _guard(f"{file}: base", lambda: rebuild_base(spec, model, on_meta=on_meta, trust_code=trust_code))
+        for field, replay in replays:
+            base = _guard(field, lambda m=base, replay=replay: replay(m))
+        _load_weights(base, weights, assign=on_meta)
     if isinstance(base, torch.nn.Module):
         base = base.to(cfg.device).eval()
 
@@ -222,5 +250,23 @@ def load_smashed(
         if i == cut:
             pre_apply = base
         if i >= cut or algo.save_fn == SaveFn.REAPPLY:
-            base = algo.apply(base, cfg.get_prefix_wrapper(record["name"]))
+            base = _guard(f"{file}: applied[{i}] ({record['name']})",
+                          lambda m=base, a=algo, r=record: a.apply(m, cfg.get_prefix_wrapper(r["name"])))
     return base, cfg, applied, payload["base"], pre_apply, saved_before
+
+
+def _read_inputs(folder: Path) -> Any:
+    try:
+        return load_inputs(folder / EXAMPLE_INPUTS_FILE)
+    except (SafetensorError, OSError) as exc:
+        raise SaveLoadError(f"{folder / EXAMPLE_INPUTS_FILE} cannot be read ({exc}): truncated or corrupt.") from exc
+
+
+def _check_digest(payload: dict[str, Any], weights: Path) -> None:
+    """Compare the weights with the SHA-256 the save recorded (saves from before it was recorded skip this)."""
+    expected = payload.get("weights_sha256")
+    if expected is not None and weights_digest(weights) != expected:
+        raise SaveLoadError(
+            f"{weights} cannot be read as saved (its SHA-256 differs from weights_sha256 in {CONFIG_FILE}): the "
+            "file is truncated or corrupt, was changed, or comes from another save. Save the model again."
+        )

@@ -54,7 +54,10 @@ def read_mapping(path: str | os.PathLike, what: str) -> dict[str, Any]:
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"The {what} file {str(file)!r} does not exist; give the path of a JSON file.")
-    text = file.read_text()
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file} is not UTF-8 text ({exc}); save the {what} file as UTF-8 JSON or YAML.") from exc
     if file.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml

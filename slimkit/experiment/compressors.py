@@ -142,7 +142,12 @@ def config_list_hyperparameters(spec: CompressorSpec, config_list: Any) -> dict[
         if entry.get("exclude"):
             if "exclude" not in hps:
                 raise ConfigError(f"{spec.name!r} has no exclude list; remove the exclude entry {dict(entry)}.")
-            found["exclude"] = [*found.get("exclude", []), *entry.get("op_names", [])]
+            names = entry.get("op_names", [])
+            if entry["exclude"] is not True or not isinstance(names, list) or \
+                    not all(isinstance(n, str) for n in names):
+                raise ConfigError(f"config_list exclude entry {dict(entry)}: write {{'exclude': True, 'op_names': "
+                                  "['layer name or pattern', ...]}.")
+            found["exclude"] = [*found.get("exclude", []), *names]
             continue
         for key, value in entry.items():
             if key in _SELECTION_KEYS:
@@ -152,6 +157,9 @@ def config_list_hyperparameters(spec: CompressorSpec, config_list: Any) -> dict[
                 raise ConfigError(f"config_list key {key!r} means nothing to {spec.name!r}; it takes "
                                   f"{', '.join(sorted(hps)) or 'no hyperparameters'} (and op_types/op_names/exclude).")
             if isinstance(value, Mapping):  # NNI's per-type form {"weight": 4}
+                if not value:
+                    raise ConfigError(f"config_list key {key!r} is an empty object; write a value, or NNI's "
+                                      f"per-type form {{{key!r}: {{'weight': 8}}}}.")
                 value = next(iter(value.values()))
             found[name] = value
     return found

@@ -171,6 +171,9 @@ def _compression(raw: Mapping[str, Any], expand: bool) -> tuple[dict[str, Any], 
 def _objectives(raw: Mapping[str, Any]) -> dict[str, str]:
     value = raw.get("objectives", {"cosine": "max", "latency": "min"})
     if isinstance(value, list):
+        bad = [name for name in value if not isinstance(name, str)]
+        if bad:
+            raise ConfigError(f"objectives: names of measurements ({', '.join(OBJECTIVES)}); got {bad[0]!r}.")
         value = {name: OBJECTIVES.get(name, "") for name in value}
     if not isinstance(value, Mapping) or not value:
         raise ConfigError(f"objectives: an object such as {{\"accuracy\": \"max\", \"latency\": \"min\"}}; "
@@ -199,7 +202,7 @@ def _script_objectives(value: Any) -> dict[str, str]:
 def _proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
     default = "nsga2" if n_objectives > 1 else "tpe"
     proposer = raw.get("proposer", default)
-    if proposer not in PROPOSERS:
+    if not isinstance(proposer, str) or proposer not in PROPOSERS:
         raise ConfigError(f"proposer: {proposer!r} is not available. Valid proposers (closest first): "
                           f"{', '.join(ranked(str(proposer), tuple(PROPOSERS)))}.")
     if n_objectives > 1 and proposer == "cmaes":

@@ -32,6 +32,8 @@ class RequestError(Exception):
 def _limits(model: Any, max_length: int | None) -> tuple[int | None, int | None]:
     config = getattr(model, "config", None)
     vocab = getattr(config, "vocab_size", None)
+    if not isinstance(vocab, int) and isinstance(model, torch.nn.Module):  # no config: the first embedding's rows
+        vocab = next((m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
     return max_length or getattr(config, "max_position_embeddings", None), vocab
 
 
@@ -60,10 +62,10 @@ class ModelRunner:
         ok = all(isinstance(x, list) and x and all(type(t) is int for t in x) for x in inputs)
         if not ok:
             raise RequestError(422, f"Every item of 'inputs' must be of the same kind; {ACCEPTED} (non-empty).")
-        if self.vocab_size is not None:
-            bad = [t for x in inputs for t in x if not 0 <= t < self.vocab_size]
-            if bad:
-                raise RequestError(422, f"Token id {bad[0]} is outside the vocabulary [0, {self.vocab_size}).")
+        limit = self.vocab_size if self.vocab_size is not None else 2**63  # int64 holds every id below it
+        bad = [t for x in inputs for t in x if not 0 <= t < limit]
+        if bad:
+            raise RequestError(422, f"Token id {bad[0]} is outside the vocabulary [0, {limit}).")
         return inputs
 
     def check_length(self, ids: list[list[int]]) -> None:
@@ -99,6 +101,8 @@ def build_app(model: Any, tokenizer: Any = None, max_length: int | None = None, 
                 body = json.loads(await request.body())
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise RequestError(400, f"The body is not valid JSON ({exc}); send {{{ACCEPTED}}}.") from exc
+            except RecursionError as exc:
+                raise RequestError(400, f"The body's JSON nests too deeply to read; send {{{ACCEPTED}}}.") from exc
             ids = await run_in_threadpool(runner.parse, body)
             runner.check_length(ids)
             count = len(ids)

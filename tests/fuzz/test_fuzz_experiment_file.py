@@ -1,0 +1,129 @@
+"""Experiment files (``slimkit run experiment.json``): any shape of JSON or YAML, any field value.
+
+A case passes when ``load_experiment`` returns a validated Experiment or raises a ConfigError naming the field
+at fault. Files are written to a folder that also holds a script, so the script form can validate in full.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slimkit.experiment.compressors import available_compressors
+from slimkit.experiment.experiment_file import FIELDS, OBJECTIVES, PROPOSERS, Experiment, load_experiment
+from tests.fuzz._fuzz import clear_or_ok, examples
+from tests.fuzz.test_fuzz_config_list import config_lists
+from tests.fuzz.test_fuzz_smash_config import hyperparameter_maps, json_values, keys, likely_values
+
+ranges = st.one_of(st.fixed_dictionaries({"range": st.lists(st.one_of(st.floats(-1, 2), st.integers(-2, 9)),
+                                                            max_size=3),
+                                          "type": st.sampled_from(["float", "int", "choice", "bool", "x"])},
+                                         optional={"interval": st.one_of(st.floats(-1, 1), json_values),
+                                                   "n": st.integers(-1, 5), "log": st.booleans()}),
+                   st.lists(st.one_of(st.none(), st.sampled_from(["l1_filter", "int8_dynamic", "rtn"]),
+                                      likely_values), max_size=3))
+
+
+@st.composite
+def valid_searches(draw: st.DrawFn) -> dict:
+    """A search block slimkit should accept: real algorithms per group and their hyperparameters' defaults/ranges."""
+    from slimkit.core import registry
+
+    block: dict = {}
+    for group in draw(st.lists(st.sampled_from(["pruner", "quantizer", "compiler"]), min_size=1, max_size=2,
+                               unique=True)):
+        names = draw(st.lists(st.sampled_from(registry.by_group(group)), min_size=1, max_size=2, unique=True))
+        block[group] = names if len(names) > 1 or draw(st.booleans()) else names[0]
+        for hp in draw(st.lists(st.sampled_from(registry.info(names[0])["hyperparameters"]), max_size=2)):
+            default = hp["default"]
+            if isinstance(default, float) and not isinstance(default, bool) and draw(st.booleans()):
+                block[hp["name"]] = {"range": [default / 2, default], "type": "float"}
+            elif isinstance(default, int) and not isinstance(default, bool) and draw(st.booleans()):
+                block[hp["name"]] = {"range": [max(0, default - 1), default + 1], "type": "int"}
+            else:
+                block[hp["name"]] = default
+    return block
+
+
+search = st.one_of(valid_searches(), valid_searches(),
+                   st.dictionaries(keys, st.one_of(likely_values, ranges), max_size=4),
+                   hyperparameter_maps, json_values)
+near_valid_compression = st.builds(
+    lambda name, cl: {"framework": "torch", "compressor": name, "config_list": cl},
+    st.sampled_from(list(available_compressors())),
+    st.lists(st.fixed_dictionaries({"sparsity": st.one_of(st.floats(0.1, 0.9), st.just({"range": [0.2, 0.8],
+                                                                                          "type": "float"}))},
+                                   optional={"op_types": st.just(["Conv2d"])}), min_size=1, max_size=2))
+compression = st.one_of(near_valid_compression, near_valid_compression, st.fixed_dictionaries(
+    {"compressor": st.one_of(st.sampled_from(list(available_compressors())), json_values)},
+    optional={"framework": st.sampled_from(["torch", "pytorch", "tf", 3]), "type": st.sampled_from(
+        ["pruning", "quantization", "nas", None]),
+        "config_list": st.one_of(config_lists, st.lists(st.dictionaries(
+            st.sampled_from(["sparsity", "op_types", "quant_bits"]), ranges, max_size=2), max_size=2))}),
+    json_values)
+FIELD_VALUES = {
+    "name": st.one_of(st.text(max_size=10), json_values), "script": st.sampled_from(["train.py", "missing.py", ""]),
+    "resource": st.sampled_from(["cpu", "gpu", "aws", "tpu"]), "workingdir": st.one_of(
+        st.sampled_from([".", "..", "nope", "train.py", "\x00"]), json_values),
+    "n_parallel": st.one_of(st.integers(-1, 4), json_values), "n_samples": st.one_of(st.integers(-1, 4), json_values),
+    "target": st.sampled_from(["min", "max", "MAX", 1]), "proposer": st.one_of(st.sampled_from(list(PROPOSERS)),
+                                                                               json_values),
+    "random_seed": st.one_of(st.integers(-1, 2**64), json_values),
+    "job_failure": st.one_of(st.fixed_dictionaries({}, optional={"ignore_fail": st.one_of(st.booleans(), json_values),
+                                                                 "job_retries": st.integers(-1, 3)}), json_values),
+    "resource_args": st.one_of(st.dictionaries(st.sampled_from(["save_model", "early_stop",
+                                                                "track_intermediate_results", "x"]),
+                                               st.one_of(st.booleans(), json_values), max_size=3), json_values),
+    "runtime_args": json_values, "compression": compression, "expand_op_names": st.one_of(st.booleans(), json_values),
+    "job_timeout": st.one_of(st.floats(allow_nan=True), st.integers(-1, 10), json_values),
+    "model": st.one_of(st.sampled_from(["mlp", "digits_cnn", "os:system", "no_such_model"]), json_values),
+    "data": st.one_of(st.sampled_from(["Digits", "PyDocText"]), json_values), "search": search,
+    "objectives": st.one_of(st.dictionaries(st.sampled_from([*OBJECTIVES, "speed"]),
+                                            st.sampled_from(["min", "max", "up"]), max_size=3),
+                            st.lists(st.sampled_from([*OBJECTIVES, "speed"]), max_size=3), json_values),
+}
+experiments = st.one_of(
+    st.fixed_dictionaries({}, optional=FIELD_VALUES),
+    st.fixed_dictionaries({"script": st.just("train.py"), "compression": compression},
+                          optional={k: v for k, v in FIELD_VALUES.items() if k not in ("script", "compression")}),
+    st.fixed_dictionaries({"model": st.just("mlp"), "search": search},
+                          optional={k: v for k, v in FIELD_VALUES.items() if k not in ("model", "search", "script",
+                                                                                       "compression")}),
+    st.dictionaries(st.one_of(st.sampled_from(FIELDS), st.text(max_size=8)), json_values, max_size=4),
+    json_values,
+)
+WORDS = (*FIELDS, "experiment", "JSON", "YAML", "object", "field")
+
+
+def _check(exp: object) -> None:
+    if isinstance(exp, Experiment):
+        assert exp.n_samples >= 1 and exp.n_parallel >= 1 and exp.job_timeout > 0
+        assert (exp.script is None) != (exp.model is None)
+        assert len(exp.directions) == len(exp.objective_names)
+
+
+@examples(300)
+@given(experiments, st.booleans())
+def test_experiment_dict_any_shape(raw, automatic):
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "train.py").write_text("print('hi')\n")
+        file = Path(folder) / "experiment.json"
+        file.write_text(json.dumps(raw))
+        _check(clear_or_ok("experiment_file", lambda: load_experiment(file, automatic=automatic), *WORDS))
+
+
+@examples(250)
+@given(st.one_of(experiments.map(lambda e: json.dumps(e).encode()), st.binary(max_size=40),
+                 experiments.map(lambda e: json.dumps(e).encode()[:-3])),
+       st.sampled_from(["experiment.json", "experiment.yaml", "experiment.yml", "experiment"]), st.booleans())
+def test_experiment_file_any_bytes(content, filename, automatic):
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "train.py").write_text("print('hi')\n")
+        file = Path(folder) / filename
+        file.write_bytes(content)
+        _check(clear_or_ok("experiment_file", lambda: load_experiment(file, automatic=automatic), *WORDS,
+                           filename))
