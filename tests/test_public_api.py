@@ -58,7 +58,7 @@ PUBLIC = {
                            "perplexity", "plot_comparison", "set_threads", "size_on_disk"],
     "slimkit.razor": ["MODES", "BaseAlgorithm", "SingleTeacherDistill", "batch_loss", "build", "build_module",
                       "load_config", "merge_configs", "register_module", "task_loss", "zoo_model"],
-    "slimkit.serve": ["ModelRunner", "RequestError", "ServeMetrics", "build_app", "serve"],
+    "slimkit.serve": ["Generator", "ModelRunner", "RequestError", "ServeMetrics", "ServedModel", "build_app", "serve"],
     "slimkit.training.distill": ["ATLoss", "BaseRecorder", "ChannelWiseDivergence", "ConfigurableDistiller",
                                  "Conv1x1Connector", "CosineSimilarityLoss", "DistillLoss", "DistillObjective",
                                  "FunctionOutputsRecorder", "KLDivergence", "L2Loss", "LinearConnector", "MSELoss",

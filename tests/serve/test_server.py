@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 import torch
-import uvicorn
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo
 from slimkit.cli import build_parser
 from slimkit.serve import build_app
+from tests.serve.live import live_server
 
 
 @pytest.fixture(scope="module")
@@ -23,17 +21,8 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("served") / "tiny_bert"
     smash(base, cfg, verbose=False).save_pretrained(folder)
     model = SmashedModel.from_pretrained(folder)
-    config = uvicorn.Config(build_app(model, max_length=32), host="127.0.0.1", port=0, log_level="warning")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    port = srv.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", base, model
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with live_server(build_app(model, max_length=32)) as (url, _):
+        yield url, base, model
 
 
 def _ids(i):
@@ -59,7 +48,7 @@ def test_concurrent_predictions_are_batched_and_match_the_model(server):
         assert embedded.status_code == 200 and len(embedded.json()["embeddings"]) == 2
         metrics = client.get("/metrics").json()
         health = client.get("/health").json()
-    assert health == {"status": "ok", "algorithms": ["embedding_cache", "dynamic_batch"]}
+    assert health == {"status": "ok", "algorithms": ["embedding_cache", "dynamic_batch"], "generates": False}
     assert metrics["requests_by_route"]["/predict"] >= 13 and metrics["latency_ms"]["p50"] > 0
     assert metrics["dynamic_batcher"]["batches"] < metrics["dynamic_batcher"]["requests"]
     assert max(int(k) for k in metrics["dynamic_batcher"]["batch_sizes"]) > 1

@@ -20,11 +20,7 @@ import torch
 from slimkit.compression._patch import patch_beneath_caches
 from slimkit.compression.batching.padding import call_signature, collate, uncollate
 from slimkit.compression.rows import batch_size_of
-from slimkit.errors import SlimkitError
-
-
-class QueueFullError(SlimkitError, RuntimeError):
-    """The dynamic batcher's queue holds ``max_queue`` waiting requests; the call was refused, not run."""
+from slimkit.errors import QueueFullError
 
 
 #: Batchers with a worker thread, stopped at interpreter exit so no worker dies inside a torch call.
