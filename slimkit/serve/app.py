@@ -106,7 +106,9 @@ class ServedModel:
             self.install(model, tokenizer)
 
     def install(self, model: Any, tokenizer: Any) -> None:
-        """Make ``model`` the one served (requests stop getting 503)."""
+        """Make ``model`` the one served (requests stop getting 503); the tokenizer defaults to the saved one."""
+        if tokenizer is None:
+            tokenizer = getattr(getattr(model, "smash_config", None), "tokenizer", None)
         max_length, max_inputs, max_new_tokens = self.settings
         runner = ModelRunner(model, tokenizer, max_length, max_inputs)
         if can_generate(model):
@@ -162,7 +164,9 @@ def build_app(model: Any = None, tokenizer: Any = None, max_length: int | None =
         raise ValueError("build_app needs exactly one of model= and loader=.")
     served, metrics = ServedModel(model, tokenizer, max_length, max_inputs, max_new_tokens), ServeMetrics()
 
-    async def answer(request: Request, route: str, handle: Callable[[Any], Awaitable[tuple[Response, int]]]) -> Response:
+    Handler = Callable[[Any], Awaitable[tuple[Response, int]]]
+
+    async def answer(request: Request, route: str, handle: Handler) -> Response:
         start, count = time.perf_counter(), 0
         try:
             served.ready()
@@ -181,7 +185,8 @@ def build_app(model: Any = None, tokenizer: Any = None, max_length: int | None =
         return JSONResponse(shape(output)), len(ids)
 
     async def embed(request: Request) -> Response:
-        return await answer(request, "/embed", lambda body: tensor_route(body, lambda out: {"embeddings": out.tolist()}))
+        return await answer(request, "/embed",
+                            lambda body: tensor_route(body, lambda out: {"embeddings": out.tolist()}))
 
     def predictions(out: torch.Tensor) -> dict[str, Any]:
         result: dict[str, Any] = {"outputs": out.tolist()}

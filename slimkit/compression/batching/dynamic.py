@@ -22,7 +22,6 @@ from slimkit.compression.batching.padding import call_signature, collate, uncoll
 from slimkit.compression.rows import batch_size_of
 from slimkit.errors import QueueFullError
 
-
 #: Batchers with a worker thread, stopped at interpreter exit so no worker dies inside a torch call.
 _LIVE: weakref.WeakSet[DynamicBatcher] = weakref.WeakSet()
 
