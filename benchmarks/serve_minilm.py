@@ -66,7 +66,7 @@ def main() -> None:
             answers = {name: torch.tensor(httpx.post(f"{s.url}/embed", json={"inputs": check}, timeout=120)
                                           .json()["embeddings"]) for name, s in servers.items()}
             cosine = float(torch.nn.functional.cosine_similarity(*answers.values()).min())
-            for name, server in servers.items():  # warm-up: a round of the clients each
+            for server in servers.values():  # warm-up: a round of the clients each
                 asyncio.run(_round(server.url, sentences[: args.clients * 2], args.clients, 0))
             wall = {name: 0.0 for name in servers}
             lat: dict[str, list[float]] = {name: [] for name in servers}
