@@ -20,16 +20,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pydoc_sentences(n: int, min_chars: int = 30, max_chars: int = 200) -> list[str]:
-    """``n`` distinct single sentences of PyDocText's test split (real English prose, offline)."""
-    _, _, test = load_pydoc_text_splits()
+    """``n`` distinct single sentences of PyDocText (test split first; real English prose, offline)."""
+    train, val, test = load_pydoc_text_splits()
     seen: dict[str, None] = {}
-    for item in test:
+    for item in [*test, *val, *train]:
         for sentence in re.split(r"(?<=[.!?])\s+", " ".join(item["text"].split())):
             if min_chars <= len(sentence) <= max_chars and sentence[0].isupper():
                 seen.setdefault(sentence)
                 if len(seen) == n:
                     return list(seen)
-    raise ValueError(f"PyDocText's test split has only {len(seen)} such sentences; asked for {n}.")
+    raise ValueError(f"PyDocText has only {len(seen)} such sentences; asked for {n}.")
 
 
 def save_minilm(folder: Path, recipe: dict) -> Path:
