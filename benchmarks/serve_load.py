@@ -108,7 +108,7 @@ def main() -> None:
         finally:
             code = server.stop()
     ok = result["outcomes"].get("ok", 0)
-    lost = result["offered"] - ok - result["outcomes"].get("misrouted", 0)
+    lost = result["sent"] - ok - result["outcomes"].get("misrouted", 0)
     batcher = result["server"].get("dynamic_batcher", {})
     print(f"\nslimkit serve load test: MiniLM + dynamic_batch, open loop at {args.rate:g} req/s for {args.seconds:g} "
           f"s, loopback\n{machine_line(torch.get_num_threads())}\n")
@@ -123,6 +123,9 @@ def main() -> None:
           f"{code}")
     if lost or result["outcomes"].get("misrouted", 0):
         raise SystemExit("FAILED: lost or mis-routed responses")
+    if result["client_refused"]:
+        raise SystemExit(f"RATE NOT HELD: {result['client_refused']} requests were not sent (the server fell "
+                         f"{args.max_in_flight} requests behind); try a lower --rate")
 
 
 if __name__ == "__main__":
