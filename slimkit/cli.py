@@ -34,7 +34,7 @@ EPILOG = """examples:
   slimkit run experiment.json --automatic         # search the file's ranges on Optuna (resumes when rerun)
   slimkit worker experiment.json --storage postgresql://me@db-host/studies   # one per machine, one shared study
   slimkit report runs/<experiment name>           # reprint its table, rewrite CSV/JSON/plots
-  slimkit serve smashed/minilm --port 8000        # HTTP: POST /embed /predict, GET /health /metrics
+  slimkit serve smashed/minilm --port 8000        # HTTP: POST /embed /predict /generate, GET /health /metrics
 """
 
 
@@ -161,7 +161,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise MissingPackageError(f"slimkit serve needs a package that is not installed ({exc}). "
                                   "Install it: pip install 'slimkit[serve]'") from exc
-    serve(args.folder, host=args.host, port=args.port, max_length=args.max_length, max_inputs=args.max_inputs)
+    serve(args.folder, host=args.host, port=args.port, max_length=args.max_length, max_inputs=args.max_inputs,
+          max_new_tokens=args.max_new_tokens)
     return 0
 
 
@@ -255,16 +256,21 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "folder's run.json records it without")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("serve", help="serve a saved model over HTTP: /embed, /predict, /health, /metrics",
+    p = sub.add_parser("serve", help="serve a saved model over HTTP: /embed, /predict, /generate, /health, /metrics",
                        description="Load a model saved by `slimkit smash` (with its batcher and cacher) and answer "
                                    'POST /embed and /predict with JSON {"inputs": [...]} (strings when the save has '
-                                   "a tokenizer, else token-id lists); GET /health and /metrics.")
+                                   "a tokenizer, else token-id lists), POST /generate for causal LMs "
+                                   '({"inputs": [...], "max_new_tokens": n, "stream": true|false}, greedy); '
+                                   "GET /health and /metrics. Requests during loading get 503 with Retry-After; "
+                                   "Ctrl-C / SIGTERM finish the requests in flight first.")
     p.add_argument("folder", metavar="DIR", help="the saved model's folder")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--max-length", type=int, default=None,
                    help="longest input in tokens (default: the model's max_position_embeddings)")
     p.add_argument("--max-inputs", type=int, default=256, help="most inputs in one request (default 256)")
+    p.add_argument("--max-new-tokens", type=int, default=512,
+                   help="largest max_new_tokens a /generate request may ask for (default 512)")
     p.set_defaults(func=_cmd_serve)
     return parser
 

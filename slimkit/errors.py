@@ -45,6 +45,10 @@ class DataError(SlimkitError, ValueError):
     """A dataset id, dataset or collate function is unusable."""
 
 
+class QueueFullError(SlimkitError, RuntimeError):
+    """A bounded request queue (the dynamic batcher's) is full; the request was refused, not run (HTTP 503)."""
+
+
 def closest(given: str, allowed: Iterable[str], n: int = 3) -> str:
     """Return a 'did you mean' hint for ``given`` among ``allowed`` ('' when nothing is close)."""
     matches = difflib.get_close_matches(given, list(allowed), n=n, cutoff=0.5)

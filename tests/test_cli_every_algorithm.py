@@ -39,6 +39,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "qat": ("digits_cnn", ["--set", "qat_epochs=1"]),
     "rtn": ("tiny_gpt2", []),
     "slim": ("digits_cnn", []),
+    "step_cache": ("tests.algorithms.models:tiny_unet_with_inputs", []),
     "taylor_fo_weight": ("digits_cnn", []),
     "torch_compile": ("mlp", []),
     "width_distill": ("digits_cnn", ["--set", "width_distill_steps=5"]),

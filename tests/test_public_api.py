@@ -68,7 +68,7 @@ PUBLIC = {
                           "METRICS", "MutableChannels", "MutableSequential", "NasMutator", "OneShotMutableOP", "SPOS",
                           "SearchResult", "SearchableCNN", "calibrate_bn", "export_subnet", "load_subnet",
                           "measure_subnet", "read_subnet", "save_subnet", "subnet_key", "write_subnet"],
-    "slimkit.serve": ["ModelRunner", "RequestError", "ServeMetrics", "build_app", "serve"],
+    "slimkit.serve": ["Generator", "ModelRunner", "RequestError", "ServeMetrics", "ServedModel", "build_app", "serve"],
     "slimkit.training.distill": ["ATLoss", "BaseRecorder", "ChannelWiseDivergence", "ConfigurableDistiller",
                                  "Conv1x1Connector", "CosineSimilarityLoss", "DistillLoss", "DistillObjective",
                                  "FunctionOutputsRecorder", "KLDivergence", "L2Loss", "LinearConnector", "MSELoss",

@@ -107,13 +107,38 @@ class Latency:
         )
 
 
-class _Timer:
-    """Times forwards of one model on its own copy of the inputs, synchronising CUDA around each call."""
+def fresh_inputs(inputs: Inputs, seed: int) -> Inputs:
+    """``inputs`` with the positions of every token-id tensor shuffled by a ``seed``-ed permutation.
 
-    def __init__(self, model: Any, inputs: Inputs) -> None:
+    Token-id tensors are integer tensors of two or more dimensions holding values above 1 (0/1 masks are left
+    alone). Each seed gives new rows of the same shapes and vocabulary, so a cache keyed by exact inputs misses.
+    """
+    def shuffle(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and not value.is_floating_point() and value.dim() >= 2 \
+                and value.numel() and int(value.max()) > 1:
+            order = torch.randperm(value.shape[-1], generator=torch.Generator().manual_seed(seed))
+            return value[..., order.to(value.device)]
+        return value
+
+    if isinstance(inputs, Mapping):
+        return {k: shuffle(v) for k, v in inputs.items()}
+    if isinstance(inputs, (tuple, list)):
+        return type(inputs)(shuffle(v) for v in inputs)
+    return shuffle(inputs)
+
+
+class _Timer:
+    """Times forwards of one model on its own copy of the inputs, synchronising CUDA around each call.
+
+    With ``fresh`` every call gets a new variant of the inputs (:func:`fresh_inputs`, made outside the timing),
+    the same sequence for every timer, so a model that caches repeated inputs is timed on the stream it would see.
+    """
+
+    def __init__(self, model: Any, inputs: Inputs, fresh: bool = False) -> None:
         self.model = model
         self.device = model_device(model)
         self.inputs = move_inputs(inputs, self.device)
+        self.fresh, self.calls = fresh, 0
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -122,9 +147,11 @@ class _Timer:
     def run(self, n: int) -> list[float]:
         samples = []
         for _ in range(n):
+            inputs = fresh_inputs(self.inputs, self.calls) if self.fresh else self.inputs
+            self.calls += 1
             self._sync()
             start = time.perf_counter()
-            run_model(self.model, self.inputs)
+            run_model(self.model, inputs)
             self._sync()
             samples.append((time.perf_counter() - start) * 1000.0)
         return samples
@@ -152,13 +179,17 @@ def measure_latency(
 
 
 def measure_latency_pair(
-    base: Any, smashed: Any, inputs: Inputs, *, warmup: int = 3, repeats: int = 10, threads: int = 2, block: int = 2
+    base: Any, smashed: Any, inputs: Inputs, *, warmup: int = 3, repeats: int = 10, threads: int = 2, block: int = 2,
+    fresh: bool = False,
 ) -> tuple[Latency, Latency]:
-    """Latency of two models measured in alternating blocks (A B B A ...) so machine noise hits both alike."""
+    """Latency of two models measured in alternating blocks (A B B A ...) so machine noise hits both alike.
+
+    ``fresh=True`` times each call on new token rows (:func:`fresh_inputs`): the fair timing for a cacher.
+    """
     _check_int("warmup", warmup, 0)
     _check_int("repeats", repeats, 1)
     _check_int("block", block, 1)
-    timers = (_Timer(base, inputs), _Timer(smashed, inputs))
+    timers = (_Timer(base, inputs, fresh), _Timer(smashed, inputs, fresh))
     samples: tuple[list[float], list[float]] = ([], [])
     with set_threads(threads), torch.inference_mode(), eval_mode(base), eval_mode(smashed):
         for timer in timers:

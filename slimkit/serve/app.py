@@ -1,32 +1,30 @@
-"""The HTTP app: ``/embed``, ``/predict``, ``/health``, ``/metrics`` for a smashed model (Starlette)."""
+"""The HTTP app: ``/embed``, ``/predict``, ``/generate``, ``/health``, ``/metrics`` for a smashed model (Starlette)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import torch
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from slimkit.compression.batching import QueueFullError
+from slimkit.errors import QueueFullError
+from slimkit.serve.errors import RequestError
+from slimkit.serve.generation import Generator, can_generate
 from slimkit.serve.metrics import ServeMetrics
 from slimkit.utils import main_tensor, run_model
 
 ACCEPTED = ("'inputs': a non-empty list of strings (when the model was saved with a tokenizer) or of token-id "
             "lists")
-
-
-class RequestError(Exception):
-    """A request the server refuses: HTTP ``status`` and a message saying what to send instead."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _limits(model: Any, max_length: int | None) -> tuple[int | None, int | None]:
@@ -90,57 +88,183 @@ class ModelRunner:
         return out.float()
 
 
-def build_app(model: Any, tokenizer: Any = None, max_length: int | None = None, max_inputs: int = 256) -> Starlette:
-    """A Starlette app serving ``model`` (a SmashedModel or any module taking ``input_ids``/``attention_mask``)."""
-    runner, metrics = ModelRunner(model, tokenizer, max_length, max_inputs), ServeMetrics()
+ROUTES = (("POST", "/embed"), ("POST", "/predict"), ("POST", "/generate"), ("GET", "/health"), ("GET", "/metrics"))
+ROUTE_LIST = ", ".join(f"{method} {path}" for method, path in ROUTES)
+LOADING_RETRY_S = 2
 
-    async def answer(request: Request, route: str, shape: Any) -> JSONResponse:
+
+class ServedModel:
+    """The model behind the app: given at once, or loaded in a background thread while requests get 503."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_length: int | None, max_inputs: int,
+                 max_new_tokens: int) -> None:
+        self.settings = (max_length, max_inputs, max_new_tokens)
+        self.model: Any = None
+        self.runner: ModelRunner | None = None
+        self.generator: Generator | None = None
+        self.error: str | None = None
+        self.started = time.monotonic()
+        if model is not None:
+            self.install(model, tokenizer)
+
+    def install(self, model: Any, tokenizer: Any) -> None:
+        """Make ``model`` the one served (requests stop getting 503); the tokenizer defaults to the saved one."""
+        if tokenizer is None:
+            tokenizer = getattr(getattr(model, "smash_config", None), "tokenizer", None)
+        max_length, max_inputs, max_new_tokens = self.settings
+        runner = ModelRunner(model, tokenizer, max_length, max_inputs)
+        if can_generate(model):
+            self.generator = Generator(model, tokenizer, runner.max_length, min(32, max_new_tokens), max_new_tokens)
+        self.model, self.runner = model, runner
+
+    def load(self, loader: Callable[[], tuple[Any, Any]], on_error: Callable[[str], None] | None) -> None:
+        """Run ``loader`` (returning ``(model, tokenizer)``) and install its model; keep its error otherwise."""
+        try:
+            self.install(*loader())
+        except Exception as exc:  # noqa: BLE001 - reported by /health and every route, and to on_error
+            self.error = f"{type(exc).__name__}: {exc}"
+            if on_error is not None:
+                on_error(self.error)
+
+    def ready(self) -> ModelRunner:
+        """The runner, or a 503 (with Retry-After while loading)."""
+        if self.runner is not None:
+            return self.runner
+        if self.error is not None:
+            raise RequestError(503, f"The model failed to load ({self.error}); fix the saved folder and restart.")
+        waited = time.monotonic() - self.started
+        raise RequestError(503, f"The model is still loading ({waited:.0f} s so far); retry in "
+                                f"{LOADING_RETRY_S} s.", headers={"Retry-After": str(LOADING_RETRY_S)})
+
+
+def _error(exc: Exception) -> JSONResponse:
+    if isinstance(exc, RequestError):
+        return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=exc.headers)
+    if isinstance(exc, QueueFullError):
+        return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+    return JSONResponse({"error": f"The model failed on this request ({type(exc).__name__})."}, status_code=500)
+
+
+async def _json_body(request: Request, accepted: str) -> Any:
+    try:
+        return json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"The body is not valid JSON ({exc}); send {{{accepted}}}.") from exc
+    except RecursionError as exc:
+        raise RequestError(400, f"The body's JSON nests too deeply to read; send {{{accepted}}}.") from exc
+
+
+def build_app(model: Any = None, tokenizer: Any = None, max_length: int | None = None, max_inputs: int = 256, *,
+              loader: Callable[[], tuple[Any, Any]] | None = None, max_new_tokens: int = 512,
+              on_load_error: Callable[[str], None] | None = None) -> Starlette:
+    """A Starlette app serving ``model`` (a SmashedModel or any module taking ``input_ids``/``attention_mask``).
+
+    With ``loader`` instead of a model, the app starts at once and loads in a background thread; until then
+    every model route answers 503 with ``Retry-After``. ``/generate`` serves causal LMs (greedy, one prompt at a
+    time so a prefix cache is used; ``"stream": true`` answers NDJSON, one line per token). On shutdown the
+    in-flight requests finish (uvicorn drains them), then the model's batcher stops.
+    """
+    if (model is None) == (loader is None):
+        raise ValueError("build_app needs exactly one of model= and loader=.")
+    served, metrics = ServedModel(model, tokenizer, max_length, max_inputs, max_new_tokens), ServeMetrics()
+
+    Handler = Callable[[Any], Awaitable[tuple[Response, int]]]
+
+    async def answer(request: Request, route: str, handle: Handler) -> Response:
         start, count = time.perf_counter(), 0
         try:
-            try:
-                body = json.loads(await request.body())
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise RequestError(400, f"The body is not valid JSON ({exc}); send {{{ACCEPTED}}}.") from exc
-            except RecursionError as exc:
-                raise RequestError(400, f"The body's JSON nests too deeply to read; send {{{ACCEPTED}}}.") from exc
-            ids = await run_in_threadpool(runner.parse, body)
-            runner.check_length(ids)
-            count = len(ids)
-            output = await run_in_threadpool(runner.run, ids)
-            response = JSONResponse(shape(output))
-        except RequestError as exc:
-            response = JSONResponse({"error": str(exc)}, status_code=exc.status)
-        except QueueFullError as exc:
-            response = JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+            served.ready()
+            response, count = await handle(await _json_body(request, ACCEPTED))
         except Exception as exc:  # noqa: BLE001 - a server answers, it never shows a traceback
-            response = JSONResponse({"error": f"The model failed on this request ({type(exc).__name__})."},
-                                    status_code=500)
-        metrics.record(route, response.status_code, time.perf_counter() - start, count)
+            response = _error(exc)
+        if not isinstance(response, StreamingResponse):
+            metrics.record(route, response.status_code, time.perf_counter() - start, count)
         return response
 
-    async def embed(request: Request) -> JSONResponse:
-        return await answer(request, "/embed", lambda out: {"embeddings": out.tolist()})
+    async def tensor_route(body: Any, shape: Callable[[torch.Tensor], dict[str, Any]]) -> tuple[Response, int]:
+        runner = served.ready()
+        ids = await run_in_threadpool(runner.parse, body)
+        runner.check_length(ids)
+        output = await run_in_threadpool(runner.run, ids)
+        return JSONResponse(shape(output)), len(ids)
 
-    async def predict(request: Request) -> JSONResponse:
-        def shape(out: torch.Tensor) -> dict[str, Any]:
-            result: dict[str, Any] = {"outputs": out.tolist()}
-            if out.dim() == 2:
-                result["predictions"] = out.argmax(-1).tolist()
-            return result
+    async def embed(request: Request) -> Response:
+        return await answer(request, "/embed",
+                            lambda body: tensor_route(body, lambda out: {"embeddings": out.tolist()}))
 
-        return await answer(request, "/predict", shape)
+    def predictions(out: torch.Tensor) -> dict[str, Any]:
+        result: dict[str, Any] = {"outputs": out.tolist()}
+        if out.dim() == 2:
+            result["predictions"] = out.argmax(-1).tolist()
+        return result
+
+    async def predict(request: Request) -> Response:
+        return await answer(request, "/predict", lambda body: tensor_route(body, predictions))
+
+    async def generate_body(body: Any) -> tuple[Response, int]:
+        runner, generator = served.ready(), served.generator
+        if generator is None:
+            raise RequestError(404, f"This model ({type(served.model).__name__}) does not generate text: /generate "
+                                    f"serves causal LMs. Use POST /embed or POST /predict; routes: {ROUTE_LIST}.")
+        new_tokens, stream = generator.options(body)
+        ids = await run_in_threadpool(runner.parse, {"inputs": body["inputs"]})
+        generator.check_length(ids, new_tokens)
+        as_text = generator.tokenizer is not None and all(isinstance(x, str) for x in body["inputs"])
+        if stream:
+            return StreamingResponse(recorded(generator.stream(ids, new_tokens, as_text), len(ids)),
+                                     media_type="application/x-ndjson"), len(ids)
+        tokens = [await run_in_threadpool(generator.generate, x, new_tokens) for x in ids]
+        outputs = [generator.text(t) for t in tokens] if as_text else tokens
+        return JSONResponse({"outputs": outputs, "tokens": tokens}), len(ids)
+
+    async def recorded(lines: AsyncIterator[bytes], count: int) -> AsyncIterator[bytes]:
+        start, status = time.perf_counter(), 200
+        try:
+            async for line in lines:
+                yield line
+        except BaseException:
+            status = 499  # the client went away mid-stream (nginx's code for it)
+            raise
+        finally:
+            metrics.record("/generate", status, time.perf_counter() - start, count)
+
+    async def generate(request: Request) -> Response:
+        return await answer(request, "/generate", generate_body)
 
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "algorithms": list(getattr(model, "algorithms", []))})
+        if served.runner is None:
+            status = "failed" if served.error else "loading"
+            return JSONResponse({"status": status, "error": served.error}, status_code=503,
+                                headers={} if served.error else {"Retry-After": str(LOADING_RETRY_S)})
+        return JSONResponse({"status": "ok", "algorithms": list(getattr(served.model, "algorithms", [])),
+                             "generates": served.generator is not None})
 
     async def metrics_route(request: Request) -> JSONResponse:
         snapshot = metrics.snapshot()
         for name in ("dynamic_batcher", "embedding_cache", "prefix_cache"):
-            part = getattr(model, name, None)
+            part = getattr(served.model, name, None)
             if part is not None and hasattr(part, "stats"):
                 snapshot[name] = part.stats()
         return JSONResponse(snapshot)
 
-    routes = [Route("/embed", embed, methods=["POST"]), Route("/predict", predict, methods=["POST"]),
-              Route("/health", health, methods=["GET"]), Route("/metrics", metrics_route, methods=["GET"])]
-    return Starlette(routes=routes)
+    async def not_found(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 405:
+            allowed = [m for m, p in ROUTES if p == request.url.path]
+            message = f"{request.url.path} takes {' or '.join(allowed)}, not {request.method}; routes: {ROUTE_LIST}."
+        else:
+            message = f"No route {request.method} {request.url.path}; this server answers {ROUTE_LIST}."
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if loader is not None:
+            threading.Thread(target=served.load, args=(loader, on_load_error), name="slimkit-load", daemon=True).start()
+        yield
+        batcher = getattr(served.model, "dynamic_batcher", None)
+        if batcher is not None and hasattr(batcher, "close"):
+            await run_in_threadpool(batcher.close)
+
+    handlers = {"/embed": embed, "/predict": predict, "/generate": generate, "/health": health,
+                "/metrics": metrics_route}
+    routes = [Route(path, handlers[path], methods=[method]) for method, path in ROUTES]
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})

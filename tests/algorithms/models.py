@@ -31,10 +31,43 @@ def _not_a_module(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def tiny_unet() -> torch.nn.Module:
+    """A diffusers UNet2DModel from a config (3 levels, attention in the middle one), random weights."""
+    from diffusers import UNet2DModel
+
+    torch.manual_seed(0)
+    return UNet2DModel(sample_size=16, in_channels=3, out_channels=3, layers_per_block=1,
+                       block_out_channels=(16, 32, 32), norm_num_groups=8,
+                       down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D"),
+                       up_block_types=("UpBlock2D", "AttnUpBlock2D", "UpBlock2D"))
+
+
+def tiny_cond_unet() -> torch.nn.Module:
+    """A diffusers UNet2DConditionModel (text-conditioned, cross-attention) from a config, random weights."""
+    from diffusers import UNet2DConditionModel
+
+    torch.manual_seed(0)
+    return UNet2DConditionModel(sample_size=16, in_channels=4, out_channels=4, layers_per_block=1,
+                                block_out_channels=(16, 32, 32), norm_num_groups=8, cross_attention_dim=24,
+                                attention_head_dim=4,
+                                down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+                                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"))
+
+
+def _unet_inputs(channels: int, text: bool) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    inputs = {"sample": torch.randn(2, channels, 16, 16, generator=g), "timestep": torch.tensor(500)}
+    if text:
+        inputs["encoder_hidden_states"] = torch.randn(2, 5, 24, generator=g)
+    return inputs
+
+
 LOCAL = {
     "conv_only": (ConvOnly, lambda: torch.randn(1, 3, 8, 8)),
     "no_weights": (NoWeights, lambda: torch.randn(2, 4)),
     "not_a_module": (lambda: _not_a_module, lambda: torch.randn(2, 4)),
+    "tiny_unet": (tiny_unet, lambda: _unet_inputs(3, text=False)),
+    "tiny_cond_unet": (tiny_cond_unet, lambda: _unet_inputs(4, text=True)),
 }
 
 
@@ -46,3 +79,8 @@ def get_model(name: str) -> tuple[Any, Any, Any]:
         return factory(), inputs(), factory
     loaded = zoo.load(name)
     return loaded.model, loaded.example_inputs, None
+
+
+def tiny_unet_with_inputs() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """``--model tests.algorithms.models:tiny_unet_with_inputs`` for the command line tests."""
+    return tiny_unet().eval(), _unet_inputs(3, text=False)

@@ -1,11 +1,15 @@
+import copy
 import time
 
 import pytest
 import torch
 from torch import nn
 
+from slimkit import zoo
+from slimkit.compression.caching import attach_embedding_cache
 from slimkit.errors import ConfigError
 from slimkit.evaluation import Latency, measure_latency, measure_latency_pair, peak_memory, set_threads
+from slimkit.evaluation.runtime import fresh_inputs
 from slimkit.evaluation.size import state_bytes
 
 
@@ -110,3 +114,18 @@ def test_cuda_latency_and_peak_memory():
     peak = peak_memory(model, x)
     resident = state_bytes(model) + x.numel() * 4
     assert resident + 64 * 1024 * 4 <= peak <= resident + 8 * 64 * 1024 * 4
+
+
+def test_fresh_inputs_time_a_cacher_on_misses_not_on_its_own_hits():
+    loaded = zoo.load("tiny_bert")
+    inputs = loaded.example_inputs
+    a, b = fresh_inputs(inputs, 1), fresh_inputs(inputs, 2)
+    assert torch.equal(a["attention_mask"], inputs["attention_mask"])
+    assert a["input_ids"].shape == inputs["input_ids"].shape
+    assert not torch.equal(a["input_ids"], b["input_ids"])
+    assert torch.equal(a["input_ids"].sort(-1).values, inputs["input_ids"].sort(-1).values)  # same tokens, new order
+    cached = attach_embedding_cache(copy.deepcopy(loaded.model).eval(), max_entries=10_000)
+    measure_latency_pair(loaded.model, cached, inputs, warmup=1, repeats=4, threads=1, fresh=True)
+    assert cached.embedding_cache.hits == 0 and cached.embedding_cache.misses > 0
+    measure_latency_pair(loaded.model, cached, inputs, warmup=1, repeats=4, threads=1)
+    assert cached.embedding_cache.hits > 0

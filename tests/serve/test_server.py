@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 import torch
-import uvicorn
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo
 from slimkit.cli import build_parser
+from slimkit.compression.batching import attach_dynamic_batcher
 from slimkit.serve import build_app
+from tests.serve.live import live_server
 
 
 @pytest.fixture(scope="module")
@@ -23,17 +23,8 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("served") / "tiny_bert"
     smash(base, cfg, verbose=False).save_pretrained(folder)
     model = SmashedModel.from_pretrained(folder)
-    config = uvicorn.Config(build_app(model, max_length=32), host="127.0.0.1", port=0, log_level="warning")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    port = srv.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", base, model
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with live_server(build_app(model, max_length=32)) as (url, _):
+        yield url, base, model
 
 
 def _ids(i):
@@ -59,7 +50,7 @@ def test_concurrent_predictions_are_batched_and_match_the_model(server):
         assert embedded.status_code == 200 and len(embedded.json()["embeddings"]) == 2
         metrics = client.get("/metrics").json()
         health = client.get("/health").json()
-    assert health == {"status": "ok", "algorithms": ["embedding_cache", "dynamic_batch"]}
+    assert health == {"status": "ok", "algorithms": ["embedding_cache", "dynamic_batch"], "generates": False}
     assert metrics["requests_by_route"]["/predict"] >= 13 and metrics["latency_ms"]["p50"] > 0
     assert metrics["dynamic_batcher"]["batches"] < metrics["dynamic_batcher"]["requests"]
     assert max(int(k) for k in metrics["dynamic_batcher"]["batch_sizes"]) > 1
@@ -83,7 +74,34 @@ def test_bad_requests_get_a_clear_4xx(server, body, status, message):
 
 def test_invalid_json_and_the_serve_command(server):
     url, _, _ = server
+    encoder = httpx.post(f"{url}/generate", json={"inputs": [[1, 2]]}, timeout=30)
+    assert encoder.status_code == 404 and "does not generate text" in encoder.json()["error"]
     answer = httpx.post(f"{url}/embed", content=b"{not json", timeout=30)
     assert answer.status_code == 400 and "not valid JSON" in answer.json()["error"]
     args = build_parser().parse_args(["serve", "saved/", "--port", "0"])
     assert (args.folder, args.host, args.port) == ("saved/", "127.0.0.1", 0)
+
+
+class _SlowEncoder(torch.nn.Module):
+    """Sums token ids per row after 0.4 s per forward: a model busy long enough for a burst to fill the queue."""
+
+    def forward(self, input_ids, attention_mask):
+        time.sleep(0.4)
+        return (input_ids * attention_mask).sum(1, keepdim=True).float()
+
+
+def test_a_burst_above_the_queue_limit_is_refused_with_503_not_lost():
+    model = attach_dynamic_batcher(_SlowEncoder().eval(), max_batch_size=1, max_wait_ms=0.0, max_queue=2)
+    with live_server(build_app(model)) as (url, _), httpx.Client(base_url=url, timeout=60) as client:
+        with ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(lambda i: client.post("/predict", json={"inputs": [[i + 1, 100]]}), range(10)))
+        metrics = client.get("/metrics").json()
+    ok = [(i, a) for i, a in enumerate(answers) if a.status_code == 200]
+    refused = [a for a in answers if a.status_code == 503]
+    assert len(ok) + len(refused) == 10 and len(refused) >= 1 and len(ok) >= 1  # one running, two queued
+    for i, answer in ok:
+        assert answer.json()["outputs"] == [[float(i + 101)]]  # each answer is its own caller's
+    for answer in refused:
+        assert answer.headers["retry-after"] == "1" and "queue is full (2 requests waiting)" in answer.json()["error"]
+    assert metrics["dynamic_batcher"]["refused"] == len(refused)
+    assert metrics["responses_by_status"] == {"200": len(ok), "503": len(refused)}

@@ -42,6 +42,10 @@ class DynamicBatch(SlimkitBatcher):
                                        meta={"desc": "How long a request waits for others before its batch runs."}),
             UniformIntegerHyperparameter("max_queue", 1, 1_000_000, default_value=1024,
                                          meta={"desc": "Most waiting requests; more are refused with an error."}),
+            UniformFloatHyperparameter("max_padding", 0.0, 100.0, default_value=0.25,
+                                       meta={"desc": "Token inputs of different lengths are split into forwards of "
+                                                     "similar length so padding adds at most this fraction of the "
+                                                     "real tokens."}),
         ]
 
     def model_check_reason(self) -> str:
@@ -50,4 +54,5 @@ class DynamicBatch(SlimkitBatcher):
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         return attach_dynamic_batcher(model, int(smash_config["max_batch_size"]), float(smash_config["max_wait_ms"]),
-                                      int(smash_config["max_queue"]), _pad_token_id(model))
+                                      int(smash_config["max_queue"]), _pad_token_id(model),
+                                      float(smash_config["max_padding"]))

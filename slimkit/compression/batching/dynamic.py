@@ -2,7 +2,10 @@
 
 Each call waits at most ``max_wait_ms`` for others with the same signature (the same argument names, dtypes and
 shapes apart from the batch and, for token inputs with an attention mask, the sequence length). Token inputs of
-different lengths are right-padded (mask 0) and every caller gets its own rows back, cut to its own length.
+different lengths are right-padded (mask 0) and every caller gets its own rows back, cut to its own length. A
+batch whose lengths differ widely runs as a few forwards of similar lengths, so padding adds at most
+``max_padding`` times the real tokens (padding is compute spent on nothing: on CPU it can cost more than batching
+saves).
 """
 
 from __future__ import annotations
@@ -18,14 +21,9 @@ from typing import Any
 import torch
 
 from slimkit.compression._patch import patch_beneath_caches
-from slimkit.compression.batching.padding import call_signature, collate, uncollate
+from slimkit.compression.batching.padding import call_signature, collate, length_groups, uncollate
 from slimkit.compression.rows import batch_size_of
-from slimkit.errors import SlimkitError
-
-
-class QueueFullError(SlimkitError, RuntimeError):
-    """The dynamic batcher's queue holds ``max_queue`` waiting requests; the call was refused, not run."""
-
+from slimkit.errors import QueueFullError
 
 #: Batchers with a worker thread, stopped at interpreter exit so no worker dies inside a torch call.
 _LIVE: weakref.WeakSet[DynamicBatcher] = weakref.WeakSet()
@@ -56,29 +54,31 @@ class DynamicBatcher:
     """
 
     def __init__(self, max_batch_size: int, max_wait_ms: float, max_queue: int, pad_token_id: int = 0,
-                 idle_s: float = 2.0) -> None:
+                 idle_s: float = 2.0, max_padding: float = 0.25) -> None:
         if max_batch_size < 1 or max_queue < 1 or max_wait_ms < 0:
             raise ValueError(f"need max_batch_size >= 1, max_queue >= 1 and max_wait_ms >= 0; got {max_batch_size}, "
                              f"{max_queue} and {max_wait_ms}.")
         self.max_batch_size, self.max_wait_ms, self.max_queue = max_batch_size, max_wait_ms, max_queue
-        self.pad_token_id, self.idle_s = pad_token_id, idle_s
+        self.pad_token_id, self.idle_s, self.max_padding = pad_token_id, idle_s, max_padding
         self._queue: deque[_Request] = deque()
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
         self._run: tuple[torch.nn.Module, Callable[..., Any]] | None = None
         self._closing = False
-        self.requests = self.batches = self.rows = self.bypassed = self.refused = self.failed = 0
+        self.requests = self.batches = self.forwards = self.rows = self.bypassed = self.refused = self.failed = 0
         #: number of requests in a batch -> how many batches had that many
         self.batch_sizes: Counter[int] = Counter()
 
     def __deepcopy__(self, memo: dict) -> DynamicBatcher:
         """A copy has the same settings, its own queue and worker."""
-        return DynamicBatcher(self.max_batch_size, self.max_wait_ms, self.max_queue, self.pad_token_id, self.idle_s)
+        return DynamicBatcher(self.max_batch_size, self.max_wait_ms, self.max_queue, self.pad_token_id, self.idle_s,
+                              self.max_padding)
 
     def stats(self) -> dict[str, Any]:
         """Counters as a JSON-able dict (requests, batches, rows, mean batch size, batch-size histogram...)."""
         with self._cond:
-            return {"requests": self.requests, "batches": self.batches, "rows": self.rows, "bypassed": self.bypassed,
+            return {"requests": self.requests, "batches": self.batches, "forwards": self.forwards, "rows": self.rows,
+                    "bypassed": self.bypassed,
                     "refused": self.refused, "failed": self.failed, "queued": len(self._queue),
                     "mean_batch_size": self.requests / self.batches if self.batches else 0.0,
                     "batch_sizes": dict(sorted(self.batch_sizes.items())), "max_batch_size": self.max_batch_size,
@@ -154,10 +154,14 @@ class DynamicBatcher:
                 if batch is None:
                     return
                 module, inner = self._run
-            self._run_batch(inner, batch)
+            calls = [(r.args, r.kwargs) for r in batch]
+            for group in length_groups(calls, [r.rows for r in batch], self.max_padding):
+                self._run_batch(inner, [batch[i] for i in group])
 
     def _run_batch(self, inner: Callable[..., Any], batch: list[_Request]) -> None:
         grad, inference = batch[0].signature[-2:]
+        with self._cond:
+            self.forwards += 1
         try:
             with torch.inference_mode(inference) if inference else torch.set_grad_enabled(grad):
                 if len(batch) == 1:
@@ -181,14 +185,14 @@ class DynamicBatcher:
 
 
 def attach_dynamic_batcher(model: torch.nn.Module, max_batch_size: int, max_wait_ms: float, max_queue: int,
-                           pad_token_id: int = 0) -> torch.nn.Module:
+                           pad_token_id: int = 0, max_padding: float = 0.25) -> torch.nn.Module:
     """Group concurrent calls to ``model`` into batches; the batcher is ``model.dynamic_batcher`` (stats()).
 
     The state dict is unchanged (the batcher wraps the instance's forward), so the weights save as the model's own.
     An embedding cache already on the model stays in front: hits return at once, only misses are batched.
     """
     return patch_beneath_caches(model, "dynamic_batcher",
-                         DynamicBatcher(max_batch_size, max_wait_ms, max_queue, pad_token_id))
+                         DynamicBatcher(max_batch_size, max_wait_ms, max_queue, pad_token_id, max_padding=max_padding))
 
 
 __all__ = ["DynamicBatcher", "QueueFullError", "attach_dynamic_batcher"]

@@ -66,6 +66,27 @@ def collate(calls: list[tuple[tuple, dict]], pad_token_id: int) -> tuple[tuple, 
     return args, kwargs, lengths if padded else None
 
 
+def length_groups(calls: list[tuple[tuple, dict]], rows: list[int], max_padding: float) -> list[list[int]]:
+    """Indices of ``calls`` in groups of similar length, shortest first (one group when nothing is padded).
+
+    Right-padding a group to its longest call adds at most ``max_padding`` times the group's real tokens.
+    """
+    lengths = [_length(kw) for _, kw in calls]
+    if None in lengths or len(set(lengths)) <= 1:
+        return [list(range(len(calls)))]
+    groups: list[list[int]] = []
+    current: list[int] = []
+    real = count = 0
+    for i in sorted(range(len(calls)), key=lambda i: lengths[i]):
+        length, n = lengths[i], rows[i]
+        if current and length * (count + n) > (1 + max_padding) * (real + length * n):
+            groups.append(current)
+            current, real, count = [], 0, 0
+        current.append(i)
+        real, count = real + length * n, count + n
+    return [*groups, current]
+
+
 def uncollate(output: Any, rows: list[int], lengths: list[int] | None) -> list[Any]:
     """Each request's rows of a batched ``output``; padded sequence dimensions are cut back to its own length.
 
@@ -88,4 +109,4 @@ def uncollate(output: Any, rows: list[int], lengths: list[int] | None) -> list[A
     return parts
 
 
-__all__ = ["TOKEN_KEYS", "call_signature", "collate", "uncollate"]
+__all__ = ["TOKEN_KEYS", "call_signature", "collate", "length_groups", "uncollate"]

@@ -82,3 +82,33 @@ class TestPrefixCache(AlgorithmTesterBase):
         stats = smashed.prefix_cache.stats()
         assert stats["hits"] == 2 and stats["misses"] == 1
         assert stats["reused_tokens"] == 10 + prompts[0].shape[1] - 1
+
+
+class TestStepCache(AlgorithmTesterBase):
+    algorithm = "step_cache"
+    models = ["tiny_unet", "tiny_cond_unet"]
+    reject_models = ["tiny_bert", "mlp", "not_a_module"]
+    hyperparameters = {"interval": 3}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        """A 7-step loop with falling timesteps: full steps 0, 3, 6 are exact, the 4 between skip the deep blocks."""
+        cache = smashed.step_cache
+        blocks = [m for m in smashed.modules() if hasattr(m, "step_cache_block")]
+        assert len(blocks) == 5 and cache.deep_blocks == ["down_blocks.1", "down_blocks.2", "mid_block", "up_blocks.0",
+                                                          "up_blocks.1"]
+        before, calls = cache.stats(), cache.block_calls
+        x = inputs["sample"]
+        with torch.no_grad():
+            for step, t in enumerate(range(900, 200, -100)):
+                kwargs = {**inputs, "sample": x, "timestep": torch.tensor(t)}
+                got, want = smashed(**kwargs).sample, base(**kwargs).sample
+                if step % 3 == 0:
+                    assert torch.equal(got, want)
+                else:
+                    assert got.shape == want.shape and torch.isfinite(got).all() and not torch.equal(got, want)
+                x = x - 0.05 * want
+            again = {**inputs, "timestep": torch.tensor(900)}  # the timestep went up: a new run, in full
+            assert torch.equal(smashed(**again).sample, base(**again).sample)
+        after = cache.stats()
+        assert after["full_steps"] - before["full_steps"] == 4 and after["cached_steps"] - before["cached_steps"] == 4
+        assert cache.block_calls - calls == 4 * 5  # the 5 deep blocks ran on the 4 full steps only

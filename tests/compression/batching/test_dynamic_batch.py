@@ -11,6 +11,7 @@ import torch
 
 from slimkit import zoo
 from slimkit.compression.batching import DynamicBatcher, QueueFullError, attach_dynamic_batcher
+from slimkit.compression.batching.padding import length_groups
 
 
 def _threads(fn, n):
@@ -147,3 +148,35 @@ def test_a_cache_stays_in_front_of_the_batcher():
     twin = copy.deepcopy(model)
     assert twin.forward.handler is twin.embedding_cache and twin.forward.inner.handler is twin.dynamic_batcher
     assert twin.forward.inner.module is twin
+
+
+def test_lengths_far_apart_run_as_forwards_of_similar_length():
+    def call(length, rows=1):
+        ids = torch.ones(rows, length, dtype=torch.long)
+        return (), {"input_ids": ids, "attention_mask": ids}
+
+    calls = [call(40), call(10), call(12), call(11, rows=2), call(38)]
+    rows = [1, 1, 1, 2, 1]
+    # shortest first; a call joins a group while padding stays within max_padding of its real tokens
+    assert length_groups(calls, rows, max_padding=0.25) == [[1, 3, 2], [4, 0]]
+    assert length_groups(calls, rows, max_padding=100.0) == [[1, 3, 2, 4, 0]]
+    assert length_groups(calls, rows, max_padding=0.0) == [[1], [3], [2], [4], [0]]
+    assert length_groups([call(7), call(7)], [1, 1], max_padding=0.0) == [[0, 1]]
+
+    encoder = zoo.load("tiny_bert").model.bert.eval()
+    model = attach_dynamic_batcher(copy.deepcopy(encoder), max_batch_size=64, max_wait_ms=300, max_queue=64)
+    lengths = [4, 30, 5, 31, 4, 29]
+    g = torch.Generator().manual_seed(2)
+    inputs = [torch.randint(1, 250, (1, n), generator=g) for n in lengths]
+
+    def run(i):
+        with torch.no_grad():
+            return model(input_ids=inputs[i], attention_mask=torch.ones_like(inputs[i])).last_hidden_state
+
+    out, errors = _threads(run, len(lengths))
+    assert errors == [None] * len(lengths)
+    with torch.no_grad():
+        for ids, got in zip(inputs, out, strict=True):
+            torch.testing.assert_close(got, encoder(input_ids=ids).last_hidden_state, atol=1e-5, rtol=1e-4)
+    stats = model.dynamic_batcher.stats()
+    assert stats["batches"] == 1 and stats["forwards"] == 2  # one batch of 6, run as the short 3 and the long 3

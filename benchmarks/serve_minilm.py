@@ -1,0 +1,102 @@
+"""MiniLM behind `slimkit serve` on loopback: 16 concurrent clients, with dynamic_batch vs without, same run.
+
+    .venv/bin/python benchmarks/serve_minilm.py [--clients 16] [--requests 160] [--rounds 3]
+
+Two servers (`slimkit serve`, one process each) load the zoo MiniLM saved twice: plain, and with `dynamic_batch`
+(max_batch_size 16, max_wait_ms 5). A closed loop of ``--clients`` httpx clients (asyncio, one process) sends
+single PyDocText sentences to POST /embed; rounds of ``--requests`` requests alternate between the servers
+(A B B A ...) so machine noise hits both. Prints throughput (requests/s over each server's summed round time) and
+p50/p99 latency, the ratios, the batcher's mean batch size, and checks both servers give the same embeddings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine_line, print_table  # noqa: E402
+from serving import Server, percentile, pydoc_sentences, save_minilm  # noqa: E402
+
+
+async def _round(url: str, sentences: list[str], clients: int, start_index: int) -> tuple[float, list[float]]:
+    """Send ``len(sentences)`` single-sentence requests from ``clients`` closed-loop clients; wall s, latencies."""
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for s in sentences:
+        queue.put_nowait(s)
+    latencies: list[float] = []
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while not queue.empty():
+            sentence = queue.get_nowait()
+            t = time.perf_counter()
+            answer = await http.post("/embed", json={"inputs": [sentence]})
+            latencies.append(time.perf_counter() - t)
+            if answer.status_code != 200:
+                raise RuntimeError(f"{url}: HTTP {answer.status_code}: {answer.text}")
+
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        return time.perf_counter() - t0, latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=160, help="requests per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per server (alternating)")
+    args = parser.parse_args()
+    sentences = pydoc_sentences(args.requests * args.rounds * 2 + 8)
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = {"no batcher": save_minilm(Path(tmp) / "plain", {}),
+                   "dynamic_batch": save_minilm(Path(tmp) / "batched", {"dynamic_batch": {"max_batch_size": 16,
+                                                                                          "max_wait_ms": 5.0}})}
+        servers = {name: Server(folder) for name, folder in folders.items()}
+        try:
+            check = sentences[-8:]
+            answers = {name: torch.tensor(httpx.post(f"{s.url}/embed", json={"inputs": check}, timeout=120)
+                                          .json()["embeddings"]) for name, s in servers.items()}
+            cosine = float(torch.nn.functional.cosine_similarity(*answers.values()).min())
+            for server in servers.values():  # warm-up: a round of the clients each
+                asyncio.run(_round(server.url, sentences[: args.clients * 2], args.clients, 0))
+            wall = {name: 0.0 for name in servers}
+            lat: dict[str, list[float]] = {name: [] for name in servers}
+            names = list(servers)
+            used = 0
+            for r in range(args.rounds):
+                for name in names if r % 2 == 0 else reversed(names):
+                    chunk = sentences[used : used + args.requests]
+                    used += args.requests
+                    seconds, latencies = asyncio.run(_round(servers[name].url, chunk, args.clients, used))
+                    wall[name] += seconds
+                    lat[name] += latencies
+                    print(f"  round {r + 1} {name}: {len(chunk) / seconds:.1f} req/s", flush=True)
+            stats = httpx.get(f"{servers['dynamic_batch'].url}/metrics", timeout=30).json()["dynamic_batcher"]
+        finally:
+            codes = {name: s.stop() for name, s in servers.items()}
+    total = args.requests * args.rounds
+    rows, figures = [], {}
+    for name in names:
+        figures[name] = (total / wall[name], 1000 * percentile(lat[name], 50), 1000 * percentile(lat[name], 99))
+        rows.append([name, f"{figures[name][0]:.1f}", f"{figures[name][1]:.1f}", f"{figures[name][2]:.1f}"])
+    print(f"\nMiniLM behind slimkit serve, {args.clients} concurrent clients, single sentences, {total} requests per "
+          f"server in {args.rounds} alternating rounds\n{machine_line(torch.get_num_threads())}\n")
+    print_table(["server", "throughput (req/s)", "p50 (ms)", "p99 (ms)"], rows)
+    base, batched = figures["no batcher"], figures["dynamic_batch"]
+    print(f"\nthroughput {batched[0] / base[0]:.2f}x, p50 {base[1] / batched[1]:.2f}x lower, p99 "
+          f"{base[2] / batched[2]:.2f}x lower with dynamic_batch; mean batch {stats['mean_batch_size']:.2f} requests "
+          f"(histogram {stats['batch_sizes']}); embeddings of both servers: min cosine {cosine:.6f}; "
+          f"exit codes after SIGTERM {codes}")
+
+
+if __name__ == "__main__":
+    main()
