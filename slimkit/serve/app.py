@@ -56,7 +56,12 @@ class ModelRunner:
             if self.tokenizer is None:
                 raise RequestError(422, "This model was saved without a tokenizer: send token ids, "
                                         "e.g. {'inputs': [[101, 2023, 102]]}.")
-            return [self.tokenizer(x)["input_ids"] for x in inputs]
+            ids = [self.tokenizer(x)["input_ids"] for x in inputs]
+            empty = [i for i, x in enumerate(ids) if not x]
+            if empty:
+                raise RequestError(422, f"inputs[{empty[0]}] ({inputs[empty[0]]!r}) has no tokens once tokenized; "
+                                        "send non-empty text.")
+            return ids
         ok = all(isinstance(x, list) and x and all(type(t) is int for t in x) for x in inputs)
         if not ok:
             raise RequestError(422, f"Every item of 'inputs' must be of the same kind; {ACCEPTED} (non-empty).")
