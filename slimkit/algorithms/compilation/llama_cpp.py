@@ -10,8 +10,8 @@ from typing import Any
 
 from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.compression.gguf import architecture, export_gguf, supported_names
-from slimkit.compression.gguf.runtime import LlamaCppModule, import_llama_cpp
+from slimkit.compression.gguf import LlamaCppModule, architecture, export_gguf, supported_names
+from slimkit.compression.gguf.runtime import import_llama_cpp
 from slimkit.core.contract import SaveFn, SlimkitCompiler, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.errors import ModelNotSupportedError, SaveLoadError

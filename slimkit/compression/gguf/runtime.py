@@ -36,7 +36,7 @@ def import_llama_cpp() -> Any:
     except ImportError as exc:
         raise MissingPackageError(f"{INSTALL} ({exc})") from exc
     if _callback is None:
-        levels = {2: "warning", 3: "error"}
+        levels = {3: "warning", 4: "error"}  # ggml_log_level: 3 WARN, 4 ERROR
 
         def _collect(level: int, text: bytes, _user: Any) -> None:
             if level in levels and text.strip():

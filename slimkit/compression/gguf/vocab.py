@@ -20,7 +20,8 @@ from slimkit.errors import ConfigError
 
 #: the text llama.cpp's converter encodes to identify a pre-tokenizer (verbatim from ``convert_hf_to_gguf.py``)
 CHECK_TEXT = (
-    "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ 🦙🦙 3 33 333 "
+    "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) "
+    "✅ 🦙🦙 3 33 333 "
     "3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ ------======= "
     "нещо на Български ''''''```````\"\"\"\"......!!!!!!?????? I've been 'told he's there, 'RE you sure? 'M not sure "
     "I'll make it, 'D you like some tea? We'Ve a'lL"
@@ -39,7 +40,8 @@ def _backend(tokenizer: Any) -> dict:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise ConfigError(f"GGUF export needs a fast (tokenizers-backed) Hugging Face tokenizer; got "
-                          f"{type(tokenizer).__name__}. Load it with AutoTokenizer.from_pretrained(..., use_fast=True).")
+                          f"{type(tokenizer).__name__}. Load it with AutoTokenizer.from_pretrained(..., use_fast=True)."
+                          )
     spec = json.loads(backend.to_str())
     model, decoder = spec.get("model") or {}, spec.get("decoder") or {}
     if model.get("type") != "BPE" or model.get("byte_fallback") or decoder.get("type") != "ByteLevel":
