@@ -46,8 +46,9 @@ class LlamaCpp(SlimkitCompiler):
     def get_hyperparameters(self) -> list:
         """Float type of the unquantized matrices, threads, context length."""
         return [
-            CategoricalHyperparameter("dtype", ["f32", "f16"], default_value="f32", meta={
-                "desc": "GGUF type of the float (not low-bit) matrices; norms and biases stay f32."}),
+            CategoricalHyperparameter("dtype", ["f32", "f16", "q8_0"], default_value="f32", meta={
+                "desc": "GGUF type of the float (not slimkit-quantized) matrices, e.g. the embedding: f32, f16, or "
+                        "q8_0 (llama.cpp's round-to-nearest 8-bit); norms and biases stay f32."}),
             UniformIntegerHyperparameter("n_threads", 0, 1024, default_value=0, meta={
                 "desc": "llama.cpp threads; 0 uses torch's current thread count."}),
             UniformIntegerHyperparameter("n_ctx", 16, 131072, default_value=2048, meta={

@@ -1,7 +1,8 @@
 """Write a (smashed) Hugging Face causal LM into one GGUF file that llama.cpp runs.
 
 Supported: Llama-family (``LlamaForCausalLM``: Llama 2/3, SmolLM2, TinyLlama; GQA and tied embeddings included) and
-Qwen2 (``Qwen2ForCausalLM``). Float tensors go out as F32 or F16 (norms and biases always F32); slimkit's packed
+Qwen2 (``Qwen2ForCausalLM``). Float matrices go out as F32, F16 or Q8_0 (llama.cpp's own round-to-nearest 8-bit,
+``gguf.quants``: the choice for an embedding no slimkit quantizer touches); norms and biases stay F32. slimkit's packed
 low-bit layers (rtn, hqq, gptq, awq) go out as the GGUF block type with the same grid, without re-quantizing
 (:mod:`.blocks`). llama.cpp's ``llama`` architecture applies rotary embeddings to interleaved pairs, Hugging Face
 to the two halves of each head: like llama.cpp's converter, the rows of ``q_proj`` (per query head) and ``k_proj``
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from slimkit.compression.gguf.blocks import block_type, pack_blocks, packed_rows
+from slimkit.compression.gguf.blocks import BLOCK, block_type, pack_blocks, packed_rows
 from slimkit.compression.gguf.vocab import add_tokenizer
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
 from slimkit.core.io import atomic_file
@@ -32,7 +33,9 @@ ARCHITECTURES = {
     "llama": ("LlamaForCausalLM", gguf.MODEL_ARCH.LLAMA, True),
     "qwen2": ("Qwen2ForCausalLM", gguf.MODEL_ARCH.QWEN2, False),
 }
-DTYPES = {"f32": (np.float32, gguf.LlamaFileType.ALL_F32), "f16": (np.float16, gguf.LlamaFileType.MOSTLY_F16)}
+#: type of the float (not slimkit-packed) matrices -> (numpy type or GGUF block type, file type when nothing is packed)
+DTYPES = {"f32": (np.float32, gguf.LlamaFileType.ALL_F32), "f16": (np.float16, gguf.LlamaFileType.MOSTLY_F16),
+          "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0)}
 _FILE_TYPES = {gguf.GGMLQuantizationType.Q4_0: gguf.LlamaFileType.MOSTLY_Q4_0,
                gguf.GGMLQuantizationType.Q4_1: gguf.LlamaFileType.MOSTLY_Q4_1,
                gguf.GGMLQuantizationType.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0}
@@ -139,13 +142,20 @@ def _tensors(model: nn.Module, kind: str, info: dict[str, Any], dtype: str):
             data = tensor.detach().float().cpu()
             if rows is not None:
                 data = data[rows]
+            if data.dim() > 1 and isinstance(float_type, gguf.GGMLQuantizationType):
+                if data.shape[-1] % BLOCK:
+                    raise ConfigError(f"GGUF export dtype='q8_0': {hf_name} has rows of {data.shape[-1]} values, not a "
+                                      f"multiple of {BLOCK}; use dtype='f16' or 'f32'.")
+                yield name, gguf.quants.quantize(data.numpy(), float_type), float_type
+                continue
             yield name, data.numpy().astype(float_type if data.dim() > 1 else np.float32), None
 
 
 def export_gguf(model: nn.Module, path: str | os.PathLike, tokenizer: Any, dtype: str = "f32") -> dict[str, Any]:
     """Write ``model`` with ``tokenizer`` to the GGUF file ``path`` (atomically); return a summary.
 
-    ``dtype`` (``"f32"`` or ``"f16"``) is the type of the float matrices; packed layers keep their block type.
+    ``dtype`` (``"f32"``, ``"f16"`` or ``"q8_0"``) is the type of the float matrices (the embedding, an unquantized
+    lm_head or layer); slimkit's packed layers keep their own block type.
     The summary has the architecture, the GGUF type of each tensor, the file type and the file size.
     """
     kind = architecture(model)

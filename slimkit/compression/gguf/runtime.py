@@ -25,7 +25,7 @@ INSTALL = ("llama-cpp-python is not installed. Install it with: pip install 'sli
            "from source, ~15 min on 2 cores), or run `make test-llamacpp` in a slimkit checkout.")
 _LOG: collections.deque[str] = collections.deque(maxlen=20)
 _callback: Any = None
-_SAMPLING = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "seed")
+_SAMPLING = ("max_new_tokens", "min_new_tokens", "do_sample", "temperature", "top_k", "top_p", "seed")
 
 
 def import_llama_cpp() -> Any:
@@ -123,25 +123,27 @@ class LlamaCppModule(nn.Module):
                 logits[i, keep] = torch.from_numpy(self._logits(tokens))
         return CausalLMOutput(logits=logits)
 
-    def _continue(self, tokens: list[int], max_new_tokens: int, do_sample: bool, temperature: float, top_k: int,
-                  top_p: float, seed: int | None) -> list[int]:
+    def _continue(self, tokens: list[int], max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,
+                  top_k: int = 50, top_p: float = 1.0, seed: int | None = None, min_new_tokens: int = 0) -> list[int]:
         if seed is not None:
             self.llm.set_seed(int(seed))
         new: list[int] = []
         if max_new_tokens <= 0:
             return new
+        self.llm.reset()  # every call decodes its whole prompt (no reuse of a previous call's KV cache)
         stream = self.llm.generate(tokens, top_k=top_k if do_sample else 1, top_p=top_p if do_sample else 1.0,
                                    min_p=0.0, temp=float(temperature) if do_sample else 0.0, repeat_penalty=1.0,
                                    reset=True)
         for token in stream:
             new.append(int(token))
-            if token == self.eos_token_id or len(new) >= max_new_tokens or len(tokens) + len(new) >= self.n_ctx:
+            stop = token == self.eos_token_id and len(new) >= min_new_tokens
+            if stop or len(new) >= max_new_tokens or len(tokens) + len(new) >= self.n_ctx:
                 break
         return new
 
     def generate(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                 max_new_tokens: int = 20, do_sample: bool = False, temperature: float = 1.0, top_k: int = 50,
-                 top_p: float = 1.0, seed: int | None = None, **kwargs: Any) -> torch.Tensor:
+                 max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False, temperature: float = 1.0,
+                 top_k: int = 50, top_p: float = 1.0, seed: int | None = None, **kwargs: Any) -> torch.Tensor:
         """Prompt + generated ids ``[batch, seq + new]`` (greedy by default; rows ending early padded with eos)."""
         unknown = sorted(set(kwargs) - {"pad_token_id", "eos_token_id", "use_cache"})
         if unknown:
@@ -151,7 +153,8 @@ class LlamaCppModule(nn.Module):
             raise ConfigError("llama_cpp generate() needs input_ids ([batch, seq] token ids).")
         rows = self._rows(input_ids, attention_mask)
         ids = input_ids.view(len(rows), -1)
-        new = [self._continue(r, max_new_tokens, do_sample, temperature, top_k, top_p, seed) for r in rows]
+        new = [self._continue(r, max_new_tokens, do_sample, temperature, top_k, top_p, seed, min_new_tokens)
+               for r in rows]
         width = max(map(len, new), default=0)
         tail = torch.full((len(rows), width), self.eos_token_id, dtype=ids.dtype)
         for i, tokens in enumerate(new):
@@ -161,9 +164,10 @@ class LlamaCppModule(nn.Module):
     def generate_text(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> str:
         """``prompt`` continued by ``max_new_tokens`` tokens, tokenized and decoded by the GGUF's own tokenizer."""
         tokens = self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
-        new = self._continue(tokens, max_new_tokens, sampling.get("do_sample", False),
-                             sampling.get("temperature", 1.0), sampling.get("top_k", 50), sampling.get("top_p", 1.0),
-                             sampling.get("seed"))
+        unknown = sorted(set(sampling) - set(_SAMPLING))
+        if unknown:
+            raise ConfigError(f"llama_cpp generate_text() does not take {unknown}; it takes {', '.join(_SAMPLING)}.")
+        new = self._continue(tokens, max_new_tokens, **sampling)
         return self.llm.detokenize(new).decode("utf-8", "replace")
 
     def extra_repr(self) -> str:

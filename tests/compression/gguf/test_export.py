@@ -77,6 +77,19 @@ def test_f16_export_halves_the_matrices(tokenizer, tmp_path):
                                   model.model.layers[0].mlp.up_proj.weight.detach().half().numpy())
 
 
+def test_q8_0_float_matrices_are_llama_cpp_reference_quantization(tokenizer, tmp_path):
+    """dtype='q8_0' quantizes the float matrices (here all of them) exactly as gguf.quants / llama.cpp do."""
+    model = tiny_llama()
+    summary = export_gguf(model, tmp_path / "m.gguf", tokenizer, dtype="q8_0")
+    _, tensors = _read(tmp_path / "m.gguf")
+    assert summary["file_type"] == "MOSTLY_Q8_0"
+    embed = model.model.embed_tokens.weight.detach().numpy()
+    t = tensors["token_embd.weight"]
+    assert t.tensor_type == gguf.GGMLQuantizationType.Q8_0
+    np.testing.assert_array_equal(t.data, gguf.quants.quantize(embed, gguf.GGMLQuantizationType.Q8_0))
+    assert np.abs(gguf.quants.dequantize(t.data, t.tensor_type) - embed).max() <= np.abs(embed).max() / 127
+
+
 @pytest.mark.parametrize(("bits", "group_size", "sym", "qtype"), [
     (4, 32, True, "Q4_0"), (8, 32, True, "Q8_0"), (4, 32, False, "Q4_1"), (4, 64, False, "Q4_1")])
 def test_packed_weights_keep_their_grid(arch, tokenizer, tmp_path, bits, group_size, sym, qtype):
@@ -137,7 +150,7 @@ def test_a_layer_gguf_cannot_store_is_named(tokenizer, tmp_path):
 
 
 def test_bad_settings_are_refused(tokenizer, tmp_path):
-    with pytest.raises(ConfigError, match="dtype='bf16'.*f32, f16"):
+    with pytest.raises(ConfigError, match="dtype='bf16'.*f32, f16, q8_0"):
         export_gguf(tiny_llama(), tmp_path / "x.gguf", tokenizer, dtype="bf16")
     with pytest.raises(ConfigError, match="tokenizer"):
         export_gguf(tiny_llama(), tmp_path / "x.gguf", None)
