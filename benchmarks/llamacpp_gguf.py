@@ -12,16 +12,18 @@ timed round-robin) and perplexity (PyDocText test, 8 x 256 tokens) of
     bits as the shipped file).
 Targets: slimkit's llama.cpp path >= 0.9x the shipped GGUF's speed, and >= 5x slimkit's transformers 4-bit decode.
 
-Part 2, a model whose weights are NOT on a 4-bit grid: a small Llama (byte tokenizer, 4 layers, hidden 128) trained
-here on the PyDocText training documents, then quantized to Q4_1 two ways at the same size: llama.cpp's own
+Part 2, a model whose weights are NOT on a 4-bit grid: a small Llama (byte tokenizer, 4 layers, hidden 128 by default)
+trained here on the PyDocText training documents, then quantized to Q4_1 two ways at the same size: llama.cpp's own
 round-to-nearest (``llama_model_quantize`` of the F32 file, every block tensor Q4_1, embedding kept F32) and slimkit
-gptq (group 32) -> llama_cpp. Both files are run by llama.cpp; perplexity on the PyDocText test documents.
+gptq (group 32) -> llama_cpp. Both files are run by llama.cpp; perplexity on the PyDocText test documents and
+KL divergence from the F32 file's next-byte distributions (more sensitive than perplexity).
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import math
 import statistics
 import sys
 import tempfile
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import gguf
 import torch
+import torch.nn.functional as F
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -119,9 +122,10 @@ def smollm2_part(args) -> None:
           f"{ok(vs_gptq >= 5)}")
 
 
-def train_tiny(tok, steps: int, threads: int) -> torch.nn.Module:
+def train_tiny(tok, steps: int, threads: int, hidden: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=3 * hidden,
+                                      num_hidden_layers=4,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                                       tie_word_embeddings=True)
     model = transformers.LlamaForCausalLM(config)
@@ -146,6 +150,11 @@ def llama_cpp_rtn_q4_1(source: Path, target: Path, threads: int) -> None:
         raise RuntimeError(f"llama_model_quantize failed with {code}")
 
 
+def _logits(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return torch.cat([model(ids[i : i + 1]).logits.float() for i in range(ids.shape[0])])
+
+
 def _tensor_bytes(path: Path) -> int:
     return sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors)
 
@@ -153,7 +162,7 @@ def _tensor_bytes(path: Path) -> int:
 def tiny_part(args) -> None:
     tok = byte_tokenizer()
     torch.set_num_threads(args.train_threads)
-    model = train_tiny(tok, args.train_steps, args.train_threads)
+    model = train_tiny(tok, args.train_steps, args.train_threads, args.tiny_hidden)
     test_ids = pydoc_text_blocks(tok, 16, 256, split="test")
     with tempfile.TemporaryDirectory() as tmp:
         f32, rtn = Path(tmp) / "f32.gguf", Path(tmp) / "rtn_q4_1.gguf"
@@ -167,22 +176,28 @@ def tiny_part(args) -> None:
                 "slimkit gptq g32 -> llama_cpp Q4_1": ours}
         sizes = {"llama.cpp F32 GGUF": f32.stat().st_size, "llama.cpp RTN Q4_1 (llama_model_quantize)":
                  rtn.stat().st_size, "slimkit gptq g32 -> llama_cpp Q4_1": ours.applied[-1]["state"]["gguf_bytes"]}
-        ppl = {k: perplexity(m, test_ids) for k, m in runs.items()}
+        logits = {k: _logits(m, test_ids) for k, m in runs.items()}
         weights = {k: _tensor_bytes(p) for k, p in (("f32", f32), ("rtn", rtn), ("ours", Path(ours.model.gguf_path)))}
-    print(f"\nTiny Llama trained here (4 layers, hidden 128, byte tokenizer); gptq in {gptq_s:.0f} s; "
-          f"{machine_line(args.threads)}")
-    print("perplexity: PyDocText test documents, 16 x 256 bytes (disjoint from the training/calibration documents)")
-    print_table(["model", "perplexity", "vs fp32", "file MB"],
-                [[k, f"{v:.3f}", f"{100 * (v / ppl['transformers fp32'] - 1):+.2f}%",
+    targets = test_ids[:, 1:].reshape(-1)
+    ppl = {k: math.exp(F.cross_entropy(v[:, :-1].reshape(-1, v.shape[-1]), targets).item()) for k, v in logits.items()}
+    reference = F.log_softmax(logits["llama.cpp F32 GGUF"], -1)
+    kl = {k: F.kl_div(F.log_softmax(v, -1), reference, log_target=True, reduction="none").sum(-1).mean().item()
+          for k, v in logits.items()}
+    print(f"\nTiny Llama trained here (4 layers, hidden {args.tiny_hidden}, byte tokenizer, {args.train_threads} torch "
+          f"thread(s) for training and gptq, gptq in {gptq_s:.0f} s); {machine_line(args.threads)}")
+    print("perplexity: PyDocText test documents, 16 x 256 bytes (disjoint from the training/calibration documents); "
+          "KL: mean per-token KL(F32 file || model) of the next-byte distributions")
+    print_table(["model", "perplexity", "vs fp32", "KL vs F32 file", "file MB"],
+                [[k, f"{v:.3f}", f"{100 * (v / ppl['transformers fp32'] - 1):+.2f}%", f"{kl[k]:.5f}",
                   f"{sizes[k] / 1e6:.2f}" if k in sizes else "-"] for k, v in ppl.items()])
     keys = list(runs)
     same = weights["rtn"] == weights["ours"]
     print(f"equal tensor bytes (both Q4_1 in every block, F32 embedding): {same} ({weights['rtn']} vs "
           f"{weights['ours']} bytes; the files differ only in metadata)")
-    gap = (ppl[keys[2]] - ppl[keys[3]]) / (ppl[keys[2]] - ppl[keys[1]])
-    print(f"target: slimkit gptq Q4_1 measurably better than llama.cpp RTN Q4_1 at the same size: "
-          f"{ppl[keys[3]]:.3f} vs {ppl[keys[2]]:.3f} ({100 * gap:.0f}% of RTN's loss recovered) -> "
-          f"{ok(ppl[keys[3]] < ppl[keys[2]] and same)}")
+    better = ppl[keys[3]] < ppl[keys[2]] and kl[keys[3]] < kl[keys[2]]
+    print(f"target: slimkit gptq Q4_1 better than llama.cpp RTN Q4_1 at the same size: perplexity {ppl[keys[3]]:.3f} "
+          f"vs {ppl[keys[2]]:.3f}, KL {kl[keys[3]]:.5f} vs {kl[keys[2]]:.5f} ({kl[keys[2]] / kl[keys[3]]:.1f}x lower) "
+          f"-> {ok(better and same)}")
 
 
 def main() -> None:
@@ -191,6 +206,7 @@ def main() -> None:
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train-steps", type=int, default=300)
+    parser.add_argument("--tiny-hidden", type=int, default=128, help="hidden size of the trained tiny Llama")
     parser.add_argument("--train-threads", type=int, default=1,
                         help="torch threads for training and gptq of the tiny model (1 is fastest on a busy box)")
     parser.add_argument("--skip-smollm2", action="store_true")
