@@ -80,11 +80,13 @@ def smollm2_part(args) -> None:
     base, tok = loaded.model.eval(), loaded.tokenizer
     test_ids = pydoc_text_blocks(tok, 8, 256, split="test")
     prompt = test_ids[:1, :24]
-    gptq, gptq_s = _quiet_smash(base, gptq_config(tok))
+    torch.set_num_threads(args.quant_threads)
+    gptq, gptq_s = _quiet_smash(base, gptq_config(tok, samples=args.calibration_samples, seq_len=256))
     ours, export_s = _quiet_smash(gptq.model, llama_cpp_config(tok, args.threads, "q8_0"))
     shipped_path = smollm2.gguf_folder() / smollm2.GGUF_FILE
     shipped = LlamaCppModule(shipped_path, n_threads=args.threads, n_ctx=512)
-    print(f"gptq 4-bit g32 in {gptq_s:.0f} s; GGUF export + llama.cpp load in {export_s:.1f} s", flush=True)
+    print(f"gptq 4-bit g32 ({args.calibration_samples} x 256 calibration tokens, {args.quant_threads} torch thread(s)) "
+          f"in {gptq_s:.0f} s; GGUF export + llama.cpp load in {export_s:.1f} s", flush=True)
 
     paths = {"fp32 transformers": base, "slimkit gptq 4-bit (transformers + C kernel)": gptq,
              "llama.cpp, shipped GGUF (Q4_1 + Q8_0 embedding)": shipped,
@@ -92,8 +94,8 @@ def smollm2_part(args) -> None:
     sizes = {"fp32 transformers": sum(p.numel() * 4 for p in base.parameters()),
              "llama.cpp, shipped GGUF (Q4_1 + Q8_0 embedding)": shipped_path.stat().st_size,
              "slimkit gptq 4-bit -> llama_cpp (Q4_1 + Q8_0 embedding)": ours.applied[-1]["state"]["gguf_bytes"]}
-    ppl = {}
-    for name, model in paths.items():
+    ppl = {name: float("nan") for name in paths}
+    for name, model in paths.items() if not args.skip_perplexity else ():
         torch.set_num_threads(args.threads)
         ppl[name] = perplexity(model, test_ids)
         print(f"{name}: perplexity {ppl[name]:.2f}", flush=True)
@@ -209,8 +211,11 @@ def main() -> None:
     parser.add_argument("--tiny-hidden", type=int, default=128, help="hidden size of the trained tiny Llama")
     parser.add_argument("--train-threads", type=int, default=1,
                         help="torch threads for training and gptq of the tiny model (1 is fastest on a busy box)")
+    parser.add_argument("--quant-threads", type=int, default=1, help="torch threads for SmolLM2's gptq")
+    parser.add_argument("--calibration-samples", type=int, default=16, help="SmolLM2 gptq: blocks of 256 tokens")
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--skip-tiny", action="store_true")
+    parser.add_argument("--skip-perplexity", action="store_true", help="SmolLM2: time decoding only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if not args.skip_tiny:
