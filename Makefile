@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast setup lint docs bench clean
+.PHONY: demo test test-fast test-llamacpp setup lint docs bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,11 +23,17 @@ setup: $(STAMP)
 demo: setup
 	$(VENV)/bin/slimkit smash
 
+# llama.cpp tests need llama-cpp-python, which builds from source (~15 min on 2 cores): `make test` deselects
+# them (and says so at the end); `make test-llamacpp` installs the llamacpp extra and runs only them.
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -m "not llamacpp" -p no:cacheprovider
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
+	$(PY) -m pytest -q -m "not slow and not llamacpp" -p no:cacheprovider
+
+test-llamacpp: setup
+	$(PIP) install -q -e ".[dev,llamacpp]"
+	$(PY) -m pytest -q -m llamacpp -p no:cacheprovider
 
 lint: setup
 	$(VENV)/bin/ruff check slimkit tests benchmarks

@@ -60,3 +60,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+_deselected_llamacpp: list[str] = []
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """Remember the llama.cpp tests a ``-m "not llamacpp"`` run left out, to say so at the end."""
+    _deselected_llamacpp.extend(item.nodeid for item in items if "llamacpp" in item.keywords)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line naming the llama.cpp tests that were deselected and how to run them."""
+    if _deselected_llamacpp and "not llamacpp" in (terminalreporter.config.option.markexpr or ""):
+        terminalreporter.write_line(
+            f"note: {len(_deselected_llamacpp)} llama.cpp tests deselected (marker llamacpp; they need "
+            "llama-cpp-python, a ~15 min source build): run `make test-llamacpp`.")

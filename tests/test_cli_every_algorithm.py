@@ -33,6 +33,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "l2_filter": ("digits_cnn", []),
     "layer_drop": ("tiny_llama", ["--set", "layer_drop_steps=2", "--set", "layer_drop_batch_size=4"]),
     "level": ("tiny_vit", []),
+    "llama_cpp": ("tiny_llama", ["--set", "llama_cpp_n_threads=1"]),
     "lsq": ("digits_cnn", ["--set", "lsq_epochs=1"]),
     "onnxruntime": ("mlp", []),
     "prefix_cache": ("tiny_llama", []),
@@ -50,7 +51,11 @@ def test_every_registered_algorithm_has_a_shell_recipe():
     assert set(RECIPES) == set(registry.names()), "add the new algorithm to RECIPES with a compatible zoo model"
 
 
-@pytest.mark.parametrize("algorithm", sorted(RECIPES))
+#: algorithm -> pytest marks of its shell case (llama_cpp needs the llamacpp extra: `make test-llamacpp`)
+MARKS = {"llama_cpp": [pytest.mark.llamacpp]}
+
+
+@pytest.mark.parametrize("algorithm", [pytest.param(a, marks=MARKS.get(a, [])) for a in sorted(RECIPES)])
 def test_algorithm_runs_from_the_shell(algorithm, capsys):
     model, extra = RECIPES[algorithm]
     args = ["smash", "--model", model, "--algorithm", algorithm, "--no-save", "--repeats", "1", "--warmup", "0"]

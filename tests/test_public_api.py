@@ -7,6 +7,8 @@ import importlib
 import pytest
 
 PUBLIC = {
+    "slimkit.compression.gguf": ["ARCHITECTURES", "BLOCK", "DTYPES", "LlamaCppModule", "architecture", "block_type",
+                                 "export_gguf", "open_llama", "pack_blocks", "supported_names"],
     "slimkit.compression.pruning": [
         "AGPPruner", "ActivationAPoZRankFilterPruner", "ActivationAPoZRankFilterPrunerMasker",
         "ActivationMeanRankFilterPruner", "ActivationMeanRankFilterPrunerMasker", "AttentionHeadMasker",

@@ -1,0 +1,106 @@
+"""llama_cpp: export a (smashed) Llama/Qwen2 causal LM to GGUF and run it with llama.cpp (llama-cpp-python)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
+
+from slimkit.compression.gguf import LlamaCppModule, architecture, export_gguf, supported_names
+from slimkit.compression.gguf.runtime import import_llama_cpp
+from slimkit.core.contract import SaveFn, SlimkitCompiler, SmashConfigPrefixWrapper
+from slimkit.core.registry import register
+from slimkit.errors import ModelNotSupportedError, SaveLoadError
+
+GGUF_FILE = "model.gguf"
+
+
+@register
+class LlamaCpp(SlimkitCompiler):
+    """Write the model into one GGUF file (weights + tokenizer) and run it with llama.cpp's CPU engine.
+
+    Llama-family (GQA, tied embeddings) and Qwen2 causal LMs. Float weights go out as F32 or F16; slimkit's packed
+    low-bit layers keep their exact grid: 4-bit group 32 (or a multiple of 32) as Q4_1 (asymmetric, the min
+    rounded to fp16) or Q4_0 (``sym=True``), 8-bit symmetric as Q8_0. So ``gptq`` (``group_size=32``) followed
+    by ``llama_cpp`` runs GPTQ's weights at llama.cpp speed; other layouts are refused with the settings that
+    have a GGUF twin. The smashed model's forward returns logits for every position and ``generate()`` continues
+    token ids (``generate_text()`` strings, with the file's tokenizer). Saving writes ``model.gguf``; loading
+    opens it directly (no torch weights, no base model). Needs ``pip install 'slimkit[llamacpp]'``.
+    """
+
+    algorithm_name = "llama_cpp"
+    references = {"llama.cpp": "https://github.com/ggml-org/llama.cpp",
+                  "GGUF": "https://github.com/ggml-org/ggml/blob/master/docs/gguf.md",
+                  "llama-cpp-python": "https://llama-cpp-python.readthedocs.io/"}
+    tokenizer_required = True
+    run_on_cpu = True
+    run_on_cuda = False
+    save_fn = SaveFn.ARTIFACTS
+    extra = "llamacpp"
+    compatible_algorithms = {"quantizer": ["rtn", "hqq", "gptq", "awq", "half"], "cacher": [], "batcher": []}
+
+    def get_hyperparameters(self) -> list:
+        """Float type of the unquantized matrices, threads, context length."""
+        return [
+            CategoricalHyperparameter("dtype", ["f32", "f16", "q8_0"], default_value="f32", meta={
+                "desc": "GGUF type of the float (not slimkit-quantized) matrices, e.g. the embedding: f32, f16, or "
+                        "q8_0 (llama.cpp's round-to-nearest 8-bit); norms and biases stay f32."}),
+            UniformIntegerHyperparameter("n_threads", 0, 1024, default_value=0, meta={
+                "desc": "llama.cpp threads; 0 uses torch's current thread count."}),
+            UniformIntegerHyperparameter("n_ctx", 16, 131072, default_value=2048, meta={
+                "desc": "Context length (KV cache size), capped at the model's max_position_embeddings."}),
+        ]
+
+    def model_check_fn(self, model: Any) -> bool:
+        """A Hugging Face LlamaForCausalLM or Qwen2ForCausalLM (smashed or not)."""
+        try:
+            architecture(model)
+        except ModelNotSupportedError:
+            return False
+        return True
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return f"llama.cpp runs {supported_names()} here; other architectures are not exported."
+
+    def import_algorithm_packages(self) -> dict[str, Any]:
+        """Import llama_cpp (pip install 'slimkit[llamacpp]')."""
+        return {"llama_cpp": import_llama_cpp()}
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        self.import_algorithm_packages()
+        folder = Path(tempfile.mkdtemp(prefix="slimkit-gguf-"))
+        try:
+            summary = export_gguf(model, folder / GGUF_FILE, smash_config.tokenizer, smash_config["dtype"])
+            n_ctx = min(int(smash_config["n_ctx"]), int(model.config.max_position_embeddings))
+            module = LlamaCppModule(folder / GGUF_FILE, smash_config["n_threads"], n_ctx)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        weakref.finalize(module, shutil.rmtree, folder, True)
+        smash_config.state.update(gguf_file=GGUF_FILE, gguf_bytes=summary["bytes"], n_ctx=n_ctx,
+                                  file_type=summary["file_type"], architecture=summary["architecture"])
+        return module
+
+    def save_artifacts(self, model: Any, directory: Path, state: dict[str, Any]) -> None:
+        """Copy the GGUF file the model runs into ``directory``."""
+        if not isinstance(model, LlamaCppModule):
+            raise SaveLoadError(f"llama_cpp saves a LlamaCppModule, got {type(model).__name__}.")
+        try:
+            shutil.copyfile(model.gguf_path, directory / GGUF_FILE)
+        except OSError as exc:
+            raise SaveLoadError(f"Cannot copy {model.gguf_path} into the save ({exc}): the GGUF file this model "
+                                "runs was removed. Smash the original model again.") from exc
+
+    def load_artifacts(self, directory: Path, smash_config: SmashConfigPrefixWrapper,
+                       state: dict[str, Any]) -> LlamaCppModule:
+        """Open the saved GGUF in llama.cpp; the save directory is read, never modified."""
+        path = directory / GGUF_FILE
+        if not path.is_file():
+            raise SaveLoadError(f"{path} is missing: the save is incomplete. Copy the whole directory, or save the "
+                                "smashed model again.")
+        return LlamaCppModule(path, smash_config["n_threads"], int(state.get("n_ctx", smash_config["n_ctx"])))

@@ -1,0 +1,87 @@
+"""GGUF files run by llama.cpp: logits against transformers / slimkit's dequantized weights, generation, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from slimkit.compression.gguf import export_gguf
+from slimkit.compression.gguf.runtime import LlamaCppModule
+from slimkit.compression.quantization.lowbit import PackedLinear, quantize_model_rtn
+from slimkit.errors import SaveLoadError
+from tests.compression.gguf.conftest import BUILDERS
+
+pytestmark = pytest.mark.llamacpp
+IDS = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
+
+
+def _logits(model) -> torch.Tensor:
+    with torch.no_grad():
+        return model(IDS).logits.float()
+
+
+def test_fp32_export_matches_transformers(arch, tokenizer, tmp_path):
+    """Tolerance 0.02 on logits of std ~0.8: llama.cpp keeps its KV cache in fp16."""
+    model = BUILDERS[arch]()
+    export_gguf(model, tmp_path / "m.gguf", tokenizer)
+    runner = LlamaCppModule(tmp_path / "m.gguf", n_threads=1, n_ctx=64)
+    want = _logits(model)
+    assert (runner(IDS).logits - want).abs().max() < 0.02
+    greedy = model.generate(IDS[:1, :5], max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert torch.equal(runner.generate(IDS[:1, :5], max_new_tokens=6), greedy)
+
+
+@pytest.mark.parametrize(("bits", "sym"), [(4, False), (4, True), (8, True)])
+def test_block_exports_run_slimkit_weights(arch, tokenizer, tmp_path, bits, sym):
+    """Q4_1 / Q4_0 / Q8_0 files give slimkit's own quantized logits (llama.cpp rounds activations to 8 bits)."""
+    model = BUILDERS[arch]()
+    float_logits = _logits(model)
+    quantize_model_rtn(model, bits, 32, sym)
+    for layer in model.modules():
+        if isinstance(layer, PackedLinear):
+            layer.use_kernel = False  # the plain dequantized matmul
+    want = _logits(model)
+    export_gguf(model, tmp_path / "q.gguf", tokenizer)
+    got = LlamaCppModule(tmp_path / "q.gguf", n_threads=1, n_ctx=64)(IDS).logits
+    assert (got - want).abs().max() < 0.15
+    if bits == 4:  # the file holds slimkit's grid: much closer to slimkit than slimkit is to the float model
+        assert (got - want).abs().max() < 0.25 * (want - float_logits).abs().max()
+
+
+def test_padding_mask_keeps_rows_independent(tokenizer, tmp_path):
+    model = BUILDERS["llama"]()
+    export_gguf(model, tmp_path / "m.gguf", tokenizer)
+    runner = LlamaCppModule(tmp_path / "m.gguf", n_threads=1, n_ctx=64)
+    mask = torch.ones_like(IDS)
+    mask[1, :4] = 0  # left padding
+    out = runner(IDS, attention_mask=mask).logits
+    alone = runner(IDS[1:, 4:]).logits
+    assert torch.equal(out[1, 4:], alone[0]) and torch.equal(out[1, :4], torch.zeros(4, 256))
+
+
+def test_real_tokenizer_round_trips_through_the_file(tmp_path):
+    """SmolLM2's BPE (49152 tokens, merges, specials, pre-tokenizer 'smollm') tokenizes like transformers."""
+    import transformers
+
+    from slimkit.zoo import load
+
+    tokenizer = load("smollm2-135m").tokenizer
+    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=64,
+                                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                      max_position_embeddings=64, tie_word_embeddings=True)
+    export_gguf(transformers.LlamaForCausalLM(config), tmp_path / "s.gguf", tokenizer, dtype="f16")
+    runner = LlamaCppModule(tmp_path / "s.gguf", n_threads=1, n_ctx=64)
+    text = "Python's help() says: a = [x**2 for x in range(10)]  # 3.14\n\tDone!"
+    ids = runner.llm.tokenize(text.encode(), add_bos=False)
+    assert ids == tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert runner.llm.detokenize(ids).decode() == text
+    assert runner.eos_token_id == tokenizer.eos_token_id
+
+
+def test_a_broken_file_names_the_path_and_llama_cpp_message(tokenizer, tmp_path):
+    export_gguf(BUILDERS["llama"](), tmp_path / "m.gguf", tokenizer)
+    data = (tmp_path / "m.gguf").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 2])
+    with pytest.raises(SaveLoadError, match=r"cut\.gguf.*(error|failed)") as info:
+        LlamaCppModule(tmp_path / "cut.gguf", n_threads=1, n_ctx=64)
+    assert "not within the file bounds" in str(info.value)
