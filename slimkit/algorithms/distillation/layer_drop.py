@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ConfigSpace import UniformFloatHyperparameter
+from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter
 from torch import nn
 
 from slimkit.algorithms.distillation._layers import (
@@ -20,7 +20,17 @@ from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWra
 from slimkit.core.hyperparameters import ConfigListHyperparameter
 from slimkit.core.registry import register
 from slimkit.errors import ConfigError
-from slimkit.training.distill import ConfigurableDistiller, DistillObjective, KLDivergence, MSELoss, frozen_teacher
+from slimkit.training.distill import (
+    ConfigurableDistiller,
+    CosineSimilarityLoss,
+    DistillObjective,
+    KLDivergence,
+    MSELoss,
+    frozen_teacher,
+)
+
+#: how the student's outputs follow the teacher's: logits (KL), embeddings (cosine) or raw values (MSE)
+OUTPUT_LOSSES = ("kl", "cosine", "mse")
 
 
 class BlockIndices(ConfigListHyperparameter):
@@ -41,8 +51,9 @@ class LayerDrop(SlimkitDistiller):
 
     The blocks are the model's longest list of identical blocks (Llama/GPT-2/BERT layers). Each kept block is
     trained to output what the teacher's last block of the span it replaces outputs (mean squared error,
-    ``hidden_weight``), and the student's outputs follow the teacher's softened outputs (KL at
-    ``temperature``, ``logits_weight``); ``task_weight`` adds the task loss. The save records the kept
+    ``hidden_weight``), and the student's outputs follow the teacher's (``logits_weight``): softened logits by
+    KL at ``temperature`` (``output_loss="kl"``, language models and classifiers), or pooled embeddings by
+    cosine distance (``"cosine"``, sentence encoders) or MSE; ``task_weight`` adds the task loss. The save records the kept
     indices and rebuilds the shallower model before loading its weights.
     """
 
@@ -63,7 +74,10 @@ class LayerDrop(SlimkitDistiller):
                                        meta={"desc": "Weight of the hidden-state MSE between kept blocks and the "
                                                      "teacher blocks they replace."}),
             UniformFloatHyperparameter("logits_weight", 0.0, 100.0, default_value=1.0,
-                                       meta={"desc": "Weight of the KL divergence to the teacher's outputs."}),
+                                       meta={"desc": "Weight of the output loss to the teacher's outputs."}),
+            CategoricalHyperparameter("output_loss", list(OUTPUT_LOSSES), default_value="kl",
+                                      meta={"desc": "How the outputs follow the teacher's: 'kl' on softened logits, "
+                                                    "'cosine' on embeddings (sentence encoders), 'mse'."}),
             UniformFloatHyperparameter("temperature", 0.1, 100.0, default_value=2.0, log=True,
                                        meta={"desc": "Softmax temperature of the output distillation."}),
             UniformFloatHyperparameter("task_weight", 0.0, 100.0, default_value=0.0,
@@ -99,13 +113,23 @@ class LayerDrop(SlimkitDistiller):
         task = float(smash_config["task_weight"])
         if distiller is None and logits == 0 and task == 0:
             raise ConfigError("layer_drop: hidden_weight, logits_weight and task_weight are all 0; nothing to train.")
-        kl = KLDivergence(tau=float(smash_config["temperature"]), loss_weight=logits) if logits > 0 else None
-        objective = DistillObjective(model, distiller, kl, task_weight=task)
+        objective = DistillObjective(model, distiller, self._output_loss(smash_config, logits), task_weight=task)
         with frozen_teacher(model):
             train_student(student, smash_config, objective, self.algorithm_name)
         smash_config.state.update(stack=stack, keep_layers=keep, original_layers=total,
                                   last_parts={k: round(v, 6) for k, v in objective.last.items()})
         return student
+
+    @staticmethod
+    def _output_loss(smash_config: SmashConfigPrefixWrapper, weight: float) -> nn.Module | None:
+        kind = smash_config["output_loss"]
+        if weight <= 0:
+            return None
+        if kind == "cosine":
+            return CosineSimilarityLoss(loss_weight=weight)
+        if kind == "mse":
+            return MSELoss(loss_weight=weight)
+        return KLDivergence(tau=float(smash_config["temperature"]), loss_weight=weight)
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Drop the same blocks from a freshly built base model (the saved weights then load strictly)."""

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
 
-from slimkit.algorithms.recovery._training import student_hyperparameters, train_student
+from slimkit.algorithms.recovery._training import lora_hyperparameters, student_hyperparameters, train_adapted
 from slimkit.core.contract import SlimkitRecoverer, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.errors import ConfigError
@@ -23,7 +23,9 @@ class KDRecover(SlimkitRecoverer):
     The teacher is the model as it was before smash (frozen, in eval mode); the loss is Hinton's
     ``temperature**2``-scaled KL divergence of the outputs (weight ``distill_weight``) plus ``task_weight`` x
     cross-entropy on the targets of ``cfg.data``. Training goes through slimkit's one loop (seeded, budgeted,
-    early stopping on the validation split with ``patience``). Only the weights change; the save keeps them.
+    early stopping on the validation split with ``patience``). ``lora_rank`` > 0 trains low-rank adapters (LoRA,
+    via peft; for large language models) merged into the weights at the end. Only the weights change; the save
+    keeps plain weights.
     """
 
     algorithm_name = "kd_recover"
@@ -44,6 +46,7 @@ class KDRecover(SlimkitRecoverer):
                                        meta={"desc": "Weight of the task loss (cross-entropy on the targets); 0 "
                                                      "distils from the teacher alone."}),
             *student_hyperparameters(epochs=3, lr=1e-3),
+            *lora_hyperparameters(),
         ]
 
     def model_check_fn(self, model: Any) -> bool:
@@ -69,6 +72,6 @@ class KDRecover(SlimkitRecoverer):
             raise ConfigError("kd_recover_distill_weight and kd_recover_task_weight are both 0: nothing to train on.")
         objective = DistillObjective(teacher, logits_loss=logits, task_weight=task)
         with frozen_teacher(teacher):
-            train_student(model, smash_config, objective, self.algorithm_name)
+            model = train_adapted(model, smash_config, objective, self.algorithm_name)
         smash_config.state["last_parts"] = {k: round(v, 6) for k, v in objective.last.items()}
         return model
