@@ -53,8 +53,8 @@ class LayerDrop(SlimkitDistiller):
     trained to output what the teacher's last block of the span it replaces outputs (mean squared error,
     ``hidden_weight``), and the student's outputs follow the teacher's (``logits_weight``): softened logits by
     KL at ``temperature`` (``output_loss="kl"``, language models and classifiers), or pooled embeddings by
-    cosine distance (``"cosine"``, sentence encoders) or MSE; ``task_weight`` adds the task loss. The save records the kept
-    indices and rebuilds the shallower model before loading its weights.
+    cosine distance (``"cosine"``, sentence encoders) or MSE; ``task_weight`` adds the task loss. The save
+    records the kept indices and rebuilds the shallower model before loading its weights.
     """
 
     algorithm_name = "layer_drop"

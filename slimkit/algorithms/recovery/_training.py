@@ -85,8 +85,10 @@ def train_adapted(model: nn.Module, smash_config: SmashConfigPrefixWrapper, loss
 
 
 def validation_loss(model: nn.Module, batches: Any, max_batches: int = 50, loss: BatchLoss | None = None) -> float:
-    """Mean of ``loss`` (default :func:`slimkit.training.default_loss`, the task loss) over up to ``max_batches``
-    batches, in eval mode without gradients."""
+    """Mean of ``loss`` over up to ``max_batches`` batches, in eval mode without gradients.
+
+    ``loss`` defaults to :func:`slimkit.training.default_loss` (the task loss).
+    """
     loss = loss or default_loss
     was, device = model.training, model_device(model)
     model.eval()
