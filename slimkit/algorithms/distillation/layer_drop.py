@@ -10,12 +10,18 @@ from torch import nn
 
 from slimkit.algorithms.distillation._layers import (
     check_keep,
+    check_teacher_stack,
     default_keep,
     find_layer_stack,
     keep_layers,
     teacher_targets,
 )
-from slimkit.algorithms.recovery._training import student_hyperparameters, train_student
+from slimkit.algorithms.recovery._training import (
+    chosen_teacher,
+    student_hyperparameters,
+    teacher_hyperparameter,
+    train_student,
+)
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ConfigListHyperparameter
 from slimkit.core.registry import register
@@ -53,7 +59,9 @@ class LayerDrop(SlimkitDistiller):
     trained to output what the teacher's last block of the span it replaces outputs (mean squared error,
     ``hidden_weight``), and the student's outputs follow the teacher's (``logits_weight``): softened logits by
     KL at ``temperature`` (``output_loss="kl"``, language models and classifiers), or pooled embeddings by
-    cosine distance (``"cosine"``, sentence encoders) or MSE; ``task_weight`` adds the task loss. The save
+    cosine distance (``"cosine"``, sentence encoders) or MSE; ``task_weight`` adds the task loss.
+    ``teacher_ckpt`` names a saved model to learn from instead of the full one (for hidden states, with the same
+    block list and depth as the model). The save
     records the kept indices and rebuilds the shallower model before loading its weights.
     """
 
@@ -82,6 +90,7 @@ class LayerDrop(SlimkitDistiller):
                                        meta={"desc": "Softmax temperature of the output distillation."}),
             UniformFloatHyperparameter("task_weight", 0.0, 100.0, default_value=0.0,
                                        meta={"desc": "Weight of the task loss on the data's targets."}),
+            teacher_hyperparameter("the full model (the model handed to it)"),
             *student_hyperparameters(epochs=1, lr=1e-3),
         ]
 
@@ -98,6 +107,9 @@ class LayerDrop(SlimkitDistiller):
         total = len(blocks)
         keep = check_keep(list(smash_config["keep_layers"]) or default_keep(total), total, "layer_drop_keep_layers")
         student = keep_layers(copy.deepcopy(model), stack, keep)
+        teacher = chosen_teacher(smash_config, model)
+        if teacher is not model and float(smash_config["hidden_weight"]) > 0:
+            check_teacher_stack(teacher, stack, total)
         hidden, logits = float(smash_config["hidden_weight"]), float(smash_config["logits_weight"])
         distiller = None
         if hidden > 0:
@@ -109,12 +121,12 @@ class LayerDrop(SlimkitDistiller):
                 loss_forward_mappings={f"hidden{j}": dict(s_feature=dict(from_student=True, recorder=f"s{j}"),
                                                           t_feature=dict(from_student=False, recorder=f"t{t}"))
                                        for j, t in pairs})
-            distiller.prepare(student, model)
+            distiller.prepare(student, teacher)
         task = float(smash_config["task_weight"])
         if distiller is None and logits == 0 and task == 0:
             raise ConfigError("layer_drop: hidden_weight, logits_weight and task_weight are all 0; nothing to train.")
-        objective = DistillObjective(model, distiller, self._output_loss(smash_config, logits), task_weight=task)
-        with frozen_teacher(model):
+        objective = DistillObjective(teacher, distiller, self._output_loss(smash_config, logits), task_weight=task)
+        with frozen_teacher(teacher):
             train_student(student, smash_config, objective, self.algorithm_name)
         smash_config.state.update(stack=stack, keep_layers=keep, original_layers=total,
                                   last_parts={k: round(v, 6) for k, v in objective.last.items()})

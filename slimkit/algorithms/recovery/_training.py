@@ -16,7 +16,7 @@ from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.core.contract import SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import ListHyperparameter
+from slimkit.core.hyperparameters import ListHyperparameter, TextHyperparameter
 from slimkit.errors import DataError
 from slimkit.training import BatchLoss, FitResult, default_loss, fit, model_loss, move_batch, split_batch
 from slimkit.training.lora import add_lora, lora_targets, merge_lora
@@ -44,6 +44,19 @@ def student_hyperparameters(epochs: int = 2, lr: float = 1e-3) -> list:
         UniformIntegerHyperparameter("num_threads", 0, 1024, default_value=0,
                                      meta={"desc": "CPU threads while training (0 keeps torch's setting)."}),
     ]
+
+
+def teacher_hyperparameter(default: str) -> TextHyperparameter:
+    """``teacher_ckpt``: a folder to load the teacher from instead of ``default`` (what the algorithm distils from)."""
+    return TextHyperparameter("teacher_ckpt", "", meta={
+        "desc": f"Folder of the teacher to distil from instead of {default}: a slimkit save (smash_config.json) or "
+                "a Hugging Face model folder (config.json + weights); empty: the default."})
+
+
+def chosen_teacher(smash_config: SmashConfigPrefixWrapper, default: nn.Module) -> nn.Module:
+    """The teacher loaded from ``teacher_ckpt`` when smash handed one over, else ``default``."""
+    teacher = getattr(smash_config, "teacher", None)
+    return teacher if isinstance(teacher, nn.Module) else default
 
 
 def lora_hyperparameters() -> list:
