@@ -19,6 +19,7 @@ __all__ = [
     "ConfigListHyperparameter",
     "Hyperparameter",
     "ListHyperparameter",
+    "TextHyperparameter",
     "describe_allowed",
     "is_legal",
     "to_jsonable",
@@ -36,6 +37,17 @@ class ListHyperparameter(Constant):
         return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
 
 
+class TextHyperparameter(Constant):
+    """A free string (e.g. a folder path; ``""`` for unset); not searchable, only validated."""
+
+    def __init__(self, name: str, default_value: str = "", meta: Mapping[Hashable, Any] | None = None):
+        super().__init__(name, default_value, meta=meta)
+
+    def legal_value(self, value: Any) -> bool:  # type: ignore[override]
+        """Accept any string."""
+        return isinstance(value, str)
+
+
 def Boolean(name: str, default_value: bool, meta: Mapping[Hashable, Any] | None = None) -> CategoricalHyperparameter:  # noqa: N802
     """A True/False hyperparameter."""
     return CategoricalHyperparameter(name, choices=[True, False], default_value=default_value, meta=meta)
@@ -43,7 +55,7 @@ def Boolean(name: str, default_value: bool, meta: Mapping[Hashable, Any] | None 
 
 def is_legal(hp: Hyperparameter, value: Any) -> bool:
     """Whether ``value`` is allowed for ``hp`` (strict about bool vs int and int vs float)."""
-    if isinstance(hp, (ListHyperparameter, ConfigListHyperparameter)):
+    if isinstance(hp, (ListHyperparameter, ConfigListHyperparameter, TextHyperparameter)):
         return hp.legal_value(value)
     if isinstance(hp, UniformIntegerHyperparameter) and (isinstance(value, bool) or not isinstance(value, int)):
         return False
@@ -64,6 +76,8 @@ def describe_allowed(hp: Hyperparameter) -> str:
         return hp.describe()
     if isinstance(hp, ListHyperparameter):
         return "a list of strings"
+    if isinstance(hp, TextHyperparameter):
+        return "a string"
     if isinstance(hp, UniformFloatHyperparameter):
         return f"a float in [{hp.lower}, {hp.upper}]"
     if isinstance(hp, UniformIntegerHyperparameter):

@@ -13,6 +13,7 @@ from slimkit.core import registry
 from slimkit.core.contract import SaveFn
 from slimkit.engine.base_model import describe_base
 from slimkit.engine.smashed_model import SmashedModel
+from slimkit.engine.teacher import TEACHER_KEY, load_teacher, takes_teacher
 from slimkit.errors import ConfigError, MissingComponentError, MissingPackageError, ModelNotSupportedError
 
 
@@ -83,7 +84,9 @@ def smash(
     usable as the baseline for ``slimkit.evaluation.compare``. An algorithm that declares
     ``uses_original_model = True`` (e.g. a recoverer distilling from the model as it was) reads that model as
     ``smash_config.original_model`` on its config view: the caller's own object when it was copied (no extra
-    copy), else one copy taken before anything is applied; other algorithms see no such attribute.
+    copy), else one copy taken before anything is applied; other algorithms see no such attribute. An
+    algorithm with a ``teacher_ckpt`` hyperparameter set to a folder gets that model as ``smash_config.teacher``
+    (loaded before anything is applied, see :mod:`slimkit.engine.teacher`), else ``smash_config.teacher`` is None.
     """
     if isinstance(model, SmashedModel):
         raise ConfigError("This model is already smashed; smash the original model with a SmashConfig that holds "
@@ -105,6 +108,10 @@ def smash(
             model = copy.deepcopy(model)
         except Exception as exc:
             raise ConfigError(f"Could not copy the model ({exc}); pass copy_model=False to smash it in place.") from exc
+    teachers = {}
+    for name in (n for n in names if takes_teacher(n)):
+        path = smash_config.get_prefix_wrapper(name)[TEACHER_KEY]
+        teachers[name] = load_teacher(path, f"{name}_{TEACHER_KEY}", smash_config.device) if path else None
     model = model.to(smash_config.device)
     applied: list[dict[str, Any]] = []
     pre_apply, saved_before = None, None
@@ -113,6 +120,8 @@ def smash(
         wrapper = smash_config.get_prefix_wrapper(name)
         if getattr(algo, "uses_original_model", False):
             wrapper.original_model = original
+        if name in teachers:
+            wrapper.teacher = teachers[name]
         if algo.save_fn == SaveFn.SAVE_BEFORE_APPLY and saved_before is None:
             pre_apply, saved_before = model, i
         start = time.perf_counter()

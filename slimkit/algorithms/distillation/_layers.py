@@ -51,6 +51,16 @@ def teacher_targets(keep: Sequence[int], total: int) -> list[int]:
     return [*(k - 1 for k in keep[1:]), total - 1]
 
 
+def check_teacher_stack(teacher: nn.Module, stack: str, total: int) -> None:
+    """The hidden-state targets index the teacher's blocks as the model's: same block list, same depth."""
+    found = find_layer_stack(teacher)
+    if found is None or found[0] != stack or len(found[1]) != total:
+        got = f"{found[0]!r} with {len(found[1])} blocks" if found else "no block list"
+        raise ConfigError(f"layer_drop_teacher_ckpt: the teacher has {got}, the model {stack!r} with {total} blocks; "
+                          "hidden-state distillation pairs blocks by index, so they must match. Set "
+                          "layer_drop_hidden_weight = 0 to distil the outputs only.")
+
+
 def keep_layers(model: nn.Module, stack: str, keep: Sequence[int]) -> nn.Module:
     """Keep only blocks ``keep`` of the ``nn.ModuleList`` named ``stack``, in place; return ``model``.
 

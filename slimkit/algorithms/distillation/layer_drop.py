@@ -5,22 +5,38 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ConfigSpace import UniformFloatHyperparameter
+from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter
 from torch import nn
 
 from slimkit.algorithms.distillation._layers import (
     check_keep,
+    check_teacher_stack,
     default_keep,
     find_layer_stack,
     keep_layers,
     teacher_targets,
 )
-from slimkit.algorithms.recovery._training import student_hyperparameters, train_student
+from slimkit.algorithms.recovery._training import (
+    chosen_teacher,
+    student_hyperparameters,
+    teacher_hyperparameter,
+    train_student,
+)
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ConfigListHyperparameter
 from slimkit.core.registry import register
 from slimkit.errors import ConfigError
-from slimkit.training.distill import ConfigurableDistiller, DistillObjective, KLDivergence, MSELoss, frozen_teacher
+from slimkit.training.distill import (
+    ConfigurableDistiller,
+    CosineSimilarityLoss,
+    DistillObjective,
+    KLDivergence,
+    MSELoss,
+    frozen_teacher,
+)
+
+#: how the student's outputs follow the teacher's: logits (KL), embeddings (cosine) or raw values (MSE)
+OUTPUT_LOSSES = ("kl", "cosine", "mse")
 
 
 class BlockIndices(ConfigListHyperparameter):
@@ -41,9 +57,12 @@ class LayerDrop(SlimkitDistiller):
 
     The blocks are the model's longest list of identical blocks (Llama/GPT-2/BERT layers). Each kept block is
     trained to output what the teacher's last block of the span it replaces outputs (mean squared error,
-    ``hidden_weight``), and the student's outputs follow the teacher's softened outputs (KL at
-    ``temperature``, ``logits_weight``); ``task_weight`` adds the task loss. The save records the kept
-    indices and rebuilds the shallower model before loading its weights.
+    ``hidden_weight``), and the student's outputs follow the teacher's (``logits_weight``): softened logits by
+    KL at ``temperature`` (``output_loss="kl"``, language models and classifiers), or pooled embeddings by
+    cosine distance (``"cosine"``, sentence encoders) or MSE; ``task_weight`` adds the task loss.
+    ``teacher_ckpt`` names a saved model to learn from instead of the full one (for hidden states, with the same
+    block list and depth as the model). The save
+    records the kept indices and rebuilds the shallower model before loading its weights.
     """
 
     algorithm_name = "layer_drop"
@@ -63,11 +82,15 @@ class LayerDrop(SlimkitDistiller):
                                        meta={"desc": "Weight of the hidden-state MSE between kept blocks and the "
                                                      "teacher blocks they replace."}),
             UniformFloatHyperparameter("logits_weight", 0.0, 100.0, default_value=1.0,
-                                       meta={"desc": "Weight of the KL divergence to the teacher's outputs."}),
+                                       meta={"desc": "Weight of the output loss to the teacher's outputs."}),
+            CategoricalHyperparameter("output_loss", list(OUTPUT_LOSSES), default_value="kl",
+                                      meta={"desc": "How the outputs follow the teacher's: 'kl' on softened logits, "
+                                                    "'cosine' on embeddings (sentence encoders), 'mse'."}),
             UniformFloatHyperparameter("temperature", 0.1, 100.0, default_value=2.0, log=True,
                                        meta={"desc": "Softmax temperature of the output distillation."}),
             UniformFloatHyperparameter("task_weight", 0.0, 100.0, default_value=0.0,
                                        meta={"desc": "Weight of the task loss on the data's targets."}),
+            teacher_hyperparameter("the full model (the model handed to it)"),
             *student_hyperparameters(epochs=1, lr=1e-3),
         ]
 
@@ -84,6 +107,9 @@ class LayerDrop(SlimkitDistiller):
         total = len(blocks)
         keep = check_keep(list(smash_config["keep_layers"]) or default_keep(total), total, "layer_drop_keep_layers")
         student = keep_layers(copy.deepcopy(model), stack, keep)
+        teacher = chosen_teacher(smash_config, model)
+        if teacher is not model and float(smash_config["hidden_weight"]) > 0:
+            check_teacher_stack(teacher, stack, total)
         hidden, logits = float(smash_config["hidden_weight"]), float(smash_config["logits_weight"])
         distiller = None
         if hidden > 0:
@@ -95,17 +121,27 @@ class LayerDrop(SlimkitDistiller):
                 loss_forward_mappings={f"hidden{j}": dict(s_feature=dict(from_student=True, recorder=f"s{j}"),
                                                           t_feature=dict(from_student=False, recorder=f"t{t}"))
                                        for j, t in pairs})
-            distiller.prepare(student, model)
+            distiller.prepare(student, teacher)
         task = float(smash_config["task_weight"])
         if distiller is None and logits == 0 and task == 0:
             raise ConfigError("layer_drop: hidden_weight, logits_weight and task_weight are all 0; nothing to train.")
-        kl = KLDivergence(tau=float(smash_config["temperature"]), loss_weight=logits) if logits > 0 else None
-        objective = DistillObjective(model, distiller, kl, task_weight=task)
-        with frozen_teacher(model):
+        objective = DistillObjective(teacher, distiller, self._output_loss(smash_config, logits), task_weight=task)
+        with frozen_teacher(teacher):
             train_student(student, smash_config, objective, self.algorithm_name)
         smash_config.state.update(stack=stack, keep_layers=keep, original_layers=total,
                                   last_parts={k: round(v, 6) for k, v in objective.last.items()})
         return student
+
+    @staticmethod
+    def _output_loss(smash_config: SmashConfigPrefixWrapper, weight: float) -> nn.Module | None:
+        kind = smash_config["output_loss"]
+        if weight <= 0:
+            return None
+        if kind == "cosine":
+            return CosineSimilarityLoss(loss_weight=weight)
+        if kind == "mse":
+            return MSELoss(loss_weight=weight)
+        return KLDivergence(tau=float(smash_config["temperature"]), loss_weight=weight)
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Drop the same blocks from a freshly built base model (the saved weights then load strictly)."""

@@ -8,7 +8,12 @@ from typing import Any
 from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
 
-from slimkit.algorithms.recovery._training import student_hyperparameters, train_student
+from slimkit.algorithms.recovery._training import (
+    chosen_teacher,
+    student_hyperparameters,
+    teacher_hyperparameter,
+    train_student,
+)
 from slimkit.core import registry
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
@@ -42,7 +47,8 @@ class WidthDistill(SlimkitDistiller):
     (filters of largest L1 norm kept, coupled layers together, channels physically removed by the pruning
     engine's speedup). It trains on the teacher's softened outputs (KL at ``temperature``, ``logits_weight``),
     attention transfer on every narrowed conv layer's output (``at_weight``; no connector needed) and the task
-    loss (``task_weight``). The save records the kept channels and rebuilds the narrow model before loading.
+    loss (``task_weight``). ``teacher_ckpt`` names a saved model to learn from instead of the wide one (its conv
+    layers must have the same names). The save records the kept channels and rebuilds the narrow model before loading.
     """
 
     algorithm_name = "width_distill"
@@ -67,6 +73,7 @@ class WidthDistill(SlimkitDistiller):
                                        meta={"desc": "Softmax temperature of the output distillation."}),
             UniformFloatHyperparameter("task_weight", 0.0, 100.0, default_value=1.0,
                                        meta={"desc": "Weight of the task loss on the data's targets."}),
+            teacher_hyperparameter("the wide model (the model handed to it)"),
             *student_hyperparameters(epochs=3, lr=3e-3),
         ]
 
@@ -87,6 +94,7 @@ class WidthDistill(SlimkitDistiller):
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         view = self._pruner_view(smash_config)
         student = registry.get(PRUNER)().apply(copy.deepcopy(model), view)
+        teacher = chosen_teacher(smash_config, model)
         kept = view.state.get("kept_channels") or {}
         if not kept:
             raise ConfigError("width_distill: the pruning engine removed no channel; lower width_distill_width.")
@@ -101,13 +109,13 @@ class WidthDistill(SlimkitDistiller):
                 loss_forward_mappings={f"at{i}": dict(s_feature=dict(from_student=True, recorder=f"s{i}"),
                                                       t_feature=dict(from_student=False, recorder=f"t{i}"))
                                        for i in range(len(convs))})
-            distiller.prepare(student, model)
+            distiller.prepare(student, teacher)
         kl = KLDivergence(tau=float(smash_config["temperature"]), loss_weight=logits) if logits > 0 else None
         task = float(smash_config["task_weight"])
         if distiller is None and kl is None and task == 0:
             raise ConfigError("width_distill: at_weight, logits_weight and task_weight are all 0; nothing to train.")
-        objective = DistillObjective(model, distiller, kl, task_weight=task)
-        with frozen_teacher(model):
+        objective = DistillObjective(teacher, distiller, kl, task_weight=task)
+        with frozen_teacher(teacher):
             train_student(student, smash_config, objective, self.algorithm_name)
         smash_config.state.update(kept_channels=kept, narrowed_layers=sorted(kept),
                                   last_parts={k: round(v, 6) for k, v in objective.last.items()})

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.algorithms.recovery._training import student_hyperparameters, train_student
+from slimkit.algorithms.recovery._training import lora_hyperparameters, student_hyperparameters, train_adapted
 from slimkit.core.contract import SlimkitRecoverer, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
@@ -17,8 +17,9 @@ class Finetune(SlimkitRecoverer):
 
     The loss is cross-entropy on the batch targets (or the model's own ``.loss``), through slimkit's one
     training loop: seeded shuffling, a progress bar, a step and time budget, and optional early stopping on
-    the validation split (``patience``) with the best weights kept. The weights change, the architecture does
-    not, so a save stores them as they are.
+    the validation split (``patience``) with the best weights kept. For large language models ``lora_rank`` > 0
+    trains low-rank adapters (LoRA, via peft) instead of every weight and merges them into the weights at the
+    end. The weights change, the architecture does not, so a save stores plain weights as they are.
     """
 
     algorithm_name = "finetune"
@@ -28,7 +29,7 @@ class Finetune(SlimkitRecoverer):
 
     def get_hyperparameters(self) -> list:
         """The shared training settings (epochs, steps, max_seconds, lr, batch_size, patience, seed...)."""
-        return student_hyperparameters(epochs=2, lr=1e-3)
+        return [*student_hyperparameters(epochs=2, lr=1e-3), *lora_hyperparameters()]
 
     def model_check_fn(self, model: Any) -> bool:
         """Needs a module with trainable parameters."""
@@ -39,5 +40,4 @@ class Finetune(SlimkitRecoverer):
         return "It trains floating-point parameters and the model has none."
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        train_student(model, smash_config, None, self.algorithm_name)
-        return model
+        return train_adapted(model, smash_config, None, self.algorithm_name)

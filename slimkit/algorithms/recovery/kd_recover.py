@@ -8,7 +8,13 @@ from typing import Any, ClassVar
 from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
 
-from slimkit.algorithms.recovery._training import student_hyperparameters, train_student
+from slimkit.algorithms.recovery._training import (
+    chosen_teacher,
+    lora_hyperparameters,
+    student_hyperparameters,
+    teacher_hyperparameter,
+    train_adapted,
+)
 from slimkit.core.contract import SlimkitRecoverer, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.errors import ConfigError
@@ -20,10 +26,13 @@ from slimkit.utils import model_device
 class KDRecover(SlimkitRecoverer):
     """Knowledge-distillation recovery: the compressed model learns the original model's softened outputs.
 
-    The teacher is the model as it was before smash (frozen, in eval mode); the loss is Hinton's
+    The teacher is the model as it was before smash, or the model saved in the folder ``teacher_ckpt`` names (a
+    slimkit save or a Hugging Face folder; frozen, in eval mode either way); the loss is Hinton's
     ``temperature**2``-scaled KL divergence of the outputs (weight ``distill_weight``) plus ``task_weight`` x
     cross-entropy on the targets of ``cfg.data``. Training goes through slimkit's one loop (seeded, budgeted,
-    early stopping on the validation split with ``patience``). Only the weights change; the save keeps them.
+    early stopping on the validation split with ``patience``). ``lora_rank`` > 0 trains low-rank adapters (LoRA,
+    via peft; for large language models) merged into the weights at the end. Only the weights change; the save
+    keeps plain weights.
     """
 
     algorithm_name = "kd_recover"
@@ -43,7 +52,9 @@ class KDRecover(SlimkitRecoverer):
             UniformFloatHyperparameter("task_weight", 0.0, 100.0, default_value=1.0,
                                        meta={"desc": "Weight of the task loss (cross-entropy on the targets); 0 "
                                                      "distils from the teacher alone."}),
+            teacher_hyperparameter("the model as it entered smash()"),
             *student_hyperparameters(epochs=3, lr=1e-3),
+            *lora_hyperparameters(),
         ]
 
     def model_check_fn(self, model: Any) -> bool:
@@ -55,7 +66,7 @@ class KDRecover(SlimkitRecoverer):
         return "It trains floating-point parameters and the model has none."
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        teacher = getattr(smash_config, "original_model", None)
+        teacher = chosen_teacher(smash_config, getattr(smash_config, "original_model", None))
         if not isinstance(teacher, nn.Module):
             raise ConfigError("kd_recover distils from the model as it entered smash(), and none was handed to it; "
                               "run it through slimkit.smash(model, cfg).")
@@ -69,6 +80,6 @@ class KDRecover(SlimkitRecoverer):
             raise ConfigError("kd_recover_distill_weight and kd_recover_task_weight are both 0: nothing to train on.")
         objective = DistillObjective(teacher, logits_loss=logits, task_weight=task)
         with frozen_teacher(teacher):
-            train_student(model, smash_config, objective, self.algorithm_name)
+            model = train_adapted(model, smash_config, objective, self.algorithm_name)
         smash_config.state["last_parts"] = {k: round(v, 6) for k, v in objective.last.items()}
         return model

@@ -70,3 +70,33 @@ class TestFinetuneAlone(_AloneChecks, AlgorithmTesterBase):
 class TestKDRecoverAlone(_AloneChecks, AlgorithmTesterBase):
     algorithm = "kd_recover"
     hyperparameters = {"steps": 5, "lr": 1e-4, "num_threads": 1}
+
+
+class TestKDRecoverLoRA(AlgorithmTesterBase):
+    """kd_recover on a language model with LoRA: adapters on every Linear but the head, merged before saving."""
+
+    algorithm = "kd_recover"
+    models = ["tiny_llama"]
+    reject_models = ["no_weights"]
+    hyperparameters = {"lora_rank": 4, "steps": 2, "batch_size": 4, "lr": 1e-2, "num_threads": 1}
+
+    @classmethod
+    def prepare_config(cls, cfg):
+        from slimkit import zoo
+
+        cfg.add_tokenizer(zoo.load("tiny_llama").tokenizer)
+        cfg.add_data("PyDocText")
+
+    def post_smash_hook(self, smashed, base, inputs):
+        import torch
+
+        state = smashed.applied[0]["state"]
+        linears = {n: m for n, m in base.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"}
+        assert state["lora_rank"] == 4 and state["lora_layers"] == len(linears) and state["train_steps"] == 2
+        assert state["trainable_params"] == sum(4 * (m.in_features + m.out_features) for m in linears.values())
+        model = smashed.model
+        assert type(model) is type(base) and not any("lora" in n for n, _ in model.named_parameters())
+        assert set(model.state_dict()) == set(base.state_dict())  # merged: plain weights under the base's names
+        after, before = model.state_dict(), base.state_dict()
+        assert torch.equal(after["model.embed_tokens.weight"], before["model.embed_tokens.weight"])
+        assert not torch.equal(after["model.layers.0.mlp.up_proj.weight"], before["model.layers.0.mlp.up_proj.weight"])
