@@ -64,6 +64,6 @@ class StepCache(SlimkitCacher):
         branch = int(smash_config["branch"])
         if not deep_blocks(model, branch):
             raise ConfigError(f"step_cache_branch={branch} leaves no deep block to reuse in this UNet "
-                              f"({len(model.down_blocks)} down blocks); set cfg['step_cache_branch'] below "
-                              f"{len(model.down_blocks) - 1}.")
+                              f"({len(model.down_blocks)} down blocks); set cfg['step_cache_branch'] = "
+                              f"{max(len(model.down_blocks) - 2, 0)} or lower.")
         return attach_step_cache(model, int(smash_config["interval"]), branch)
