@@ -11,10 +11,11 @@ from typing import Any
 import torch
 
 import slimkit.algorithms  # noqa: F401  (importing it registers every algorithm)
+from slimkit.config.files import load_inputs, load_pretrained, save_inputs
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import describe_allowed, is_legal, to_jsonable
-from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
+from slimkit.core.io import atomic_directory, write_json_atomic
 from slimkit.errors import ConfigError, closest
 
 SCHEMA_VERSION = 1
@@ -181,13 +182,13 @@ class SmashConfig:
     def add_tokenizer(self, tokenizer: Any) -> None:
         """Attach a tokenizer (an object, or a local path / hub id loaded with transformers' AutoTokenizer)."""
         if isinstance(tokenizer, (str, os.PathLike)):
-            tokenizer = _load_pretrained("AutoTokenizer", tokenizer, "tokenizer")
+            tokenizer = load_pretrained("AutoTokenizer", tokenizer, "tokenizer")
         self.tokenizer = tokenizer
 
     def add_processor(self, processor: Any) -> None:
         """Attach a processor (an object, or a local path / hub id loaded with transformers' AutoProcessor)."""
         if isinstance(processor, (str, os.PathLike)):
-            processor = _load_pretrained("AutoProcessor", processor, "processor")
+            processor = load_pretrained("AutoProcessor", processor, "processor")
         self.processor = processor
 
     def add_data(self, data: Any, collate_fn: Any = None, **kwargs: Any) -> None:
@@ -324,7 +325,7 @@ class SmashConfig:
                 with atomic_directory(folder / sub, replace=True) as tmp:  # never half a tokenizer on disk
                     obj.save_pretrained(str(tmp))
         if self.example_inputs is not None:
-            _save_inputs(self.example_inputs, folder / EXAMPLE_INPUTS_FILE)
+            save_inputs(self.example_inputs, folder / EXAMPLE_INPUTS_FILE)
         return target
 
     def load_from_json(self, path: str | os.PathLike) -> None:
@@ -364,40 +365,3 @@ class SmashConfig:
         d = self.to_dict()
         return (f"SmashConfig(algorithms={d['algorithms']}, hyperparameters={d['hyperparameters']}, "
                 f"device={self.device!r})")
-
-
-def _save_inputs(inputs: Any, path: Path) -> None:
-    """Store example inputs as safetensors; the key prefix records the form (kwargs, positional, single)."""
-    if isinstance(inputs, torch.Tensor):
-        tensors, kind = {"x": inputs}, "tensor"
-    elif isinstance(inputs, Mapping):
-        tensors, kind = dict(inputs), "kwargs"
-    else:
-        tensors, kind = {str(i): t for i, t in enumerate(inputs)}, "args"
-    save_tensors_atomic(tensors, path, metadata={"kind": kind})
-
-
-def load_inputs(path: Path) -> Any:
-    """Read example inputs written by ``save_to_json`` back in their original form."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as fh:
-        kind = (fh.metadata() or {}).get("kind", "kwargs")
-        tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-    if kind == "tensor":
-        return tensors["x"]
-    if kind == "args":
-        return tuple(tensors[str(i)] for i in range(len(tensors)))
-    return tensors
-
-
-def _load_pretrained(auto_class: str, source: str | os.PathLike, what: str) -> Any:
-    import transformers
-
-    try:
-        return getattr(transformers, auto_class).from_pretrained(str(source))
-    except Exception as exc:
-        raise ConfigError(
-            f"Could not load a {what} from {str(source)!r}: {exc.__class__.__name__}. A hub id needs network "
-            f"access, which slimkit never assumes; pass a local folder or an already-loaded {what} object."
-        ) from exc
