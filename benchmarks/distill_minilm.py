@@ -65,8 +65,8 @@ def embed(model: torch.nn.Module, tokenizer: object, texts: list[str], max_len: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=int, nargs="+", default=[0, 2, 4])
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-len", type=int, default=64)
     parser.add_argument("--hidden-weight", type=float, default=1.0)
