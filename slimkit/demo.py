@@ -10,7 +10,7 @@ import torch
 from slimkit.config.smash_config import SmashConfig
 from slimkit.engine import SmashedModel, smash
 from slimkit.errors import ConfigError
-from slimkit.utils import main_tensor, run_model
+from slimkit.utils import main_tensor, model_device, move_inputs, run_model
 
 DEFAULT_MODEL = "minilm"
 #: Default recipe per model: what `slimkit smash` applies when no algorithm is named.
@@ -30,15 +30,16 @@ def retrieval_top1(model: Any, tokenizer: Any) -> float:
     queries = tokenizer([q for q, _ in pairs], padding=True, return_tensors="pt")
     passages = tokenizer([p for _, p in pairs], padding=True, return_tensors="pt")
     with torch.inference_mode():
-        q = main_tensor(run_model(model, dict(queries))).float()
-        p = main_tensor(run_model(model, dict(passages))).float()
+        device = model_device(model)
+        q = main_tensor(run_model(model, move_inputs(dict(queries), device))).float().cpu()
+        p = main_tensor(run_model(model, move_inputs(dict(passages), device))).float().cpu()
     sims = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(p, dim=-1).T
     return float((sims.argmax(dim=1) == torch.arange(len(pairs))).float().mean())
 
 
 def _top1(model: Any, x: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
-        return main_tensor(run_model(model, x)).argmax(-1)
+        return main_tensor(run_model(model, x.to(model_device(model)))).argmax(-1).cpu()
 
 
 def _held_out_perplexity(model: Any, tokenizer: Any) -> float:
@@ -108,6 +109,7 @@ def run(
         print(f"slimkit: added from the zoo model: {', '.join(added)}", flush=True)
     print(f"slimkit: recipe {config.get_active_algorithms()} {config.to_dict()['hyperparameters']}", flush=True)
     smashed = smash(base, config)
+    base = base.to(model_device(smashed))  # time and score both on the device the smashed model runs on
 
     print(f"slimkit: measuring base vs smashed ({threads} threads, {repeats} repeats, median)", flush=True)
     if config["cacher"]:
@@ -126,8 +128,8 @@ def run(
     print(f"slimkit: saved to {out} ({size / 1e6:.1f} MB: {', '.join(sorted(p.name for p in out.iterdir()))})")
     reloaded = SmashedModel.from_pretrained(out, trust_code=True)  # the user ran this model's code already
     with torch.inference_mode():
-        a = main_tensor(run_model(smashed, inputs)).float()
-        b = main_tensor(run_model(reloaded, inputs)).float()
+        a = main_tensor(run_model(smashed, inputs)).float().cpu()
+        b = main_tensor(run_model(reloaded, inputs)).float().cpu()
     diff = float((a - b).abs().max())
     if torch.equal(a, b):
         print(f"slimkit: reloaded {out}: outputs identical to the smashed model (max |diff| = {diff:g})")

@@ -57,7 +57,7 @@ class SmashConfig:
         self._data_id: str | None = None
         #: inputs for one forward pass (tracing, export, structural speedup); saved with the model when set
         self.example_inputs: Any = None
-        self.device: str = resolve_device(device)
+        self.device = device  # type: ignore[assignment]  (the setter resolves "auto"/None)
         if algorithms is None:
             return
         if isinstance(algorithms, str):
@@ -82,6 +82,18 @@ class SmashConfig:
             )
 
     # ----------------------------------------------------------------- algorithms and hyperparameters
+
+    @property
+    def device(self) -> str:
+        """The device smash runs on (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``)."""
+        return self._device
+
+    @device.setter
+    def device(self, value: str | torch.device | None) -> None:
+        self._device = resolve_device(value)
+        #: True when the device was left to slimkit ("auto"/None): smash may then fall back to the CPU
+        self.device_auto = value is None or value == "auto"
+
     def activate(self, name: str) -> None:
         """Activate algorithm ``name`` in its own group."""
         cls = registry.get(name)

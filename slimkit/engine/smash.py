@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from typing import Any
 
@@ -15,6 +16,8 @@ from slimkit.engine.base_model import describe_base
 from slimkit.engine.smashed_model import SmashedModel
 from slimkit.engine.teacher import TEACHER_KEY, load_teacher, takes_teacher
 from slimkit.errors import ConfigError, MissingComponentError, MissingPackageError, ModelNotSupportedError
+
+logger = logging.getLogger(__name__)
 
 
 def check_config(model: Any, smash_config: SmashConfig, experimental: bool = False) -> list[str]:
@@ -29,6 +32,12 @@ def check_config(model: Any, smash_config: SmashConfig, experimental: bool = Fal
     names = smash_config.get_active_algorithms()
     classes = {n: registry.get(n) for n in names}  # unknown names raise with the valid list
     device = smash_config.device
+    cpu_only = sorted(n for n, cls in classes.items() if not cls.run_on_cuda)
+    if smash_config.device_auto and device.startswith("cuda") and cpu_only:
+        logger.info("device 'auto': running on the CPU because %s run(s) on the CPU only", ", ".join(cpu_only))
+        smash_config.device = "cpu"
+        smash_config.device_auto = True
+        device = "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("SmashConfig device is 'cuda' but no CUDA GPU is available; set cfg.device = 'cpu'.")
     for n, cls in classes.items():

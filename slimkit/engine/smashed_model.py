@@ -9,6 +9,7 @@ import torch
 
 from slimkit.config.smash_config import SmashConfig
 from slimkit.engine.serialization import load_smashed, save_smashed
+from slimkit.utils import model_device, move_inputs
 
 
 class SmashedModel(torch.nn.Module):
@@ -36,8 +37,9 @@ class SmashedModel(torch.nn.Module):
         self.saved_before = saved_before
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the smashed model."""
-        return self.model(*args, **kwargs)
+        """Run the smashed model; tensor inputs are moved to the model's device first (outputs stay there)."""
+        device = model_device(self.model)
+        return self.model(*move_inputs(args, device), **move_inputs(kwargs, device))
 
     def __getattr__(self, name: str) -> Any:
         try:

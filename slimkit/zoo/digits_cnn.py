@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from slimkit.core.io import atomic_directory
+from slimkit.utils import model_device
 from slimkit.zoo._common import require, seeded, zoo_cache_path
 from slimkit.zoo.registry import ZooModel
 
@@ -83,11 +84,13 @@ def digits_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tens
 
 
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
-    """Top-1 accuracy of ``model`` on ``(x, y)`` in eval mode, without gradients."""
+    """Top-1 accuracy of ``model`` on ``(x, y)`` in eval mode, without gradients, on the model's device."""
     model.eval()
+    device = model_device(model)
     with torch.no_grad():
-        preds = torch.cat([model(x[i : i + batch_size]).argmax(1) for i in range(0, len(x), batch_size)])
-    return float((preds == y).float().mean())
+        preds = torch.cat([model(x[i : i + batch_size].to(device)).argmax(1).cpu()
+                           for i in range(0, len(x), batch_size)])
+    return float((preds == y.cpu()).float().mean())
 
 
 def train() -> tuple[nn.Module, dict[str, Any]]:

@@ -19,8 +19,11 @@ def test_torch_unstructured_save_from_before_the_rename_loads_identically():
     assert loaded.algorithms == ["level"]
     hps = loaded.smash_config.hyperparameters_of("level")
     assert hps["op_types"] == ("Linear", "Conv2d") and hps["method"] == "random" and hps["seed"] == 3
-    with torch.no_grad():
-        assert torch.equal(loaded(expected["input"]), expected["output"])
+    saved = load_file(str(folder / "model.safetensors"))
+    state = loaded.model.state_dict()
+    assert saved.keys() <= state.keys() and all(torch.equal(state[k].cpu(), v) for k, v in saved.items())
+    with torch.no_grad():  # computed on another machine: matmul kernels may differ there in the last bits
+        torch.testing.assert_close(loaded(expected["input"]).cpu(), expected["output"], atol=1e-6, rtol=1e-5)
 
 
 def test_old_name_in_a_config_means_the_new_algorithm():

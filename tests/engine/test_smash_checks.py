@@ -80,6 +80,29 @@ def test_device_unsupported():
             smash(mlp(), SmashConfig(["fake_cuda_only"], device="cpu"), verbose=False)
 
 
+def test_auto_device_falls_back_to_cpu_for_cpu_only_algorithms(monkeypatch):
+    """On a GPU machine, device 'auto' with a CPU-only algorithm runs on the CPU; an explicit 'cuda' is refused."""
+    from slimkit.engine.smash import check_config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cpu_only = make("fake_cpu_only", "cacher", run_on_cuda=False)
+    with registered(cpu_only):
+        auto = SmashConfig(["fake_cpu_only"])
+        assert (auto.device, auto.device_auto) == ("cuda", True)
+        assert check_config(mlp(), auto) == ["fake_cpu_only"]
+        assert (auto.device, auto.device_auto) == ("cpu", True)
+        both = SmashConfig(["fake_cpu_only", "level"], device="auto")
+        check_config(mlp(), both)
+        assert both.device == "cpu"
+        explicit = SmashConfig(["fake_cpu_only"], device="cuda")
+        assert explicit.device_auto is False
+        with pytest.raises(ConfigError, match="fake_cpu_only does not run on cuda. It runs on cpu only"):
+            check_config(mlp(), explicit)
+    gpu_fine = SmashConfig(["level"])
+    check_config(mlp(), gpu_fine)
+    assert gpu_fine.device == "cuda"  # nothing CPU-only: 'auto' keeps the GPU
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_cuda_requested_without_gpu():
     cfg = SmashConfig(["level"], device="cpu")

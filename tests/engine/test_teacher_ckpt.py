@@ -9,6 +9,7 @@ from slimkit import SmashConfig, smash, zoo
 from slimkit.core import registry
 from slimkit.engine.teacher import load_teacher, takes_teacher
 from slimkit.errors import ConfigError
+from slimkit.utils import model_device
 
 
 def _capture(monkeypatch, name: str) -> list:
@@ -49,7 +50,7 @@ def test_smash_hands_the_saved_model_over_as_the_teacher(monkeypatch, digits_sav
     assert not teacher.training
     x = zoo.load("digits_cnn").example_inputs
     with torch.no_grad():
-        torch.testing.assert_close(teacher(x), saved(x))
+        torch.testing.assert_close(teacher(x.to(model_device(teacher))).cpu(), saved(x.to(model_device(saved))).cpu())
     cfg[f"{name}_teacher_ckpt"] = ""  # unset: no teacher handed over, the algorithm uses its default
     smash(zoo.load("digits_cnn").model, cfg, verbose=False)
     assert seen[1] is None
