@@ -1,6 +1,9 @@
 """Channel pruning + speedup: slimkit vs Torch-Pruning at the same channel ratio and importance, in one run.
 
-    .venv/bin/python benchmarks/pruning.py [--repeats 12] [--warmup 2] [--threads 2] [--batch 8]
+    .venv/bin/python benchmarks/pruning.py [--repeats 12] [--warmup 2] [--threads 2] [--batch 8] [--device cpu]
+
+``--device cuda`` prunes on the CPU as usual, then times every variant on the GPU (each call ends with
+``torch.cuda.synchronize()``); the digits part stays on the CPU.
 
 Models: MobileNetV2 (real ImageNet weights from the zoo) and a ResNet-18-shaped CNN (BasicBlock x[2,2,2,2],
 widths 64-128-256-512, ImageNet stem, seeded random init), 224x224 inputs, batch 8. Every Conv2d output
@@ -127,7 +130,11 @@ def benchmark_model(title: str, model: nn.Module, x: torch.Tensor, classifier: s
         if per_layer_at == s:
             variants[f"slimkit l1_filter per-layer {s:.0%}"] = slimkit_prune(model, x, s, False)
     variants["dense (2nd copy: timing noise)"] = copy.deepcopy(model)
-    lat = interleaved_latency({k: (lambda m=m: m(x)) for k, m in variants.items()}, repeats=args.repeats,
+    if args.device != "cpu":  # pruned on the CPU (counting MACs is device-independent); timed on the device
+        model, x = model.to(args.device), x.to(args.device)
+        variants = {k: m.to(args.device) for k, m in variants.items()}
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    lat = interleaved_latency({k: (lambda m=m: (m(x), sync())) for k, m in variants.items()}, repeats=args.repeats,
                               warmup=args.warmup, threads=args.threads)
     dense_params, dense_macs, dense_ch = count_parameters(model), count_macs(model, x), conv_channels(model)
     with torch.inference_mode():
@@ -201,10 +208,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--device", default="cpu", help="where the variants are timed: cpu (default) or cuda")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    gpu = f"; timed on {torch.cuda.get_device_name(args.device)}" if args.device.startswith("cuda") else ""
     print(f"Channel pruning + speedup vs Torch-Pruning; {machine_line(args.threads)}; "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}{gpu}")
 
     mobilenet = zoo.load("mobilenet_v2", batch_size=args.batch)
     benchmark_model("MobileNetV2 (ImageNet weights)", mobilenet.model.eval(), mobilenet.example_inputs,

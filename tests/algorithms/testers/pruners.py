@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 
 from slimkit.evaluation import count_macs, count_parameters, size_on_disk
-from slimkit.utils import run_model
+from slimkit.utils import model_device, run_model
 from slimkit.zoo.digits_cnn import accuracy, digits_split
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
@@ -217,12 +217,13 @@ class _DigitsData:
     @staticmethod
     def batches(smashed) -> list:
         loader = smashed.smash_config.data.train_dataloader(batch_size=64, shuffle=False)
-        return [b for _, b in zip(range(2), loader, strict=False)]
+        device = model_device(smashed)  # the harness also runs on CUDA
+        return [(x.to(device), y.to(device)) for _, (x, y) in zip(range(2), loader, strict=False)]
 
     @staticmethod
     def features0_output(base, images) -> torch.Tensor:
         with torch.no_grad():
-            return torch.relu(base.features[0](images)).transpose(0, 1).flatten(1)
+            return torch.relu(base.features[0](images)).transpose(0, 1).flatten(1).cpu()
 
 
 class TestTaylorFOWeight(_DigitsData, AlgorithmTesterBase):
@@ -235,7 +236,7 @@ class TestTaylorFOWeight(_DigitsData, AlgorithmTesterBase):
             base.zero_grad()
             torch.nn.functional.cross_entropy(base(images), labels).backward()
             w = base.features[0].weight
-            score += (w * w.grad).flatten(1).sum(1).pow(2).detach()
+            score += (w * w.grad).flatten(1).sum(1).pow(2).detach().cpu()
         base.zero_grad()
         kept_vs_pruned(smashed, "features.0", score)
 

@@ -10,6 +10,7 @@ from slimkit import SmashConfig, SmashedModel, smash
 from slimkit.compression.quantization import QuantizedLayer
 from slimkit.data.utils import DictDataset
 from slimkit.errors import ConfigError, DataError, MissingComponentError
+from slimkit.utils import model_device
 
 
 def _mlp() -> nn.Module:
@@ -65,7 +66,7 @@ def test_bnn_binarizes_activation_layers_on_request():
     smashed = smash(_mlp(), _config("bnn", binarize_activations=True), verbose=False)
     relu = smashed.model.get_submodule("2")
     assert isinstance(relu, QuantizedLayer) and relu.bits == {"output": 1}
-    hidden = smashed.model[2](smashed.model[1](smashed.model[0](_x())))
+    hidden = smashed.model[2](smashed.model[1](smashed.model[0](_x().to(model_device(smashed)))))
     assert set(hidden.unique().tolist()) <= {-1.0, 1.0}
 
 
