@@ -1,4 +1,4 @@
-"""Layers whose width follows a :class:`~slimkit.razor.nas.MutableChannels`: weights sliced to the active channels.
+"""Layers whose width follows a :class:`~slimkit.compression.nas.MutableChannels`: weights sliced to the active width.
 
 Each layer holds the weights of its widest choice and uses the first ``k`` output (and input) channels when the
 width mutable says ``k``, so all widths share weights (as in slimmable networks / SPOS channel search).
@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from slimkit.compression.nas.mutables import MutableChannels, active, channels_of, widest
+from slimkit.core.registry import register_component
 from slimkit.errors import ConfigError
-from slimkit.razor.builder import register_module
-from slimkit.razor.nas.mutables import MutableChannels, active, channels_of, widest
 
 Channels = int | Sequence[int] | MutableChannels
 
@@ -39,7 +39,6 @@ def _copy_slices(src: nn.Module, dst: nn.Module, c_in: int, c_out: int) -> Any:
     return dst.train(src.training)
 
 
-@register_module(kind="dynamic_op")
 class DynamicConv2d(nn.Conv2d):
     """``nn.Conv2d`` whose in/out channels may be width mutables (``groups=1``); weights sliced to the active width.
 
@@ -70,7 +69,6 @@ class DynamicConv2d(nn.Conv2d):
         return _copy_slices(self, conv, c_in, c_out)
 
 
-@register_module(kind="dynamic_op")
 class DynamicLinear(nn.Linear):
     """``nn.Linear`` whose in/out features may be width mutables; weights sliced to the active width."""
 
@@ -95,7 +93,6 @@ class DynamicLinear(nn.Linear):
         return _copy_slices(self, linear, c_in, c_out)
 
 
-@register_module(kind="dynamic_op")
 class DynamicBatchNorm2d(nn.BatchNorm2d):
     """``nn.BatchNorm2d`` over the first active channels of a width mutable (sliced affine and running stats)."""
 
@@ -130,5 +127,8 @@ class DynamicBatchNorm2d(nn.BatchNorm2d):
         return bn.train(self.training)
 
 
-#: the layer types :func:`~slimkit.razor.export_subnet` turns into plain torch layers
+#: the layer types :func:`~slimkit.compression.nas.export_subnet` turns into plain torch layers
 DYNAMIC_OPS: tuple[type[nn.Module], ...] = (DynamicConv2d, DynamicLinear, DynamicBatchNorm2d)
+
+for _cls in DYNAMIC_OPS:
+    register_component(_cls, "dynamic_op")

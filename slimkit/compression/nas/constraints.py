@@ -19,12 +19,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit.compression.nas.export import export_subnet
+from slimkit.compression.nas.mutator import NasMutator, Subnet
 from slimkit.data.batches import split_batch
 from slimkit.errors import ConfigError
 from slimkit.evaluation import count_macs, count_parameters, measure_latency
 from slimkit.evaluation.runtime import eval_mode
-from slimkit.razor.nas.export import export_subnet
-from slimkit.razor.nas.mutator import NasMutator, Subnet
 from slimkit.utils import Inputs, run_model
 
 METRICS: tuple[str, ...] = ("flops", "macs", "params", "latency")
