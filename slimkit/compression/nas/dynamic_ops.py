@@ -70,17 +70,23 @@ class DynamicConv2d(nn.Conv2d):
 
 
 class DynamicLinear(nn.Linear):
-    """``nn.Linear`` whose in/out features may be width mutables; weights sliced to the active width."""
+    """``nn.Linear`` whose in/out features may be width mutables; weights sliced to the active width.
 
-    def __init__(self, in_features: Channels, out_features: Channels, bias: bool = True) -> None:
+    ``in_factor``: input features per input channel, for a Linear after a channel-major ``Flatten`` of
+    ``C x H x W`` maps (``in_factor = H * W``): the first ``k`` channels are the first ``k * in_factor`` features.
+    """
+
+    def __init__(self, in_features: Channels, out_features: Channels, bias: bool = True, in_factor: int = 1) -> None:
         in_c, out_c = channels_of(in_features, "in_features"), channels_of(out_features, "out_features")
-        super().__init__(widest(in_c), widest(out_c), bias)
+        if isinstance(in_factor, bool) or not isinstance(in_factor, int) or in_factor < 1:
+            raise ConfigError(f"DynamicLinear in_factor must be a positive int, got {in_factor!r}.")
+        super().__init__(widest(in_c) * in_factor, widest(out_c), bias)
         # a MutableChannels becomes a submodule, so the mutator finds it (a shared one is listed once)
-        self.in_mutable, self.out_mutable = in_c, out_c
+        self.in_mutable, self.out_mutable, self.in_factor = in_c, out_c, in_factor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Affine map with the first active out/in features of the weights."""
-        c_in, c_out = active(self.in_mutable), active(self.out_mutable)
+        c_in, c_out = active(self.in_mutable) * self.in_factor, active(self.out_mutable)
         if x.shape[-1] != c_in:
             raise ConfigError(f"DynamicLinear expects {c_in} input features (its current in_features choice) but "
                               f"got {x.shape[-1]}; share the producing layer's MutableChannels as in_features.")
@@ -88,7 +94,7 @@ class DynamicLinear(nn.Linear):
 
     def export(self) -> nn.Linear:
         """A plain ``nn.Linear`` of the active width with copies of the active weight slices."""
-        c_in, c_out = active(self.in_mutable), active(self.out_mutable)
+        c_in, c_out = active(self.in_mutable) * self.in_factor, active(self.out_mutable)
         linear = nn.Linear(c_in, c_out, self.bias is not None, device=self.weight.device, dtype=self.weight.dtype)
         return _copy_slices(self, linear, c_in, c_out)
 
