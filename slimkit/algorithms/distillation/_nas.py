@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from slimkit.algorithms.recovery._training import validation_loss
-from slimkit.compression.nas import EvolutionSearchLoop, NasMutator, SearchResult, calibrate_bn
+from slimkit.compression.nas import EvolutionSearchLoop, NasMutator, SearchResult, calibrate_bn, measure_subnet
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.errors import ConfigError, DataError
 from slimkit.evaluation import count_macs
@@ -53,6 +53,25 @@ def flops_limit(smash_config: SmashConfigPrefixWrapper, model: nn.Module, exampl
     return flops, min(limits)
 
 
+def constraints(smash_config: SmashConfigPrefixWrapper, limit: float) -> dict[str, float]:
+    """The search's ``constraints_range``: the FLOPs limit, and ``max_params`` when set."""
+    out = {"flops": limit}
+    if float(smash_config["max_params"]) > 0:
+        out["params"] = float(smash_config["max_params"])
+    return out
+
+
+def check_reachable(supernet: nn.Module, example: Any, limits: dict[str, float]) -> None:
+    """Fail before any training when even the narrowest subnet breaks a limit (say by how much)."""
+    narrowest = {name: choices[0] for name, choices in NasMutator(supernet).search_space().items()}
+    metrics = measure_subnet(supernet, narrowest, limits, example)
+    over = [f"{k} {metrics[k]:,.0f} > limit {v:,.0f}" for k, v in limits.items() if metrics[k] > v]
+    if over:
+        raise ConfigError(f"spos_search: no subnet meets the limits; even the narrowest one (every width at its "
+                          f"smallest choice: {narrowest}) has {'; '.join(over)}. Raise spos_search_flops_ratio / "
+                          "spos_search_max_flops / spos_search_max_params, or add smaller spos_search_width_ratios.")
+
+
 def search(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, example: Any, limit: float,
            seed: int) -> SearchResult:
     """Evolution search for the subnet with the lowest validation loss under the FLOPs / params limits."""
@@ -64,9 +83,6 @@ def search(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, example:
     calibration = smash_config.data.train_dataloader(batch_size=batch_size, shuffle=True,
                                                      generator=torch.Generator().manual_seed(seed))
     n_cal, n_score = int(smash_config["calibrate_batches"]), int(smash_config["score_batches"])
-    constraints: dict[str, Any] = {"flops": limit}
-    if float(smash_config["max_params"]) > 0:
-        constraints["params"] = float(smash_config["max_params"])
     candidates, top_k = int(smash_config["num_candidates"]), int(smash_config["top_k"])
     children = max(0, candidates - top_k)
     try:
@@ -75,7 +91,7 @@ def search(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, example:
             max_epochs=int(smash_config["max_epochs"]), num_candidates=candidates, top_k=top_k,
             num_mutation=children // 2, num_crossover=children - children // 2,
             mutate_prob=float(smash_config["mutate_prob"]), crossover_prob=float(smash_config["crossover_prob"]),
-            constraints_range=constraints, score_key="neg_val_loss",
+            constraints_range=constraints(smash_config, limit), score_key="neg_val_loss",
             calibrate_fn=(lambda m: calibrate_bn(m, calibration, n_cal)) if n_cal else None, seed=seed)
         return loop.run()
     except ConfigError as exc:

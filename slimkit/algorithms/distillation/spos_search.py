@@ -8,7 +8,14 @@ from typing import Any
 from ConfigSpace import Constant, UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
-from slimkit.algorithms.distillation._nas import example_batch, flops_limit, search, train_supernet
+from slimkit.algorithms.distillation._nas import (
+    check_reachable,
+    constraints,
+    example_batch,
+    flops_limit,
+    search,
+    train_supernet,
+)
 from slimkit.algorithms.recovery._training import (
     chosen_teacher,
     student_hyperparameters,
@@ -112,6 +119,7 @@ class SposSearch(SlimkitDistiller):
         teacher = chosen_teacher(smash_config, model)
         flops, limit = flops_limit(smash_config, model, example)
         supernet = make_searchable(copy.deepcopy(model), example, tuple(smash_config["width_ratios"]))
+        check_reachable(supernet, example, constraints(smash_config, limit))
         objective = self._objective(smash_config, teacher)
         with frozen_teacher(teacher):
             trained = train_supernet(supernet, smash_config, objective, seed)
