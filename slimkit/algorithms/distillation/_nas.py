@@ -14,16 +14,17 @@ from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.errors import ConfigError, DataError
 from slimkit.evaluation import count_macs
 from slimkit.training import BatchLoss, FitResult, default_loss, fit, split_batch
+from slimkit.utils import model_device, move_inputs
 
 
-def example_batch(smash_config: SmashConfigPrefixWrapper) -> Any:
-    """One input sample (the first train batch cut to one row): traced for the channels, counted for FLOPs."""
+def example_batch(smash_config: SmashConfigPrefixWrapper, model: nn.Module) -> Any:
+    """One input sample (the first train example) on ``model``'s device: traced for the channels, counted for FLOPs."""
     batch = next(iter(smash_config.data.train_dataloader(batch_size=1, shuffle=False)), None)
     if batch is None:
         raise DataError("spos_search: the train split is empty; add data with training examples "
                         "(cfg.add_data('Digits') or cfg.add_data((train, val, test))).")
     inputs, _ = split_batch(batch)
-    return inputs
+    return move_inputs(inputs, model_device(model))
 
 
 def train_supernet(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, objective: BatchLoss | None,

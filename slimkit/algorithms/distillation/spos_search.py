@@ -115,7 +115,7 @@ class SposSearch(SlimkitDistiller):
         return DistillObjective(teacher, None, kl, task_weight=task)
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        seed, example = int(smash_config["seed"]), example_batch(smash_config)
+        seed, example = int(smash_config["seed"]), example_batch(smash_config, model)
         teacher = chosen_teacher(smash_config, model)
         flops, limit = flops_limit(smash_config, model, example)
         supernet = make_searchable(copy.deepcopy(model), example, tuple(smash_config["width_ratios"]))
