@@ -11,9 +11,11 @@ from slimkit.compression.nas.export import export_subnet, load_subnet, read_subn
 from slimkit.compression.nas.mutables import BaseMutable, MutableChannels, MutableSequential, OneShotMutableOP
 from slimkit.compression.nas.mutator import NasMutator, subnet_key
 from slimkit.compression.nas.search import EvolutionSearchLoop, SearchResult
+from slimkit.compression.nas.searchable import ChannelSupernet, make_searchable
 
 __all__ = [
     "BaseMutable",
+    "ChannelSupernet",
     "DynamicBatchNorm2d",
     "DynamicConv2d",
     "DynamicLinear",
@@ -27,6 +29,7 @@ __all__ = [
     "calibrate_bn",
     "export_subnet",
     "load_subnet",
+    "make_searchable",
     "measure_subnet",
     "read_subnet",
     "save_subnet",
