@@ -25,16 +25,17 @@ from slimkit.algorithms.recovery._training import (
 from slimkit.compression.nas import export_subnet
 from slimkit.compression.nas.searchable import SUPPORTED_SHAPES, layer_shapes, make_searchable, resize_layers
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import ConfigListHyperparameter
 from slimkit.core.registry import register
 from slimkit.errors import ConfigError
 from slimkit.training.distill import DistillObjective, KLDivergence, frozen_teacher
 
 
-class WidthRatios(Constant):
+class WidthRatios(ConfigListHyperparameter):
     """Width ratios such as ``[0.25, 0.5, 0.75, 1.0]`` (the full width is always a choice); not searchable."""
 
     def __init__(self, name: str, default_value: tuple[float, ...], meta: dict[str, Any]) -> None:
-        super().__init__(name, tuple(default_value), meta=meta)
+        Constant.__init__(self, name, tuple(default_value), meta=meta)  # the parent's default () is no ratio list
 
     def legal_value(self, value: Any) -> bool:  # type: ignore[override]
         """Accept a non-empty list of numbers in (0, 1]."""
