@@ -13,6 +13,7 @@ from slimkit.compression.nas import EvolutionSearchLoop, NasMutator, SearchResul
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.errors import ConfigError, DataError
 from slimkit.evaluation import count_macs
+from slimkit.evaluation.runtime import eval_mode
 from slimkit.training import BatchLoss, FitResult, default_loss, fit, split_batch
 from slimkit.utils import model_device, move_inputs
 
@@ -47,7 +48,8 @@ def train_supernet(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, 
 
 def flops_limit(smash_config: SmashConfigPrefixWrapper, model: nn.Module, example: Any) -> tuple[float, float]:
     """(FLOPs of ``model`` on ``example``, the FLOPs limit: ``flops_ratio`` of it and ``max_flops``, the tighter)."""
-    flops = 2.0 * count_macs(model, example)
+    with eval_mode(model):
+        flops = 2.0 * count_macs(model, example)
     limits = [flops * float(smash_config["flops_ratio"])]
     if float(smash_config["max_flops"]) > 0:
         limits.append(float(smash_config["max_flops"]))
