@@ -44,6 +44,9 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "taylor_fo_weight": ("digits_cnn", []),
     "torch_compile": ("mlp", []),
     "width_distill": ("digits_cnn", ["--set", "width_distill_steps=5"]),
+    "spos_search": ("digits_cnn", ["--set", "spos_search_supernet_steps=20", "--set", "spos_search_num_candidates=4",
+                                   "--set", "spos_search_top_k=2", "--set", "spos_search_max_epochs=1",
+                                   "--set", "spos_search_steps=5"]),
 }
 
 

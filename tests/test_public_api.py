@@ -20,6 +20,12 @@ PUBLIC = {
         "agp_sparsity", "find_head_layout", "format_sensitivity_table", "load_masks", "load_state_dict_file",
         "num_to_prune", "plot_sensitivity", "resolve_config_list", "save_masks", "sensitivity_analysis"
     ],
+    "slimkit.compression.nas": [
+        "BaseMutable", "ChannelSupernet", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear", "EvolutionSearchLoop",
+        "METRICS", "MutableChannels", "MutableSequential", "NasMutator", "OneShotMutableOP", "SearchResult",
+        "calibrate_bn", "export_subnet", "load_subnet", "make_searchable", "measure_subnet", "read_subnet",
+        "save_subnet", "subnet_key", "write_subnet"
+    ],
     "slimkit.compression.quantization": [
         "BNNGrad", "BNNQuantizer", "ClipGrad", "DoReFaQuantizer", "Int8Linear", "LsqQuantizer", "QATQuantizer",
         "QAT_Quantizer", "QuantGrad", "QuantType", "QuantizationConfigError", "QuantizedLayer", "Quantizer",

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from torch import nn
+
 from slimkit.core.contract import GROUPS, KIND_OF_GROUP, SaveFn, SlimkitAlgorithm
 from slimkit.core.hyperparameters import describe_allowed, to_jsonable
 from slimkit.errors import AlgorithmNotFoundError, ConfigError, RegistryError, closest
@@ -304,3 +306,19 @@ def build_component(cfg: Any) -> Any:
         raise ConfigError(f"{label} ({_qualname(obj)}) {what} It takes: {', '.join(fields) or 'no fields'}"
                           f"{' (required: ' + ', '.join(required) + ')' if required else ''}.")
     return obj(**{k: build_component(v) for k, v in kwargs.items()})
+
+
+def build_module(spec: Any, what: str) -> Any:
+    """``spec`` as an ``nn.Module``: a module is returned as is, a config ``dict(type=...)`` is built.
+
+    ``what`` names the argument in the error raised for anything else.
+    """
+    if isinstance(spec, Mapping):
+        if "type" not in spec:
+            raise ConfigError(f"{what} config needs a 'type' key, e.g. dict(type='ZooModel', name='digits_cnn'); got "
+                              f"{dict(spec)!r}. Registered types: {', '.join(component_names())}.")
+        spec = build_component(spec)
+    if not isinstance(spec, nn.Module):
+        raise ConfigError(f"{what} must be a torch.nn.Module or a config dict with a 'type', got "
+                          f"{type(spec).__name__}.")
+    return spec

@@ -51,12 +51,7 @@ def build(cfg: Mapping[str, Any]) -> Any:
 
 def build_module(spec: Any, what: str) -> nn.Module:
     """``spec`` as an ``nn.Module``: a module is returned as is, a config dict is built."""
-    if isinstance(spec, Mapping):
-        spec = build(spec)
-    if not isinstance(spec, nn.Module):
-        raise ConfigError(f"{what} must be a torch.nn.Module or a config dict with a 'type', got "
-                          f"{type(spec).__name__}.")
-    return spec
+    return registry.build_module(spec, what)
 
 
 def zoo_model(name: str, pretrained: bool = True, **kwargs: Any) -> nn.Module:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +12,7 @@ from torch import nn
 from slimkit.errors import ConfigError
 from slimkit.razor.base import BaseAlgorithm
 from slimkit.razor.builder import build_module, register_module
+from slimkit.razor.teacher import resolve_teacher
 from slimkit.training.distill import ConfigurableDistiller
 from slimkit.utils import run_model
 
@@ -24,14 +26,19 @@ class SingleTeacherDistill(BaseAlgorithm):
     ``teacher_recorders``, ``distill_losses``, ``loss_forward_mappings``, ``connectors``). The teacher is frozen
     (no gradients unless ``teacher_trainable``) and stays in eval mode whatever ``train()`` is called with, so
     its norm statistics never move. ``mode="loss"`` returns ``student.<name>`` task losses (when
-    ``calculate_student_loss``) and ``distill.<name>`` distillation losses.
+    ``calculate_student_loss``) and ``distill.<name>`` distillation losses. ``teacher_ckpt`` loads the teacher's
+    weights from a ``.safetensors`` file or a saved folder (no pickle; names and shapes must match, see
+    :mod:`slimkit.razor.teacher`); with ``teacher=None`` a slimkit or Hugging Face save folder is the teacher.
     """
 
-    def __init__(self, architecture: nn.Module | Mapping[str, Any], teacher: nn.Module | Mapping[str, Any],
-                 distiller: ConfigurableDistiller | Mapping[str, Any], teacher_trainable: bool = False,
-                 calculate_student_loss: bool = True, data_preprocessor: Any = None) -> None:
+    def __init__(self, architecture: nn.Module | Mapping[str, Any],
+                 teacher: nn.Module | Mapping[str, Any] | None = None,
+                 distiller: ConfigurableDistiller | Mapping[str, Any] | None = None, teacher_trainable: bool = False,
+                 calculate_student_loss: bool = True, data_preprocessor: Any = None,
+                 teacher_ckpt: str | os.PathLike | None = None) -> None:
         super().__init__(architecture, data_preprocessor)
-        self.teacher = build_module(teacher, "teacher")
+        built = None if teacher is None else build_module(teacher, "teacher")
+        self.teacher = resolve_teacher(built, teacher_ckpt)
         if isinstance(distiller, Mapping):
             distiller = ConfigurableDistiller(**{k: v for k, v in distiller.items() if k != "type"})
         if not isinstance(distiller, ConfigurableDistiller):

@@ -10,6 +10,8 @@ import torch
 import yaml
 from torch import nn
 
+from slimkit.compression.nas.dynamic_ops import DYNAMIC_OPS
+from slimkit.compression.nas.mutables import BaseMutable
 from slimkit.errors import ConfigError, SaveLoadError
 from slimkit.razor import (
     SPOS,
@@ -30,8 +32,6 @@ from slimkit.razor import (
     save_subnet,
     write_subnet,
 )
-from slimkit.razor.nas.dynamic_ops import DYNAMIC_OPS
-from slimkit.razor.nas.mutables import BaseMutable
 from slimkit.training import fit
 
 SMALL = dict(stage_widths=[[4, 8], [8, 12]], strides=[1, 2], kernel_choices=[3, 5], depth_choices=[0, 1, 2])

@@ -1,5 +1,8 @@
 """One-shot NAS: mutables, dynamic layers, the mutator, SPOS, evolution search, subnet export.
 
+The engines live in :mod:`slimkit.compression.nas` (so smash algorithms use them too); this face adds ``SPOS``
+and ``SearchableCNN`` and re-exports the rest.
+
 >>> spos = build(dict(type="SPOS", architecture=dict(type="SearchableCNN")))
 >>> fit(spos, batches, loss=batch_loss, epochs=5)                  # one random path per step
 >>> loop = EvolutionSearchLoop(spos, score_fn, example_inputs=x[:1], constraints_range=dict(flops=4e5))
@@ -7,12 +10,27 @@
 >>> small = save_subnet(spos, "subnet/")                           # plain nn.Module; load_subnet("subnet/")
 """
 
-from slimkit.razor.nas.constraints import METRICS, calibrate_bn, measure_subnet
-from slimkit.razor.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
-from slimkit.razor.nas.export import export_subnet, load_subnet, read_subnet, save_subnet, write_subnet
-from slimkit.razor.nas.mutables import BaseMutable, MutableChannels, MutableSequential, OneShotMutableOP
-from slimkit.razor.nas.mutator import NasMutator, subnet_key
-from slimkit.razor.nas.search import EvolutionSearchLoop, SearchResult
+from slimkit.compression.nas import (
+    METRICS,
+    BaseMutable,
+    DynamicBatchNorm2d,
+    DynamicConv2d,
+    DynamicLinear,
+    EvolutionSearchLoop,
+    MutableChannels,
+    MutableSequential,
+    NasMutator,
+    OneShotMutableOP,
+    SearchResult,
+    calibrate_bn,
+    export_subnet,
+    load_subnet,
+    measure_subnet,
+    read_subnet,
+    save_subnet,
+    subnet_key,
+    write_subnet,
+)
 from slimkit.razor.nas.supernet import SPOS, SearchableCNN
 
 __all__ = [

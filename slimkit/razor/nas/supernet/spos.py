@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit.compression.nas.mutator import NasMutator, Subnet
 from slimkit.errors import ConfigError
 from slimkit.razor.base import BaseAlgorithm
 from slimkit.razor.builder import build, register_module
-from slimkit.razor.nas.mutator import NasMutator, Subnet
 
 
 @register_module()

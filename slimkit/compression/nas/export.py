@@ -24,13 +24,12 @@ from typing import Any
 from safetensors.torch import load_file
 from torch import nn
 
+from slimkit.compression.nas.dynamic_ops import DYNAMIC_OPS
+from slimkit.compression.nas.mutables import BaseMutable
+from slimkit.compression.nas.mutator import NasMutator, plain_choices, unwrap
 from slimkit.core.io import atomic_directory, atomic_file, save_tensors_atomic, write_json_atomic
+from slimkit.core.registry import build_module
 from slimkit.errors import ConfigError, MissingPackageError, SaveLoadError
-from slimkit.razor.base import BaseAlgorithm
-from slimkit.razor.builder import build_module
-from slimkit.razor.nas.dynamic_ops import DYNAMIC_OPS
-from slimkit.razor.nas.mutables import BaseMutable
-from slimkit.razor.nas.mutator import NasMutator, plain_choices
 
 SUBNET_JSON, SUBNET_YAML = "subnet.json", "subnet.yaml"
 ARCH_FILE, WEIGHTS_FILE = "architecture.json", "model.safetensors"
@@ -62,7 +61,7 @@ def export_subnet(supernet: nn.Module, subnet: Mapping[str, Any] | None = None) 
     ``nn.BatchNorm2d`` with copies of their active weight slices: the result computes exactly what the
     supernet computes on that subnet. The supernet itself is not changed (except that ``subnet`` is set).
     """
-    supernet = supernet.architecture if isinstance(supernet, BaseAlgorithm) else supernet
+    supernet = unwrap(supernet)
     mutator = NasMutator(supernet)
     if subnet is not None:
         mutator.set_choices(subnet)
@@ -120,7 +119,7 @@ def save_subnet(supernet: nn.Module, folder: str | os.PathLike, subnet: Mapping[
     default: the supernet's ``razor_config`` attribute (slimkit's :class:`SearchableCNN` sets it), else
     loading needs ``supernet=``.
     """
-    arch = supernet.architecture if isinstance(supernet, BaseAlgorithm) else supernet
+    arch = unwrap(supernet)
     exported = export_subnet(arch, subnet)
     description = NasMutator(arch).fix_subnet()
     config = dict(architecture) if architecture is not None else getattr(arch, "razor_config", None)

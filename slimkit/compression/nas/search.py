@@ -4,7 +4,7 @@ Each epoch scores the population on the supernet (``score_fn``, after an optiona
 ``top_k`` best seen so far, and breeds the next population: ``num_mutation`` children of random top-k parents
 (each choice resampled with ``mutate_prob``) and ``num_crossover`` children of two parents (each choice from
 the second with ``crossover_prob``); random subnets fill it up to ``num_candidates``. Every subnet must satisfy
-``constraints_range`` (see :mod:`slimkit.razor.nas.constraints`); sampling stops after ``max_sample_attempts``
+``constraints_range`` (see :mod:`slimkit.compression.nas.constraints`); sampling stops after ``max_sample_attempts``
 draws per phase. All randomness comes from one ``random.Random(seed)``, and the whole state (population, top
 k, scores, RNG) is written atomically to ``state_file`` after each epoch, so ``resume_from`` continues a run
 exactly where it stopped.
@@ -25,13 +25,12 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from slimkit.compression.nas.constraints import format_metric, measure_subnet, parse_constraints, reachable, violated
+from slimkit.compression.nas.mutator import NasMutator, Subnet, subnet_key, unwrap
 from slimkit.core.io import write_json_atomic
+from slimkit.core.registry import register_component
 from slimkit.errors import ConfigError, SaveLoadError
 from slimkit.evaluation.runtime import eval_mode
-from slimkit.razor.base import BaseAlgorithm
-from slimkit.razor.builder import register_module
-from slimkit.razor.nas.constraints import format_metric, measure_subnet, parse_constraints, reachable, violated
-from slimkit.razor.nas.mutator import NasMutator, Subnet, subnet_key
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -61,7 +60,6 @@ def _prob(name: str, value: Any) -> float:
     return float(value)
 
 
-@register_module(kind="loop")
 class EvolutionSearchLoop:
     """Search ``model``'s subnets (an :class:`SPOS` or a supernet module) for the best ``score_fn`` under limits.
 
@@ -84,7 +82,7 @@ class EvolutionSearchLoop:
             raise ConfigError("EvolutionSearchLoop needs model= (an SPOS or a supernet module) and score_fn= "
                               "(model -> number or dict of metrics).")
         self.model, self.score_fn, self.calibrate_fn = model, score_fn, calibrate_fn
-        self.supernet = model.architecture if isinstance(model, BaseAlgorithm) else model
+        self.supernet = unwrap(model)
         self.mutator = getattr(model, "mutator", None) or NasMutator(self.supernet)
         self.example_inputs, self.score_key = example_inputs, score_key
         self.max_epochs = _int("max_epochs", max_epochs, 1)
@@ -255,3 +253,6 @@ class EvolutionSearchLoop:
         self.rng.setstate((version, tuple(internal), gauss))
         self.epoch, self.candidates, self.top = state["epoch"], state["candidates"], state["top_k"]
         self.scores, self.costs, self.history = state["scores"], state["costs"], state["history"]
+
+
+register_component(EvolutionSearchLoop, "loop")

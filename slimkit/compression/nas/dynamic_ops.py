@@ -1,4 +1,4 @@
-"""Layers whose width follows a :class:`~slimkit.razor.nas.MutableChannels`: weights sliced to the active channels.
+"""Layers whose width follows a :class:`~slimkit.compression.nas.MutableChannels`: weights sliced to the active width.
 
 Each layer holds the weights of its widest choice and uses the first ``k`` output (and input) channels when the
 width mutable says ``k``, so all widths share weights (as in slimmable networks / SPOS channel search).
@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from slimkit.compression.nas.mutables import MutableChannels, active, channels_of, widest
+from slimkit.core.registry import register_component
 from slimkit.errors import ConfigError
-from slimkit.razor.builder import register_module
-from slimkit.razor.nas.mutables import MutableChannels, active, channels_of, widest
 
 Channels = int | Sequence[int] | MutableChannels
 
@@ -39,7 +39,6 @@ def _copy_slices(src: nn.Module, dst: nn.Module, c_in: int, c_out: int) -> Any:
     return dst.train(src.training)
 
 
-@register_module(kind="dynamic_op")
 class DynamicConv2d(nn.Conv2d):
     """``nn.Conv2d`` whose in/out channels may be width mutables (``groups=1``); weights sliced to the active width.
 
@@ -70,19 +69,24 @@ class DynamicConv2d(nn.Conv2d):
         return _copy_slices(self, conv, c_in, c_out)
 
 
-@register_module(kind="dynamic_op")
 class DynamicLinear(nn.Linear):
-    """``nn.Linear`` whose in/out features may be width mutables; weights sliced to the active width."""
+    """``nn.Linear`` whose in/out features may be width mutables; weights sliced to the active width.
 
-    def __init__(self, in_features: Channels, out_features: Channels, bias: bool = True) -> None:
+    ``in_factor``: input features per input channel, for a Linear after a channel-major ``Flatten`` of
+    ``C x H x W`` maps (``in_factor = H * W``): the first ``k`` channels are the first ``k * in_factor`` features.
+    """
+
+    def __init__(self, in_features: Channels, out_features: Channels, bias: bool = True, in_factor: int = 1) -> None:
         in_c, out_c = channels_of(in_features, "in_features"), channels_of(out_features, "out_features")
-        super().__init__(widest(in_c), widest(out_c), bias)
+        if isinstance(in_factor, bool) or not isinstance(in_factor, int) or in_factor < 1:
+            raise ConfigError(f"DynamicLinear in_factor must be a positive int, got {in_factor!r}.")
+        super().__init__(widest(in_c) * in_factor, widest(out_c), bias)
         # a MutableChannels becomes a submodule, so the mutator finds it (a shared one is listed once)
-        self.in_mutable, self.out_mutable = in_c, out_c
+        self.in_mutable, self.out_mutable, self.in_factor = in_c, out_c, in_factor
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Affine map with the first active out/in features of the weights."""
-        c_in, c_out = active(self.in_mutable), active(self.out_mutable)
+        c_in, c_out = active(self.in_mutable) * self.in_factor, active(self.out_mutable)
         if x.shape[-1] != c_in:
             raise ConfigError(f"DynamicLinear expects {c_in} input features (its current in_features choice) but "
                               f"got {x.shape[-1]}; share the producing layer's MutableChannels as in_features.")
@@ -90,12 +94,11 @@ class DynamicLinear(nn.Linear):
 
     def export(self) -> nn.Linear:
         """A plain ``nn.Linear`` of the active width with copies of the active weight slices."""
-        c_in, c_out = active(self.in_mutable), active(self.out_mutable)
+        c_in, c_out = active(self.in_mutable) * self.in_factor, active(self.out_mutable)
         linear = nn.Linear(c_in, c_out, self.bias is not None, device=self.weight.device, dtype=self.weight.dtype)
         return _copy_slices(self, linear, c_in, c_out)
 
 
-@register_module(kind="dynamic_op")
 class DynamicBatchNorm2d(nn.BatchNorm2d):
     """``nn.BatchNorm2d`` over the first active channels of a width mutable (sliced affine and running stats)."""
 
@@ -130,5 +133,8 @@ class DynamicBatchNorm2d(nn.BatchNorm2d):
         return bn.train(self.training)
 
 
-#: the layer types :func:`~slimkit.razor.export_subnet` turns into plain torch layers
+#: the layer types :func:`~slimkit.compression.nas.export_subnet` turns into plain torch layers
 DYNAMIC_OPS: tuple[type[nn.Module], ...] = (DynamicConv2d, DynamicLinear, DynamicBatchNorm2d)
+
+for _cls in DYNAMIC_OPS:
+    register_component(_cls, "dynamic_op")

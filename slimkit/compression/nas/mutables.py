@@ -2,11 +2,12 @@
 
 A mutable holds a list of ``choices`` and a ``current_choice``; the supernet runs the current choice. Setting
 a choice that is not in the list raises ConfigError naming the valid ones. :meth:`BaseMutable.export` gives
-the plain module the current choice stands for (no mutable left), used by :func:`slimkit.razor.export_subnet`.
+the plain module the current choice stands for (no mutable left), used by
+:func:`~slimkit.compression.nas.export_subnet`.
 
 * :class:`OneShotMutableOP` -- one of several candidate ops by name (``{"k3": conv3, "k5": conv5}``).
 * :class:`MutableChannels` -- a width: how many of a layer's channels are active. Share one object between a
-  producer's ``out_channels`` and its consumers' ``in_channels`` (:mod:`slimkit.razor.nas.dynamic_ops`).
+  producer's ``out_channels`` and its consumers' ``in_channels`` (:mod:`slimkit.compression.nas.dynamic_ops`).
 * :class:`MutableSequential` -- a depth: the first ``d`` of its blocks run.
 """
 
@@ -18,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit.core.registry import build_module, register_component
 from slimkit.errors import ConfigError, closest
-from slimkit.razor.builder import build_module, register_module
 
 Choice = Any
 
@@ -70,7 +71,6 @@ class BaseMutable(nn.Module):
         return f"choices={self._choices}, current={self._current!r}"
 
 
-@register_module(kind="mutable")
 class OneShotMutableOP(BaseMutable):
     """One op among named candidates (e.g. kernel sizes ``{"k3": ..., "k5": ..., "k7": ...}`` or op types).
 
@@ -96,11 +96,10 @@ class OneShotMutableOP(BaseMutable):
         return self.candidates[self.current_choice]
 
 
-@register_module(kind="mutable")
 class MutableChannels(BaseMutable):
     """A width: how many channels of the layers that share it are active (one of ``choices``, positive ints).
 
-    It has no forward. Dynamic layers (:class:`~slimkit.razor.nas.DynamicConv2d`, ``DynamicLinear``,
+    It has no forward. Dynamic layers (:class:`~slimkit.compression.nas.DynamicConv2d`, ``DynamicLinear``,
     ``DynamicBatchNorm2d``) take it as their channel count and slice their full-width weights to the first
     ``current_choice`` channels, so every width shares the same weights (the widest holds them all).
     """
@@ -147,7 +146,6 @@ def widest(channels: MutableChannels | int) -> int:
     return channels.max_choice if isinstance(channels, MutableChannels) else channels
 
 
-@register_module(kind="mutable")
 class MutableSequential(BaseMutable):
     """A depth: the first ``current_choice`` of ``blocks`` run, in order (``0`` runs none: the identity).
 
@@ -179,3 +177,7 @@ class MutableSequential(BaseMutable):
         if self.current_choice == 0:
             return nn.Identity()
         return nn.Sequential(*self.blocks[: self.current_choice])
+
+
+for _cls in (OneShotMutableOP, MutableChannels, MutableSequential):
+    register_component(_cls, "mutable")

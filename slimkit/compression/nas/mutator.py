@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit.compression.nas.mutables import BaseMutable
+from slimkit.core.registry import register_component
 from slimkit.errors import ConfigError, closest
-from slimkit.razor.builder import register_module
-from slimkit.razor.nas.mutables import BaseMutable
 
 Subnet = dict[str, Any]
 
@@ -38,12 +38,17 @@ def plain_choices(subnet: Mapping[str, Any]) -> Subnet:
     return out
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    """The supernet itself: an algorithm wrapper's ``architecture`` (razor's ``SPOS``), else ``model``."""
+    inner = getattr(model, "architecture", None)
+    return inner if isinstance(inner, nn.Module) else model
+
+
 def subnet_key(subnet: Mapping[str, Any]) -> str:
     """A canonical string for a subnet (sorted JSON of its plain choices): equal subnets, equal keys."""
     return json.dumps(plain_choices(subnet), sort_keys=True)
 
 
-@register_module(kind="mutator")
 class NasMutator:
     """Finds the mutables of a supernet (:meth:`prepare_from_supernet`) and samples / sets / reports subnets."""
 
@@ -132,3 +137,6 @@ class NasMutator:
         """A child taking each choice from ``b`` with probability ``prob``, else from ``a``."""
         a, b = plain_choices(a), plain_choices(b)
         return {n: b[n] if rng.random() < prob else a[n] for n in self.mutables}  # the mutator's order
+
+
+register_component(NasMutator, "mutator")

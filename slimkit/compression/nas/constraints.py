@@ -19,13 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit.compression.nas.export import export_subnet
+from slimkit.compression.nas.mutator import NasMutator, Subnet
 from slimkit.data.batches import split_batch
 from slimkit.errors import ConfigError
 from slimkit.evaluation import count_macs, count_parameters, measure_latency
 from slimkit.evaluation.runtime import eval_mode
-from slimkit.razor.nas.export import export_subnet
-from slimkit.razor.nas.mutator import NasMutator, Subnet
-from slimkit.utils import Inputs, run_model
+from slimkit.utils import Inputs, model_device, move_inputs, run_model
 
 METRICS: tuple[str, ...] = ("flops", "macs", "params", "latency")
 Ranges = dict[str, tuple[float, float]]
@@ -112,7 +112,7 @@ def calibrate_bn(model: nn.Module, batches: Iterable[Any], num_batches: int | No
     """
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
     momenta = [m.momentum for m in norms]
-    seen = 0
+    seen, device = 0, model_device(model)
     with eval_mode(model), torch.no_grad():
         for m in norms:
             m.reset_running_stats()
@@ -123,7 +123,7 @@ def calibrate_bn(model: nn.Module, batches: Iterable[Any], num_batches: int | No
                 if num_batches is not None and seen >= num_batches:
                     break
                 inputs, _ = split_batch(batch)
-                run_model(model, inputs)
+                run_model(model, move_inputs(inputs, device))
                 seen += 1
         finally:
             for m, momentum in zip(norms, momenta, strict=True):

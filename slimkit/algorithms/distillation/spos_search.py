@@ -1,0 +1,145 @@
+"""spos_search: one-shot NAS on the model itself -- a width supernet, SPOS training, evolution search, distillation."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ConfigSpace import Constant, UniformFloatHyperparameter, UniformIntegerHyperparameter
+from torch import nn
+
+from slimkit.algorithms.distillation._nas import (
+    check_reachable,
+    constraints,
+    example_batch,
+    flops_limit,
+    search,
+    train_supernet,
+)
+from slimkit.algorithms.recovery._training import (
+    chosen_teacher,
+    student_hyperparameters,
+    teacher_hyperparameter,
+    train_student,
+)
+from slimkit.compression.nas import export_subnet
+from slimkit.compression.nas.searchable import SUPPORTED_SHAPES, layer_shapes, make_searchable, resize_layers
+from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import ConfigListHyperparameter
+from slimkit.core.registry import register
+from slimkit.errors import ConfigError
+from slimkit.training.distill import DistillObjective, KLDivergence, frozen_teacher
+
+
+class WidthRatios(ConfigListHyperparameter):
+    """Width ratios such as ``[0.25, 0.5, 0.75, 1.0]`` (the full width is always a choice); not searchable."""
+
+    def __init__(self, name: str, default_value: tuple[float, ...], meta: dict[str, Any]) -> None:
+        Constant.__init__(self, name, tuple(default_value), meta=meta)  # the parent's default () is no ratio list
+
+    def legal_value(self, value: Any) -> bool:  # type: ignore[override]
+        """Accept a non-empty list of numbers in (0, 1]."""
+        return isinstance(value, (list, tuple)) and bool(value) and all(
+            type(v) in (int, float) and 0 < v <= 1 for v in value)
+
+    def describe(self) -> str:
+        """What the hyperparameter accepts."""
+        return "a non-empty list of width ratios in (0, 1], e.g. [0.25, 0.5, 0.75, 1.0]"
+
+
+def _int(name: str, low: int, high: int, default: int, desc: str) -> UniformIntegerHyperparameter:
+    return UniformIntegerHyperparameter(name, low, high, default_value=default, meta={"desc": desc})
+
+
+def _float(name: str, low: float, high: float, default: float, desc: str) -> UniformFloatHyperparameter:
+    return UniformFloatHyperparameter(name, low, high, default_value=default, meta={"desc": desc})
+
+
+@register
+class SposSearch(SlimkitDistiller):
+    """One-shot NAS of a CNN's channel widths: SPOS supernet training, evolution search, then distillation.
+
+    The model becomes a width supernet (every group of coupled conv/linear channels gets the choices
+    ``width_ratios`` of its width, strongest channels first, see :mod:`slimkit.compression.nas.searchable`), is
+    trained one uniformly sampled subnet per step (SPOS) on the model's softened outputs and the task loss, then
+    ``EvolutionSearchLoop`` finds the subnet of lowest validation loss whose FLOPs stay under ``flops_ratio`` of
+    the model's (and ``max_flops`` / ``max_params`` when set). That subnet is exported as plain layers and
+    trained like ``width_distill``'s student (KL at ``temperature`` to the model as it entered smash, or
+    ``teacher_ckpt``, plus the task loss). The save records the layer shapes and rebuilds them before loading.
+    """
+
+    algorithm_name = "spos_search"
+    aliases = ("SposSearch", "one_shot_nas")
+    dataset_required = True
+    save_fn = SaveFn.REPLAY
+    references = {"Paper (SPOS)": "https://arxiv.org/abs/1904.00420",
+                  "MMRazor SPOS": "https://github.com/open-mmlab/mmrazor/tree/main/configs/nas/mmcls/spos"}
+
+    def get_hyperparameters(self) -> list:
+        """Search space, supernet training, evolution search, constraints, distillation, then the retraining."""
+        return [
+            WidthRatios("width_ratios", (0.25, 0.5, 0.75, 1.0), meta={
+                "desc": "Width choices of every searchable channel group, as fractions of its width."}),
+            _int("supernet_epochs", 1, 1000, 3, "Passes over the train data while training the supernet."),
+            _int("supernet_steps", 0, 10**7, 0, "Stop supernet training after this many steps (0: no limit)."),
+            _float("supernet_lr", 1e-6, 1.0, 3e-3, "Adam learning rate of the supernet training."),
+            _int("num_candidates", 2, 1000, 16, "Population of each evolution epoch."),
+            _int("top_k", 1, 1000, 4, "Best subnets kept as parents."),
+            _int("max_epochs", 1, 1000, 4, "Evolution epochs."),
+            _float("mutate_prob", 0.0, 1.0, 0.2, "Chance that a child resamples each width of its parent."),
+            _float("crossover_prob", 0.0, 1.0, 0.5, "Chance that a crossover child takes each width from parent 2."),
+            _float("flops_ratio", 0.01, 1.0, 0.5, "FLOPs limit as a fraction of the model's FLOPs."),
+            _float("max_flops", 0.0, 1e18, 0.0, "Absolute FLOPs limit per example (0: only flops_ratio)."),
+            _float("max_params", 0.0, 1e15, 0.0, "Parameter limit of the subnet (0: none)."),
+            _int("calibrate_batches", 0, 10**5, 4, "Train batches recomputing each candidate's BatchNorm statistics."),
+            _int("score_batches", 1, 10**5, 8, "Validation batches that score each candidate."),
+            _float("logits_weight", 0.0, 100.0, 1.0, "Weight of the KL divergence to the teacher's outputs."),
+            _float("temperature", 0.1, 100.0, 4.0, "Softmax temperature of the output distillation."),
+            _float("task_weight", 0.0, 100.0, 1.0, "Weight of the task loss on the data's targets."),
+            teacher_hyperparameter("the model handed to it"),
+            *student_hyperparameters(epochs=3, lr=3e-3),
+        ]
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs a plain Conv2d or Linear layer."""
+        return isinstance(model, nn.Module) and any(type(m) in (nn.Conv2d, nn.Linear) for m in model.modules())
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return f"It searches the channel widths of {SUPPORTED_SHAPES}; the model has no Conv2d or Linear layer."
+
+    def _objective(self, smash_config: SmashConfigPrefixWrapper, teacher: nn.Module) -> DistillObjective:
+        logits, task = float(smash_config["logits_weight"]), float(smash_config["task_weight"])
+        if logits == 0 and task == 0:
+            raise ConfigError("spos_search: logits_weight and task_weight are both 0; nothing to train.")
+        kl = KLDivergence(tau=float(smash_config["temperature"]), loss_weight=logits) if logits > 0 else None
+        return DistillObjective(teacher, None, kl, task_weight=task)
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        seed, example = int(smash_config["seed"]), example_batch(smash_config, model)
+        teacher = chosen_teacher(smash_config, model)
+        flops, limit = flops_limit(smash_config, model, example)
+        supernet = make_searchable(copy.deepcopy(model), example, tuple(smash_config["width_ratios"]))
+        check_reachable(supernet, example, constraints(smash_config, limit))
+        objective = self._objective(smash_config, teacher)
+        with frozen_teacher(teacher):
+            trained = train_supernet(supernet, smash_config, objective, seed)
+            result = search(supernet, smash_config, example, limit, seed)
+            student = export_subnet(supernet).model
+            student.train(model.training)
+            train_student(student, smash_config, objective, self.algorithm_name)
+        before, after = layer_shapes(model), layer_shapes(student)
+        smash_config.state.update(
+            subnet=result.best_subnet, search_space={f"widths.{n}": m.choices for n, m in supernet.widths.items()},
+            layer_shapes={n: s for n, s in after.items() if before.get(n) != s},
+            flops_before=flops, flops_limit=limit, flops_after=result.metrics.get("flops"),
+            best_score=round(result.best_score, 6), search_history=[round(h, 6) for h in result.history],
+            evaluated=result.evaluated, supernet_steps=trained.steps,
+            last_parts={k: round(v, 6) for k, v in objective.last.items()})
+        return student
+
+    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Give a freshly built base model the searched layer shapes (the weights then load strictly)."""
+        if "layer_shapes" not in state:
+            raise ConfigError("The saved spos_search state has no 'layer_shapes'; the save is incomplete.")
+        return resize_layers(model, state["layer_shapes"])
