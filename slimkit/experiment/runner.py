@@ -141,6 +141,8 @@ def work(folder: str | Path, automatic: bool, index: int, n_samples: int, echo: 
 
 def _prepare_folder(exp: Experiment, automatic: bool, folder: Path, store: Store) -> dict[str, Any]:
     raw = {**exp.raw, "name": exp.name, "workingdir": str(exp.workingdir)}
+    if isinstance(raw.get("storage"), str):  # the folder keeps no password: report/resume ask for the URL
+        raw["storage"] = redact(raw["storage"])
     saved = folder / EXPERIMENT_FILE
     if saved.is_file():
         before = json.loads(saved.read_text())

@@ -141,3 +141,15 @@ def test_run_with_two_local_workers_on_the_database(tmp_path, postgres):
     assert all(r["state"] == "complete" for r in result.rows)
     logs = [(result.folder / r["trial_dir"] / "log.txt").read_text() for r in result.rows]
     assert all(f"job {r['number']} sparsity" in log for r, log in zip(result.rows, logs, strict=True))
+
+
+def test_a_password_in_the_file_stays_out_of_the_run_folder(tmp_path, postgres):
+    from slimkit.experiment.runner import run_experiment
+
+    exp = _experiment(tmp_path, "secret", n_samples=1, runtime_args={"seconds": 0.0}, storage=postgres.url())
+    assert redact(postgres.url()) != postgres.url()  # the URL carries a password
+    result = run_experiment(exp, automatic=True, quiet=True)
+    saved = [(result.folder / name).read_text() for name in ("experiment.json", "run.json")]
+    assert all(postgres.url() not in text and redact(postgres.url()) in text for text in saved)
+    again = run_experiment(exp, automatic=True, quiet=True)  # the same file resumes the same folder
+    assert again.folder == result.folder and [r["state"] for r in again.rows] == ["complete"]
