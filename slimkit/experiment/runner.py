@@ -101,7 +101,10 @@ def _next_trial(study: optuna.Study, store: Store, folder: Path, n_samples: int)
             return "wait" if store.shared else "done"
         with warnings.catch_warnings():  # heartbeats are recorded by slimkit's own thread, not Study.optimize
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
-            return study.ask()
+            trial = study.ask()
+        if store.shared:  # a first heartbeat at once: a worker dying before its Heartbeat thread starts is found too
+            study._storage.record_heartbeat(trial._trial_id)
+        return trial
 
 
 def work(folder: str | Path, automatic: bool, index: int, n_samples: int, echo: bool = False,

@@ -153,3 +153,27 @@ def test_a_password_in_the_file_stays_out_of_the_run_folder(tmp_path, postgres):
     assert all(postgres.url() not in text and redact(postgres.url()) in text for text in saved)
     again = run_experiment(exp, automatic=True, quiet=True)  # the same file resumes the same folder
     assert again.folder == result.folder and [r["state"] for r in again.rows] == ["complete"]
+
+
+def test_a_worker_dying_right_after_asking_still_has_its_trial_failed(tmp_path, postgres):
+    """Optuna records no heartbeat at ask(); slimkit records one at once, so the trial goes stale and is retried."""
+    import time
+
+    import optuna
+
+    from slimkit.experiment.experiment_file import load_experiment
+    from slimkit.experiment.runner import _next_trial
+    from slimkit.experiment.study import open_study
+
+    exp = load_experiment(_experiment(tmp_path, "gap", n_samples=2, runtime_args={"seconds": 0.0}), True)
+    folder = tmp_path / "gap_run"
+    folder.mkdir()
+    store = Store(postgres.url(), 1, 2)
+    study = open_study(folder, exp, store=store)
+    asked = _next_trial(study, store, folder, 2)
+    assert isinstance(asked, optuna.Trial)  # ... and the worker dies here, before its Heartbeat thread starts
+    time.sleep(3.5)
+    optuna.storages.fail_stale_trials(study)
+    trials = study.get_trials(deepcopy=False)
+    assert trials[asked.number].state == optuna.trial.TrialState.FAIL
+    assert any(asked.number in t.system_attrs.get("retry_history", ()) for t in trials)  # queued again
