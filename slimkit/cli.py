@@ -92,7 +92,7 @@ def _build_config(args: argparse.Namespace):
     if cfg is not None and args.tokenizer:
         cfg.add_tokenizer(args.tokenizer)
     if cfg is not None and args.example_inputs:
-        from slimkit.config.smash_config import load_inputs
+        from slimkit.config.files import load_inputs
 
         cfg.add_example_inputs(load_inputs(args.example_inputs))
     return cfg

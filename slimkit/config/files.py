@@ -1,7 +1,11 @@
-"""The files beside a saved SmashConfig: example inputs (safetensors) and tokenizers/processors (local folders)."""
+"""A saved SmashConfig on disk: the JSON file, its header checks, and the files beside it.
+
+Beside the JSON: example inputs as safetensors, tokenizer/processor folders.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,8 +13,68 @@ from typing import Any
 
 import torch
 
-from slimkit.core.io import save_tensors_atomic
+from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
 from slimkit.errors import ConfigError
+
+SCHEMA_VERSION = 1
+CONFIG_FILE = "smash_config.json"
+TOKENIZER_DIR = "tokenizer"
+PROCESSOR_DIR = "processor"
+EXAMPLE_INPUTS_FILE = "example_inputs.safetensors"
+
+
+def check_payload(payload: Any) -> str:
+    """Check a saved config's top level (object, schema version, field types); return the device to use."""
+    if not isinstance(payload, Mapping):
+        raise ConfigError(
+            f"A saved SmashConfig is a JSON object with 'schema_version', 'algorithms' and 'hyperparameters'; "
+            f"got a {type(payload).__name__} at the top level. Re-save the config with SmashConfig.save_to_json."
+        )
+    version = payload.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ConfigError(
+            f"SmashConfig schema_version {version!r} is not supported (this slimkit reads {SCHEMA_VERSION}). "
+            "Re-save the config with this slimkit version."
+        )
+    device = payload.get("device", "auto")
+    if not isinstance(device, str):
+        raise ConfigError(f"SmashConfig 'device' must be a string such as 'cpu' or 'cuda'; got {device!r}.")
+    for field in ("algorithms", "hyperparameters"):
+        if not isinstance(payload.get(field, {}), Mapping):
+            raise ConfigError(f"SmashConfig {field!r} must be a JSON object of key -> value; got {payload[field]!r}.")
+    return "cpu" if device.startswith("cuda") and not torch.cuda.is_available() else device
+
+
+def write_config(path: str | os.PathLike, payload: Mapping[str, Any], tokenizer: Any, processor: Any,
+                 example_inputs: Any) -> Path:
+    """Write ``payload`` as JSON with the tokenizer/processor folders and example inputs beside it.
+
+    A ``path`` ending in ``.json`` is that file, anything else the folder of ``smash_config.json``. Returns the
+    JSON file's path.
+    """
+    given = Path(path)
+    folder, target = (given.parent, given) if given.suffix.lower() == ".json" else (given, given / CONFIG_FILE)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(target, dict(payload))
+    for obj, sub in ((tokenizer, TOKENIZER_DIR), (processor, PROCESSOR_DIR)):
+        if obj is not None and hasattr(obj, "save_pretrained"):
+            with atomic_directory(folder / sub, replace=True) as tmp:  # never half a tokenizer on disk
+                obj.save_pretrained(str(tmp))
+    if example_inputs is not None:
+        save_inputs(example_inputs, folder / EXAMPLE_INPUTS_FILE)
+    return target
+
+
+def read_config(path: str | os.PathLike) -> tuple[Path, Any]:
+    """The JSON file of a saved config (a directory or the file itself) and its parsed content."""
+    p = Path(path)
+    file = p / CONFIG_FILE if p.is_dir() else p
+    if not file.is_file():
+        raise ConfigError(f"No SmashConfig at {file}: the file does not exist.")
+    try:
+        return file, json.loads(file.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file} is not valid JSON ({exc}); the file is truncated or corrupt.") from exc
 
 
 def save_inputs(inputs: Any, path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -11,18 +10,21 @@ from typing import Any
 import torch
 
 import slimkit.algorithms  # noqa: F401  (importing it registers every algorithm)
-from slimkit.config.files import load_inputs, load_pretrained, save_inputs
+from slimkit.config.files import (
+    EXAMPLE_INPUTS_FILE,
+    PROCESSOR_DIR,
+    SCHEMA_VERSION,
+    TOKENIZER_DIR,
+    check_payload,
+    load_inputs,
+    load_pretrained,
+    read_config,
+    write_config,
+)
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import describe_allowed, is_legal, to_jsonable
-from slimkit.core.io import atomic_directory, write_json_atomic
 from slimkit.errors import ConfigError, closest
-
-SCHEMA_VERSION = 1
-CONFIG_FILE = "smash_config.json"
-TOKENIZER_DIR = "tokenizer"
-PROCESSOR_DIR = "processor"
-EXAMPLE_INPUTS_FILE = "example_inputs.safetensors"
 
 
 def resolve_device(device: str | torch.device | None) -> str:
@@ -270,27 +272,7 @@ class SmashConfig:
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> SmashConfig:
         """Rebuild a SmashConfig from :meth:`to_dict` output (validating every key and value again)."""
-        if not isinstance(payload, Mapping):
-            raise ConfigError(
-                f"A saved SmashConfig is a JSON object with 'schema_version', 'algorithms' and 'hyperparameters'; "
-                f"got a {type(payload).__name__} at the top level. Re-save the config with SmashConfig.save_to_json."
-            )
-        version = payload.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ConfigError(
-                f"SmashConfig schema_version {version!r} is not supported (this slimkit reads {SCHEMA_VERSION}). "
-                "Re-save the config with this slimkit version."
-            )
-        device = payload.get("device", "auto")
-        if not isinstance(device, str):
-            raise ConfigError(f"SmashConfig 'device' must be a string such as 'cpu' or 'cuda'; got {device!r}.")
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            device = "cpu"
-        cfg = cls(device=device)
-        for field in ("algorithms", "hyperparameters"):
-            if not isinstance(payload.get(field, {}), Mapping):
-                raise ConfigError(f"SmashConfig {field!r} must be a JSON object of key -> value; "
-                                  f"got {payload[field]!r}.")
+        cfg = cls(device=check_payload(payload))
         for group, name in payload.get("algorithms", {}).items():
             if group not in GROUPS:
                 raise ConfigError(f"SmashConfig 'algorithms' key {group!r} is not a group.{closest(str(group), GROUPS)}"
@@ -328,17 +310,8 @@ class SmashConfig:
         inputs, if any, go beside the JSON file. ``extra`` adds top-level keys (the engine stores the applied
         algorithms and the base model there). Returns the JSON file's path.
         """
-        given = Path(path)
-        folder, target = (given.parent, given) if given.suffix.lower() == ".json" else (given, given / CONFIG_FILE)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(target, {**self.to_dict(), **dict(extra or {})})
-        for obj, sub in ((self.tokenizer, TOKENIZER_DIR), (self.processor, PROCESSOR_DIR)):
-            if obj is not None and hasattr(obj, "save_pretrained"):
-                with atomic_directory(folder / sub, replace=True) as tmp:  # never half a tokenizer on disk
-                    obj.save_pretrained(str(tmp))
-        if self.example_inputs is not None:
-            save_inputs(self.example_inputs, folder / EXAMPLE_INPUTS_FILE)
-        return target
+        return write_config(path, {**self.to_dict(), **dict(extra or {})}, self.tokenizer, self.processor,
+                            self.example_inputs)
 
     def load_from_json(self, path: str | os.PathLike) -> None:
         """Replace this config's content by the one saved in directory (or file) ``path``."""
@@ -348,14 +321,7 @@ class SmashConfig:
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> SmashConfig:
         """Load a SmashConfig saved by :meth:`save_to_json` (a directory or the JSON file itself)."""
-        p = Path(path)
-        file = p / CONFIG_FILE if p.is_dir() else p
-        if not file.is_file():
-            raise ConfigError(f"No SmashConfig at {file}: the file does not exist.")
-        try:
-            payload = json.loads(file.read_bytes())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{file} is not valid JSON ({exc}); the file is truncated or corrupt.") from exc
+        file, payload = read_config(path)
         try:
             cfg = cls.from_dict(payload)
         except ConfigError as exc:

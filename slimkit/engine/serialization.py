@@ -12,14 +12,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from slimkit.config.smash_config import (
-    CONFIG_FILE,
-    EXAMPLE_INPUTS_FILE,
-    PROCESSOR_DIR,
-    TOKENIZER_DIR,
-    SmashConfig,
-    load_inputs,
-)
+from slimkit.config.files import CONFIG_FILE, EXAMPLE_INPUTS_FILE, PROCESSOR_DIR, TOKENIZER_DIR, load_inputs
+from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
 from slimkit.core.contract import SaveFn
 from slimkit.core.io import atomic_directory, recover_directory
