@@ -56,7 +56,7 @@ class ModelRunner:
             if self.tokenizer is None:
                 raise RequestError(422, "This model was saved without a tokenizer: send token ids, "
                                         "e.g. {'inputs': [[101, 2023, 102]]}.")
-            ids = [self.tokenizer(x)["input_ids"] for x in inputs]
+            ids = self.tokenizer(inputs)["input_ids"]  # one call for all: fast tokenizers batch in Rust
             empty = [i for i, x in enumerate(ids) if not x]
             if empty:
                 raise RequestError(422, f"inputs[{empty[0]}] ({inputs[empty[0]]!r}) has no tokens once tokenized; "
@@ -188,10 +188,15 @@ def build_app(model: Any = None, tokenizer: Any = None, max_length: int | None =
 
     async def tensor_route(body: Any, shape: Callable[[torch.Tensor], dict[str, Any]]) -> tuple[Response, int]:
         runner = served.ready()
-        ids = await run_in_threadpool(runner.parse, body)
-        runner.check_length(ids)
-        output = await run_in_threadpool(runner.run, ids)
-        return JSONResponse(shape(output)), len(ids)
+
+        def work() -> tuple[bytes, int]:  # one trip to a worker thread: parse, tokenize, run, serialise
+            ids = runner.parse(body)
+            runner.check_length(ids)
+            out = shape(runner.run(ids))
+            return json.dumps(out, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(), len(ids)
+
+        content, count = await run_in_threadpool(work)
+        return Response(content, media_type="application/json"), count
 
     async def embed(request: Request) -> Response:
         return await answer(request, "/embed",
