@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -36,7 +37,7 @@ import httpx
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interleaved_samples, machine_line, print_table  # noqa: E402
+from common import machine_line, print_table  # noqa: E402
 from serving import Server, percentile, pydoc_sentences, save_minilm  # noqa: E402
 
 from slimkit import SmashedModel  # noqa: E402
@@ -46,41 +47,40 @@ MAX_BATCH, MAX_WAIT_MS, MAX_PADDING = 16, 5.0, 0.25
 
 
 def model_bound(folder: Path, sentences: list[str], batch: int, repeats: int = 3) -> dict[str, float]:
-    """ms per sentence in the model alone: one per forward; in batches of ``batch`` grouped and padded as
-    dynamic_batch does; and the ceiling, batches with no padding at all (every sentence cut to the shortest
-    length of its batch, so this one computes less than the others)."""
+    """ms per sentence in the model alone (2 torch threads): one per forward; in batches of ``batch`` grouped and
+    padded as dynamic_batch does; and the ceiling, the same work with no padding at all (neighbours in length
+    order cut to the shortest of their batch), alone vs batched. Timed batch by batch, the four in turn (order
+    alternating), so load from other processes hits all four alike."""
     model = SmashedModel.from_pretrained(folder)
     tokenizer = model.smash_config.tokenizer
     calls = [((), {"input_ids": torch.tensor([x]), "attention_mask": torch.ones(1, len(x), dtype=torch.long)})
              for x in tokenizer(sentences)["input_ids"]]
-    ordered = sorted(calls, key=lambda call: call[1]["input_ids"].shape[1])  # neighbours of similar length
-    chunks = [ordered[start : start + batch] for start in range(0, len(ordered), batch)]
-    unpadded = []
-    for chunk in chunks:
-        shortest = min(kwargs["input_ids"].shape[1] for _, kwargs in chunk)
-        ids = torch.cat([kwargs["input_ids"][:, :shortest] for _, kwargs in chunk])
-        unpadded.append({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
-    alone_unpadded = [{k: v[:1] for k, v in kwargs.items()}
-                      for kwargs, chunk in zip(unpadded, chunks, strict=True) for _ in chunk]
-
-    def alone() -> None:
-        for _, kwargs in calls:
-            model(**kwargs)
-
-    def batched() -> None:
-        for start in range(0, len(calls), batch):
-            chunk = calls[start : start + batch]
-            for group in length_groups(chunk, [1] * len(chunk), MAX_PADDING):
-                _, kwargs, _ = collate([chunk[i] for i in group], pad_token_id=0)
-                model(**kwargs)
-
-    fns = {"alone": alone, "batched": batched,
-           "ceiling alone": lambda: [model(**kwargs) for kwargs in alone_unpadded],
-           "ceiling batched": lambda: [model(**kwargs) for kwargs in unpadded]}
-    samples = interleaved_samples(fns, repeats=repeats, warmup=1, threads=2)
-    counts = {"alone": len(calls), "batched": len(calls), "ceiling alone": len(alone_unpadded),
-              "ceiling batched": sum(len(kwargs["input_ids"]) for kwargs in unpadded)}
-    return {name: sorted(samples[name])[repeats // 2] / counts[name] for name in fns}
+    ordered = sorted(calls, key=lambda call: call[1]["input_ids"].shape[1])
+    jobs: list[dict[str, Callable[[], object]]] = []
+    for start in range(0, len(calls), batch):
+        chunk = calls[start : start + batch]
+        groups = [collate([chunk[i] for i in g], pad_token_id=0)[1]
+                  for g in length_groups(chunk, [1] * len(chunk), MAX_PADDING)]
+        similar = ordered[start : start + batch]
+        shortest = min(kwargs["input_ids"].shape[1] for _, kwargs in similar)
+        ids = torch.cat([kwargs["input_ids"][:, :shortest] for _, kwargs in similar])
+        cut = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        jobs.append({"alone": lambda chunk=chunk: [model(**kwargs) for _, kwargs in chunk],
+                     "batched": lambda groups=groups: [model(**kwargs) for kwargs in groups],
+                     "ceiling alone": lambda cut=cut: [model(**{k: v[i : i + 1] for k, v in cut.items()})
+                                                       for i in range(len(cut["input_ids"]))],
+                     "ceiling batched": lambda cut=cut: model(**cut)})
+    torch.set_num_threads(2)
+    seconds = dict.fromkeys(jobs[0], 0.0)
+    with torch.inference_mode():
+        for r in range(repeats + 1):  # the first pass warms up
+            for i, job in enumerate(jobs):
+                for name in list(job) if (r + i) % 2 == 0 else list(reversed(job)):
+                    t = time.perf_counter()
+                    job[name]()
+                    if r:
+                        seconds[name] += time.perf_counter() - t
+    return {name: 1000 * value / (repeats * len(calls)) for name, value in seconds.items()}
 
 
 def _round(url: str, sentences: list[str], clients: int) -> tuple[float, list[float]]:
