@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import torch
+from starlette.concurrency import run_in_threadpool
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
@@ -125,7 +126,7 @@ class Generator:
         ``gone`` is awaited beside the generation (e.g. the ASGI receive that answers ``http.disconnect``); when it
         returns, the generation in flight stops at its next token and its worker thread is free again.
         """
-        loop, stop = asyncio.get_running_loop(), threading.Event()
+        stop = threading.Event()
 
         async def watch() -> None:
             await gone()
@@ -135,7 +136,7 @@ class Generator:
         try:
             results = []
             for ids in prompts:
-                tokens = await loop.run_in_executor(None, self.generate, ids, new_tokens, None, stop)
+                tokens = await run_in_threadpool(self.generate, ids, new_tokens, None, stop)
                 if stop.is_set():
                     return None
                 results.append(tokens)

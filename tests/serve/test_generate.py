@@ -210,7 +210,7 @@ def test_a_client_that_disconnects_from_a_whole_generate_stops_the_generation():
             stopped_after = time.monotonic() - closed
             assert metrics["generate"]["stopped_by_disconnect"] == 1
             assert 0 < metrics["generate"]["new_tokens"] < 50  # far short of the 100 asked for
-            assert stopped_after < 1.0  # noticed at once, not after the ~2 s the whole generation takes
+            assert stopped_after < 1.5  # noticed at once, not after the 2 s or more the whole generation takes
             whole = client.post("/generate", json={"inputs": [[7, 8, 9]], "max_new_tokens": 5})
             assert whole.status_code == 200 and len(whole.json()["tokens"][0]) == 5
             assert client.get("/metrics").json()["generate"]["stopped_by_disconnect"] == 1
