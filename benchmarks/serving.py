@@ -62,6 +62,11 @@ class Server:
                 raise RuntimeError(f"slimkit serve {folder} did not finish loading:\n{''.join(self.log)}")
             time.sleep(0.1)
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, all threads) the server process has used so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> int:
         """SIGTERM (in-flight requests finish), wait, return the exit status."""
         if self.proc.poll() is None:

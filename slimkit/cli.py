@@ -163,7 +163,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise MissingPackageError(f"slimkit serve needs a package that is not installed ({exc}). "
                                   "Install it: pip install 'slimkit[serve]'") from exc
     serve(args.folder, host=args.host, port=args.port, max_length=args.max_length, max_inputs=args.max_inputs,
-          max_new_tokens=args.max_new_tokens)
+          max_new_tokens=args.max_new_tokens, access_log=args.access_log)
     return 0
 
 
@@ -272,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-inputs", type=int, default=256, help="most inputs in one request (default 256)")
     p.add_argument("--max-new-tokens", type=int, default=512,
                    help="largest max_new_tokens a /generate request may ask for (default 512)")
+    p.add_argument("--access-log", action="store_true",
+                   help="log every request (uvicorn's access log; off by default: it costs CPU per request)")
     p.set_defaults(func=_cmd_serve)
     return parser
 

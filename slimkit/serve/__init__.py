@@ -15,11 +15,13 @@ from slimkit.serve.metrics import ServeMetrics
 
 
 def serve(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, max_length: int | None = None,
-          max_inputs: int = 256, max_new_tokens: int = 512) -> None:
+          max_inputs: int = 256, max_new_tokens: int = 512, access_log: bool = False) -> None:
     """Serve the model saved at ``path`` until interrupted (uvicorn, one process).
 
     The server listens at once and loads the model in the background (requests meanwhile get 503 with
     Retry-After); a model that fails to load stops the server. SIGINT/SIGTERM finish in-flight requests first.
+    uvicorn's per-request access log is off unless ``access_log`` (it costs CPU on every request; ``/metrics``
+    counts requests by route and status instead).
     """
     import uvicorn  # noqa: PLC0415 - only serving needs it; slimkit[serve] installs it
 
@@ -38,7 +40,7 @@ def serve(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, ma
 
     app = build_app(loader=load, max_length=max_length, max_inputs=max_inputs, max_new_tokens=max_new_tokens,
                     on_load_error=stop)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=access_log))
     server.run()
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import torch
+from starlette.concurrency import run_in_threadpool
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
@@ -68,6 +69,14 @@ class Generator:
         eos = getattr(config, "eos_token_id", None)
         eos = eos[0] if isinstance(eos, list) and eos else eos
         self.pad_token_id = pad if isinstance(pad, int) else eos if isinstance(eos, int) else 0
+        self._lock = threading.Lock()
+        self.generations = self.stopped = self.new_tokens = 0
+
+    def stats(self) -> dict[str, int]:
+        """Prompts generated, how many were stopped early because their client went away, new tokens in all."""
+        with self._lock:
+            return {"generations": self.generations, "stopped_by_disconnect": self.stopped,
+                    "new_tokens": self.new_tokens}
 
     def accepted(self) -> str:
         """The fields /generate accepts, in words."""
@@ -103,7 +112,37 @@ class Generator:
             out = self.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
                                       do_sample=False, pad_token_id=self.pad_token_id, streamer=streamer,
                                       stopping_criteria=criteria)
-        return out[0, len(ids):].tolist()
+        tokens = out[0, len(ids):].tolist()
+        with self._lock:
+            self.generations += 1
+            self.new_tokens += len(tokens)
+            self.stopped += stop is not None and stop.is_set() and len(tokens) < new_tokens
+        return tokens
+
+    async def generate_unless_gone(self, prompts: list[list[int]], new_tokens: int,
+                                   gone: Callable[[], Awaitable[object]]) -> list[list[int]] | None:
+        """The greedy continuation of each prompt, or None once ``gone()`` returns (the client disconnected).
+
+        ``gone`` is awaited beside the generation (e.g. the ASGI receive that answers ``http.disconnect``); when it
+        returns, the generation in flight stops at its next token and its worker thread is free again.
+        """
+        stop = threading.Event()
+
+        async def watch() -> None:
+            await gone()
+            stop.set()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            results = []
+            for ids in prompts:
+                tokens = await run_in_threadpool(self.generate, ids, new_tokens, None, stop)
+                if stop.is_set():
+                    return None
+                results.append(tokens)
+            return results
+        finally:
+            watcher.cancel()
 
     def _generate_then_end(self, ids: list[int], new_tokens: int, streamer: TokenQueue,
                            stop: threading.Event) -> list[int]:

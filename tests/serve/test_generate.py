@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -188,3 +190,27 @@ def test_a_model_that_fails_to_load_is_reported():
     assert health.status_code == 503 and "truncated" in health.json()["error"]
     assert embed.status_code == 503 and "failed to load (OSError: model.safetensors is truncated)" in embed.text
     assert errors == ["OSError: model.safetensors is truncated"]
+
+
+def test_a_client_that_disconnects_from_a_whole_generate_stops_the_generation():
+    model = zoo.load("tiny_llama").model.eval()
+    model.generation_config.eos_token_id = None  # no early stop: only a disconnect can cut it short
+    model.register_forward_pre_hook(lambda module, args: time.sleep(0.02))  # ~20 ms a token: 100 tokens take ~2 s
+    with live_server(build_app(model)) as (url, _):
+        body = json.dumps({"inputs": [[7, 8, 9]], "max_new_tokens": 100}).encode()
+        with socket.create_connection((urlsplit(url).hostname, urlsplit(url).port)) as s:
+            s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            time.sleep(0.3)  # generation under way, about 15 tokens in
+        closed = time.monotonic()
+        with httpx.Client(base_url=url, timeout=30) as client:
+            while (metrics := client.get("/metrics").json())["responses_by_status"].get("499", 0) == 0:
+                assert time.monotonic() - closed < 10, "the abandoned generation was never stopped"
+                time.sleep(0.02)
+            stopped_after = time.monotonic() - closed
+            assert metrics["generate"]["stopped_by_disconnect"] == 1
+            assert 0 < metrics["generate"]["new_tokens"] < 50  # far short of the 100 asked for
+            assert stopped_after < 1.5  # noticed at once, not after the 2 s or more the whole generation takes
+            whole = client.post("/generate", json={"inputs": [[7, 8, 9]], "max_new_tokens": 5})
+            assert whole.status_code == 200 and len(whole.json()["tokens"][0]) == 5
+            assert client.get("/metrics").json()["generate"]["stopped_by_disconnect"] == 1

@@ -14,7 +14,7 @@ import httpx
 import torch
 
 from slimkit import SmashConfig, smash, zoo
-from slimkit.cli import main
+from slimkit.cli import build_parser, main
 
 
 def test_serve_command_answers_generate_and_stops_cleanly_on_sigterm(tmp_path):
@@ -25,7 +25,7 @@ def test_serve_command_answers_generate_and_stops_cleanly_on_sigterm(tmp_path):
     smash(loaded.model.eval(), cfg, verbose=False).save_pretrained(folder)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.Popen([sys.executable, "-m", "slimkit", "serve", str(folder), "--port", "0"], env=env,
-                            stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log: list[str] = []
     reader = threading.Thread(target=lambda: log.extend(iter(proc.stderr.readline, "")), daemon=True)
     reader.start()
@@ -54,9 +54,15 @@ def test_serve_command_answers_generate_and_stops_cleanly_on_sigterm(tmp_path):
     text = "".join(log)
     assert "Waiting for application shutdown" in text and "Finished server process" in text
     assert "Traceback" not in text
+    assert "POST /generate" not in proc.stdout.read() + text  # no access log by default (it costs CPU per request)
 
 
 def test_serve_command_refuses_a_folder_that_is_not_a_save(tmp_path, capsys):
     assert main(["serve", str(tmp_path), "--port", "0"]) == 1
     err = capsys.readouterr().err
     assert "is not a saved slimkit model (no smash_config.json there)" in err and "Traceback" not in err
+
+
+def test_access_log_is_off_unless_asked_for():
+    assert build_parser().parse_args(["serve", "DIR"]).access_log is False
+    assert build_parser().parse_args(["serve", "DIR", "--access-log"]).access_log is True
