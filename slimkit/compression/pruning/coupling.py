@@ -108,7 +108,8 @@ class ChannelCoupling:
         """The Conv/Linear layers that read producer ``name``'s output channels, through any coupling op.
 
         One ``(layer name, module, channels, positions)`` per reader: output channel ``channels[i]`` of ``name``
-        arrives at input channel ``positions[i]`` of the reader (after norms, activations, gates, depthwise convs).
+        arrives at input channel ``positions[i]`` of the reader (after norms, activations, gates, depthwise convs;
+        an attention block is read through its q/k/v projections).
         Empty when ``name`` is not a traced producer or nothing traced reads its channels.
         """
         classes = self.producers.get(name)
@@ -118,14 +119,21 @@ class ChannelCoupling:
         for channel, cls in enumerate(classes.tolist()):
             owners.setdefault(cls, []).append(channel)
         found = []
-        for reader, rec in self.graph.leaves.items():
-            if rec.kind not in _PRUNABLE_KINDS or rec.in_ids is None:
+        for name, rec in self.graph.leaves.items():
+            if rec.kind not in (*_PRUNABLE_KINDS, "attention") or rec.in_ids is None:
                 continue
             read = _tracked(rec.in_ids, self._roots)
             pairs = [(c, p) for p in np.flatnonzero(np.isin(read, classes)).tolist() for c in owners[int(read[p])]]
-            if pairs:
-                channels, positions = (np.asarray(v, dtype=np.int64) for v in zip(*pairs, strict=True))
-                found.append((reader, rec.module, channels, positions))
+            if not pairs:
+                continue
+            channels, positions = (np.asarray(v, dtype=np.int64) for v in zip(*pairs, strict=True))
+            if rec.kind == "attention":  # an attention block reads its input through its q/k/v projections
+                att = self.graph.attention[name]
+                for proj in (att.q, att.k, att.v):
+                    found.append((proj, rec.module.get_submodule(proj[len(name) + 1:] if name else proj), channels,
+                                  positions))
+            else:
+                found.append((name, rec.module, channels, positions))
         return found
 
     def _group_ok(self, group: int, selected: set[str], norms_decide: bool) -> bool:
