@@ -1,8 +1,8 @@
 """SmolLM2-135M with 30% of its MLP channels pruned, then ``kd_recover`` for a fixed step budget: perplexity.
 
     PYTHONPATH=. .venv/bin/python benchmarks/recover_llm.py [--pruner channel_energy] [--sparsity 0.3]
-        [--calib-batches 8] [--calib-batch-size 8] [--steps 16] [--batch-size 4] [--seq-len 128] [--lr 1e-4]
-        [--methods full lora] [--lora-rank 16] [--lora-lr 1e-3] [--threads 2]
+        [--calib-batches 8] [--calib-batch-size 8] [--steps 12] [--batch-size 4] [--seq-len 128] [--lr 1e-4]
+        [--methods full lora | none] [--lora-rank 16] [--lora-lr 1e-3] [--threads 2]
 
 The zoo's SmolLM2-135M (fp32) is pruned by ``--pruner`` with speedup: on a Llama every filter pruner's default
 layers are the MLP's gate/up projections, pruned together (dependency-aware) so ``--sparsity`` of each MLP's
@@ -71,13 +71,14 @@ def main() -> None:
     parser.add_argument("--sparsity", type=float, default=0.3)
     parser.add_argument("--calib-batches", type=int, default=8)
     parser.add_argument("--calib-batch-size", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--lora-lr", type=float, default=1e-3)
     parser.add_argument("--lora-rank", type=int, default=16)
-    parser.add_argument("--methods", nargs="+", default=["full", "lora"], choices=["full", "lora"])
+    parser.add_argument("--methods", nargs="+", default=["full", "lora"], choices=["full", "lora", "none"],
+                        help="recovery variants to run after the pruning; 'none' measures the pruning alone")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -101,7 +102,7 @@ def main() -> None:
     print(f"dense {dense_ppl:.2f}, pruned {pruned_ppl:.2f} (pruning: cpu {prune['cpu_seconds']:.0f} s, wall "
           f"{prune['seconds']:.0f} s)", flush=True)
     del smashed
-    for method in args.methods:
+    for method in [m for m in args.methods if m != "none"]:
         smashed = smash(dense, config(args, tok, method), verbose=False)
         ppl = perplexity(smashed.model, blocks)
         record = smashed.applied[-1]
