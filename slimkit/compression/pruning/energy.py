@@ -148,14 +148,14 @@ class ChannelEnergyPruner(_DataDrivenPruner):
             score.index_add_(0, torch.from_numpy(idx), energy)
             read[idx] = True
         if read.all():
-            return score
+            return score.to(wrapper.weight_mask.device)
         own = wrapper.output_moment.mean()
         if own is None:
             raise DataError(f"No statistics for layer {wrapper.name!r} or its readers; did its forward run on the "
                             "data?")
         fallback = torch.from_numpy(~read)
         score[fallback] = own.cpu().double()[fallback]
-        return score
+        return score.to(wrapper.weight_mask.device)
 
     def _collect_statistics(self) -> None:
         handles = []
