@@ -1,24 +1,28 @@
 """SmolLM2-135M with 30% of its MLP channels pruned, then ``kd_recover`` for a fixed step budget: perplexity.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/recover_llm.py [--sparsity 0.3] [--steps 40] [--batch-size 4]
-        [--seq-len 128] [--lr 1e-4] [--methods full lora] [--lora-rank 16] [--threads 2]
+    PYTHONPATH=. .venv/bin/python benchmarks/recover_llm.py [--pruner channel_energy] [--sparsity 0.3]
+        [--calib-batches 8] [--calib-batch-size 8] [--steps 12] [--batch-size 4] [--seq-len 128] [--lr 1e-4]
+        [--methods full lora | none] [--lora-rank 16] [--lora-lr 1e-3] [--threads 2]
 
-The zoo's SmolLM2-135M (fp32) is pruned by ``l1_filter`` with speedup: its default layers on a Llama are the
-MLP's gate/up projections, pruned together (dependency-aware) so 30% of each MLP's intermediate channels and
-the matching columns of ``down_proj`` go. Then, inside the same ``smash``, ``kd_recover`` distils the dense
-model (the model as it entered smash; KL of the token distributions at temperature 2 plus the next-token loss)
-into the pruned one for ``--steps`` steps on the PyDocText *train* split, training every weight (``full``) or
-rank-``--lora-rank`` LoRA adapters merged in afterwards (``lora``). Perplexity is measured on 8 x 256 tokens of
-the PyDocText *test* split (disjoint documents). "recovered" = (pruned - after) / (pruned - dense). The CPU
-time is the process's user+system time of the recovery alone (the smash time minus the pruning-only smash).
+The zoo's SmolLM2-135M (fp32) is pruned by ``--pruner`` with speedup: on a Llama every filter pruner's default
+layers are the MLP's gate/up projections, pruned together (dependency-aware) so ``--sparsity`` of each MLP's
+intermediate channels and the matching columns of ``down_proj`` go; attention and hidden size are untouched.
+The data-driven pruners (``channel_energy``, ``taylor_fo_weight``, ``activation_*``) rank the channels on
+``--calib-batches`` x ``--calib-batch-size`` sequences of the PyDocText *train* split. Then, inside the same
+``smash``, ``kd_recover`` distils the dense model (the model as it entered smash; KL of the token
+distributions at temperature 2 plus the next-token loss) into the pruned one for ``--steps`` steps on the
+PyDocText *train* split, training every weight (``full``) or rank-``--lora-rank`` LoRA adapters merged in
+afterwards (``lora``). Perplexity on 8 x 256 tokens of the PyDocText *test* split (disjoint documents).
+"recovered" = (pruned - after) / (pruned - dense), in perplexity and in log-perplexity. CPU seconds are the
+process's user + system time (all threads) of each algorithm, as ``smash`` records it (``cpu_seconds``); the
+recovery's include its two passes over the validation split (loss before / after).
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
+import math
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -28,17 +32,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, smash, zoo  # noqa: E402
+from slimkit.core import registry  # noqa: E402
 from slimkit.data import pydoc_text_blocks  # noqa: E402
 from slimkit.evaluation import count_parameters, perplexity  # noqa: E402
 
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+PRUNERS = ("channel_energy", "taylor_fo_weight", "activation_mean_rank", "activation_apoz_rank", "l1_filter",
+           "l2_filter", "fpgm")
 
 
 def config(args: argparse.Namespace, tokenizer: object, method: str | None) -> SmashConfig:
-    cfg = SmashConfig({"l1_filter": {"sparsity": args.sparsity}})
+    cfg = SmashConfig({args.pruner: {"sparsity": args.sparsity}})
+    names = {hp.name for hp in registry.get(args.pruner)().get_hyperparameters()}
+    if "batches" in names:  # the data-driven pruners: how many train sequences rank the channels
+        cfg[f"{args.pruner}_batches"] = args.calib_batches
+        cfg[f"{args.pruner}_batch_size"] = args.calib_batch_size
     if method is not None:
         cfg["recoverer"] = "kd_recover"
         for key, value in (("steps", args.steps), ("epochs", 1000), ("lr", args.lr), ("batch_size", args.batch_size),
@@ -52,16 +59,26 @@ def config(args: argparse.Namespace, tokenizer: object, method: str | None) -> S
     return cfg
 
 
+def recovered(dense: float, pruned: float, after: float) -> tuple[float, float]:
+    """Share of the loss won back, in perplexity and in log-perplexity."""
+    log_share = (math.log(pruned) - math.log(after)) / (math.log(pruned) - math.log(dense))
+    return (pruned - after) / (pruned - dense), log_share
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pruner", default="channel_energy", choices=PRUNERS)
     parser.add_argument("--sparsity", type=float, default=0.3)
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--calib-batches", type=int, default=8)
+    parser.add_argument("--calib-batch-size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--lora-lr", type=float, default=1e-3)
     parser.add_argument("--lora-rank", type=int, default=16)
-    parser.add_argument("--methods", nargs="+", default=["full", "lora"], choices=["full", "lora"])
+    parser.add_argument("--methods", nargs="+", default=["full", "lora"], choices=["full", "lora", "none"],
+                        help="recovery variants to run after the pruning; 'none' measures the pruning alone")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -70,33 +87,38 @@ def main() -> None:
     dense, tok = loaded.model.eval(), loaded.tokenizer
     blocks = pydoc_text_blocks(tok, 8, 256, split="test")
     print(machine_line(args.threads))
-    print(f"l1_filter sparsity {args.sparsity} (MLP channels); kd_recover {args.steps} steps x batch "
-          f"{args.batch_size} x {args.seq_len} tokens, lr {args.lr} (full) / {args.lora_lr} (LoRA rank "
-          f"{args.lora_rank}); perplexity on 8 x 256 test tokens\n", flush=True)
+    print(f"{args.pruner} sparsity {args.sparsity} (MLP channels; data-driven pruners rank on {args.calib_batches} x "
+          f"{args.calib_batch_size} train sequences); kd_recover {args.steps} steps x batch {args.batch_size} x "
+          f"{args.seq_len} tokens, lr {args.lr} (full) / {args.lora_lr} (LoRA rank {args.lora_rank}); perplexity on "
+          "8 x 256 test tokens\n", flush=True)
     dense_ppl = perplexity(dense, blocks)
-    rows = [["dense", f"{count_parameters(dense) / 1e6:.1f}M", f"{dense_ppl:.2f}", "", "", "", ""]]
-    cpu0, wall0 = cpu_seconds(), time.perf_counter()
-    pruned = smash(dense, config(args, tok, None), verbose=False).model
-    prune_cpu, prune_wall = cpu_seconds() - cpu0, time.perf_counter() - wall0
-    pruned_ppl = perplexity(pruned, blocks)
-    rows.append([f"l1_filter {args.sparsity:.0%} MLP", f"{count_parameters(pruned) / 1e6:.1f}M", f"{pruned_ppl:.2f}",
-                 "0%", "", "", ""])
-    print(f"dense {dense_ppl:.2f}, pruned {pruned_ppl:.2f} (pruning {prune_wall:.0f} s)", flush=True)
-    for method in args.methods:
-        cpu0, wall0 = cpu_seconds(), time.perf_counter()
+    rows = [["dense", f"{count_parameters(dense) / 1e6:.1f}M", f"{dense_ppl:.2f}", "", "", "", "", ""]]
+    smashed = smash(dense, config(args, tok, None), verbose=False)
+    prune = smashed.applied[0]
+    pruned_ppl = perplexity(smashed.model, blocks)
+    rows.append([f"{args.pruner} {args.sparsity:.0%} MLP", f"{count_parameters(smashed.model) / 1e6:.1f}M",
+                 f"{pruned_ppl:.2f}", "0%", "0%", "", f"({prune['cpu_seconds']:.0f} pruning)",
+                 f"({prune['seconds']:.0f})"])
+    print(f"dense {dense_ppl:.2f}, pruned {pruned_ppl:.2f} (pruning: cpu {prune['cpu_seconds']:.0f} s, wall "
+          f"{prune['seconds']:.0f} s)", flush=True)
+    del smashed
+    for method in [m for m in args.methods if m != "none"]:
         smashed = smash(dense, config(args, tok, method), verbose=False)
-        cpu, wall = cpu_seconds() - cpu0 - prune_cpu, time.perf_counter() - wall0 - prune_wall
         ppl = perplexity(smashed.model, blocks)
-        state = smashed.applied[-1]["state"]
-        recovered = (pruned_ppl - ppl) / (pruned_ppl - dense_ppl)
+        record = smashed.applied[-1]
+        state, cpu, wall = record["state"], record["cpu_seconds"], record["seconds"]
+        in_ppl, in_log = recovered(dense_ppl, pruned_ppl, ppl)
         name = "kd_recover full" if method == "full" else f"kd_recover LoRA r{args.lora_rank}"
-        rows.append([f"+ {name}", f"{count_parameters(smashed.model) / 1e6:.1f}M", f"{ppl:.2f}", f"{recovered:.0%}",
-                     f"{state['trainable_params'] / 1e6:.2f}M", f"{cpu:.0f}", f"{wall:.0f}"])
-        print(f"{name}: {ppl:.2f} ({recovered:.0%} recovered), {state['train_steps']} steps, cpu {cpu:.0f} s, "
-              f"wall {wall:.0f} s; val loss {state.get('val_loss_before')} -> {state.get('val_loss_after')}",
-              flush=True)
+        rows.append([f"+ {name}, {state['train_steps']} steps", f"{count_parameters(smashed.model) / 1e6:.1f}M",
+                     f"{ppl:.2f}", f"{in_ppl:.0%}", f"{in_log:.0%}", f"{state['trainable_params'] / 1e6:.2f}M",
+                     f"{cpu:.0f}", f"{wall:.0f}"])
+        print(f"{name}: {ppl:.2f} ({in_ppl:.0%} recovered in perplexity, {in_log:.0%} in log-perplexity), "
+              f"{state['train_steps']} steps, cpu {cpu:.0f} s, wall {wall:.0f} s; val loss "
+              f"{state.get('val_loss_before')} -> {state.get('val_loss_after')}", flush=True)
+        del smashed
     print()
-    print_table(["model", "params", "test ppl", "recovered", "trained params", "recovery CPU s", "wall s"], rows)
+    print_table(["model", "params", "test ppl", "recovered (ppl)", "recovered (log-ppl)", "trained params",
+                 "recovery CPU s", "wall s"], rows)
 
 
 if __name__ == "__main__":

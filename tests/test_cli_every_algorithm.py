@@ -17,6 +17,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "agp": ("digits_cnn", ["--set", "agp_epochs=1"]),
     "awq": ("tiny_llama", LLM_CALIBRATION),
     "bnn": ("digits_cnn", ["--set", "bnn_epochs=1"]),
+    "channel_energy": ("tiny_llama", ["--set", "channel_energy_batches=2", "--set", "channel_energy_batch_size=4"]),
     "dorefa": ("digits_cnn", ["--set", "dorefa_epochs=1"]),
     "dynamic_batch": ("tiny_bert", []),
     "embedding_cache": ("tiny_bert", []),

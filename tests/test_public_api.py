@@ -12,8 +12,9 @@ PUBLIC = {
     "slimkit.compression.pruning": [
         "AGPPruner", "ActivationAPoZRankFilterPruner", "ActivationAPoZRankFilterPrunerMasker",
         "ActivationMeanRankFilterPruner", "ActivationMeanRankFilterPrunerMasker", "AttentionHeadMasker",
-        "AttentionHeadPruner", "ChannelCoupling", "ChannelGroupPlan", "DependencyAwarePruner", "FPGMPruner",
-        "FPGMPrunerMasker", "GroupFilterPruner", "GroupL1FilterPruner", "GroupL2FilterPruner", "HeadLayout",
+        "AttentionHeadPruner", "ChannelCoupling", "ChannelEnergyPruner", "ChannelEnergyPrunerMasker",
+        "ChannelGroupPlan", "DependencyAwarePruner", "FPGMPruner", "FPGMPrunerMasker", "GroupFilterPruner",
+        "GroupL1FilterPruner", "GroupL2FilterPruner", "HeadLayout",
         "L1FilterPruner", "L1FilterPrunerMasker", "L2FilterPruner", "L2FilterPrunerMasker", "LevelPruner",
         "LevelPrunerMasker", "Pruner", "PrunerModuleWrapper", "PruningConfigError", "SlimPruner", "SlimPrunerMasker",
         "StructuredWeightMasker", "TaylorFOWeightFilterPruner", "TaylorFOWeightFilterPrunerMasker", "WeightMasker",

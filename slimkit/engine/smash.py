@@ -133,13 +133,14 @@ def smash(
             wrapper.teacher = teachers[name]
         if algo.save_fn == SaveFn.SAVE_BEFORE_APPLY and saved_before is None:
             pre_apply, saved_before = model, i
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if verbose:
             print(f"slimkit: [{i + 1}/{len(names)}] {algo.group} {name} ...", flush=True)
         model = algo.apply(model, wrapper)
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
         if verbose:
             print(f"slimkit: [{i + 1}/{len(names)}] {algo.group} {name} done in {seconds:.2f} s", flush=True)
         applied.append({"name": name, "group": algo.group, "save_fn": algo.save_fn.value,
-                        "state": wrapper.state, "seconds": round(seconds, 3)})
+                        "state": wrapper.state, "seconds": round(seconds, 3),
+                        "cpu_seconds": round(cpu_seconds, 3)})
     return SmashedModel(model, smash_config, applied, base_spec, pre_apply, saved_before)

@@ -30,7 +30,8 @@ class SmashedModel(torch.nn.Module):
         super().__init__()
         self.model = model
         self.smash_config = smash_config
-        #: One record per applied algorithm: name, group, save_fn, state (JSON), seconds.
+        #: One record per applied algorithm: name, group, save_fn, state (JSON), seconds (wall) and
+        #: cpu_seconds (the process's user + system time, all threads).
         self.applied = applied
         self.base_spec = base_spec
         object.__setattr__(self, "_pre_apply_model", pre_apply_model)  # not a submodule: no double state

@@ -198,3 +198,19 @@ def test_every_algorithm_file_is_discovered():
 def test_empty_config_is_a_passthrough():
     smashed = smash(mlp(), SmashConfig(device="cpu"), verbose=False)
     assert isinstance(smashed, SmashedModel) and smashed.algorithms == []
+
+
+def test_each_applied_algorithm_records_wall_and_cpu_seconds():
+    import time
+
+    def _apply(self, model, smash_config):  # 0.3 s asleep (wall only), then ~0.2 s of work (wall and CPU)
+        time.sleep(0.3)
+        end = time.process_time() + 0.2
+        while time.process_time() < end:
+            pass
+        return model
+
+    with registered(make("fake_timed", "pruner", _apply=_apply)):
+        record, = smash(mlp(), SmashConfig(["fake_timed"], device="cpu"), verbose=False).applied
+    assert 0.2 <= record["cpu_seconds"] < 0.45 and record["seconds"] >= 0.5
+    assert record["seconds"] - record["cpu_seconds"] >= 0.25  # the sleep is not CPU time

@@ -23,6 +23,7 @@ from slimkit.compression.pruning.data_pruners import (
     TaylorFOWeightFilterPrunerMasker,
 )
 from slimkit.compression.pruning.dependency import DependencyAwarePruner
+from slimkit.compression.pruning.energy import ChannelEnergyPruner, ChannelEnergyPrunerMasker
 from slimkit.compression.pruning.group import (
     ChannelGroupPlan,
     GroupFilterPruner,
@@ -53,6 +54,8 @@ __all__ = [
     "AttentionHeadMasker",
     "AttentionHeadPruner",
     "ChannelCoupling",
+    "ChannelEnergyPruner",
+    "ChannelEnergyPrunerMasker",
     "ChannelGroupPlan",
     "DependencyAwarePruner",
     "FPGMPruner",

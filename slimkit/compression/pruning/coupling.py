@@ -58,7 +58,7 @@ class ChannelCoupling:
 
     def __init__(self, model: nn.Module, dummy_input: Any) -> None:
         self.graph = graph = trace_channels(model, dummy_input)
-        roots = graph.uf.roots()
+        self._roots = roots = graph.uf.roots()
         #: producer name -> class root of each output channel; prunable producers are Conv/Linear leaves
         self.producers: dict[str, np.ndarray] = {}
         self.prunable: set[str] = set()
@@ -103,6 +103,38 @@ class ChannelCoupling:
         if name in self.prunable:
             return self.producers[name]
         return self.depthwise.get(name)
+
+    def consumers(self, name: str) -> list[tuple[str, nn.Module, np.ndarray, np.ndarray]]:
+        """The Conv/Linear layers that read producer ``name``'s output channels, through any coupling op.
+
+        One ``(layer name, module, channels, positions)`` per reader: output channel ``channels[i]`` of ``name``
+        arrives at input channel ``positions[i]`` of the reader (after norms, activations, gates, depthwise convs;
+        an attention block is read through its q/k/v projections).
+        Empty when ``name`` is not a traced producer or nothing traced reads its channels.
+        """
+        classes = self.producers.get(name)
+        if classes is None:
+            return []
+        owners: dict[int, list[int]] = {}
+        for channel, cls in enumerate(classes.tolist()):
+            owners.setdefault(cls, []).append(channel)
+        found = []
+        for name, rec in self.graph.leaves.items():
+            if rec.kind not in (*_PRUNABLE_KINDS, "attention") or rec.in_ids is None:
+                continue
+            read = _tracked(rec.in_ids, self._roots)
+            pairs = [(c, p) for p in np.flatnonzero(np.isin(read, classes)).tolist() for c in owners[int(read[p])]]
+            if not pairs:
+                continue
+            channels, positions = (np.asarray(v, dtype=np.int64) for v in zip(*pairs, strict=True))
+            if rec.kind == "attention":  # an attention block reads its input through its q/k/v projections
+                att = self.graph.attention[name]
+                for proj in (att.q, att.k, att.v):
+                    found.append((proj, rec.module.get_submodule(proj[len(name) + 1:] if name else proj), channels,
+                                  positions))
+            else:
+                found.append((name, rec.module, channels, positions))
+        return found
 
     def _group_ok(self, group: int, selected: set[str], norms_decide: bool) -> bool:
         producers, _, norms = self.members(group)

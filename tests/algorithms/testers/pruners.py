@@ -271,3 +271,60 @@ class TestAGP(_DigitsData, AlgorithmTesterBase):
         assert accuracy(smashed.model, x_test, y_test) > 0.95 # fine-tuned while pruning: still a digit classifier
         with torch.no_grad():
             assert run_model(smashed, inputs).argmax(1).float().std() > 0
+
+
+def _reader_energy(base, reader: torch.nn.Module, batches: list) -> torch.Tensor:
+    """E[x_k^2] * ||W[:, k]||^2 per input channel k of ``reader`` over ``batches`` of (inputs, targets)."""
+    rows = []
+    hook = reader.register_forward_pre_hook(lambda m, a: rows.append(
+        (a[0] if isinstance(m, torch.nn.Linear) else a[0].movedim(1, -1)).detach().reshape(-1, a[0].shape[
+            -1 if isinstance(m, torch.nn.Linear) else 1])))
+    with torch.no_grad():
+        for inputs, _ in batches:
+            run_model(base, inputs)
+    hook.remove()
+    weight = reader.weight.detach()
+    return torch.cat(rows).pow(2).mean(0) * weight.transpose(0, 1).reshape(weight.shape[1], -1).pow(2).sum(1)
+
+
+class TestChannelEnergy(_DigitsData, AlgorithmTesterBase):
+    algorithm = "channel_energy"
+
+    def post_smash_hook(self, smashed, base, inputs):
+        from slimkit.data import split_batch
+
+        check_digits_half(smashed, base, inputs)
+        # features.0's channels reach features.4 through BN, ReLU and max-pooling: scored at features.4's input
+        energy = _reader_energy(base, base.features[4], [split_batch(b) for b in self.batches(smashed)])
+        assert _state(smashed)["kept_channels"]["features.0"]["out"] == sorted(energy.argsort()[16:].tolist())
+
+
+class TestChannelEnergyLlama(AlgorithmTesterBase):
+    """On a gated MLP the channel lives at down_proj's input (act(gate) * up): gate and up rows go together."""
+
+    algorithm = "channel_energy"
+    models = ["tiny_llama"]
+    reject_models = REJECT
+    hyperparameters = {"sparsity": 0.5, "batches": 2, "batch_size": 4}
+
+    @classmethod
+    def prepare_config(cls, cfg):
+        from slimkit import zoo
+
+        cfg.add_tokenizer(zoo.load("tiny_llama").tokenizer)
+        cfg.add_data("PyDocText", max_seq_len=64, chunk_chars=256)
+
+    def post_smash_hook(self, smashed, base, inputs):
+        from slimkit.data import split_batch
+
+        loader = smashed.smash_config.data.train_dataloader(batch_size=4, shuffle=False)
+        batches = [split_batch(b) for _, b in zip(range(2), loader, strict=False)]
+        kept = _state(smashed)["kept_channels"]
+        for i in range(2):
+            mlp = smashed.model.model.layers[i].mlp
+            assert (mlp.gate_proj.out_features, mlp.up_proj.out_features, mlp.down_proj.in_features) == (64,) * 3
+            energy = _reader_energy(base, base.model.layers[i].mlp.down_proj, batches)
+            top = sorted(energy.argsort()[64:].tolist())
+            for proj in ("gate_proj", "up_proj"):
+                assert kept[f"model.layers.{i}.mlp.{proj}"]["out"] == top, (i, proj)
+        assert count_parameters(smashed.model) == count_parameters(base) - 2 * 64 * 3 * 64

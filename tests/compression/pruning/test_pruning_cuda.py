@@ -10,6 +10,7 @@ from slimkit.compression.pruning import (
     ActivationAPoZRankFilterPruner,
     AGPPruner,
     AttentionHeadPruner,
+    ChannelEnergyPruner,
     FPGMPruner,
     L1FilterPruner,
     LevelPruner,
@@ -52,6 +53,25 @@ def test_data_pruners_on_cuda(convnet, digit_batches):
     apoz = ActivationAPoZRankFilterPruner(model, [{"sparsity": 0.5}], dataloader=batches)
     apoz.compress()
     assert int((apoz.get_masks()["conv1"]["weight_mask"].reshape(8, -1).sum(1) == 0).sum()) == 4
+
+
+def test_channel_energy_on_cuda_matches_cpu(convnet, digit_batches):
+    import copy
+
+    cpu_model = copy.deepcopy(convnet)
+    model = convnet.cuda()
+    batches = [(x.cuda(), y.cuda()) for x, y in digit_batches]
+    pruner = ChannelEnergyPruner(model, [{"sparsity": 0.5}], dataloader=batches, statistics_batch_num=2)
+    pruner.compress()
+    masks = pruner.get_masks()
+    assert all(m["weight_mask"].is_cuda for m in masks.values())
+    again = ChannelEnergyPruner(cpu_model, [{"sparsity": 0.5}], dataloader=digit_batches, statistics_batch_num=2)
+    again.compress()
+    for name, m in again.get_masks().items():  # same half pruned, up to a near-tie flipped by GPU rounding
+        cpu_keep = m["weight_mask"].flatten(1)[:, 0]
+        gpu_keep = masks[name]["weight_mask"].cpu().flatten(1)[:, 0]
+        assert int(cpu_keep.sum()) == int(gpu_keep.sum()) == len(cpu_keep) // 2, name
+        assert int((cpu_keep != gpu_keep).sum()) <= 2, name
 
 
 def test_agp_training_on_cuda(mlp, digit_batches):
