@@ -129,10 +129,11 @@ class Packer:
     """Runs the sentences of several calls to a :class:`SentenceEncoder` as packed sequences (see the module doc).
 
     ``segments(args, kwargs)`` gives a call's sentences (``None`` when the call cannot pack); ``run`` gives each
-    call's output, ``[rows, hidden]`` unit-norm embeddings as the model's own forward returns.
+    call's output, ``[rows, hidden]`` unit-norm embeddings as the model's own forward returns. ``segmented=False``
+    keeps the block-diagonal mask even where per-sentence attention is available (for comparisons).
     """
 
-    def __init__(self, model: SentenceEncoder, max_pack_tokens: int = 512) -> None:
+    def __init__(self, model: SentenceEncoder, max_pack_tokens: int = 512, segmented: bool = True) -> None:
         reason = pack_reason(model)
         if reason is not None:
             raise TypeError(reason)
@@ -142,7 +143,7 @@ class Packer:
         self._signature = inspect.signature(type(model).forward)
         weight = model.bert.get_input_embeddings().weight
         self.dtype = weight.dtype if weight.dtype.is_floating_point else torch.float32
-        self.segmented = enable_segmented_attention(model.bert.config)
+        self.segmented = segmented and enable_segmented_attention(model.bert.config)
 
     def segments(self, args: tuple, kwargs: dict) -> list[Segment] | None:
         """Each row's real tokens (ids, token types) when the call is right-padded token ids; else ``None``."""
