@@ -137,10 +137,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--requests", type=int, default=160, help="requests per round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per server (alternating)")
+    parser.add_argument("--max-wait-ms", type=float, default=MAX_WAIT_MS, help="both batchers' max_wait_ms")
     args = parser.parse_args()
     sentences = pydoc_sentences(args.requests * args.rounds + args.clients * 2 + 8)
     with tempfile.TemporaryDirectory() as tmp:
-        batcher = {"max_batch_size": MAX_BATCH, "max_wait_ms": MAX_WAIT_MS, "max_padding": MAX_PADDING}
+        batcher = {"max_batch_size": MAX_BATCH, "max_wait_ms": args.max_wait_ms, "max_padding": MAX_PADDING}
         folders = {"no batcher": save_minilm(Path(tmp) / "plain", {}),
                    "dynamic_batch padded": save_minilm(Path(tmp) / "padded", {"dynamic_batch": {
                        **batcher, "pack": "off"}}),

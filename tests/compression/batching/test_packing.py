@@ -59,8 +59,10 @@ def test_packed_equals_alone_on_a_tiny_encoder(attention):
     model = tiny_sentence_encoder().eval()
     model.bert.config._attn_implementation = attention
     calls = _calls([3, 40, 7, 1, 25, 12, 60, 9])
+    padded = {"input_ids": torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]]),
+              "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])}
     with torch.inference_mode():
-        alone = [model(**c) for c in calls]
+        alone, padded_before = [model(**c) for c in calls], model(**padded)
         for cap in (16, 64, 10_000):  # several packs, a sentence longer than the cap alone, one pack
             packer = Packer(model, cap)
             assert packer.segmented == (attention == "sdpa")
@@ -68,6 +70,7 @@ def test_packed_equals_alone_on_a_tiny_encoder(attention):
             for a, b in zip(alone, got, strict=True):
                 assert b.shape == a.shape == (1, 64)
                 assert (a - b).abs().max() < 2e-6
+        assert torch.equal(model(**padded), padded_before)  # unpacked calls run as before the switch
     if attention == "sdpa":  # the in-memory switch is not written to the saved config
         assert model.bert.config._attn_implementation == SEGMENTED_ATTENTION
         assert SEGMENTED_ATTENTION not in model.bert.config.to_json_string()
