@@ -114,6 +114,8 @@ def test_models_that_cannot_pack_fall_back_or_are_refused():
     assert "decoder" in pack_reason(decoder)
     with pytest.raises(ModelNotSupportedError, match="pack='on' but this model cannot be packed.*pack='auto'"):
         attach_dynamic_batcher(classifier, 8, 1.0, 8, pack="on")
+    with pytest.raises(ModelNotSupportedError, match="needs a sentence encoder.*got BertForSequenceClassification"):
+        smash(copy.deepcopy(classifier), SmashConfig({"dynamic_batch": {"pack": "on"}}, device="cpu"), verbose=False)
     model = attach_dynamic_batcher(copy.deepcopy(classifier), 8, 300.0, 8, pack="auto")
     calls = [{k: v for k, v in c.items() if k != "token_type_ids"} for c in _calls([5, 9], vocab=250)]
     out = _concurrently(model, calls)
