@@ -54,6 +54,26 @@ def tiny_cond_unet() -> torch.nn.Module:
                                 up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"))
 
 
+def tiny_sentence_encoder() -> torch.nn.Module:
+    """The zoo's SentenceEncoder (mean pooling + L2 norm) around a two-layer random BertModel (sdpa attention)."""
+    from transformers import BertConfig, BertModel
+
+    from slimkit.zoo.minilm import SentenceEncoder
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, max_position_embeddings=64)
+    return SentenceEncoder(BertModel(config, add_pooling_layer=False))
+
+
+def _sentence_inputs() -> dict[str, torch.Tensor]:
+    """Two rows, the second right-padded (lengths 12 and 5)."""
+    ids = torch.randint(1, 256, (2, 12), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    return {"input_ids": ids * mask, "attention_mask": mask}
+
+
 def _unet_inputs(channels: int, text: bool) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     inputs = {"sample": torch.randn(2, channels, 16, 16, generator=g), "timestep": torch.tensor(500)}
@@ -68,6 +88,7 @@ LOCAL = {
     "not_a_module": (lambda: _not_a_module, lambda: torch.randn(2, 4)),
     "tiny_unet": (tiny_unet, lambda: _unet_inputs(3, text=False)),
     "tiny_cond_unet": (tiny_cond_unet, lambda: _unet_inputs(4, text=True)),
+    "tiny_sentence_encoder": (tiny_sentence_encoder, _sentence_inputs),
 }
 
 

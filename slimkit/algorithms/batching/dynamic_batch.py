@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
+from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 
 from slimkit.compression.batching import attach_dynamic_batcher
+from slimkit.compression.batching.packing import PACK_MODES
 from slimkit.core.contract import SaveFn, SlimkitBatcher, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
@@ -26,6 +27,12 @@ class DynamicBatch(SlimkitBatcher):
     lengths that carry an ``attention_mask`` are right-padded and each caller gets its own rows back, cut to its
     own length. An error in one request reaches only its caller; past ``max_queue`` waiting requests a call is
     refused with ``QueueFullError``. ``model.dynamic_batcher.stats()`` reports batch sizes.
+
+    Sentence encoders (the zoo MiniLM's ``SentenceEncoder``: mean pooling + L2 norm over a BERT-like encoder) run
+    a batch *packed* instead of padded (``pack`` "auto", the default): the sentences' real tokens in one sequence
+    with positions restarting per sentence and attention kept within each sentence, so no pad token is computed;
+    each sentence's embedding equals its unbatched one to float rounding. ``pack="on"`` refuses models that cannot
+    pack; "off" always pads.
     """
 
     algorithm_name = "dynamic_batch"
@@ -46,6 +53,12 @@ class DynamicBatch(SlimkitBatcher):
                                        meta={"desc": "Token inputs of different lengths are split into forwards of "
                                                      "similar length so padding adds at most this fraction of the "
                                                      "real tokens."}),
+            CategoricalHyperparameter("pack", list(PACK_MODES), default_value="auto",
+                                      meta={"desc": "Run a sentence encoder's batch as one padding-free packed "
+                                                    "sequence: 'auto' when the model supports it, 'on' (refuse "
+                                                    "models that do not), 'off' (always pad)."}),
+            UniformIntegerHyperparameter("max_pack_tokens", 16, 65536, default_value=512,
+                                         meta={"desc": "Most tokens in one packed sequence; more start another."}),
         ]
 
     def model_check_reason(self) -> str:
@@ -55,4 +68,5 @@ class DynamicBatch(SlimkitBatcher):
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         return attach_dynamic_batcher(model, int(smash_config["max_batch_size"]), float(smash_config["max_wait_ms"]),
                                       int(smash_config["max_queue"]), _pad_token_id(model),
-                                      float(smash_config["max_padding"]))
+                                      float(smash_config["max_padding"]), str(smash_config["pack"]),
+                                      int(smash_config["max_pack_tokens"]))

@@ -64,6 +64,33 @@ class TestDynamicBatch(AlgorithmTesterBase):
         assert smashed.dynamic_batcher.stats()["batches"] - before < len(calls)
 
 
+class TestDynamicBatchPacked(AlgorithmTesterBase):
+    """``pack="on"``: a sentence encoder's concurrent callers run as padding-free packed sequences."""
+
+    algorithm = "dynamic_batch"
+    models = ["tiny_sentence_encoder"]
+    reject_models = ["not_a_module"]
+    hyperparameters = {"max_wait_ms": 200.0, "max_batch_size": 16, "pack": "on", "max_pack_tokens": 40}
+    reload_atol = 1e-6
+
+    def post_smash_hook(self, smashed, base, inputs):
+        g = torch.Generator().manual_seed(5)  # 8 callers of 3..38 tokens; one sends 2 rows, right-padded
+        calls = [{"input_ids": torch.randint(1, 256, (1, 3 + 5 * i), generator=g)} for i in range(8)]
+        for call in calls:
+            call["attention_mask"] = torch.ones_like(call["input_ids"])
+        calls[2] = inputs
+        batcher = smashed.dynamic_batcher
+        assert (batcher.pack, batcher.max_pack_tokens) == ("on", 40)
+        before = batcher.stats()
+        outputs = _concurrently(smashed, calls)
+        with torch.no_grad():
+            for call, got in zip(calls, outputs, strict=True):
+                torch.testing.assert_close(got, base(**call), atol=2e-6, rtol=0)
+        after = batcher.stats()
+        assert after["packed_forwards"] > before["packed_forwards"]
+        assert after["batches"] - before["batches"] < len(calls)
+
+
 class TestPrefixCache(AlgorithmTesterBase):
     algorithm = "prefix_cache"
     models = ["tiny_llama", "tiny_gpt2"]
