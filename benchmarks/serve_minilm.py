@@ -3,7 +3,7 @@
     PYTHONPATH=. OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/serve_minilm.py [--requests 160] [--rounds 3]
 
 Three servers (`slimkit serve`, one process each, access log off as by default) load the zoo MiniLM saved
-three times: plain, with `dynamic_batch` padding (max_batch_size 16, max_wait_ms 5, pack "off"), and with
+three times: plain, with `dynamic_batch` padding (max_batch_size 16, max_wait_ms 10 (the default), pack "off"), and with
 `dynamic_batch` packing (the same, pack "on": each batch's sentences run as one padding-free sequence). A closed
 loop of ``--clients`` clients (threads with keep-alive connections, in this process, apart from the servers)
 sends single PyDocText sentences to POST /embed. Each round sends the same ``--requests`` sentences to every
@@ -45,7 +45,7 @@ from slimkit import SmashedModel  # noqa: E402
 from slimkit.compression.batching.packing import Packer  # noqa: E402
 from slimkit.compression.batching.padding import collate, length_groups  # noqa: E402
 
-MAX_BATCH, MAX_WAIT_MS, MAX_PADDING = 16, 5.0, 0.25
+MAX_BATCH, MAX_WAIT_MS, MAX_PADDING = 16, 10.0, 0.25
 
 
 def model_bound(folder: Path, sentences: list[str], batch: int, repeats: int = 3) -> dict[str, float]:

@@ -45,7 +45,7 @@ class DynamicBatch(SlimkitBatcher):
         return [
             UniformIntegerHyperparameter("max_batch_size", 1, 4096, default_value=32,
                                          meta={"desc": "Most rows (summed over requests) in one forward."}),
-            UniformFloatHyperparameter("max_wait_ms", 0.0, 1000.0, default_value=5.0,
+            UniformFloatHyperparameter("max_wait_ms", 0.0, 1000.0, default_value=10.0,
                                        meta={"desc": "How long a request waits for others before its batch runs."}),
             UniformIntegerHyperparameter("max_queue", 1, 1_000_000, default_value=1024,
                                          meta={"desc": "Most waiting requests; more are refused with an error."}),
