@@ -67,6 +67,21 @@ def interleaved_latency(fns: dict[str, Callable[[], object]], repeats: int, warm
     return {k: statistics.median(v) for k, v in interleaved_samples(fns, repeats, warmup, threads).items()}
 
 
+def job_seconds(jobs: list[dict[str, Callable[[], object]]], repeats: int) -> dict[str, float]:
+    """Seconds each named arm spent over ``jobs`` (one dict of arms per batch of work), ``repeats`` timed passes
+    after one warm-up pass; the arms of a job run in turn, in alternating order, so load hits all alike."""
+    seconds = dict.fromkeys(jobs[0], 0.0)
+    with torch.inference_mode():
+        for r in range(repeats + 1):  # the first pass warms up
+            for i, job in enumerate(jobs):
+                for name in list(job) if (r + i) % 2 == 0 else list(reversed(job)):
+                    t = time.perf_counter()
+                    job[name]()
+                    if r:
+                        seconds[name] += time.perf_counter() - t
+    return seconds
+
+
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_line, print_table  # noqa: E402
+from common import job_seconds, machine_line, print_table  # noqa: E402
 from serving import pydoc_sentences  # noqa: E402
 
 from slimkit import zoo  # noqa: E402
@@ -67,15 +66,7 @@ def main() -> None:
             for name, packer in packers.items():
                 job[name] = lambda chunk=chunk, packer=packer: packer.run([packer.segments(*c) for c in chunk])
             jobs.append(job)
-        seconds = dict.fromkeys(jobs[0], 0.0)
-        with torch.inference_mode():
-            for r in range(args.repeats + 1):  # the first pass warms up
-                for i, job in enumerate(jobs):
-                    for name in list(job) if (r + i) % 2 == 0 else list(reversed(job)):
-                        t = time.perf_counter()
-                        job[name]()
-                        if r:
-                            seconds[name] += time.perf_counter() - t
+        seconds = job_seconds(jobs, args.repeats)
         ms = {name: 1000 * s / (args.repeats * len(calls)) for name, s in seconds.items()}
         print(f"batches of {batch}:")
         print_table(["arm (max_pack_tokens)", "ms/sentence", "speed-up"],

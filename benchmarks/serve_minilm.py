@@ -38,7 +38,7 @@ import httpx
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_line, print_table  # noqa: E402
+from common import job_seconds, machine_line, print_table  # noqa: E402
 from serving import Server, percentile, pydoc_sentences, save_minilm  # noqa: E402
 
 from slimkit import SmashedModel  # noqa: E402
@@ -76,15 +76,7 @@ def model_bound(folder: Path, sentences: list[str], batch: int, repeats: int = 3
                                                        for i in range(len(cut["input_ids"]))],
                      "ceiling batched": lambda cut=cut: model(**cut)})
     torch.set_num_threads(2)
-    seconds = dict.fromkeys(jobs[0], 0.0)
-    with torch.inference_mode():
-        for r in range(repeats + 1):  # the first pass warms up
-            for i, job in enumerate(jobs):
-                for name in list(job) if (r + i) % 2 == 0 else list(reversed(job)):
-                    t = time.perf_counter()
-                    job[name]()
-                    if r:
-                        seconds[name] += time.perf_counter() - t
+    seconds = job_seconds(jobs, repeats)
     return {name: 1000 * value / (repeats * len(calls)) for name, value in seconds.items()}
 
 
