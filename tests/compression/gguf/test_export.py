@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from slimkit.compression.gguf import export_gguf
-from slimkit.compression.gguf.export import _rope_rows
+from slimkit.compression.gguf.tensors import rope_rows as _rope_rows
 from slimkit.compression.quantization.lowbit import PackedLinear, quantize_model_hqq, quantize_model_rtn
 from slimkit.errors import ConfigError, ModelNotSupportedError
 from tests.compression.gguf.conftest import BUILDERS, COMMON, tiny_llama
