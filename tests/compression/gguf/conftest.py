@@ -28,7 +28,7 @@ SPECS = {
     "qwen2_moe": (T.Qwen2MoeConfig, T.Qwen2MoeForCausalLM, dict(num_experts=4, num_experts_per_tok=2,
                                                                 moe_intermediate_size=64,
                                                                 shared_expert_intermediate_size=96)),
-    "gemma": (T.GemmaConfig, T.GemmaForCausalLM, dict(head_dim=16)),
+    "gemma": (T.GemmaConfig, T.GemmaForCausalLM, dict(head_dim=32)),
     "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM, dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=64)),
     "phi3": (T.Phi3Config, T.Phi3ForCausalLM, dict(original_max_position_embeddings=128)),
     "gpt2": (T.GPT2Config, T.GPT2LMHeadModel, dict(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=256,
