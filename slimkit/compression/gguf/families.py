@@ -88,7 +88,7 @@ def dims(config: Any) -> Dims:
     partial = rope.get("partial_rotary_factor", _first(config, "partial_rotary_factor", "rotary_pct", default=1.0))
     window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
     return Dims(layers=config.num_hidden_layers, hidden=hidden, heads=heads, kv_heads=kv, head_dim=head_dim,
-                ffn=_first(config, "intermediate_size", "n_inner", "ffn_hidden_size", default=4 * hidden),
+                ffn=_first(config, "ffn_hidden_size", "intermediate_size", "n_inner", default=4 * hidden),
                 ctx=config.max_position_embeddings, vocab=config.vocab_size, theta=float(rope["rope_theta"]),
                 rope_dim=int(head_dim * partial),
                 eps=float(_first(config, "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", default=1e-5)),

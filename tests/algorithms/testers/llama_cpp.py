@@ -24,7 +24,7 @@ def _logits(model, inputs) -> torch.Tensor:
 class TestLlamaCpp(AlgorithmTesterBase):
     algorithm = "llama_cpp"
     models = ["tiny_llama", "tiny_gpt2"]
-    reject_models = ["mlp"]
+    reject_models = ["mlp", "tiny_opt"]
     hyperparameters = {"n_threads": 1, "n_ctx": 64}
     marks = ["llamacpp"]
 
@@ -43,6 +43,7 @@ class TestGPTQThenLlamaCpp(TestLlamaCpp):
     """The headline recipe: GPTQ's 4-bit group-32 weights reach llama.cpp as Q4_1 blocks, not re-quantized."""
 
     extra_config = {"quantizer": "gptq", "gptq_group_size": 32, "gptq_n_calibration_samples": 4, "gptq_seq_len": 32}
+    reject_models = ["tiny_opt"]
 
     @classmethod
     def prepare_config(cls, cfg):

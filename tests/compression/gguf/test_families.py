@@ -23,6 +23,7 @@ from tests.compression.gguf.conftest import build
 
 NORM_ROPE = {"llama", "mistral", "granite", "mixtral", "olmo"}  # llama.cpp rotates interleaved pairs
 KV = {"falcon": 1, "gpt2": 4, "gpt_neox": 4}  # the tiny configs' key/value heads (others: 2)
+FFN = {"falcon": 256, "gpt2": 256}  # the tiny configs' MLP width (others: 128)
 #: metadata each tiny config must produce, beyond the common sizes (key without the "{arch}." prefix)
 EXTRA_KEYS = {
     "mixtral": {"expert_count": 4, "expert_used_count": 2},
@@ -120,7 +121,8 @@ def test_float_export_holds_the_converter_tensors_and_metadata(family, tokenizer
     arch = gguf.MODEL_ARCH_NAMES[FAMILIES[family].arch]
     assert _field(reader, "general.architecture") == arch == summary["gguf_architecture"]
     want = {"block_count": 2, "embedding_length": 64, "context_length": 128, "attention.head_count": 4,
-            "attention.head_count_kv": KV.get(family, 2), **EXTRA_KEYS.get(family, {})}
+            "attention.head_count_kv": KV.get(family, 2), "feed_forward_length": FFN.get(family, 128),
+            **EXTRA_KEYS.get(family, {})}
     for key, value in want.items():
         assert _field(reader, f"{arch}.{key}") == pytest.approx(value), key
     expected = expected_tensors(family, model)
