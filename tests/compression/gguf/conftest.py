@@ -9,7 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers as T
+from torch import nn
 
+from slimkit.compression.gguf import Packed
+from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
 from slimkit.zoo._hf import byte_tokenizer
 
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -52,6 +55,32 @@ def build(kind: str, seed: int = 0, **overrides) -> torch.nn.Module:
             if name.endswith(".bias") or (param.dim() == 1 and "norm" in name) or "ln_" in name:
                 param.normal_(0.0 if name.endswith(".bias") else 1.0, 0.1)
     return model
+
+
+class PackedExperts(nn.Module):
+    """A stand-in for a packed experts module (4-bit symmetric codes per expert, no forward) and its writer adapter:
+    what a packed experts type needs to reach GGUF."""
+
+    PARAMS = ("gate_up_proj", "down_proj")
+
+    def __init__(self, experts: nn.Module) -> None:
+        super().__init__()
+        self.grids = {p: [quantize_rtn(w, 4, 32, True) for w in getattr(experts, p).detach()] for p in self.PARAMS}
+
+    def packed(self, param: str) -> Packed:
+        q, s, z = (torch.stack(parts) for parts in zip(*self.grids[param], strict=True))
+        return Packed(q, s, z, bits=4, group_size=32)
+
+    @staticmethod
+    def adapter(module: PackedExperts, path: str) -> list[tuple[str, Packed]]:
+        """The ``slimkit.compression.gguf.PACKED`` entry for this type."""
+        return [(f"{path}.{p}", module.packed(p)) for p in PackedExperts.PARAMS]
+
+
+def pack_experts(model: nn.Module) -> None:
+    """Swap every experts module of ``model`` for a :class:`PackedExperts`."""
+    for layer in model.model.layers:
+        layer.mlp.experts = PackedExperts(layer.mlp.experts)
 
 
 def tiny_llama() -> torch.nn.Module:

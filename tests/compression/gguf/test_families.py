@@ -12,14 +12,12 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from slimkit.compression.gguf import FAMILIES, PACKED, Packed, export_gguf
+from slimkit.compression.gguf import FAMILIES, PACKED, export_gguf
 from slimkit.compression.quantization.lowbit import PackedLinear, quantize_model_rtn
-from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
 from tests.compression.gguf.conftest import FAMILIES as KINDS
-from tests.compression.gguf.conftest import build
+from tests.compression.gguf.conftest import PackedExperts, build, pack_experts
 
 NORM_ROPE = {"llama", "mistral", "granite", "mixtral", "olmo"}  # llama.cpp rotates interleaved pairs
 KV = {"falcon": 1, "gpt2": 4, "gpt_neox": 4}  # the tiny configs' key/value heads (others: 2)
@@ -168,25 +166,10 @@ def test_float_experts_as_q8_0(tokenizer, tmp_path):
                                   gguf.quants.quantize(want, gguf.GGMLQuantizationType.Q8_0))
 
 
-class _PackedExperts(nn.Module):
-    """A stand-in for a packed experts module: 4-bit symmetric codes per expert, no forward."""
-
-    def __init__(self, experts: nn.Module) -> None:
-        super().__init__()
-        self.grids = {p: [quantize_rtn(w, 4, 32, True) for w in getattr(experts, p).detach()]
-                      for p in ("gate_up_proj", "down_proj")}
-
-    def packed(self, param: str) -> Packed:
-        q, s, z = (torch.stack(parts) for parts in zip(*self.grids[param], strict=True))
-        return Packed(q, s, z, bits=4, group_size=32)
-
-
 def test_a_packed_experts_module_needs_only_an_adapter(tokenizer, tmp_path, monkeypatch):
     model = build("qwen2_moe")
-    for layer in model.model.layers:
-        layer.mlp.experts = _PackedExperts(layer.mlp.experts)
-    monkeypatch.setitem(PACKED, _PackedExperts, lambda m, path: [(f"{path}.{p}", m.packed(p))
-                                                                  for p in ("gate_up_proj", "down_proj")])
+    pack_experts(model)
+    monkeypatch.setitem(PACKED, PackedExperts, PackedExperts.adapter)
     export_gguf(model, tmp_path / "e.gguf", tokenizer)
     _, tensors = _read(tmp_path / "e.gguf")
     experts = model.model.layers[1].mlp.experts.packed("gate_up_proj")
