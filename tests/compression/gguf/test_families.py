@@ -207,6 +207,14 @@ def test_what_llama_cpp_cannot_run_is_refused(kind, settings, message, tokenizer
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_family_whose_output_is_the_embedding_refuses_a_quantized_lm_head(tokenizer, tmp_path):
+    model = build("gemma")
+    quantize_model_rtn(model, 4, 32, exclude=())  # lm_head packed: no longer the embedding llama.cpp reuses
+    with pytest.raises(Exception, match="reuses the embedding as its output layer.*lm_head") as info:
+        export_gguf(model, tmp_path / "x.gguf", tokenizer)
+    assert type(info.value).__name__ == "ModelNotSupportedError" and list(tmp_path.iterdir()) == []
+
+
 def test_an_unsupported_family_lists_the_supported_ones(tokenizer, tmp_path):
     opt = transformers.OPTForCausalLM(transformers.OPTConfig(vocab_size=256, hidden_size=32, num_hidden_layers=1,
                                                              ffn_dim=64, num_attention_heads=2, word_embed_proj_dim=32))
