@@ -70,7 +70,7 @@ def check_config(kind: str, config: Any) -> Dims:
     if family.q_is_hidden and d.heads * d.head_dim != d.hidden:
         problems.append(f"heads * head_dim = {d.heads * d.head_dim} != hidden_size = {d.hidden} (llama.cpp's "
                         f"{family.arch.name.lower()} sizes attention by hidden_size)")
-    if family.arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.FALCON) and d.rope_dim != d.head_dim:
+    if family.rope != "none" and not family.partial_rotary and d.rope_dim != d.head_dim:
         problems.append(f"partial rotary embeddings ({d.rope_dim} of {d.head_dim} dimensions)")
     if problems:
         raise ModelNotSupportedError(f"GGUF export of this {family.hf_class} is not supported: {'; '.join(problems)}.")

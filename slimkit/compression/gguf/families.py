@@ -147,6 +147,7 @@ class Family:
     norm_offset: float = 0.0  #: added to every ``*norm.weight``
     vectors: tuple[str, ...] = ()  #: tensors written 1-D although Hugging Face holds ``[1, n]``
     q_is_hidden: bool = False  #: llama.cpp sizes ``attn_q``/``attn_output`` by ``hidden_size``
+    partial_rotary: bool = False  #: llama.cpp rotates ``rope_dim < head_dim`` dimensions (else it needs them equal)
     native_window: bool = False  #: llama.cpp runs the sliding window; else the file is exact up to the window
     keys: tuple[Key, ...] = ()  #: metadata beyond the common sizes
     refuse: tuple[Refusal, ...] = ()  #: settings llama.cpp's graph for it cannot reproduce
@@ -199,7 +200,7 @@ FAMILIES: dict[str, Family] = {
                                  lambda c: c.query_pre_attn_scalar != dims(c).head_dim),
                 ("no attention or final logit soft-capping (llama.cpp's gemma2 always soft-caps)",
                  lambda c: c.attn_logit_softcapping is None or c.final_logit_softcapping is None))),
-    "phi3": Family("Phi3ForCausalLM", arch=gguf.MODEL_ARCH.PHI3, q_is_hidden=True, refuse=(SILU,),
+    "phi3": Family("Phi3ForCausalLM", arch=gguf.MODEL_ARCH.PHI3, q_is_hidden=True, partial_rotary=True, refuse=(SILU,),
                    layer=("attn_norm.weight", "attn_qkv.weight", "attn_output.weight", "ffn_norm.weight",
                           "ffn_up.weight", "ffn_down.weight"), optional=("attn_qkv.bias",),
                    keys=(RMS, ROPE_DIM, ("add_rope_scaling_orig_ctx_len", lambda d, c: _first(
@@ -209,7 +210,7 @@ FAMILIES: dict[str, Family] = {
                    refuse=(GELU, ("scale_attn_by_inverse_layer_idx=True",
                                   lambda c: bool(getattr(c, "scale_attn_by_inverse_layer_idx", False))))),
     "gpt_neox": Family("GPTNeoXForCausalLM", arch=gguf.MODEL_ARCH.GPTNEOX, layer=LN_BLOCK, top=LN_TOP,
-                       output="required", qkv="grouped", q_is_hidden=True, refuse=(GELU,),
+                       output="required", qkv="grouped", q_is_hidden=True, partial_rotary=True, refuse=(GELU,),
                        keys=(LN, ROPE_DIM, ("add_parallel_residual", lambda d, c: bool(c.use_parallel_residual)))),
     "falcon": Family(
         "FalconForCausalLM", arch=gguf.MODEL_ARCH.FALCON, top=LN_TOP, qkv="grouped", q_is_hidden=True, keys=(LN,),
@@ -221,6 +222,7 @@ FAMILIES: dict[str, Family] = {
                  lambda c: not c.parallel_attn))),
     "stablelm": Family(
         "StableLmForCausalLM", arch=gguf.MODEL_ARCH.STABLELM, top=LN_TOP, output="required", q_is_hidden=True,
+        partial_rotary=True,
         layer=("attn_norm.weight", "attn_norm.bias", *ATTN, *MLP), optional=(*QKV_BIAS, "ffn_norm.weight",
                                                                               "ffn_norm.bias"),
         keys=(LN, ROPE_DIM), refuse=(SILU, ("qk_layernorm=True (per-head norms are not written yet)",

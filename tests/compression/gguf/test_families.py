@@ -196,6 +196,8 @@ def test_falcon_new_decoder_groups_its_qkv_by_kv_head(tokenizer, tmp_path):
     ("falcon", dict(alibi=True), "alibi"),
     ("stablelm", dict(qk_layernorm=True), "qk_layernorm"),
     ("llama", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}), "rope type 'linear'"),
+    ("olmo", dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+     "partial rotary embeddings \\(8 of 16"),
     ("qwen3", dict(attention_bias=True), "attn_output.bias, which llama.cpp's qwen3 does not read"),
     ("gpt_neox", dict(attention_bias=False), "attn_qkv.bias"),
 ])
