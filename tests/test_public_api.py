@@ -7,8 +7,9 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "slimkit.compression.gguf": ["ARCHITECTURES", "BLOCK", "DTYPES", "LlamaCppModule", "architecture", "block_type",
-                                 "export_gguf", "open_llama", "pack_blocks", "supported_names"],
+    "slimkit.compression.gguf": ["BLOCK", "DTYPES", "FAMILIES", "Family", "LlamaCppModule", "PACKED", "Packed",
+                                 "architecture", "block_type", "export_gguf", "open_llama", "pack_blocks",
+                                 "supported_names"],
     "slimkit.compression.pruning": [
         "AGPPruner", "ActivationAPoZRankFilterPruner", "ActivationAPoZRankFilterPrunerMasker",
         "ActivationMeanRankFilterPruner", "ActivationMeanRankFilterPrunerMasker", "AttentionHeadMasker",
