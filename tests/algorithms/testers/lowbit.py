@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from slimkit.compression.quantization.lowbit import PackedLinear
-from slimkit.compression.quantization.lowbit.layers import is_quantizable
+from slimkit.compression.quantization.lowbit.layers import is_dense
 from slimkit.evaluation import fidelity, size_on_disk
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
@@ -30,7 +30,7 @@ class ByteTokenizer:
 
 
 def _expected_layers(base: torch.nn.Module) -> list[str]:
-    return [n for n, m in base.named_modules() if n and is_quantizable(m) and not n.endswith("lm_head")]
+    return [n for n, m in base.named_modules() if n and is_dense(m) and not n.endswith("lm_head")]
 
 
 class _LowBitChecks:
