@@ -83,6 +83,10 @@ class Int8Linear(nnqd.Linear):
         y = torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, reduce_range=self.reduce_range)
         return y.to(x.dtype)
 
+    def call_macs(self, args: tuple, output: Any) -> tuple[str, int]:
+        """``("int8", MACs)`` of one call (int8 activations times int8 weights), for :mod:`slimkit.evaluation`."""
+        return "int8", (output.numel() * self.in_features if isinstance(output, torch.Tensor) else 0)
+
     def extra_repr(self) -> str:
         """Show the activation bit width and weight recipe next to torch.ao's description."""
         weights = "pair-safe" if self.saturation_safe else "127 levels"
