@@ -55,6 +55,9 @@ class _LowBitChecks:
             assert not any(p.dim() == 2 for p in layer.parameters()), f"{name} keeps a dense weight"
         if hasattr(base, "lm_head"):
             assert not isinstance(smashed.model.get_submodule("lm_head"), PackedLinear)
+        coverage = smashed.applied[0]["state"]["coverage"]
+        assert coverage["share_not_excluded"] == 1.0 and coverage["quantized_layers"] == len(expected)
+        assert all(x["name"] == "lm_head" and x["reason"].startswith("kept by design") for x in coverage["left"])
         assert size_on_disk(smashed) < 0.55 * size_on_disk(base)
         assert fidelity(base, smashed, inputs).cosine_mean > self.min_cosine
 
