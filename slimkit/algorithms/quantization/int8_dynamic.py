@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage, select_or_refuse
+from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.compression.quantization.int8.dynamic import (
     KINDS,
     legacy_linear_names,
@@ -12,8 +13,11 @@ from slimkit.compression.quantization.int8.dynamic import (
     quantize_targets,
 )
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.core.coverage import refusal
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
+from slimkit.core.weights import select
+from slimkit.errors import SaveLoadError
 
 
 @register
@@ -48,8 +52,11 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         exclude = tuple(smash_config["exclude"])
         targets = model_targets(model)
-        names = quantize_targets(model, select_or_refuse(targets, KINDS, exclude, self.algorithm_name),
-                                 smash_config["per_channel"])
+        chosen = select(targets, KINDS, exclude)
+        if not chosen:  # only reachable with smash(..., experimental=True) or an exclude naming everything
+            warnings.warn(refusal(targets, KINDS, exclude, self.algorithm_name) + " The model is left unchanged.",
+                          RuntimeWarning, stacklevel=3)
+        names = quantize_targets(model, chosen, smash_config["per_channel"])
         smash_config.state.update(quantized_layers=len(names), layers=names)
         record_coverage(smash_config.state, targets, names, exclude)
         return model
@@ -59,4 +66,10 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
         names = state.get("layers")
         if names is None:  # saved before layers were recorded: only exact nn.Linear layers were quantized then
             names = legacy_linear_names(model, tuple(smash_config["exclude"]))
+        present = {name for name, _ in model.named_modules()}
+        missing = [n for n in names if n not in present]
+        if missing:
+            raise SaveLoadError(f"The weights of the saved model do not fit the rebuilt architecture: int8_dynamic "
+                                f"quantized {missing[:3]}, which it does not have. Pass model= the architecture that "
+                                "was smashed.")
         return quantize_named(model, names, smash_config["per_channel"])
