@@ -65,6 +65,7 @@ PUBLIC = {
                            "parse_compression_config", "parse_result", "print_result", "read_kept_channels",
                            "report_experiment", "run_experiment"],
     "slimkit.evaluation": ["Comparison", "Fidelity", "Latency", "MetricRow", "accuracy", "compare", "count_macs",
+                           "count_macs_by_dtype",
                            "count_parameters", "fidelity", "measure_latency", "measure_latency_pair", "peak_memory",
                            "perplexity", "plot_comparison", "set_threads", "size_on_disk"],
     "slimkit.razor": ["MODES", "BaseAlgorithm", "SingleTeacherDistill", "batch_loss", "build", "build_module",
