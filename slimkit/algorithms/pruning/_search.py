@@ -137,6 +137,18 @@ def make_evaluator(name: str, smash_config: SmashConfigPrefixWrapper,
     return evaluate, "minimize" if by_loss else "maximize"
 
 
+def tune_as_scored(name: str, smash_config: SmashConfigPrefixWrapper, model: nn.Module) -> int:
+    """Fine-tune the chosen (masked) model ``eval_finetune_steps`` steps, as its candidate was before scoring.
+
+    Search-only pruners return the candidate in the state it was compared in; returns the steps run.
+    """
+    steps = int(smash_config["eval_finetune_steps"])
+    tune = make_finetuner(name, smash_config, steps)
+    if tune is not None:
+        tune(model)
+    return steps
+
+
 def annealing_hyperparameters() -> list:
     """The temperature schedule and the perturbation size (shared with auto_compress)."""
     return [

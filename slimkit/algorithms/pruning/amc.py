@@ -13,6 +13,7 @@ from slimkit.algorithms.pruning._search import (
     base_algo_hyperparameter,
     evaluator_hyperparameters,
     make_evaluator,
+    tune_as_scored,
     training_hyperparameters,
 )
 from slimkit.compression.pruning import AMCPruner, Pruner
@@ -28,7 +29,8 @@ class AMC(BaseAlgoPruner):
     and chooses a preserve ratio between ``1 - sparsity`` and 1; the ratio is capped so the model can still
     meet ``flops_ratio`` of its MACs. After each of ``episodes`` episodes the masks are scored on the
     validation split (optionally after ``eval_finetune_steps`` of fine-tuning a copy); the reward trains the
-    agent, and the best allocation within the budget is pruned and removed with the speedup. MACs are counted
+    agent, and the best allocation within the budget is pruned (and fine-tuned ``eval_finetune_steps`` steps,
+    as its copy was when scored), then removed with the speedup. MACs are counted
     as ``slimkit.evaluation.count_macs`` counts them after the speedup (Conv/Linear, channels traced).
     """
 
@@ -91,6 +93,7 @@ class AMC(BaseAlgoPruner):
         """Search; record the allocation, its estimated MACs share and the episodes."""
         assert isinstance(pruner, AMCPruner)
         pruner.compress()
+        smash_config.state["finetune_steps"] = tune_as_scored(self.algorithm_name, smash_config, model)
         smash_config.state.update(allocation=pruner.allocation,
                                   macs_ratio=round(pruner.best_macs / pruner.channel_macs.total, 6),
                                   episodes=[{k: h[k] for k in ("episode", "metric", "macs", "reward")}

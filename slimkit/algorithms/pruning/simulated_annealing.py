@@ -14,6 +14,7 @@ from slimkit.algorithms.pruning._search import (
     cap_hyperparameter,
     evaluator_hyperparameters,
     make_evaluator,
+    tune_as_scored,
     training_hyperparameters,
     with_cap,
 )
@@ -29,7 +30,8 @@ class SimulatedAnnealing(BaseAlgoPruner):
     Starting from every layer at ``sparsity``, each step perturbs the layers' shares, rescales them back onto
     the overall target and scores the candidate (a copy fine-tuned ``eval_finetune_steps`` steps on
     ``cfg.data``, then its validation accuracy). Better candidates are always taken, worse ones with a
-    probability that falls as the temperature cools; the best candidate seen is pruned.
+    probability that falls as the temperature cools; the best candidate seen is pruned and, like the copy it
+    was scored on, fine-tuned ``eval_finetune_steps`` steps.
     """
 
     algorithm_name = "simulated_annealing"
@@ -54,4 +56,5 @@ class SimulatedAnnealing(BaseAlgoPruner):
         """Anneal; record the allocation and every candidate."""
         assert isinstance(pruner, SimulatedAnnealingPruner)
         pruner.compress()
+        smash_config.state["finetune_steps"] = tune_as_scored(self.algorithm_name, smash_config, model)
         smash_config.state.update(allocation=pruner.allocation, candidates=pruner.history)

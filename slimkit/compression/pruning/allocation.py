@@ -154,8 +154,9 @@ class AllocationPruner(Pruner):
     def scale_to_target(self, proportions: Mapping[str, float], target: float | None = None) -> Allocation:
         """Per-layer sparsities proportional to ``proportions`` (capped) whose overall sparsity reaches ``target``.
 
-        Solves ``overall(min(a * p, cap)) = target`` for ``a`` by bisection, rounds up to whole units, then gives
-        back single units (largest layers first) while the overall sparsity stays at or above the target.
+        Solves ``overall(min(a * p, cap)) = target`` for ``a`` by bisection (when the layers with a share are all
+        capped below the target, the layers without one take the rest), rounds down to whole units, then adds
+        single units where the rounding took most (largest remainder) until the target is reached.
         """
         target = self.target_sparsity if target is None else float(target)
         names = self.layer_names
@@ -171,17 +172,22 @@ class AllocationPruner(Pruner):
         low, high = 0.0, 1.0
         while continuous(high) < target and high < 1e9:
             high *= 2.0
+        if continuous(high) < target:  # the layers with a share are all capped: the others take the rest
+            p = {n: max(v, 1e-9) for n, v in p.items()}
+            while continuous(high) < target and high < 1e18:
+                high *= 2.0
         for _ in range(60):
             mid = (low + high) / 2.0
             low, high = (mid, high) if continuous(mid) < target else (low, mid)
-        counts = {n: min(math.ceil(min(high * p[n], self.cap(n)) * self.units(n) - 1e-9),
-                         num_to_prune(self.cap(n), self.units(n))) for n in names}
-        for n in sorted(names, key=lambda n: -sizes[n] / self.units(n)):
-            while counts[n] > 0:
-                trial = {**counts, n: counts[n] - 1}
-                if self.overall_sparsity(self._from_counts(trial)) + 1e-9 < target:
-                    break
-                counts = trial
+        wanted = {n: min(high * p[n], self.cap(n)) * self.units(n) for n in names}
+        most = {n: num_to_prune(self.cap(n), self.units(n)) for n in names}
+        counts = {n: min(math.floor(wanted[n] + 1e-9), most[n]) for n in names}
+        while self.overall_sparsity(self._from_counts(counts)) + 1e-12 < target:
+            room = [n for n in names if counts[n] < most[n]]
+            if not room:
+                break
+            n = max(room, key=lambda n: (wanted[n] - counts[n], sizes[n] / self.units(n)))
+            counts[n] += 1
         return self._from_counts(counts)
 
     def _from_counts(self, counts: Mapping[str, int]) -> Allocation:
