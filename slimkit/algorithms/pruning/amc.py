@@ -13,8 +13,8 @@ from slimkit.algorithms.pruning._search import (
     base_algo_hyperparameter,
     evaluator_hyperparameters,
     make_evaluator,
-    tune_as_scored,
     training_hyperparameters,
+    tune_as_scored,
 )
 from slimkit.compression.pruning import AMCPruner, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper

@@ -14,8 +14,8 @@ from slimkit.algorithms.pruning._search import (
     cap_hyperparameter,
     evaluator_hyperparameters,
     make_evaluator,
-    tune_as_scored,
     training_hyperparameters,
+    tune_as_scored,
     with_cap,
 )
 from slimkit.compression.pruning import Pruner, SimulatedAnnealingPruner
