@@ -60,7 +60,7 @@ class Movement(FrameworkPruner):
         steps = int(smash_config["epochs"]) * len(train_loader(self.algorithm_name, smash_config))
         warm_up = int(smash_config["warm_up_step"])
         optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
-        return MovementPruner(model, config_list, optimizer, warm_up_step=warm_up,
+        return MovementPruner(model, config_list, optimizer=optimizer, warm_up_step=warm_up,
                               cool_down_beginning_step=max(warm_up + 1, warm_up + 2 * (steps - warm_up) // 3),
                               granularity=smash_config["granularity"])
 

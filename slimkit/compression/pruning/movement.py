@@ -26,6 +26,7 @@ from slimkit.compression.pruning.maskers import MaskDict, channel_masks, lowest_
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
 from slimkit.compression.pruning.training import Trainer, check_positive_int, run_epoch
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+from slimkit.training import criterion_loss, default_loss, fit
 
 GRANULARITIES = ("fine", "filter")
 
@@ -51,12 +52,14 @@ class MovementWrapper(PrunerModuleWrapper):
 class MovementPruner(Pruner):
     """Prune by movement scores learned while fine-tuning (the sparsity rises on a cubic schedule).
 
-    ``MovementPruner(model, config_list, optimizer=None, trainer=None, criterion=None, training_epochs=None,
-    dataloader=None, warm_up_step=0, cool_down_beginning_step=None, granularity="fine", lr=1e-3)``.
-    Train in your own loop with the ``optimizer`` passed here (each ``step()`` updates the masks), or let
-    :meth:`compress` train ``training_epochs`` epochs with ``trainer(model, optimizer, criterion)`` or on
-    ``dataloader`` batches through slimkit's loop. ``cool_down_beginning_step`` (when the final sparsity is
-    reached) defaults to two thirds of the steps when ``dataloader`` and ``training_epochs`` fix them.
+    ``MovementPruner(model, config_list, trainer=None, traced_optimizer=None, criterion=None,
+    training_epochs=None, training_steps=None, warm_up_step=0, cool_down_beginning_step=None, *,
+    optimizer=None, dataloader=None, granularity="fine", lr=1e-3)`` (NNI 2.x's order; ``optimizer`` and
+    ``traced_optimizer`` are the same thing). Train in your own loop with that optimizer (each ``step()`` updates
+    the masks), or let :meth:`compress` train ``training_epochs`` epochs (or ``training_steps`` steps) with
+    ``trainer(model, optimizer, criterion)`` or on ``dataloader`` batches through slimkit's loop.
+    ``cool_down_beginning_step`` (when the final sparsity is reached) defaults to two thirds of the planned steps
+    when ``training_steps``, or ``dataloader`` with ``training_epochs``, fix them.
     """
 
     iterative = True
@@ -65,36 +68,48 @@ class MovementPruner(Pruner):
         self,
         model: nn.Module,
         config_list: Sequence[Mapping[str, Any]],
-        optimizer: torch.optim.Optimizer | None = None,
         trainer: Trainer | None = None,
+        traced_optimizer: torch.optim.Optimizer | None = None,
         criterion: Callable[..., torch.Tensor] | None = None,
         training_epochs: int | None = None,
-        dataloader: Any = None,
+        training_steps: int | None = None,
         warm_up_step: int = 0,
         cool_down_beginning_step: int | None = None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        dataloader: Any = None,
         granularity: str = "fine",
         lr: float = 1e-3,
         dummy_input: Any = None,
         seed: int = 0,
     ) -> None:
         who = type(self).__name__
+        if optimizer is not None and traced_optimizer is not None and optimizer is not traced_optimizer:
+            raise PruningConfigError(f"{who} got two optimizers (optimizer= and traced_optimizer=); pass one.")
+        optimizer = optimizer if optimizer is not None else traced_optimizer
         if granularity not in GRANULARITIES:
             raise PruningConfigError(f"{who} granularity must be 'fine' (single weights) or 'filter' (output "
                                      f"channels, removable by the speedup), got {granularity!r}.")
         self.warm_up_step = check_positive_int(who, "warm_up_step", warm_up_step, minimum=0)
         trains_itself = trainer is not None or dataloader is not None
-        if trains_itself:
+        self.training_steps = None if training_steps is None else check_positive_int(who, "training_steps",
+                                                                                     training_steps)
+        self.training_epochs = training_epochs
+        if trains_itself and self.training_steps is None:
             self.training_epochs = check_positive_int(who, "training_epochs", training_epochs or 0)
-        elif optimizer is None:
+        elif not trains_itself and optimizer is None:
             raise PruningConfigError(f"{who} learns its scores while the model trains: pass the optimizer of your "
                                      "training loop, or trainer=... / dataloader=... with training_epochs=N.")
-        if cool_down_beginning_step is None and dataloader is not None and hasattr(dataloader, "__len__") \
-                and trainer is None:
-            cool_down_beginning_step = self.warm_up_step + max(1, 2 * self.training_epochs * len(dataloader) // 3)
+        if cool_down_beginning_step is None:
+            planned = self.training_steps
+            if planned is None and dataloader is not None and trainer is None and hasattr(dataloader, "__len__"):
+                planned = self.training_epochs * len(dataloader)
+            if planned is not None:
+                cool_down_beginning_step = self.warm_up_step + max(1, 2 * (planned - self.warm_up_step) // 3)
         if cool_down_beginning_step is None:
             raise PruningConfigError(f"{who} needs cool_down_beginning_step (the optimizer step at which the final "
-                                     "sparsity is reached); it can be inferred only from dataloader= with "
-                                     "training_epochs=.")
+                                     "sparsity is reached); it is inferred only from training_steps=, or from "
+                                     "dataloader= with training_epochs=.")
         self.cool_down_beginning_step = check_positive_int(who, "cool_down_beginning_step", cool_down_beginning_step,
                                                            minimum=self.warm_up_step + 1)
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
@@ -150,9 +165,21 @@ class MovementPruner(Pruner):
         if self.optimizer is None:
             self.optimizer = torch.optim.Adam(self.bound_model.parameters(), lr=self.lr)
             self.patch_optimizer()
-        for epoch in range(self.training_epochs):
+        epoch = 0
+        while (self.training_steps is None and epoch < self.training_epochs) or (
+                self.training_steps is not None and self.step_count < self.training_steps):
+            if self.trainer is None and self.training_steps is not None:
+                loss = criterion_loss(self.criterion) if self.criterion is not None else default_loss
+                fit(self.bound_model, self.dataloader, loss=loss, optimizer=self.optimizer,
+                    steps=self.training_steps - self.step_count, seed=self.seed, progress=False)
+                break
+            before = self.step_count
             run_epoch(self.bound_model, epoch, trainer=self.trainer, dataloader=self.dataloader,
                       optimizer=self.optimizer, criterion=self.criterion, seed=self.seed)
+            if self.step_count == before:
+                raise PruningConfigError("MovementPruner: the trainer ran an epoch without calling optimizer.step(); "
+                                         "it must train with the optimizer it is given.")
+            epoch += 1
         self.finish()
         return self.bound_model
 

@@ -157,8 +157,8 @@ def test_movement_scores_are_the_accumulated_movement():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # weights fixed: the scores alone move
-    pruner = MovementPruner(model, [{"sparsity": 0.5, "op_types": ["Linear"]}], optimizer, warm_up_step=0,
-                            cool_down_beginning_step=2)
+    pruner = MovementPruner(model, [{"sparsity": 0.5, "op_types": ["Linear"]}], optimizer=optimizer,
+                            warm_up_step=0, cool_down_beginning_step=2)
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
     expected = torch.zeros(3, 4)
     for _ in range(2):
@@ -178,12 +178,12 @@ def test_movement_scores_are_the_accumulated_movement():
 def test_movement_schedule_and_filters(convnet, digit_batches):
     pruner = MovementPruner(convnet, CONV, dataloader=digit_batches, training_epochs=3, granularity="filter",
                             warm_up_step=2)
-    assert pruner.cool_down_beginning_step == 2 + 2 * 3 * len(digit_batches) // 3
+    assert pruner.cool_down_beginning_step == 2 + 2 * (3 * len(digit_batches) - 2) // 3  # 2/3 after warm-up
     wrapper = pruner.modules_wrapper[1]
     pruner.step_count = 1
     assert pruner.current_sparsity(wrapper) == 0.0
     pruner.step_count = 5
-    assert pruner.current_sparsity(wrapper) == pytest.approx(agp_sparsity(0.5, 0.0, 3, 8))
+    assert pruner.current_sparsity(wrapper) == pytest.approx(agp_sparsity(0.5, 0.0, 3, 6))
     pruner.step_count = 0
     pruner.compress()
     assert pruner.step_count == 3 * len(digit_batches)
@@ -192,4 +192,27 @@ def test_movement_schedule_and_filters(convnet, digit_batches):
     with pytest.raises(PruningConfigError, match="granularity must be"):
         MovementPruner(convnet, CONV, dataloader=digit_batches, training_epochs=1, granularity="block")
     with pytest.raises(PruningConfigError, match="needs cool_down_beginning_step"):
-        MovementPruner(convnet, CONV, torch.optim.SGD(convnet.parameters(), lr=0.1))
+        MovementPruner(convnet, CONV, optimizer=torch.optim.SGD(convnet.parameters(), lr=0.1))
+
+
+def test_movement_with_an_nni2_trainer_and_training_steps(convnet, digit_batches):
+    calls = []
+
+    def trainer(model, optimizer, criterion):  # NNI 2.x: one epoch of the user's loop
+        calls.append(1)
+        for x, y in digit_batches:
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+
+    optimizer = torch.optim.Adam(convnet.parameters(), lr=1e-3)
+    pruner = MovementPruner(convnet, CONV, trainer, optimizer, nn.CrossEntropyLoss(), training_steps=6)
+    assert pruner.cool_down_beginning_step == 4
+    pruner.compress()
+    assert len(calls) == 2 and pruner.step_count == 8  # whole epochs of 4 steps until 6 steps ran
+    model = pruner.unwrap_model(apply_masks=True)
+    assert float((model.conv2.weight == 0).float().mean()) == pytest.approx(0.5, abs=0.01)
+    lazy = MovementPruner(nn.Sequential(nn.Linear(4, 2)), [{"sparsity": 0.5}], lambda model, optimizer: None,
+                          training_epochs=1, cool_down_beginning_step=3)
+    with pytest.raises(PruningConfigError, match="without calling optimizer.step"):
+        lazy.compress()
