@@ -16,7 +16,13 @@ from torch import nn
 
 from slimkit import zoo
 from slimkit.evaluation import count_macs
-from slimkit.experiment import create_compressor, get_compressor_spec, load_compressed_model, run_experiment
+from slimkit.experiment import (
+    create_compressor,
+    get_compressor_spec,
+    load_compressed_model,
+    load_experiment,
+    run_experiment,
+)
 from slimkit.zoo.digits_cnn import digits_split
 from tests.experiment.test_exp_runner import _experiment
 
@@ -208,3 +214,46 @@ def test_admm_experiment_file_runs_its_script(tmp_path):
     (row,) = result.rows
     assert row["state"] == "complete" and 0.0 <= row["result"] <= 1.0
     assert (result.folder / row["trial_dir"] / "model" / "model.safetensors").is_file()
+
+
+def test_unstructured_masks_are_not_sped_up():
+    for name, kwargs, key in (("lottery_ticket", {}, "base_algo='level'"), ("movement", {}, "granularity='fine'"),
+                              ("admm", {"base_algo": "level"}, "base_algo='level'")):
+        refusal = get_compressor_spec(name).speedup_refusal(kwargs)
+        assert refusal is not None and key in refusal and "nothing to remove" in refusal, name
+    assert get_compressor_spec("lottery_ticket").speedup_refusal({"base_algo": "l1"}) is None
+    assert get_compressor_spec("movement").speedup_refusal({"granularity": "filter"}) is None
+    assert get_compressor_spec("net_adapt").speedup_refusal({}) is None
+
+
+#: the compression blocks of Auptimizer's example experiments for these compressors (Examples/compression)
+AUPTIMIZER_BLOCKS = {
+    "exp_admm": ("admm", [{"sparsity": 0.5, "op_types": ["Conv2d"], "op_names": ["conv1"]},
+                          {"sparsity": 0.5, "op_types": ["Conv2d"], "op_names": ["conv2"]}], False),
+    "exp_auto_admm": ("admm", [{"sparsity": {"range": [0.1, 0.9], "type": "float"}, "op_names": ["conv1", "conv2"],
+                                "op_types": ["Conv2d"]}], True),
+    "exp_net_adapt": ("net_adapt", [{"sparsity": 0.5, "op_types": ["Conv2d"]}], False),
+    "exp_sensitivity": ("sensitivity", [{"sparsity": 0.5, "op_types": ["Conv2d"]}], False),
+    "exp_simulated_annealing": ("simulated_annealing", [{"sparsity": 0.5, "op_types": ["Conv2d"]}], False),
+    "exp_autocompress": ("auto_compress", [{"sparsity": 0.5, "op_types": ["Conv2d"]}], False),
+    "exp_amc": ("amc", [{"op_types": ["Conv2d", "Linear"]}], False),
+    "exp_lottery_ticket": ("lottery_ticket", [{"prune_iterations": 5, "sparsity": 0.8, "op_types": ["Conv2d"]}],
+                           False),
+    "exp_auto_lottery_ticket": ("lottery_ticket", [{"prune_iterations": {"range": [1, 10], "type": "int"},
+                                                    "sparsity": {"range": [0.1, 0.9], "type": "float"},
+                                                    "op_types": ["Conv2d"]}], True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUPTIMIZER_BLOCKS))
+def test_auptimizer_example_experiments_validate(name, tmp_path):
+    compressor, config_list, automatic = AUPTIMIZER_BLOCKS[name]
+    (tmp_path / "mnist.py").write_text("print('#Auto: result=1.0')\n")
+    exp = {"name": name, "script": "mnist.py", "resource": "cpu", **_block(compressor, config_list)}
+    if automatic:
+        exp.update(proposer="random", n_parallel=4, target="max", n_samples=5, resource_args={"save_model": True})
+    (tmp_path / f"{name}.json").write_text(json.dumps(exp))
+    loaded = load_experiment(tmp_path / f"{name}.json", automatic=automatic)
+    assert loaded.compression["compressor"] == compressor
+    # auto_admm: one sparsity per op name (expand_op_names); auto_lottery_ticket: prune_iterations and sparsity
+    assert len(loaded.params) == (2 if automatic else 0)
