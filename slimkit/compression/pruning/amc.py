@@ -31,6 +31,7 @@ from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.ddpg import DDPGAgent
 from slimkit.compression.pruning.training import check_fraction, check_positive_int
 from slimkit.data.batches import split_batch
+from slimkit.utils import model_device, move_inputs
 
 REWARDS = ("acc_reward", "acc_flops_reward")
 #: six static layer features, MACs removed so far, MACs still to come, the previous action
@@ -95,6 +96,7 @@ class AMCPruner(AllocationPruner):
             dummy_input = split_batch(next(iter(val_loader)))[0]
         if dummy_input is None:
             raise PruningConfigError(f"{who} counts MACs on an example input: pass dummy_input=... or val_loader=...")
+        dummy_input = move_inputs(dummy_input, model_device(model))
         self.channel_macs = ChannelMacs(model, dummy_input)
         filled = [{**e, "sparsity": 1.0 - self.lbound} if isinstance(e, Mapping) and not (
             e.get("exclude") or "sparsity" in e or "sparsity_per_layer" in e) else e

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from slimkit.evaluation import count_macs, count_parameters
+from slimkit.utils import run_model
 from slimkit.zoo.digits_cnn import accuracy, digits_split
 from tests.algorithms.testers.base import AlgorithmTesterBase
 from tests.algorithms.testers.pruners import REJECT, check_digits_half
@@ -129,7 +130,7 @@ class TestNetAdapt(_Digits, AlgorithmTesterBase):
         allocation = check_allocation(smashed, base, inputs, 0.5)
         proposals = _state(smashed)["proposals"]
         assert {p["iteration"] for p in proposals} == {1, 2}
-        for proposal in proposals:  # each proposal raises exactly one layer over the iteration's start
+        for proposal in proposals:  # each proposal names the one layer it raised
             assert proposal["layer"] in CHANNELS
         assert sum(s > 0 for s in allocation.values()) >= 1
         assert digits_accuracy(smashed) > 0.9
@@ -177,5 +178,5 @@ class TestAMC(_Digits, AlgorithmTesterBase):
             assert kept % 8 == 0, (name, kept)  # channel_round
         assert count_parameters(smashed.model) < count_parameters(base)
         with torch.no_grad():
-            assert torch.isfinite(smashed.model(inputs)).all()
+            assert torch.isfinite(run_model(smashed, inputs)).all()
         assert digits_accuracy(smashed) > 0.2
