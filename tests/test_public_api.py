@@ -11,16 +11,18 @@ PUBLIC = {
                                  "architecture", "block_type", "export_gguf", "open_llama", "pack_blocks",
                                  "supported_names"],
     "slimkit.compression.pruning": [
-        "AGPPruner", "ActivationAPoZRankFilterPruner", "ActivationAPoZRankFilterPrunerMasker",
-        "ActivationMeanRankFilterPruner", "ActivationMeanRankFilterPrunerMasker", "AttentionHeadMasker",
-        "AttentionHeadPruner", "ChannelCoupling", "ChannelEnergyPruner", "ChannelEnergyPrunerMasker",
-        "ChannelGroupPlan", "DependencyAwarePruner", "FPGMPruner", "FPGMPrunerMasker", "GroupFilterPruner",
-        "GroupL1FilterPruner", "GroupL2FilterPruner", "HeadLayout",
-        "L1FilterPruner", "L1FilterPrunerMasker", "L2FilterPruner", "L2FilterPrunerMasker", "LevelPruner",
-        "LevelPrunerMasker", "Pruner", "PrunerModuleWrapper", "PruningConfigError", "SlimPruner", "SlimPrunerMasker",
-        "StructuredWeightMasker", "TaylorFOWeightFilterPruner", "TaylorFOWeightFilterPrunerMasker", "WeightMasker",
-        "agp_sparsity", "find_head_layout", "format_sensitivity_table", "load_masks", "load_state_dict_file",
-        "num_to_prune", "plot_sensitivity", "resolve_config_list", "save_masks", "sensitivity_analysis"
+        "ADMMPruner", "AGPPruner", "AMCPruner", "ActivationAPoZRankFilterPruner",
+        "ActivationAPoZRankFilterPrunerMasker", "ActivationMeanRankFilterPruner",
+        "ActivationMeanRankFilterPrunerMasker", "AllocationPruner", "AttentionHeadMasker", "AttentionHeadPruner",
+        "AutoCompressPruner", "ChannelCoupling", "ChannelEnergyPruner", "ChannelEnergyPrunerMasker", "ChannelGroupPlan",
+        "ChannelMacs", "DDPGAgent", "DependencyAwarePruner", "FPGMPruner", "FPGMPrunerMasker", "GroupFilterPruner",
+        "GroupL1FilterPruner", "GroupL2FilterPruner", "HeadLayout", "L1FilterPruner", "L1FilterPrunerMasker",
+        "L2FilterPruner", "L2FilterPrunerMasker", "LevelPruner", "LevelPrunerMasker", "LotteryTicketPruner",
+        "MovementPruner", "NetAdaptPruner", "Pruner", "PrunerModuleWrapper", "PruningConfigError", "SensitivityPruner",
+        "SimulatedAnnealingPruner", "SlimPruner", "SlimPrunerMasker", "StructuredWeightMasker",
+        "TaylorFOWeightFilterPruner", "TaylorFOWeightFilterPrunerMasker", "WeightMasker", "agp_sparsity",
+        "find_head_layout", "format_sensitivity_table", "load_masks", "load_state_dict_file", "num_to_prune",
+        "plot_sensitivity", "resolve_config_list", "save_masks", "sensitivity_analysis"
     ],
     "slimkit.compression.nas": [
         "BaseMutable", "ChannelSupernet", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear", "EvolutionSearchLoop",
