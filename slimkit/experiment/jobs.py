@@ -180,7 +180,10 @@ def _time_limit(seconds: float) -> Any:
         yield
         return
 
+    expired = []
+
     def expire(signum: int, frame: Any) -> None:
+        expired.append(True)
         raise JobTimeout(f"timed out after {seconds:g} s (job_timeout)")
 
     previous = signal.signal(signal.SIGALRM, expire)
@@ -190,6 +193,8 @@ def _time_limit(seconds: float) -> Any:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if expired:  # the limit passed but Python swallowed the exception (raised inside a __del__ or a gc callback)
+        raise JobTimeout(f"timed out after {seconds:g} s (job_timeout)")
 
 
 def _smash_and_measure(exp: Experiment, bench: Any, values: Mapping[str, Any], trial_dir: Path,

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from slimkit import zoo
 from slimkit.engine import SmashedModel
 from slimkit.evaluation import size_on_disk
 from slimkit.experiment import run_experiment
+from slimkit.experiment.jobs import JobTimeout, _time_limit
 from slimkit.zoo import digits_split
 
 EXPERIMENT = {
@@ -91,3 +94,12 @@ def test_a_list_valued_hyperparameter_is_one_fixed_value_and_one_choice_is_fixed
     assert [(p.name, p.choices) for p in space.params] == [("pruner", [None, "l1_filter"]), ("rtn_bits", [2, 4])]
     cfg = space.config({"pruner": "l1_filter", "rtn_bits": 2})
     assert list(cfg["l1_filter_op_names"]) == ["*intermediate.dense"] and cfg["rtn_bits"] == 2
+
+
+def test_a_timeout_that_the_job_swallows_still_fails_the_trial():
+    with pytest.raises(JobTimeout, match="timed out after 0.01 s"):
+        with _time_limit(0.01):
+            try:
+                time.sleep(0.2)  # the alarm fires here ...
+            except BaseException:  # noqa: S110 - ... and is swallowed, as Python does inside __del__ or gc callbacks
+                pass
