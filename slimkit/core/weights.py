@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit.core import experts as _experts
 from slimkit.core.selection import matches
 
 __all__ = [
@@ -89,10 +90,13 @@ def unsupported_reason(module: nn.Module, parent: nn.Module | None = None) -> st
     """Why a target may not be swapped for a quantized module, or None when it may.
 
     ``nn.MultiheadAttention`` reads ``out_proj.weight`` itself (its ``out_proj`` is never called), so replacing
-    that Linear would silently bypass the quantized layer.
+    that Linear would silently bypass the quantized layer. An experts module must have the layout slimkit's
+    quantized experts reproduce (:func:`slimkit.core.experts.unsupported_reason`).
     """
     if parent is not None and isinstance(parent, nn.MultiheadAttention):
         return f"{UNSUPPORTED}: nn.MultiheadAttention reads its out_proj weight directly"
+    if target_kind(module) == EXPERTS:  # layout, flags and one forward checked (slimkit.core.experts)
+        return _experts.unsupported_reason(module)
     weight = getattr(module, "weight", None)
     if target_kind(module) in (LINEAR, CONV1D) and (not isinstance(weight, torch.Tensor)
                                                     or not weight.is_floating_point()):

@@ -11,6 +11,7 @@ from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, c
 from slimkit.compression.quantization.lowbit import quantize_model_awq
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.core.weights import find_targets
 
 
 @register
@@ -40,9 +41,10 @@ class AWQ(CalibratedLowBitQuantizer):
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = find_targets(model)  # before quantizing: what coverage is measured against
         ids = support.read_calibration_ids(model, smash_config)
         specs = quantize_model_awq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
                                    smash_config["n_grid"], tuple(smash_config["exclude"]),
                                    clip_search=smash_config["clip_search"])
-        support.record(smash_config, specs)
+        support.record(smash_config, specs, targets)
         return model

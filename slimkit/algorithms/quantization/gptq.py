@@ -12,6 +12,7 @@ from slimkit.compression.quantization.lowbit import quantize_model_gptq
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+from slimkit.core.weights import find_targets
 
 
 @register
@@ -45,9 +46,10 @@ class GPTQ(CalibratedLowBitQuantizer):
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = find_targets(model)  # before quantizing: what coverage is measured against
         ids = support.read_calibration_ids(model, smash_config)
         specs = quantize_model_gptq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
                                     smash_config["act_order"], float(smash_config["damp"]), smash_config["block_size"],
                                     tuple(smash_config["exclude"]), clip_search=smash_config["clip_search"])
-        support.record(smash_config, specs)
+        support.record(smash_config, specs, targets)
         return model

@@ -12,6 +12,7 @@ from slimkit.compression.quantization.lowbit import quantize_model_hqq
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+from slimkit.core.weights import find_targets
 
 
 @register
@@ -37,7 +38,8 @@ class HQQ(LowBitQuantizer):
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = find_targets(model)  # before quantizing: what coverage is measured against
         specs = quantize_model_hqq(model, smash_config["bits"], smash_config["group_size"], smash_config["iters"],
                                    smash_config["optimize_scale"], tuple(smash_config["exclude"]))
-        support.record(smash_config, specs)
+        support.record(smash_config, specs, targets)
         return model

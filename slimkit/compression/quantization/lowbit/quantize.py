@@ -14,8 +14,15 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from slimkit.compression.quantization.experts import select_experts
 from slimkit.compression.quantization.lowbit import awq as awq_mod
 from slimkit.compression.quantization.lowbit.calibration import BlockQuantizer, run_blockwise
+from slimkit.compression.quantization.lowbit.experts_quantize import (
+    ExpertsCalibrator,
+    WithExperts,
+    quantize_experts_hqq,
+    quantize_experts_rtn,
+)
 from slimkit.compression.quantization.lowbit.gptq import HessianAccumulator, quantize_gptq
 from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
 from slimkit.compression.quantization.lowbit.layers import (
@@ -42,8 +49,10 @@ def quantize_model_rtn(model: nn.Module, bits: int = 4, group_size: int = 128, s
                        exclude: Iterable[str] = ("lm_head",)) -> Specs:
     """Round-to-nearest every selected layer."""
     names = require_layers(select_layers(model, exclude), exclude)
-    return {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), bits, group_size, sym),
-                     bits, group_size) for n in names}
+    specs = {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), bits, group_size, sym),
+                      bits, group_size) for n in names}
+    specs.update(quantize_experts_rtn(model, select_experts(model, exclude), bits, group_size, sym))  # MoE experts
+    return specs
 
 
 @torch.no_grad()
@@ -56,6 +65,8 @@ def quantize_model_hqq(model: nn.Module, bits: int = 4, group_size: int = 128, i
         w = weight_of(model.get_submodule(n))
         specs[n] = _swap(model, n, *quantize_hqq(w, bits, group_size, iters=iters, optimize_scale=optimize_scale),
                          bits, group_size)
+    specs.update(quantize_experts_hqq(model, select_experts(model, exclude), bits, group_size, iters,
+                                      optimize_scale))  # MoE experts
     return specs
 
 
@@ -170,14 +181,20 @@ class _AWQ(_Collector):
 
 
 def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: _Collector, batch_size: int,
-         method: str) -> Specs:
+         method: str, experts: ExpertsCalibrator) -> Specs:
     names = require_layers(select_layers(model, exclude), exclude)
+    moe = select_experts(model, exclude)  # MoE experts modules: calibrated per expert by `experts`
     was_training = model.training
     model.eval()
     try:
-        outside = run_blockwise(model, ids, names, worker, batch_size)
+        outside = run_blockwise(model, ids, names + moe, WithExperts(worker, experts, moe, worker.specs) if moe
+                                else worker, batch_size)
     finally:
         model.train(was_training)
+    experts.warn_fallback(method)
+    worker.specs.update(quantize_experts_rtn(model, [n for n in outside if n in moe], worker.bits, worker.group_size,
+                                             worker.sym))
+    outside = [n for n in outside if n not in moe]
     if outside:
         warnings.warn(f"{method}: layers outside the transformer blocks ({', '.join(outside)}) have no calibrated "
                       "inputs here and were quantized with round-to-nearest.", RuntimeWarning, stacklevel=3)
@@ -185,23 +202,34 @@ def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: _C
             worker.specs[n] = _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), worker.bits,
                                                             worker.group_size, worker.sym),
                                     worker.bits, worker.group_size)
-    return {n: worker.specs[n] for n in names}
+    return {n: worker.specs[n] for n in names + moe}
 
 
 def quantize_model_gptq(model: nn.Module, calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128,
                         sym: bool = False, act_order: bool = True, damp: float = 0.01, block_size: int = 128,
-                        exclude: Iterable[str] = ("lm_head",), batch_size: int = 1, clip_search: bool = True) -> Specs:
-    """GPTQ every selected layer, block by block, with Hessians from ``calibration_ids [n, seq_len]``."""
+                        exclude: Iterable[str] = ("lm_head",), batch_size: int = 1, clip_search: bool = True,
+                        min_expert_tokens: int | None = None) -> Specs:
+    """GPTQ every selected layer, block by block, with Hessians from ``calibration_ids [n, seq_len]``.
+
+    MoE experts are GPTQ'd one by one on the tokens routed to them; those with fewer than ``min_expert_tokens``
+    (default ``max(16, hidden // 8)``) fall back to round-to-nearest (see :mod:`.experts_quantize`).
+    """
+    experts = ExpertsCalibrator("gptq", bits, group_size, sym, min_expert_tokens, act_order=act_order, damp=damp,
+                                block_size=block_size, clip_search=clip_search)
     return _run(model, calibration_ids, exclude,
-                _GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search), batch_size, "gptq")
+                _GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search), batch_size, "gptq", experts)
 
 
 def quantize_model_awq(model: nn.Module, calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128,
                        sym: bool = False, n_grid: int = 10,
-                       exclude: Iterable[str] = ("lm_head",), batch_size: int = 1, clip_search: bool = True) -> Specs:
+                       exclude: Iterable[str] = ("lm_head",), batch_size: int = 1, clip_search: bool = True,
+                       min_expert_tokens: int | None = None) -> Specs:
     """AWQ-scale then round-to-nearest every selected layer, block by block, on ``calibration_ids``.
 
-    With ``clip_search`` each group's range is also shrunk where that lowers the activation-weighted error.
+    With ``clip_search`` each group's range is also shrunk where that lowers the activation-weighted error. MoE
+    experts are scaled one by one on the tokens routed to them; those with fewer than ``min_expert_tokens`` fall
+    back to round-to-nearest.
     """
+    experts = ExpertsCalibrator("awq", bits, group_size, sym, min_expert_tokens, n_grid=n_grid, clip_search=clip_search)
     return _run(model, calibration_ids, exclude, _AWQ(bits, group_size, sym, n_grid, clip_search),
-                batch_size, "awq")
+                batch_size, "awq", experts)
