@@ -8,9 +8,11 @@ transformers 5 keeps a mixture-of-experts layer's experts as 3-D parameters insi
   ``gate_up_proj [E, 2I, H]`` (gate rows first, then up rows: the "concatenated" layout), ``down_proj [E, H, I]``;
 * ungated: ``down_proj[e] @ act_fn(up_proj[e] @ x)`` with ``up_proj [E, I, H]``,
 
+(or every weight stored transposed, ``[E, in, out]``, where the module's ``is_transposed`` says so)
+
 and the layer returns ``sum_k top_k_weights[t, k] * expert_{top_k_index[t, k]}(x_t)``. :func:`experts_layout`
-says whether a module has exactly that layout, and :func:`unsupported_reason` why not (expert biases, transposed
-or interleaved gate/up storage, a custom gate such as GPT-OSS's clamped SwiGLU, a norm after each expert, or a
+says whether a module has exactly that layout, and :func:`unsupported_reason` why not (expert biases,
+interleaved gate/up storage, a custom gate such as GPT-OSS's clamped SwiGLU, a norm after each expert, or a
 ``forward`` that computes something else, found by running it once against :func:`reference_forward`).
 :func:`moe_forward` is the routing loop the quantized experts modules share with the reference.
 """
@@ -25,17 +27,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["ExpertsLayout", "experts_layout", "moe_forward", "reference_forward", "routed_pairs",
+__all__ = ["ExpertsLayout", "dense_weights", "experts_layout", "moe_forward", "reference_forward", "routed_pairs",
            "unsupported_reason"]
 
 #: The word a coverage reason starts with (the same as :data:`slimkit.core.weights.UNSUPPORTED`).
 _UNSUPPORTED = "unsupported"
 #: The flags transformers' ``use_experts_implementation`` sets on an experts instance, and the value slimkit needs.
-_FLAGS = {"has_bias": False, "is_transposed": False, "is_concatenated": True, "has_post_expert_norm": False,
-          "_is_expert_parallel": False}
-_FLAG_WORDS = {"has_bias": "expert biases", "is_transposed": "transposed expert weights ([E, in, out])",
-               "is_concatenated": "interleaved gate/up rows", "has_post_expert_norm": "a norm after each expert",
-               "_is_expert_parallel": "expert parallelism"}
+_FLAGS = {"has_bias": False, "is_concatenated": True, "has_post_expert_norm": False, "_is_expert_parallel": False}
+_FLAG_WORDS = {"has_bias": "expert biases", "is_concatenated": "interleaved gate/up rows",
+               "has_post_expert_norm": "a norm after each expert", "_is_expert_parallel": "expert parallelism"}
 
 
 @functools.cache
@@ -56,6 +56,7 @@ class ExpertsLayout:
     hidden: int  #: H, the model width (input of the first projection, output of the second)
     intermediate: int  #: I, the width each expert computes in
     gated: bool  #: True: ``gate_up_proj [E, 2I, H]``; False: ``up_proj [E, I, H]``
+    transposed: bool = False  #: stored ``[E, in, out]`` (transformers' ``is_transposed``, e.g. Aria)
 
     @property
     def first(self) -> str:
@@ -82,27 +83,38 @@ def _structure(module: nn.Module) -> ExpertsLayout | str:
     if gate is not None and gate is not _default_gate():
         return (f"{_UNSUPPORTED}: {kind} has its own gate function (_apply_gate, e.g. a clamped or interleaved "
                 "SwiGLU), which slimkit's quantized experts do not represent")
-    if not isinstance(getattr(module, "act_fn", None), nn.Module) and not callable(getattr(module, "act_fn", None)):
-        return f"{_UNSUPPORTED}: {kind} has no act_fn"
     params = dict(module.named_parameters(recurse=False))
     gated = "gate_up_proj" in params
     first = "gate_up_proj" if gated else "up_proj"
     names = {first, "down_proj"}
     if first not in params or "down_proj" not in params or set(params) != names:
         return (f"{_UNSUPPORTED}: {kind} holds parameters {sorted(params)}; slimkit's quantized experts need exactly "
-                "['down_proj', 'gate_up_proj'] (or ['down_proj', 'up_proj'])")
+                "['down_proj', 'gate_up_proj'] (or ['down_proj', 'up_proj']) and an act_fn")
+    if not callable(getattr(module, "act_fn", None)):
+        return f"{_UNSUPPORTED}: {kind} has no act_fn (the activation between its two projections)"
     if getattr(module, "has_gate", gated) != gated:
         return f"{_UNSUPPORTED}: {kind}.has_gate={module.has_gate} does not match its parameters {sorted(params)}"
     up, down = params[first], params["down_proj"]
     n = getattr(module, "num_experts", None)
+    transposed = bool(getattr(module, "is_transposed", False))
+    order = "[E, in, out]" if transposed else "[E, out, in]"
     if up.dim() != 3 or down.dim() != 3 or up.shape[0] != n or down.shape[0] != n:
-        return f"{_UNSUPPORTED}: {kind} weights {tuple(up.shape)} and {tuple(down.shape)} are not [E, out, in]"
-    hidden, inter = int(down.shape[1]), int(down.shape[2])
+        return f"{_UNSUPPORTED}: {kind} weights {tuple(up.shape)} and {tuple(down.shape)} are not {order}"
+    hidden, inter = (int(down.shape[2]), int(down.shape[1])) if transposed else (int(down.shape[1]), int(down.shape[2]))
     rows = 2 * inter if gated else inter
-    if tuple(up.shape[1:]) != (rows, hidden):
-        return (f"{_UNSUPPORTED}: {kind}.{first} is {tuple(up.shape)}; with down_proj {tuple(down.shape)} it must be "
-                f"[{n}, {rows}, {hidden}]")
-    return ExpertsLayout(int(n), hidden, inter, gated)
+    want = (hidden, rows) if transposed else (rows, hidden)
+    if tuple(up.shape[1:]) != want:
+        return (f"{_UNSUPPORTED}: {kind}.{first} is {tuple(up.shape)}; with down_proj {tuple(down.shape)} stored "
+                f"{order} it must be [{n}, {want[0]}, {want[1]}]")
+    return ExpertsLayout(int(n), hidden, inter, gated, transposed)
+
+
+def dense_weights(module: nn.Module, layout: ExpertsLayout) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(first [E, rows, H], down [E, H, I])`` of an experts module: views in ``[E, out, in]`` order, never copies."""
+    first, down = getattr(module, layout.first), module.down_proj
+    if layout.transposed:
+        return first.transpose(1, 2), down.transpose(1, 2)
+    return first, down
 
 
 def experts_layout(module: nn.Module) -> ExpertsLayout | None:
@@ -124,7 +136,7 @@ def unsupported_reason(module: nn.Module) -> str | None:
     found = _structure(module)
     if isinstance(found, str):
         return found
-    weights = [getattr(module, found.first), module.down_proj]
+    weights = list(dense_weights(module, found))
     if any(w.device.type == "meta" for w in weights):
         return None
     key = tuple((w.data_ptr(), w._version) for w in weights)
@@ -137,7 +149,7 @@ def unsupported_reason(module: nn.Module) -> str | None:
 
 
 def _probe(module: nn.Module, layout: ExpertsLayout) -> str | None:
-    first, down = getattr(module, layout.first), module.down_proj
+    first, down = dense_weights(module, layout)
     n = layout.num_experts
     k = min(2, n)
     gen = torch.Generator().manual_seed(0)

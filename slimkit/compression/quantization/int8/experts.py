@@ -32,7 +32,7 @@ from slimkit.compression.quantization.experts import (
     replace_module,
 )
 from slimkit.compression.quantization.int8.linear import SATURATION_SAFE, choose_path, quantize_weight, use_fbgemm
-from slimkit.core.experts import ExpertsLayout, experts_layout
+from slimkit.core.experts import ExpertsLayout, dense_weights, experts_layout
 from slimkit.core.experts import unsupported_reason as experts_unsupported
 from slimkit.errors import ConfigError, ModelNotSupportedError
 
@@ -169,8 +169,8 @@ def quantize_experts_int8(model: nn.Module, names: list[str], saturation_safe: b
         if layout is None:
             raise ModelNotSupportedError(f"{name}: {experts_unsupported(module) or 'not an experts module'}.")
         new = Int8Experts(layout, module.act_fn, safe)
-        for which, param in ((FIRST, layout.first), (DOWN, "down_proj")):
-            weight = getattr(module, param).detach()
+        for which, weight in zip((FIRST, DOWN), dense_weights(module, layout), strict=True):
+            weight = weight.detach()
             for e in range(layout.num_experts):
                 new.set_expert(which, e, quantize_weight(weight[e], safe))
         replace_module(model, name, new.train(module.training))

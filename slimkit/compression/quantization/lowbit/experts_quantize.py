@@ -31,7 +31,7 @@ from slimkit.compression.quantization.lowbit.experts import PackedExperts, packe
 from slimkit.compression.quantization.lowbit.gptq import HessianAccumulator, quantize_gptq
 from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
 from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
-from slimkit.core.experts import ExpertsLayout, expert_activation, experts_layout, routed_pairs
+from slimkit.core.experts import ExpertsLayout, dense_weights, expert_activation, experts_layout, routed_pairs
 from slimkit.core.experts import unsupported_reason as experts_unsupported
 from slimkit.errors import ModelNotSupportedError
 
@@ -52,8 +52,8 @@ def _pack(model: nn.Module, name: str, bits: int, group_size: int,
     module = model.get_submodule(name)
     layout = require_layout(module, name)
     packed = packed_like(module, layout, bits, group_size)
-    for which, param in ((FIRST, layout.first), (DOWN, "down_proj")):
-        weight = getattr(module, param).detach()
+    for which, weight in zip((FIRST, DOWN), dense_weights(module, layout), strict=True):
+        weight = weight.detach()
         for e in range(layout.num_experts):
             packed.set_expert(which, e, *fn(weight[e]))
     replace_module(model, name, packed)
@@ -105,6 +105,7 @@ class ExpertsCalibrator:
         self.tokens: dict[str, dict[int, int]] = {}
         #: experts quantized with RTN for lack of tokens: ``{module name: [expert, ...]}``
         self.fallback: dict[str, list[int]] = {}
+        self._least: dict[str, int] = {}
 
     def _new_stats(self, width: int, device: torch.device) -> Any:
         return HessianAccumulator(width, device) if self.method == "gptq" else awq_mod.ActivationStats(width, device)
@@ -116,7 +117,7 @@ class ExpertsCalibrator:
         hidden, index = _call_args(args, kwargs)
         flat = hidden.reshape(-1, layout.hidden)
         index = index.reshape(flat.shape[0], -1)
-        first = getattr(module, layout.first)
+        first = dense_weights(module, layout)[0]
         stats, tokens = self.stats.setdefault(name, {}), self.tokens.setdefault(name, {})
         for e, positions in routed_pairs(index, layout.num_experts):
             x = flat[positions // index.shape[1]]
@@ -135,7 +136,7 @@ class ExpertsCalibrator:
         awq = self.method == "awq"
         scales = (FIRST,) if not awq else (FIRST,) if layout.gated else (FIRST, DOWN)
         packed = packed_like(module, layout, self.bits, self.group_size, scales if awq else ())
-        first_w, down_w = getattr(module, layout.first).detach(), module.down_proj.detach()
+        first_w, down_w = (w.detach() for w in dense_weights(module, layout))
         stats, tokens = self.stats.pop(name, {}), self.tokens.pop(name, {})
         for e in range(layout.num_experts):
             if tokens.get(e, 0) < least:
@@ -150,6 +151,7 @@ class ExpertsCalibrator:
                     packed.set_expert(which, e, *self._gptq(w, st.h))
         if packed.rtn_fallback:
             self.fallback[name] = list(packed.rtn_fallback)
+            self._least[name] = least
         replace_module(model, name, packed)
         return packed.spec()
 
@@ -180,10 +182,11 @@ class ExpertsCalibrator:
     def warn_fallback(self, method: str) -> None:
         """One RuntimeWarning naming the experts quantized with RTN for lack of calibration tokens, if any."""
         if self.fallback:
-            listed = "; ".join(f"{n}: experts {e}" for n, e in self.fallback.items())
-            warnings.warn(f"{method}: these experts received too few calibration tokens (fewer than max(16, hidden "
-                          f"// 8) routed to them) and were quantized with round-to-nearest: {listed}. Use more "
-                          "calibration samples to calibrate them.", RuntimeWarning, stacklevel=3)
+            listed = "; ".join(f"{n}: experts {e} (fewer than {self._least[n]} tokens)"
+                               for n, e in self.fallback.items())
+            warnings.warn(f"{method}: these experts received too few calibration tokens and were quantized with "
+                          f"round-to-nearest: {listed}. Use more calibration samples to calibrate them.",
+                          RuntimeWarning, stacklevel=3)
 
 
 class WithExperts(BlockQuantizer):

@@ -1,0 +1,87 @@
+"""MoE experts through smash: every weight quantizer covers the experts of tiny Mixtral and Qwen2-MoE models,
+stays close to the float model, and reloads exactly; gptq lists the experts it had to round to nearest."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from slimkit import SmashConfig, SmashedModel, smash
+from slimkit.compression.quantization.int8.experts import Int8Experts
+from slimkit.compression.quantization.lowbit import quantize_model_awq, quantize_model_gptq
+from slimkit.compression.quantization.lowbit.experts import PackedExperts
+from slimkit.core.weights import EXCLUDED, KEPT_BY_DESIGN
+from tests.algorithms.testers.lowbit import ByteTokenizer
+from tests.compression.quantization.tiny_moe import experts_of, tiny_moe
+
+SETTINGS = {
+    "int8_dynamic": ({}, Int8Experts),
+    "rtn": ({"group_size": 32}, PackedExperts),
+    "hqq": ({"group_size": 32, "iters": 5}, PackedExperts),
+    "gptq": ({"group_size": 32, "n_calibration_samples": 4, "seq_len": 32}, PackedExperts),
+    "awq": ({"group_size": 32, "n_calibration_samples": 4, "seq_len": 32, "n_grid": 4}, PackedExperts),
+}
+
+
+def _smash(model, algorithm: str, **hps):
+    cfg = SmashConfig(device="cpu")
+    cfg["quantizer"] = algorithm
+    for key, value in {**SETTINGS[algorithm][0], **hps}.items():
+        cfg[f"{algorithm}_{key}"] = value
+    if algorithm in ("gptq", "awq"):
+        cfg.add_tokenizer(ByteTokenizer())
+        cfg.add_data("PyDocText")
+    return smash(model, cfg)
+
+
+def _not_excluded_share(record: dict) -> float:
+    excluded = sum(x["params"] for x in record["left"] if x["reason"].startswith((EXCLUDED, KEPT_BY_DESIGN)))
+    return record["quantized_params"] / (record["linear_like_params"] - excluded)
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("algorithm", list(SETTINGS))
+def test_experts_are_quantized_covered_close_and_reload_exactly(family, algorithm, tmp_path):
+    base = tiny_moe(family)
+    experts = list(experts_of(base))
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        reference = base(ids).logits
+    smashed = _smash(copy.deepcopy(base), algorithm)
+    assert all(isinstance(smashed.model.get_submodule(n), SETTINGS[algorithm][1]) for n in experts)
+    record = smashed.applied[0]["state"]["coverage"]
+    assert all(n not in {x["name"] for x in record["left"]} for n in experts)
+    assert _not_excluded_share(record) >= 0.99, record["left"]
+    assert record["quantized_params"] > 0.45 * record["linear_like_params"]  # the experts are most of the weights
+    with torch.no_grad():
+        out = smashed(ids).logits
+    assert torch.nn.functional.cosine_similarity(out.flatten(), reference.flatten(), dim=0) > 0.9
+    smashed.save_pretrained(tmp_path)
+    reloaded = SmashedModel.from_pretrained(tmp_path)
+    assert all(isinstance(reloaded.model.get_submodule(n), SETTINGS[algorithm][1]) for n in experts)
+    with torch.no_grad():
+        assert torch.equal(reloaded(ids).logits, out)
+
+
+@pytest.mark.parametrize("quantize", [quantize_model_gptq, quantize_model_awq])
+def test_experts_without_calibration_tokens_fall_back_to_rtn_and_are_listed(quantize):
+    model = tiny_moe("mixtral")
+    # one repeated token: every position has the same hidden state, so each layer routes all of them to the same
+    # two experts and the other two receive nothing
+    ids = torch.full((2, 24), 7)
+    with pytest.warns(RuntimeWarning, match="too few calibration tokens") as caught:
+        specs = quantize(model, ids, bits=4, group_size=32)
+    for name in experts_of(tiny_moe("mixtral")):
+        fallback = specs[name]["rtn_fallback"]
+        assert len(fallback) == 2 and model.get_submodule(name).rtn_fallback == fallback
+        assert f"{name}: experts {fallback} (fewer than 16 tokens)" in str(caught[0].message)
+
+
+def test_smash_records_the_rtn_fallback_experts():
+    with pytest.warns(RuntimeWarning, match="too few calibration tokens"):  # 4 routed tokens an expert
+        smashed = _smash(tiny_moe("mixtral"), "gptq", n_calibration_samples=1, seq_len=8)
+    state = smashed.applied[0]["state"]
+    assert state["rtn_fallback"] == {n: [0, 1, 2, 3] for n in experts_of(tiny_moe("mixtral"))}
+    assert _not_excluded_share(state["coverage"]) >= 0.99  # still quantized, only not calibrated
