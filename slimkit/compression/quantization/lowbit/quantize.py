@@ -1,7 +1,9 @@
 """Model-level entry points: quantize a model's Linear layers in place with RTN, HQQ, GPTQ or AWQ.
 
-Each function swaps the selected layers for :class:`PackedLinear` and returns ``{layer name: spec}``, the JSON
-record from which :func:`replay_layers` rebuilds empty packed layers of the right shapes on load. Weights are
+Each function swaps the selected layers for :class:`PackedLinear` (MoE experts modules for
+:class:`~.experts.PackedExperts`, quantized expert by expert in :mod:`.experts_quantize`) and returns
+``{layer name: spec}``, the JSON record from which :func:`replay_layers` (:func:`~.experts.replay_experts` for
+specs of kind ``"experts"``) rebuilds empty packed layers of the right shapes on load. Weights are
 processed one layer (RTN, HQQ) or one transformer block (GPTQ, AWQ) at a time, so peak memory stays near the
 model plus one layer's or one block's working set.
 """
