@@ -7,8 +7,9 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "slimkit.compression.gguf": ["ARCHITECTURES", "BLOCK", "DTYPES", "LlamaCppModule", "architecture", "block_type",
-                                 "export_gguf", "open_llama", "pack_blocks", "supported_names"],
+    "slimkit.compression.gguf": ["BLOCK", "DTYPES", "FAMILIES", "Family", "LlamaCppModule", "PACKED", "Packed",
+                                 "architecture", "block_type", "export_gguf", "open_llama", "pack_blocks",
+                                 "supported_names"],
     "slimkit.compression.pruning": [
         "AGPPruner", "ActivationAPoZRankFilterPruner", "ActivationAPoZRankFilterPrunerMasker",
         "ActivationMeanRankFilterPruner", "ActivationMeanRankFilterPrunerMasker", "AttentionHeadMasker",
@@ -64,6 +65,7 @@ PUBLIC = {
                            "parse_compression_config", "parse_result", "print_result", "read_kept_channels",
                            "report_experiment", "run_experiment"],
     "slimkit.evaluation": ["Comparison", "Fidelity", "Latency", "MetricRow", "accuracy", "compare", "count_macs",
+                           "count_macs_by_dtype",
                            "count_parameters", "fidelity", "measure_latency", "measure_latency_pair", "peak_memory",
                            "perplexity", "plot_comparison", "set_threads", "size_on_disk"],
     "slimkit.razor": ["MODES", "BaseAlgorithm", "SingleTeacherDistill", "batch_loss", "build", "build_module",

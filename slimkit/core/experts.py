@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["ExpertsLayout", "dense_weights", "experts_layout", "moe_forward", "reference_forward", "routed_pairs",
-           "unsupported_reason"]
+__all__ = ["ExpertsLayout", "call_macs", "dense_weights", "experts_layout", "moe_forward", "reference_forward",
+           "routed_pairs", "unsupported_reason"]
 
 #: The word a coverage reason starts with (the same as :data:`slimkit.core.weights.UNSUPPORTED`).
 _UNSUPPORTED = "unsupported"
@@ -175,6 +175,20 @@ def _probe(module: nn.Module, layout: ExpertsLayout) -> str | None:
         return (f"{_UNSUPPORTED}: {kind}.forward is not the standard routed experts computation (relative difference "
                 f"{err / scale:.3g} on a random input)")
     return None
+
+
+def call_macs(module: nn.Module, args: tuple) -> int | None:
+    """MACs of one call ``module(hidden_states, top_k_index, top_k_weights)`` of a float experts module.
+
+    Both projections of every routed (token, expert) pair; None when ``module`` has no experts layout slimkit knows
+    (then only what a FLOP counter sees inside it counts). Counters need it because transformers' default
+    ``grouped_mm`` experts path is invisible to ``torch.utils.flop_counter``.
+    """
+    found = _structure(module)
+    index = args[1] if len(args) > 1 else None
+    if not isinstance(found, ExpertsLayout) or not isinstance(index, torch.Tensor):
+        return None
+    return int(((index >= 0) & (index < found.num_experts)).sum()) * found.macs_per_pair()
 
 
 def routed_pairs(top_k_index: torch.Tensor, num_experts: int) -> list[tuple[int, torch.Tensor]]:

@@ -12,12 +12,13 @@ from typing import Any
 from ConfigSpace import OrdinalHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
+from slimkit.algorithms.quantization._targets import record_coverage
 from slimkit.compression.quantization.experts import is_experts_spec
 from slimkit.compression.quantization.lowbit.calibration import calibration_ids, find_blocks
 from slimkit.compression.quantization.lowbit.experts import replay_experts
-from slimkit.compression.quantization.lowbit.layers import is_quantizable, replay_layers
+from slimkit.compression.quantization.lowbit.layers import KINDS, replay_layers, select_targets
 from slimkit.core.hyperparameters import Boolean, Hyperparameter, ListHyperparameter
-from slimkit.core.weights import Target, coverage
+from slimkit.core.weights import Target
 from slimkit.errors import ModelNotSupportedError
 
 DEFAULT_EXCLUDE = ("lm_head",)
@@ -54,8 +55,8 @@ def calibration_hyperparameters(n_samples: int = 32, seq_len: int = 512) -> list
 
 
 def has_quantizable(model: Any) -> bool:
-    """Whether ``model`` is a module with at least one nn.Linear / Conv1D."""
-    return isinstance(model, nn.Module) and any(is_quantizable(m) for m in model.modules())
+    """Whether ``model`` is a module with at least one supported target of the low-bit kinds (Linear, Conv1D)."""
+    return isinstance(model, nn.Module) and bool(select_targets(model, kinds=KINDS))
 
 
 def is_block_language_model(model: Any) -> bool:
@@ -83,11 +84,11 @@ def read_calibration_ids(model: nn.Module, smash_config: Any) -> Any:
 def record(smash_config: Any, specs: dict[str, dict], targets: Sequence[Target]) -> None:
     """Store the packed layers' specs as the replay state, with the coverage and any RTN-fallback experts.
 
-    Coverage is measured against ``targets`` (found before quantizing); ``rtn_fallback`` lists the MoE experts
-    quantized with RTN for lack of calibration tokens.
+    ``targets`` are the model's targets found before quantizing (:func:`model_targets`); ``rtn_fallback`` lists the
+    MoE experts quantized with RTN for lack of calibration tokens.
     """
     smash_config.state[STATE_KEY] = specs
-    smash_config.state["coverage"] = coverage(targets, specs, tuple(smash_config["exclude"]), DEFAULT_EXCLUDE)
+    record_coverage(smash_config.state, targets, specs, tuple(smash_config["exclude"]), DEFAULT_EXCLUDE)
     fallback = {n: s["rtn_fallback"] for n, s in specs.items() if is_experts_spec(s) and s.get("rtn_fallback")}
     if fallback:
         smash_config.state["rtn_fallback"] = fallback

@@ -8,10 +8,10 @@ from ConfigSpace import UniformIntegerHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
+from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_awq
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
-from slimkit.core.weights import find_targets
 
 
 @register
@@ -41,7 +41,7 @@ class AWQ(CalibratedLowBitQuantizer):
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        targets = find_targets(model)  # before quantizing: what coverage is measured against
+        targets = model_targets(model)
         ids = support.read_calibration_ids(model, smash_config)
         specs = quantize_model_awq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
                                    smash_config["n_grid"], tuple(smash_config["exclude"]),

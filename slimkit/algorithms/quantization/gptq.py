@@ -8,11 +8,11 @@ from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
+from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_gptq
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.core.weights import find_targets
 
 
 @register
@@ -46,7 +46,7 @@ class GPTQ(CalibratedLowBitQuantizer):
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        targets = find_targets(model)  # before quantizing: what coverage is measured against
+        targets = model_targets(model)
         ids = support.read_calibration_ids(model, smash_config)
         specs = quantize_model_gptq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
                                     smash_config["act_order"], float(smash_config["damp"]), smash_config["block_size"],

@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-import torch
-
-from slimkit.compression.quantization.experts import select_experts
-from slimkit.compression.quantization.int8.dynamic import linear_names, quantize_linears
+from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
+from slimkit.compression.quantization.int8.dynamic import (
+    KINDS,
+    legacy_linear_names,
+    quantize_named,
+    quantize_targets,
+)
 from slimkit.compression.quantization.int8.experts import quantize_experts_int8, replay_int8_experts
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.core.coverage import refusal
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
-from slimkit.core.weights import coverage, find_targets
+from slimkit.core.weights import EXPERTS, select
+from slimkit.errors import SaveLoadError
 
 
 @register
-class Int8Dynamic(SlimkitQuantizer):
+class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
     """Dynamic int8 quantization of Linear layers with PyTorch's fbgemm kernels (CPU).
 
     Weights are stored as int8 (4x smaller than fp32); activations are quantized per batch at run time, so no
     calibration data is needed. Per-channel weight scales keep more accuracy than a single per-tensor scale;
-    modules matching an ``exclude`` pattern stay in fp32. MoE experts (transformers 5's 3-D expert weights) get
-    int8 per-expert, per-channel weights and fbgemm int8 matmuls per expert (saturation-safe weights on CPUs
-    whose int8 kernel saturates).
+    modules matching an ``exclude`` pattern stay in fp32. Quantizes ``nn.Linear`` and its subclasses that
+    compute ``x W^T + b`` (Falcon's) and GPT-2's ``Conv1D``; MoE experts (transformers 5's 3-D expert weights)
+    get int8 per-expert, per-channel weights and fbgemm int8 matmuls per expert (saturation-safe weights on CPUs
+    whose int8 kernel saturates). The result records its coverage.
     """
 
     algorithm_name = "int8_dynamic"
@@ -34,6 +41,7 @@ class Int8Dynamic(SlimkitQuantizer):
     run_on_cpu = True
     run_on_cuda = False
     save_fn = SaveFn.REPLAY
+    target_kinds = (*KINDS, EXPERTS)  # dense layers and MoE experts modules
 
     def get_hyperparameters(self) -> list:
         """Per-channel scales and fp32 exclusions."""
@@ -44,26 +52,29 @@ class Int8Dynamic(SlimkitQuantizer):
                                                             "e.g. ['*.output.dense', 'classifier']."}),
         ]
 
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs at least one nn.Linear."""
-        return isinstance(model, torch.nn.Module) and any(type(m) is torch.nn.Linear for m in model.modules())
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return "It quantizes nn.Linear layers and the model has none."
-
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         exclude = tuple(smash_config["exclude"])
-        targets = find_targets(model)  # before quantizing: what coverage is measured against
-        names = linear_names(model, exclude)
-        smash_config.state["quantized_layers"] = len(names)
-        model = quantize_linears(model, smash_config["per_channel"], exclude)
-        experts = quantize_experts_int8(model, select_experts(model, exclude))  # MoE experts, per expert
-        smash_config.state["experts"] = experts
-        smash_config.state["coverage"] = coverage(targets, [*names, *experts], exclude)
+        targets = model_targets(model)
+        chosen = select(targets, self.target_kinds, exclude)
+        if not chosen:  # only reachable with smash(..., experimental=True) or an exclude naming everything
+            warnings.warn(refusal(targets, self.target_kinds, exclude, self.algorithm_name)
+                          + " The model is left unchanged.", RuntimeWarning, stacklevel=3)
+        names = quantize_targets(model, [t for t in chosen if t.kind != EXPERTS], smash_config["per_channel"])
+        experts = quantize_experts_int8(model, [t.name for t in chosen if t.kind == EXPERTS])  # per expert
+        smash_config.state.update(quantized_layers=len(names) + len(experts), layers=names, experts=experts)
+        record_coverage(smash_config.state, targets, [*names, *experts], exclude)
         return model
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Rebuild the int8 module structure; the saved int8 weights and scales then load strictly."""
-        model = quantize_linears(model, smash_config["per_channel"], tuple(smash_config["exclude"]))
+        names = state.get("layers")
+        if names is None:  # saved before layers were recorded: only exact nn.Linear layers were quantized then
+            names = legacy_linear_names(model, tuple(smash_config["exclude"]))
+        present = {name for name, _ in model.named_modules()}
+        missing = [n for n in names if n not in present]
+        if missing:
+            raise SaveLoadError(f"The weights of the saved model do not fit the rebuilt architecture: int8_dynamic "
+                                f"quantized {missing[:3]}, which it does not have. Pass model= the architecture that "
+                                "was smashed.")
+        model = quantize_named(model, names, smash_config["per_channel"])
         return replay_int8_experts(model, state.get("experts", {}))

@@ -11,15 +11,14 @@ routed to it); the routing loop and the gate are shared with the float reference
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 from slimkit.core.experts import ExpertsLayout, expert_activation, moe_forward
-from slimkit.core.selection import matches
-from slimkit.core.weights import EXPERTS, find_targets
+from slimkit.core.weights import EXPERTS
 
 FIRST, DOWN = "first", "down"
 
@@ -82,15 +81,6 @@ class QuantizedExperts(nn.Module):
         """Experts, widths and gate in ``print(model)``."""
         return (f"num_experts={self.num_experts}, hidden_dim={self.hidden_dim}, "
                 f"intermediate_dim={self.intermediate_dim}, gated={self.gated}")
-
-
-def select_experts(model: nn.Module, exclude: Iterable[str] = ()) -> list[str]:
-    """Names of ``model``'s supported experts modules that no ``exclude`` pattern matches, in module order.
-
-    Unsupported ones (see :func:`slimkit.core.experts.unsupported_reason`) are left; the coverage record says why.
-    """
-    exclude = tuple(exclude)
-    return [t.name for t in find_targets(model, (EXPERTS,)) if not t.unsupported and not matches(t.name, exclude)]
 
 
 def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:

@@ -12,7 +12,6 @@ from slimkit import SmashConfig, SmashedModel, smash
 from slimkit.compression.quantization.int8.experts import Int8Experts
 from slimkit.compression.quantization.lowbit import quantize_model_awq, quantize_model_gptq
 from slimkit.compression.quantization.lowbit.experts import PackedExperts
-from slimkit.core.weights import EXCLUDED, KEPT_BY_DESIGN
 from tests.algorithms.testers.lowbit import ByteTokenizer
 from tests.compression.quantization.tiny_moe import experts_of, tiny_moe
 
@@ -36,11 +35,6 @@ def _smash(model, algorithm: str, **hps):
     return smash(model, cfg)
 
 
-def _not_excluded_share(record: dict) -> float:
-    excluded = sum(x["params"] for x in record["left"] if x["reason"].startswith((EXCLUDED, KEPT_BY_DESIGN)))
-    return record["quantized_params"] / (record["linear_like_params"] - excluded)
-
-
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
 @pytest.mark.parametrize("algorithm", list(SETTINGS))
 def test_experts_are_quantized_covered_close_and_reload_exactly(family, algorithm, tmp_path):
@@ -53,8 +47,9 @@ def test_experts_are_quantized_covered_close_and_reload_exactly(family, algorith
     assert all(isinstance(smashed.model.get_submodule(n), SETTINGS[algorithm][1]) for n in experts)
     record = smashed.applied[0]["state"]["coverage"]
     assert all(n not in {x["name"] for x in record["left"]} for n in experts)
-    assert _not_excluded_share(record) >= 0.99, record["left"]
+    assert record["share_not_excluded"] >= 0.99, record["left"]
     assert record["quantized_params"] > 0.45 * record["linear_like_params"]  # the experts are most of the weights
+    assert record["by_kind"]["experts"]["quantized_params"] == record["by_kind"]["experts"]["params"] > 0
     with torch.no_grad():
         out = smashed(ids).logits
     assert torch.nn.functional.cosine_similarity(out.flatten(), reference.flatten(), dim=0) > 0.9
@@ -84,4 +79,4 @@ def test_smash_records_the_rtn_fallback_experts():
         smashed = _smash(tiny_moe("mixtral"), "gptq", n_calibration_samples=1, seq_len=8)
     state = smashed.applied[0]["state"]
     assert state["rtn_fallback"] == {n: [0, 1, 2, 3] for n in experts_of(tiny_moe("mixtral"))}
-    assert _not_excluded_share(state["coverage"]) >= 0.99  # still quantized, only not calibrated
+    assert state["coverage"]["share_not_excluded"] >= 0.99  # still quantized, only not calibrated

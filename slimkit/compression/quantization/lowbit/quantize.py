@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.experts import select_experts
 from slimkit.compression.quantization.lowbit import awq as awq_mod
 from slimkit.compression.quantization.lowbit.calibration import BlockQuantizer, run_blockwise
 from slimkit.compression.quantization.lowbit.experts_quantize import (
@@ -28,15 +27,24 @@ from slimkit.compression.quantization.lowbit.experts_quantize import (
 from slimkit.compression.quantization.lowbit.gptq import HessianAccumulator, quantize_gptq
 from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
 from slimkit.compression.quantization.lowbit.layers import (
+    KINDS,
     pack_layer,
     replace_module,
-    require_layers,
-    select_layers,
+    require_targets,
     weight_of,
 )
 from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
+from slimkit.core.weights import EXPERTS
 
 Specs = dict[str, dict]
+#: What the low-bit quantizers replace: dense layers (as PackedLinear) and MoE experts modules (as PackedExperts).
+TARGET_KINDS: tuple[str, ...] = (*KINDS, EXPERTS)
+
+
+def _targets(model: nn.Module, exclude: Iterable[str], what: str) -> tuple[list[str], list[str]]:
+    """Names of the selected dense layers and of the selected experts modules (a ConfigError when none is left)."""
+    chosen = require_targets(model, exclude, TARGET_KINDS, what)
+    return [t.name for t in chosen if t.kind != EXPERTS], [t.name for t in chosen if t.kind == EXPERTS]
 
 
 def _swap(model: nn.Module, name: str, q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bits: int,
@@ -50,10 +58,10 @@ def _swap(model: nn.Module, name: str, q: torch.Tensor, scales: torch.Tensor, ze
 def quantize_model_rtn(model: nn.Module, bits: int = 4, group_size: int = 128, sym: bool = False,
                        exclude: Iterable[str] = ("lm_head",)) -> Specs:
     """Round-to-nearest every selected layer."""
-    names = require_layers(select_layers(model, exclude), exclude)
+    names, moe = _targets(model, exclude, "rtn")
     specs = {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), bits, group_size, sym),
                       bits, group_size) for n in names}
-    specs.update(quantize_experts_rtn(model, select_experts(model, exclude), bits, group_size, sym))  # MoE experts
+    specs.update(quantize_experts_rtn(model, moe, bits, group_size, sym))
     return specs
 
 
@@ -61,14 +69,13 @@ def quantize_model_rtn(model: nn.Module, bits: int = 4, group_size: int = 128, s
 def quantize_model_hqq(model: nn.Module, bits: int = 4, group_size: int = 128, iters: int = 20,
                        optimize_scale: bool = False, exclude: Iterable[str] = ("lm_head",)) -> Specs:
     """Half-quadratic optimisation of each selected layer's zeros (and scales); no data needed."""
-    names = require_layers(select_layers(model, exclude), exclude)
+    names, moe = _targets(model, exclude, "hqq")
     specs = {}
     for n in names:
         w = weight_of(model.get_submodule(n))
         specs[n] = _swap(model, n, *quantize_hqq(w, bits, group_size, iters=iters, optimize_scale=optimize_scale),
                          bits, group_size)
-    specs.update(quantize_experts_hqq(model, select_experts(model, exclude), bits, group_size, iters,
-                                      optimize_scale))  # MoE experts
+    specs.update(quantize_experts_hqq(model, moe, bits, group_size, iters, optimize_scale))
     return specs
 
 
@@ -184,8 +191,7 @@ class _AWQ(_Collector):
 
 def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: _Collector, batch_size: int,
          method: str, experts: ExpertsCalibrator) -> Specs:
-    names = require_layers(select_layers(model, exclude), exclude)
-    moe = select_experts(model, exclude)  # MoE experts modules: calibrated per expert by `experts`
+    names, moe = _targets(model, exclude, method)  # MoE experts modules: calibrated per expert by `experts`
     was_training = model.training
     model.eval()
     try:
