@@ -125,9 +125,10 @@ class PackedExperts(QuantizedExperts):
                 raise ConfigError(f"This PackedExperts has no input scale for {which!r}.")
             target[e].copy_(input_scale)
 
-    def codes(self, which: str, e: int) -> torch.Tensor:
-        """Expert ``e``'s integer codes of ``which`` as uint8 ``[out, in]``."""
-        return unpack(self.packed(which)[0][e], self.bits, self.shapes()[which][1])
+    def codes(self, which: str, e: int | None = None) -> torch.Tensor:
+        """Expert ``e``'s integer codes of ``which`` as uint8 ``[out, in]`` (every expert's, ``[E, out, in]``)."""
+        qweight = self.packed(which)[0]
+        return unpack(qweight if e is None else qweight[e], self.bits, self.shapes()[which][1])
 
     def dequantize(self, which: str, e: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Expert ``e``'s weight of ``which`` as a dense ``[out, in]`` tensor (input scale not applied)."""
