@@ -191,6 +191,10 @@ def call_macs(module: nn.Module, args: tuple) -> int | None:
     return int(((index >= 0) & (index < found.num_experts)).sum()) * found.macs_per_pair()
 
 
+#: routed pairs up to which :func:`routed_pairs` groups them in Python (decode batches)
+_FEW_PAIRS = 64
+
+
 def routed_pairs(top_k_index: torch.Tensor, num_experts: int) -> list[tuple[int, torch.Tensor]]:
     """``[(expert, positions)]`` for every expert that received tokens; positions index ``top_k_index.reshape(-1)``.
 
@@ -198,9 +202,12 @@ def routed_pairs(top_k_index: torch.Tensor, num_experts: int) -> list[tuple[int,
     sentinels) are skipped. One host sync for the counts.
     """
     flat = top_k_index.reshape(-1)
-    if flat.numel() == 1:  # one token, top-1: no sort
-        e = int(flat)
-        return [(e, torch.zeros(1, dtype=torch.long, device=flat.device))] if 0 <= e < num_experts else []
+    if flat.numel() <= _FEW_PAIRS:  # decode: one host read and a few tiny index tensors beat sort + bincount
+        groups: dict[int, list[int]] = {}
+        for position, e in enumerate(flat.tolist()):
+            if 0 <= e < num_experts:
+                groups.setdefault(e, []).append(position)
+        return [(e, torch.tensor(groups[e], dtype=torch.long, device=flat.device)) for e in sorted(groups)]
     valid = (flat >= 0) & (flat < num_experts)
     keys = torch.where(valid, flat, torch.full_like(flat, num_experts))
     order = torch.argsort(keys, stable=True)

@@ -103,3 +103,14 @@ def test_routed_pairs_groups_positions_by_expert_and_skips_sentinels():
     assert [(e, p.tolist()) for e, p in pairs] == [(0, [1, 2]), (1, [5]), (2, [0, 4])]
     assert [(e, p.tolist()) for e, p in routed_pairs(torch.tensor([[3]]), 4)] == [(3, [0])]
     assert routed_pairs(torch.tensor([[4]]), 4) == []
+
+
+def test_routed_pairs_is_the_same_for_decode_and_prefill_sizes():
+    index = torch.randint(-1, 6, (80, 2), generator=torch.Generator().manual_seed(0))  # -1 and 5: out of range
+    large = routed_pairs(index, 5)  # 160 pairs: sorted on the tensor side
+    small = [pair for chunk in range(0, 80, 16) for pair in routed_pairs(index[chunk : chunk + 16], 5)]
+    assert [e for e, _ in large] == sorted({int(e) for e in index.flatten() if 0 <= e < 5})
+    for e, positions in large:
+        expected = [p for p in range(160) if int(index.flatten()[p]) == e]
+        assert positions.tolist() == expected
+        assert sum(len(p) for f, p in small if f == e) == len(expected)
