@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+import transformers
 
 from slimkit import SmashConfig, SmashedModel, smash
 from slimkit.compression.quantization.int8.experts import Int8Experts
@@ -80,3 +81,16 @@ def test_smash_records_the_rtn_fallback_experts():
     state = smashed.applied[0]["state"]
     assert state["rtn_fallback"] == {n: [0, 1, 2, 3] for n in experts_of(tiny_moe("mixtral"))}
     assert state["coverage"]["share_not_excluded"] >= 0.99  # still quantized, only not calibrated
+
+
+@pytest.mark.parametrize("algorithm", ["int8_dynamic", "rtn"])
+def test_an_experts_family_it_cannot_represent_is_left_with_the_reason(algorithm):
+    config = transformers.GptOssConfig(vocab_size=256, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                       num_local_experts=4, num_experts_per_tok=2)
+    torch.manual_seed(0)
+    smashed = _smash(transformers.GptOssForCausalLM(config).eval(), algorithm)
+    left = {x["name"]: x["reason"] for x in smashed.coverage[algorithm]["left"]}
+    assert left["model.layers.0.mlp.experts"].startswith("unsupported: GptOssExperts has expert biases")
+    assert type(smashed.model.get_submodule("model.layers.0.mlp.experts")).__name__ == "GptOssExperts"
+    assert smashed.coverage[algorithm]["by_kind"]["linear"]["quantized_params"] > 0  # the rest is quantized
