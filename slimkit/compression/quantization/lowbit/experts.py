@@ -189,6 +189,12 @@ class PackedExperts(QuantizedExperts):
                                          self.bits, None, y.data_ptr(), threads)
         return None if code else y
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The module's state for copy/deepcopy, without the cached kernel plan (ctypes handles do not copy)."""
+        state = dict(self.__dict__)
+        state.pop("_native_plan", None)
+        return state
+
     def macs_label(self) -> str:
         """Weight-only: ``"int<bits> weights"`` (the activations stay float)."""
         return f"int{self.bits} weights"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from slimkit.compression.quantization.experts import DOWN, FIRST
-from slimkit.compression.quantization.lowbit import native, quantize_rtn
+from slimkit.compression.quantization.lowbit import native, quantize_model_rtn, quantize_rtn
 from slimkit.compression.quantization.lowbit.experts import PackedExperts, replay_experts
 from slimkit.compression.quantization.lowbit.experts_quantize import quantize_experts_rtn
 from slimkit.core.experts import ExpertsLayout, reference_forward
@@ -144,3 +146,12 @@ def test_call_macs_counts_both_projections_of_every_routed_pair():
     with FlopCounterMode(display=False) as counter:
         reference_forward(layout, first, down, torch.nn.SiLU(), torch.randn(3, 48), index, torch.rand(3, 2))
     assert counter.get_total_flops() // 2 == macs
+
+
+def test_a_model_that_ran_the_kernel_deep_copies():
+    model = tiny_moe("mixtral")
+    quantize_model_rtn(model, 4, 32)
+    ids = torch.randint(0, 256, (1, 4))
+    with torch.no_grad():
+        out = model(ids).logits  # caches the kernel plans (ctypes handles) on PackedLinear and PackedExperts
+        assert torch.equal(copy.deepcopy(model)(ids).logits, out)
