@@ -1,20 +1,21 @@
 """Packed 4-bit MoE experts vs fp32 on a Mixtral-shaped model with random weights: file size and decode speed.
 
     .venv/bin/python benchmarks/quant_moe.py [--layers 8] [--hidden 1024] [--intermediate 2816] [--experts 8]
-        [--top-k 2] [--threads 2] [--decode-tokens 32] [--decode-repeats 3] [--group-size 128] [--no-int8]
+        [--top-k 2] [--threads 2 1] [--decode-tokens 32] [--decode-repeats 3] [--group-size 128] [--no-int8]
 
 A transformers ``MixtralForCausalLM`` (random weights, 32000-token vocabulary) is smashed with ``rtn`` (4-bit,
 the experts packed per expert and run by the C kernel on each expert's slice of the packed buffers; lm_head kept in
 fp32 by default) and ``int8_dynamic`` (int8 per-expert weights, fbgemm). For each: size on disk of the saved model,
 bytes of the quantized experts vs their fp32 weights, share of the Linear-like weights quantized (the coverage
 record), greedy decode speed with the KV cache (tokens/s, all models timed round-robin so machine noise hits all
-alike), logits cosine to fp32 on the prompt, and the greedy tokens that agree with fp32 (random weights: a sanity
-check, not a quality figure). Ends with a save/load round trip of the 4-bit model.
+alike; once per ``--threads`` value), logits cosine to fp32 on the prompt, and the greedy tokens that agree with
+fp32 (random weights: a sanity check, not a quality figure). Ends with a save/load round trip of the 4-bit model.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -80,13 +81,13 @@ def main() -> None:
     parser.add_argument("--intermediate", type=int, default=2816)
     parser.add_argument("--experts", type=int, default=8)
     parser.add_argument("--top-k", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
     parser.add_argument("--group-size", type=int, default=128)
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--decode-repeats", type=int, default=3)
     parser.add_argument("--no-int8", action="store_true", help="leave out the int8_dynamic row")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads[0])
 
     base = build(args)
     prompt = torch.randint(3, 32000, (1, 16), generator=torch.Generator().manual_seed(1))
@@ -103,33 +104,42 @@ def main() -> None:
     with torch.inference_mode():
         logits = {k: m(prompt).logits.flatten() for k, m in models.items()}
         tokens = {k: decode(m)[0, prompt.shape[1]:] for k, m in models.items()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        samples = interleaved_samples({k: lambda m=m: decode(m) for k, m in models.items()},
-                                      repeats=args.decode_repeats, warmup=1, threads=args.threads)
-    ms = {k: statistics.median(v) for k, v in samples.items()}
-    best = {k: min(v) for k, v in samples.items()}
+    ms, best = {}, {}
+    load_before = os.getloadavg()
+    for threads in args.threads:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            samples = interleaved_samples({k: lambda m=m: decode(m) for k, m in models.items()},
+                                          repeats=args.decode_repeats, warmup=1, threads=threads)
+        ms[threads] = {k: statistics.median(v) for k, v in samples.items()}
+        best[threads] = {k: min(v) for k, v in samples.items()}
+        print(f"timed on {threads} thread(s)", flush=True)
+    load_after = os.getloadavg()
     sizes = {k: size_on_disk(m) for k, m in models.items()}
     rows = []
     for key, model in models.items():
         cov = model.applied[0]["state"]["coverage"] if key != "fp32" else None
         cos = torch.nn.functional.cosine_similarity(logits[key], logits["fp32"], dim=0)
+        speed = [cell for t in args.threads for cell in (
+            f"{args.decode_tokens / (ms[t][key] / 1000):.2f}", f"{ms[t]['fp32'] / ms[t][key]:.2f}x",
+            f"{args.decode_tokens / (best[t][key] / 1000):.2f}")]
         rows.append([key, "-" if key == "fp32" else f"{seconds[key]:.1f}", f"{sizes[key] / 1e6:.0f}",
                      f"{sizes[key] / sizes['fp32']:.3f}x", "-" if key == "fp32" else f"{experts_ratio(model):.3f}x",
-                     "-" if cov is None else f"{100 * cov['share']:.1f}%",
-                     f"{args.decode_tokens / (ms[key] / 1000):.2f}", f"{ms['fp32'] / ms[key]:.2f}x",
-                     f"{args.decode_tokens / (best[key] / 1000):.2f}", f"{float(cos):.4f}",
+                     "-" if cov is None else f"{100 * cov['share']:.1f}%", *speed, f"{float(cos):.4f}",
                      f"{int((tokens[key] == tokens['fp32']).sum())}/{args.decode_tokens}"])
 
     experts_params = args.layers * args.experts * 3 * args.hidden * args.intermediate
     print(f"\nMixtral-shaped MoE, random weights: {args.layers} layers, hidden {args.hidden}, {args.experts} experts "
           f"top-{args.top_k}, intermediate {args.intermediate}, vocab 32000 ({experts_params / 1e6:.0f}M expert "
           f"weights); rtn group size {args.group_size}, lm_head fp32 (rtn's default exclude); low-bit kernel: "
-          f"{native.isa_name()}; {machine_line(args.threads)}")
+          f"{native.isa_name()}; {machine_line(args.threads[0])} (timed on {args.threads} threads)")
     print(f"decode: greedy, {args.decode_tokens} new tokens after a 16-token prompt, KV cache, median of "
-          f"{args.decode_repeats} round-robin runs (best: the fastest run of each)")
+          f"{args.decode_repeats} round-robin runs (best: the fastest run of each); machine load average (1/5/15 min) "
+          f"{'/'.join(f'{v:.1f}' for v in load_before)} before and {'/'.join(f'{v:.1f}' for v in load_after)} after "
+          f"the timing on {os.cpu_count()} CPUs")
+    speed_heads = [h for t in args.threads for h in (f"tok/s @{t}t", f"vs fp32 @{t}t", f"best tok/s @{t}t")]
     print_table(["model", "quantize s", "file MB", "file vs fp32", "experts bytes vs fp32", "Linear-like quantized",
-                 "decode tok/s", "decode vs fp32", "best tok/s", "logits cosine", "greedy tokens = fp32"], rows)
+                 *speed_heads, "logits cosine", "greedy tokens = fp32"], rows)
 
     with tempfile.TemporaryDirectory() as tmp:
         models["rtn 4-bit"].save_pretrained(Path(tmp) / "m")
