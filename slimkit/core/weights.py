@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from slimkit.core import experts as _experts
 from slimkit.core.selection import matches
 
 __all__ = [
@@ -157,11 +158,14 @@ def unsupported_reason(module: nn.Module, parent: nn.Module | None = None) -> st
 
     ``nn.MultiheadAttention`` reads ``out_proj.weight`` itself (its ``out_proj`` is never called), so replacing
     that Linear would silently bypass the quantized layer. A weight that is not floating point is already
-    quantized by someone else. A Linear or Conv1D subclass must pass :func:`linear_probe`.
+    quantized by someone else. A Linear or Conv1D subclass must pass :func:`linear_probe`. An experts module must
+    have the layout slimkit's quantized experts reproduce (:func:`slimkit.core.experts.unsupported_reason`).
     """
     if parent is not None and isinstance(parent, nn.MultiheadAttention):
         return f"{UNSUPPORTED}: nn.MultiheadAttention reads its out_proj weight directly"
     kind = target_kind(module)
+    if kind == EXPERTS:  # layout, flags and one forward checked (slimkit.core.experts)
+        return _experts.unsupported_reason(module)
     if kind not in DENSE:
         return None
     weight = getattr(module, "weight", None)

@@ -9,7 +9,9 @@ names the arithmetic (``"int8"`` for int8 x int8 products, ``"int4 weights"`` fo
 activations stay float) and ``macs`` counts one call on ``args`` (slimkit's ``Int8Linear`` and ``PackedLinear``
 do). Whatever the counter saw inside such a module (a dequantize-and-matmul fallback) is replaced by its own count,
 so nothing is counted twice and no class is named here. ``torch.ao`` quantized Linear / Conv modules, whose
-kernels the counter cannot see, are counted from their weights as int8.
+kernels the counter cannot see, are counted from their weights as int8. Float MoE experts modules (transformers'
+3-D expert weights, whose default ``grouped_mm`` path the counter does not see) are counted from their routing
+(:func:`slimkit.core.experts.call_macs`), so a float MoE and its quantized version report the same MACs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit.core import experts
+from slimkit.core.weights import expert_params
 from slimkit.errors import ModelNotSupportedError
 from slimkit.utils import Inputs, model_device, move_inputs, run_model
 
@@ -122,6 +126,16 @@ def _declares_macs(module: nn.Module) -> bool:
     return inspect.ismethod(getattr(module, "call_macs", None))
 
 
+def _float_experts_macs(module: nn.Module, args: tuple) -> tuple[str, int] | None:
+    """``(dtype label, MACs)`` of one call of a float MoE experts module (:func:`slimkit.core.experts.call_macs`)."""
+    params = expert_params(module)
+    macs = experts.call_macs(module, args) if params else None
+    if macs is None:
+        return None
+    dtype = getattr(module, params[0]).dtype
+    return _DTYPE_LABELS.get(dtype, str(dtype).removeprefix("torch.")), macs
+
+
 _DTYPE_LABELS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
 
 
@@ -153,17 +167,17 @@ def count_macs_by_dtype(model: nn.Module, inputs: Inputs) -> dict[str, int]:
 
     def post_hook(module: nn.Module, args: tuple, output: Any) -> None:
         seen = counter.get_total_flops() - before.pop(id(module), 0)
-        if _declares_macs(module):
-            label, macs = module.call_macs(args, output)
-            quantized[str(label)] += int(macs)
+        counted = module.call_macs(args, output) if _declares_macs(module) else _float_experts_macs(module, args)
+        if counted is not None:  # quantized modules, and float experts whose grouped matmuls the counter misses
+            quantized[str(counted[0])] += int(counted[1])
             inside[0] += seen
-        elif seen == 0:
+        elif seen == 0 and _is_torch_ao(module):
             label, macs = _torch_ao_macs(module, args, output)
             quantized[label] += macs
 
     handles = []
     for module in model.modules():
-        if _declares_macs(module) or _is_torch_ao(module):
+        if _declares_macs(module) or _is_torch_ao(module) or expert_params(module):
             handles.append(module.register_forward_pre_hook(pre_hook))
             handles.append(module.register_forward_hook(post_hook))
     try:

@@ -10,6 +10,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from slimkit.core.coverage import coverage, coverage_summary, refusal
+from slimkit.core.experts import ExpertsLayout, reference_forward
 from slimkit.core.weights import (
     CONV1D,
     DENSE,
@@ -49,6 +50,11 @@ class Experts(nn.Module):
         self.num_experts = 3
         self.gate_up_proj = nn.Parameter(torch.randn(3, 8, 4))
         self.down_proj = nn.Parameter(torch.randn(3, 4, 4))
+        self.act_fn = nn.SiLU()
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):  # the standard routed experts computation
+        return reference_forward(ExpertsLayout(3, 4, 4, True), self.gate_up_proj, self.down_proj, self.act_fn,
+                                 hidden_states, top_k_index, top_k_weights)
 
 
 class Model(nn.Module):

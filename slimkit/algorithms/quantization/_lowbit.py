@@ -10,7 +10,7 @@ from typing import Any
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._targets import TargetsMixin
-from slimkit.compression.quantization.lowbit.layers import KINDS
+from slimkit.compression.quantization.lowbit.quantize import TARGET_KINDS
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, Hyperparameter
 
@@ -23,7 +23,7 @@ class LowBitQuantizer(TargetsMixin, SlimkitQuantizer):
 
     save_fn = SaveFn.REPLAY
     replay_on_meta = True  # replay builds empty PackedLinear layers from the saved specs
-    target_kinds = KINDS
+    target_kinds = TARGET_KINDS  # dense layers and MoE experts modules
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Swap the recorded layers for empty packed ones; the saved codes then load strictly."""

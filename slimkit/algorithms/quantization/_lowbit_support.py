@@ -13,7 +13,9 @@ from ConfigSpace import OrdinalHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.quantization._targets import record_coverage
+from slimkit.compression.quantization.experts import is_experts_spec
 from slimkit.compression.quantization.lowbit.calibration import calibration_ids, find_blocks
+from slimkit.compression.quantization.lowbit.experts import replay_experts
 from slimkit.compression.quantization.lowbit.layers import KINDS, replay_layers, select_targets
 from slimkit.core.hyperparameters import Boolean, Hyperparameter, ListHyperparameter
 from slimkit.core.weights import Target
@@ -80,14 +82,20 @@ def read_calibration_ids(model: nn.Module, smash_config: Any) -> Any:
 
 
 def record(smash_config: Any, specs: dict[str, dict], targets: Sequence[Target]) -> None:
-    """Store the packed layers' specs as the algorithm's replay state, and the coverage against ``targets``.
+    """Store the packed layers' specs as the replay state, with the coverage and any RTN-fallback experts.
 
-    ``targets`` are the model's targets found before quantizing (:func:`model_targets`).
+    ``targets`` are the model's targets found before quantizing (:func:`model_targets`); ``rtn_fallback`` lists the
+    MoE experts quantized with RTN for lack of calibration tokens.
     """
     smash_config.state[STATE_KEY] = specs
     record_coverage(smash_config.state, targets, specs, tuple(smash_config["exclude"]), DEFAULT_EXCLUDE)
+    fallback = {n: s["rtn_fallback"] for n, s in specs.items() if is_experts_spec(s) and s.get("rtn_fallback")}
+    if fallback:
+        smash_config.state["rtn_fallback"] = fallback
 
 
 def replay(model: nn.Module, state: dict[str, Any]) -> nn.Module:
-    """Swap the recorded layers for empty PackedLinear modules; the saved packed buffers then load strictly."""
-    return replay_layers(model, state[STATE_KEY])
+    """Swap the recorded layers for empty PackedLinear / PackedExperts modules; the saved buffers then load strictly."""
+    specs = state[STATE_KEY]
+    replay_layers(model, {n: s for n, s in specs.items() if not is_experts_spec(s)})
+    return replay_experts(model, specs)

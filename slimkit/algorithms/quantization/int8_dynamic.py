@@ -12,11 +12,12 @@ from slimkit.compression.quantization.int8.dynamic import (
     quantize_named,
     quantize_targets,
 )
+from slimkit.compression.quantization.int8.experts import quantize_experts_int8, replay_int8_experts
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.coverage import refusal
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
-from slimkit.core.weights import select
+from slimkit.core.weights import EXPERTS, select
 from slimkit.errors import SaveLoadError
 
 
@@ -27,7 +28,9 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
     Weights are stored as int8 (4x smaller than fp32); activations are quantized per batch at run time, so no
     calibration data is needed. Per-channel weight scales keep more accuracy than a single per-tensor scale;
     modules matching an ``exclude`` pattern stay in fp32. Quantizes ``nn.Linear`` and its subclasses that
-    compute ``x W^T + b`` (Falcon's) and GPT-2's ``Conv1D``; the result records its coverage.
+    compute ``x W^T + b`` (Falcon's) and GPT-2's ``Conv1D``; MoE experts (transformers 5's 3-D expert weights)
+    get int8 per-expert, per-channel weights and fbgemm int8 matmuls per expert (saturation-safe weights on CPUs
+    whose int8 kernel saturates). The result records its coverage.
     """
 
     algorithm_name = "int8_dynamic"
@@ -38,7 +41,7 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
     run_on_cpu = True
     run_on_cuda = False
     save_fn = SaveFn.REPLAY
-    target_kinds = KINDS
+    target_kinds = (*KINDS, EXPERTS)  # dense layers and MoE experts modules
 
     def get_hyperparameters(self) -> list:
         """Per-channel scales and fp32 exclusions."""
@@ -52,13 +55,14 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         exclude = tuple(smash_config["exclude"])
         targets = model_targets(model)
-        chosen = select(targets, KINDS, exclude)
+        chosen = select(targets, self.target_kinds, exclude)
         if not chosen:  # only reachable with smash(..., experimental=True) or an exclude naming everything
-            warnings.warn(refusal(targets, KINDS, exclude, self.algorithm_name) + " The model is left unchanged.",
-                          RuntimeWarning, stacklevel=3)
-        names = quantize_targets(model, chosen, smash_config["per_channel"])
-        smash_config.state.update(quantized_layers=len(names), layers=names)
-        record_coverage(smash_config.state, targets, names, exclude)
+            warnings.warn(refusal(targets, self.target_kinds, exclude, self.algorithm_name)
+                          + " The model is left unchanged.", RuntimeWarning, stacklevel=3)
+        names = quantize_targets(model, [t for t in chosen if t.kind != EXPERTS], smash_config["per_channel"])
+        experts = quantize_experts_int8(model, [t.name for t in chosen if t.kind == EXPERTS])  # per expert
+        smash_config.state.update(quantized_layers=len(names) + len(experts), layers=names, experts=experts)
+        record_coverage(smash_config.state, targets, [*names, *experts], exclude)
         return model
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
@@ -72,4 +76,5 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
             raise SaveLoadError(f"The weights of the saved model do not fit the rebuilt architecture: int8_dynamic "
                                 f"quantized {missing[:3]}, which it does not have. Pass model= the architecture that "
                                 "was smashed.")
-        return quantize_named(model, names, smash_config["per_channel"])
+        model = quantize_named(model, names, smash_config["per_channel"])
+        return replay_int8_experts(model, state.get("experts", {}))

@@ -24,6 +24,8 @@ from torch import nn
 
 from slimkit.compression.gguf.blocks import BLOCK, block_type, pack_blocks
 from slimkit.compression.gguf.families import EXPERT_SPLITS, Dims, Family
+from slimkit.compression.quantization.experts import DOWN, FIRST
+from slimkit.compression.quantization.lowbit.experts import PackedExperts
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
 from slimkit.core.weights import CONV1D, target_kind, weight_of
 from slimkit.errors import ConfigError, ModelNotSupportedError
@@ -72,6 +74,16 @@ def _packed_linear(layer: PackedLinear, path: str) -> list[tuple[str, Value]]:
 
 
 PACKED[PackedLinear] = _packed_linear
+
+
+def _packed_experts(module: PackedExperts, path: str) -> list[tuple[str, Value]]:
+    return [(f"{path}.{module.buffer_prefix(which)}",
+             Packed(module.codes(which), *module.packed(which)[1:], module.bits, module.group_size,
+                    module.input_scale_of(which)))
+            for which in (FIRST, DOWN)]
+
+
+PACKED[PackedExperts] = _packed_experts
 
 
 def hf_tensors(model: nn.Module) -> Iterator[tuple[str, Value, Any]]:

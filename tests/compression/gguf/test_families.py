@@ -15,7 +15,9 @@ import transformers
 from transformers.pytorch_utils import Conv1D
 
 from slimkit.compression.gguf import FAMILIES, PACKED, export_gguf
+from slimkit.compression.quantization.experts import DOWN, FIRST
 from slimkit.compression.quantization.lowbit import PackedLinear, quantize_model_rtn
+from slimkit.compression.quantization.lowbit.experts import PackedExperts as SlimkitPackedExperts
 from tests.compression.gguf.conftest import FAMILIES as KINDS
 from tests.compression.gguf.conftest import PackedExperts, build, pack_experts
 
@@ -51,6 +53,11 @@ def _hf_weights(model) -> dict[str, torch.Tensor]:
             out[f"{path}.weight"] = module.dequantize(torch.float32)
             if module.bias is not None:
                 out[f"{path}.bias"] = module.bias.detach().float()
+            continue
+        if isinstance(module, SlimkitPackedExperts):  # slimkit's packed experts: [E, out, in] per projection
+            for which in (FIRST, DOWN):
+                out[f"{path}.{module.buffer_prefix(which)}"] = torch.stack(
+                    [module.dequantize(which, e, torch.float32) for e in range(module.num_experts)])
             continue
         for name, p in module.named_parameters(recurse=False):
             if id(p) in seen:
@@ -145,6 +152,7 @@ def test_packed_layers_keep_their_grid_in_every_family(family, tokenizer, tmp_pa
     packed = {n for n, t in tensors.items() if t.tensor_type == gguf.GGMLQuantizationType.Q4_0}
     vectors = sum(1 for n in tensors if n.endswith("ffn_gate_inp_shexp.weight"))  # packed, written 1-D as F32
     n_packed = sum(isinstance(m, PackedLinear) for m in model.modules())
+    n_packed += 3 * sum(isinstance(m, SlimkitPackedExperts) for m in model.modules())  # gate, up, down per layer
     assert len(packed) + vectors == n_packed > 0
     for name in packed:
         np.testing.assert_array_equal(_values(tensors[name]).reshape(expected[name].shape), expected[name], name)

@@ -3,6 +3,7 @@
 One module per concern:
 
 * :mod:`.linear` -- :class:`Int8Linear`, the CPU probe and the two weight recipes (full range, saturation-safe);
+* :mod:`.experts` -- :class:`Int8Experts`, MoE experts with int8 per-expert weights and fbgemm matmuls;
 * :mod:`.emulation` -- fbgemm's AVX2 kernel (int16 pair saturation) in plain torch, to measure AVX2 quality;
 * :mod:`.smoothing` / :mod:`.smooth` -- SmoothQuant-style folding and the int8_smooth engine;
 * :mod:`.static_fx` / :mod:`.static_tune` / :mod:`.static` -- FX static int8 for CNNs and its tuning;
@@ -13,6 +14,7 @@ One module per concern:
 from slimkit.compression.quantization.int8.calibration import calibration_batches, example_inputs
 from slimkit.compression.quantization.int8.dynamic import linear_names, quantize_linears
 from slimkit.compression.quantization.int8.emulation import EmulatedAvx2Linear, avx2_int8_matmul, emulate_avx2
+from slimkit.compression.quantization.int8.experts import Int8Experts
 from slimkit.compression.quantization.int8.linear import (
     FORCE_ENV,
     FULL_RANGE,
@@ -32,6 +34,7 @@ __all__ = [
     "FULL_RANGE",
     "SATURATION_SAFE",
     "EmulatedAvx2Linear",
+    "Int8Experts",
     "Int8Linear",
     "avx2_int8_matmul",
     "calibration_batches",

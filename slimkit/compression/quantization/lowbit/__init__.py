@@ -2,6 +2,8 @@
 
 - :mod:`.packing`: exact pack/unpack of 2/3/4/8-bit codes into uint8.
 - :class:`PackedLinear`: packed codes + float16 per-group scales/zeros as buffers (no fp32 weight kept).
+- :class:`PackedExperts`: a transformers MoE experts module with each expert packed the same way
+  (:mod:`.experts`; quantized per expert by :mod:`.experts_quantize`).
 - Quantizers: :func:`quantize_rtn` (round to nearest), :func:`quantize_hqq` (half-quadratic, data-free),
   :func:`quantize_gptq` (Hessian-based error compensation), AWQ (:func:`search_scale`, activation-aware scales),
   and model-level ``quantize_model_*`` functions that swap layers in place and return replay specs.
@@ -10,6 +12,7 @@
 
 from slimkit.compression.quantization.lowbit.awq import ActivationStats, search_scale
 from slimkit.compression.quantization.lowbit.calibration import calibration_ids, find_blocks, run_blockwise
+from slimkit.compression.quantization.lowbit.experts import PackedExperts
 from slimkit.compression.quantization.lowbit.gptq import HessianAccumulator, quantize_gptq
 from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
 from slimkit.compression.quantization.lowbit.layers import replay_layers, select_layers
@@ -27,6 +30,7 @@ __all__ = [
     "ActivationStats",
     "SUPPORTED_BITS",
     "HessianAccumulator",
+    "PackedExperts",
     "PackedLinear",
     "calibration_ids",
     "fake_quantize",

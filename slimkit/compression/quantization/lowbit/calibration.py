@@ -143,6 +143,13 @@ class BlockQuantizer:
     def observe(self, name: str, x: torch.Tensor) -> None:
         """Receive one input batch ``x`` of layer ``name`` (full dotted name in the model)."""
 
+    def observe_call(self, name: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """Receive one call of target ``name``; by default its first input goes to :meth:`observe`.
+
+        Quantizers of modules with several inputs (MoE experts: hidden states and routing) override it.
+        """
+        self.observe(name, args[0] if args else next(iter(kwargs.values())))
+
     def quantize_block(self, model: nn.Module, block_name: str, block: nn.Module, names: list[str],
                        shared: list[list[str]], producers: dict[str, str],
                        probe: Callable[[], torch.Tensor] | None = None) -> None:
@@ -216,7 +223,8 @@ def run_blockwise(model: nn.Module, ids: torch.Tensor, targets: list[str], quant
         if names:
             shared, producers = _input_sharing(block, prefix, names, lambda b=block: run_block(b, inputs[0]))
             handles = [model.get_submodule(n).register_forward_pre_hook(
-                lambda _m, args, n=n: quantizer.observe(n, args[0])) for n in names]
+                lambda m, args, kwargs, n=n: quantizer.observe_call(n, m, args, kwargs), with_kwargs=True)
+                for n in names]
             try:
                 for item in inputs:
                     run_block(block, item)

@@ -130,6 +130,13 @@ class PackedLinear(nn.Module):
         macs = output.numel() * self.in_features if isinstance(output, torch.Tensor) else 0
         return f"int{self.bits} weights", macs
 
+    def __getstate__(self) -> dict:
+        """The layer's state for copy/deepcopy, without cached kernel state (ctypes handles do not copy)."""
+        state = dict(self.__dict__)
+        state.pop("_native_plan", None)
+        state.pop("_tinygemm", None)
+        return state
+
     def extra_repr(self) -> str:
         """Shape, bit width and group size in ``print(model)``."""
         return (f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "

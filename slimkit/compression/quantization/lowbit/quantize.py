@@ -1,7 +1,9 @@
 """Model-level entry points: quantize a model's Linear layers in place with RTN, HQQ, GPTQ or AWQ.
 
-Each function swaps the selected layers for :class:`PackedLinear` and returns ``{layer name: spec}``, the JSON
-record from which :func:`replay_layers` rebuilds empty packed layers of the right shapes on load. Weights are
+Each function swaps the selected layers for :class:`PackedLinear` (MoE experts modules for
+:class:`~.experts.PackedExperts`, quantized expert by expert in :mod:`.experts_quantize`) and returns
+``{layer name: spec}``, the JSON record from which :func:`replay_layers` (:func:`~.experts.replay_experts` for
+specs of kind ``"experts"``) rebuilds empty packed layers of the right shapes on load. Weights are
 processed one layer (RTN, HQQ) or one transformer block (GPTQ, AWQ) at a time, so peak memory stays near the
 model plus one layer's or one block's working set.
 """
@@ -16,17 +18,33 @@ from torch import nn
 
 from slimkit.compression.quantization.lowbit import awq as awq_mod
 from slimkit.compression.quantization.lowbit.calibration import BlockQuantizer, run_blockwise
+from slimkit.compression.quantization.lowbit.experts_quantize import (
+    ExpertsCalibrator,
+    WithExperts,
+    quantize_experts_hqq,
+    quantize_experts_rtn,
+)
 from slimkit.compression.quantization.lowbit.gptq import HessianAccumulator, quantize_gptq
 from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
 from slimkit.compression.quantization.lowbit.layers import (
+    KINDS,
     pack_layer,
     replace_module,
     require_targets,
     weight_of,
 )
 from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
+from slimkit.core.weights import EXPERTS
 
 Specs = dict[str, dict]
+#: What the low-bit quantizers replace: dense layers (as PackedLinear) and MoE experts modules (as PackedExperts).
+TARGET_KINDS: tuple[str, ...] = (*KINDS, EXPERTS)
+
+
+def _targets(model: nn.Module, exclude: Iterable[str], what: str) -> tuple[list[str], list[str]]:
+    """Names of the selected dense layers and of the selected experts modules (a ConfigError when none is left)."""
+    chosen = require_targets(model, exclude, TARGET_KINDS, what)
+    return [t.name for t in chosen if t.kind != EXPERTS], [t.name for t in chosen if t.kind == EXPERTS]
 
 
 def _swap(model: nn.Module, name: str, q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bits: int,
@@ -40,21 +58,24 @@ def _swap(model: nn.Module, name: str, q: torch.Tensor, scales: torch.Tensor, ze
 def quantize_model_rtn(model: nn.Module, bits: int = 4, group_size: int = 128, sym: bool = False,
                        exclude: Iterable[str] = ("lm_head",)) -> Specs:
     """Round-to-nearest every selected layer."""
-    names = [t.name for t in require_targets(model, exclude, what="rtn")]
-    return {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), bits, group_size, sym),
-                     bits, group_size) for n in names}
+    names, moe = _targets(model, exclude, "rtn")
+    specs = {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), bits, group_size, sym),
+                      bits, group_size) for n in names}
+    specs.update(quantize_experts_rtn(model, moe, bits, group_size, sym))
+    return specs
 
 
 @torch.no_grad()
 def quantize_model_hqq(model: nn.Module, bits: int = 4, group_size: int = 128, iters: int = 20,
                        optimize_scale: bool = False, exclude: Iterable[str] = ("lm_head",)) -> Specs:
     """Half-quadratic optimisation of each selected layer's zeros (and scales); no data needed."""
-    names = [t.name for t in require_targets(model, exclude, what="hqq")]
+    names, moe = _targets(model, exclude, "hqq")
     specs = {}
     for n in names:
         w = weight_of(model.get_submodule(n))
         specs[n] = _swap(model, n, *quantize_hqq(w, bits, group_size, iters=iters, optimize_scale=optimize_scale),
                          bits, group_size)
+    specs.update(quantize_experts_hqq(model, moe, bits, group_size, iters, optimize_scale))
     return specs
 
 
@@ -169,14 +190,19 @@ class _AWQ(_Collector):
 
 
 def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: _Collector, batch_size: int,
-         method: str) -> Specs:
-    names = [t.name for t in require_targets(model, exclude, what=method)]
+         method: str, experts: ExpertsCalibrator) -> Specs:
+    names, moe = _targets(model, exclude, method)  # MoE experts modules: calibrated per expert by `experts`
     was_training = model.training
     model.eval()
     try:
-        outside = run_blockwise(model, ids, names, worker, batch_size)
+        outside = run_blockwise(model, ids, names + moe, WithExperts(worker, experts, moe, worker.specs) if moe
+                                else worker, batch_size)
     finally:
         model.train(was_training)
+    experts.warn_fallback(method)
+    worker.specs.update(quantize_experts_rtn(model, [n for n in outside if n in moe], worker.bits, worker.group_size,
+                                             worker.sym))
+    outside = [n for n in outside if n not in moe]
     if outside:
         warnings.warn(f"{method}: layers outside the transformer blocks ({', '.join(outside)}) have no calibrated "
                       "inputs here and were quantized with round-to-nearest.", RuntimeWarning, stacklevel=3)
@@ -184,23 +210,34 @@ def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: _C
             worker.specs[n] = _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), worker.bits,
                                                             worker.group_size, worker.sym),
                                     worker.bits, worker.group_size)
-    return {n: worker.specs[n] for n in names}
+    return {n: worker.specs[n] for n in names + moe}
 
 
 def quantize_model_gptq(model: nn.Module, calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128,
                         sym: bool = False, act_order: bool = True, damp: float = 0.01, block_size: int = 128,
-                        exclude: Iterable[str] = ("lm_head",), batch_size: int = 1, clip_search: bool = True) -> Specs:
-    """GPTQ every selected layer, block by block, with Hessians from ``calibration_ids [n, seq_len]``."""
+                        exclude: Iterable[str] = ("lm_head",), batch_size: int = 1, clip_search: bool = True,
+                        min_expert_tokens: int | None = None) -> Specs:
+    """GPTQ every selected layer, block by block, with Hessians from ``calibration_ids [n, seq_len]``.
+
+    MoE experts are GPTQ'd one by one on the tokens routed to them; those with fewer than ``min_expert_tokens``
+    (default ``max(16, hidden // 8)``) fall back to round-to-nearest (see :mod:`.experts_quantize`).
+    """
+    experts = ExpertsCalibrator("gptq", bits, group_size, sym, min_expert_tokens, act_order=act_order, damp=damp,
+                                block_size=block_size, clip_search=clip_search)
     return _run(model, calibration_ids, exclude,
-                _GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search), batch_size, "gptq")
+                _GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search), batch_size, "gptq", experts)
 
 
 def quantize_model_awq(model: nn.Module, calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128,
                        sym: bool = False, n_grid: int = 10,
-                       exclude: Iterable[str] = ("lm_head",), batch_size: int = 1, clip_search: bool = True) -> Specs:
+                       exclude: Iterable[str] = ("lm_head",), batch_size: int = 1, clip_search: bool = True,
+                       min_expert_tokens: int | None = None) -> Specs:
     """AWQ-scale then round-to-nearest every selected layer, block by block, on ``calibration_ids``.
 
-    With ``clip_search`` each group's range is also shrunk where that lowers the activation-weighted error.
+    With ``clip_search`` each group's range is also shrunk where that lowers the activation-weighted error. MoE
+    experts are scaled one by one on the tokens routed to them; those with fewer than ``min_expert_tokens`` fall
+    back to round-to-nearest.
     """
+    experts = ExpertsCalibrator("awq", bits, group_size, sym, min_expert_tokens, n_grid=n_grid, clip_search=clip_search)
     return _run(model, calibration_ids, exclude, _AWQ(bits, group_size, sym, n_grid, clip_search),
-                batch_size, "awq")
+                batch_size, "awq", experts)

@@ -1,0 +1,112 @@
+"""What slimkit's quantized MoE experts modules share: the experts forward contract, routing, MAC count, selection.
+
+A quantized experts module replaces a transformers experts module (``MixtralExperts``, ``Qwen2MoeExperts``...,
+see :mod:`slimkit.core.experts`) and keeps its contract exactly: ``forward(hidden_states [T, H],
+top_k_index [T, K], top_k_weights [T, K]) -> [T, H]``, with the attributes the parent MoE block may read
+(``num_experts``, ``hidden_dim``, ``intermediate_dim``, ``act_fn``). Subclasses store each expert's two
+projections quantized and implement :meth:`QuantizedExperts.project` (one expert, one projection, the tokens
+routed to it); the routing loop and the gate are shared with the float reference
+(:func:`slimkit.core.experts.moe_forward`), so on the same weights the results are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.core.experts import ExpertsLayout, expert_activation, moe_forward
+from slimkit.core.weights import EXPERTS
+
+FIRST, DOWN = "first", "down"
+
+
+class QuantizedExperts(nn.Module):
+    """Base of the quantized experts modules: the routing, the gate, the MAC count; subclasses store the weights."""
+
+    def __init__(self, layout: ExpertsLayout, act_fn: Callable) -> None:
+        super().__init__()
+        self.num_experts = layout.num_experts
+        self.hidden_dim = layout.hidden
+        self.intermediate_dim = layout.intermediate
+        self.gated = layout.gated
+        self.act_fn = act_fn
+
+    @property
+    def layout(self) -> ExpertsLayout:
+        """The experts' shapes (the same as the module this one replaced)."""
+        return ExpertsLayout(self.num_experts, self.hidden_dim, self.intermediate_dim, self.gated)
+
+    @property
+    def first_name(self) -> str:
+        """The replaced module's name of the first projection: ``gate_up_proj`` or ``up_proj``."""
+        return self.layout.first
+
+    def project(self, expert: int, which: str, x: torch.Tensor) -> torch.Tensor:
+        """``x [n, in] @ W^T`` for projection ``which`` (``"first"`` or ``"down"``) of expert ``expert``."""
+        raise NotImplementedError
+
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` on the tokens routed to it: ``down(act(gate) * up)`` (or ``down(act(up))``)."""
+        return self.project(e, DOWN, expert_activation(self.layout, self.act_fn, self.project(e, FIRST, x)))
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        """The experts layer: each token's top-k experts, weighted by ``top_k_weights`` and summed."""
+        shape = hidden_states.shape
+        flat = hidden_states.reshape(-1, self.hidden_dim)
+        out = moe_forward(flat, top_k_index.reshape(flat.shape[0], -1), top_k_weights.reshape(flat.shape[0], -1),
+                          self.num_experts, self.expert)
+        return out.view(shape)
+
+    def macs_label(self) -> str:
+        """The arithmetic this module's MACs run in (``"int8"``, ``"int4 weights"``...)."""
+        raise NotImplementedError
+
+    def call_macs(self, args: tuple, output: Any) -> tuple[str, int]:
+        """``(label, MACs)`` of one call on ``args = (hidden_states, top_k_index, top_k_weights)``.
+
+        Each routed (token, expert) pair costs both projections, ``(rows of the first + I) * H``; pairs routed to
+        no expert (indices outside ``[0, num_experts)``) cost nothing. For :mod:`slimkit.evaluation`'s counters.
+        """
+        index = args[1] if len(args) > 1 else None
+        if not isinstance(index, torch.Tensor):
+            return self.macs_label(), 0
+        pairs = int(((index >= 0) & (index < self.num_experts)).sum())
+        return self.macs_label(), pairs * self.layout.macs_per_pair()
+
+    def extra_repr(self) -> str:
+        """Experts, widths and gate in ``print(model)``."""
+        return (f"num_experts={self.num_experts}, hidden_dim={self.hidden_dim}, "
+                f"intermediate_dim={self.intermediate_dim}, gated={self.gated}")
+
+
+def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
+    """Put ``new`` at dotted path ``name`` inside ``model``."""
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)
+
+
+def layout_from_spec(spec: dict[str, Any]) -> ExpertsLayout:
+    """The :class:`ExpertsLayout` recorded in a replay spec."""
+    return ExpertsLayout(int(spec["num_experts"]), int(spec["hidden"]), int(spec["intermediate"]),
+                         bool(spec["gated"]))
+
+
+def layout_spec(layout: ExpertsLayout) -> dict[str, Any]:
+    """The JSON-able part of a replay spec that records the layout (``kind`` marks it as experts)."""
+    return {"kind": EXPERTS, "num_experts": layout.num_experts, "hidden": layout.hidden,
+            "intermediate": layout.intermediate, "gated": layout.gated}
+
+
+def is_experts_spec(spec: Any) -> bool:
+    """Whether a replay spec describes an experts module (else a dense layer)."""
+    return isinstance(spec, dict) and spec.get("kind") == EXPERTS
+
+
+def float_dtype(module: nn.Module) -> torch.dtype:
+    """The float dtype of a module's first floating parameter (float32 when it has none)."""
+    return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
