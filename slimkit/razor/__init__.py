@@ -11,8 +11,10 @@ Configs load from dicts, JSON or YAML with ``_base_`` inheritance (:func:`load_c
 
 from slimkit.razor.base import MODES, BaseAlgorithm, batch_loss, task_loss
 from slimkit.razor.builder import build, build_module, register_module, zoo_model
-from slimkit.razor.config import load_config, merge_configs
+from slimkit.razor.config import ConfigDict, SkippedBase, load_config, merge_configs, skipped_bases
+from slimkit.razor.datafree import DAFLDataFreeDistillation, DataFreeDistillation, separate_optimizers
 from slimkit.razor.distill import SingleTeacherDistill
+from slimkit.razor.distill_variants import FpnTeacherDistill, OverhaulFeatureDistillation
 from slimkit.razor.nas import (
     SPOS,
     DynamicBatchNorm2d,
@@ -32,9 +34,17 @@ from slimkit.razor.nas import (
     save_subnet,
     write_subnet,
 )
+from slimkit.razor.preprocess import ImgDataPreprocessor
 
 __all__ = [
     "BaseAlgorithm",
+    "ConfigDict",
+    "DAFLDataFreeDistillation",
+    "DataFreeDistillation",
+    "FpnTeacherDistill",
+    "ImgDataPreprocessor",
+    "OverhaulFeatureDistillation",
+    "SkippedBase",
     "DynamicBatchNorm2d",
     "DynamicConv2d",
     "DynamicLinear",
@@ -59,6 +69,8 @@ __all__ = [
     "read_subnet",
     "register_module",
     "save_subnet",
+    "separate_optimizers",
+    "skipped_bases",
     "task_loss",
     "write_subnet",
     "zoo_model",
