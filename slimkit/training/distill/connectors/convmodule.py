@@ -10,7 +10,7 @@ from torch import nn
 
 from slimkit.core.registry import register_component
 from slimkit.errors import ConfigError
-from slimkit.training.distill.connectors.layers import conv_module
+from slimkit.training.layers import conv_module
 
 _RELU = {"type": "ReLU"}
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from slimkit.core.registry import register_component
 from slimkit.errors import ConfigError
-from slimkit.training.distill.connectors.layers import norm_layer
+from slimkit.training.layers import norm_layer
 
 _BN = {"type": "BN"}
 

@@ -1,4 +1,4 @@
-"""MMCV-style layer configs read by the connectors: ``norm_cfg=dict(type='BN')``, ``act_cfg=dict(type='ReLU')``.
+"""MMCV-style layer configs: ``norm_cfg=dict(type='BN')``, ``act_cfg=dict(type='ReLU')``, ConvModule.
 
 These dicts are read here, never built through the registry: they describe layers, not components.
 """
@@ -79,3 +79,9 @@ def conv_module(in_channels: int, out_channels: int, kernel_size: int | tuple[in
     norm_channels = out_channels if order.index("norm") > order.index("conv") else in_channels
     layers = {"conv": conv, "norm": norm_layer(norm_cfg, norm_channels), "act": activation(act_cfg)}
     return nn.Sequential(*(layers[name] for name in order if layers[name] is not None))
+
+
+def check_conv_cfg(owner: str, conv_cfg: Mapping[str, Any] | None) -> None:
+    """ConfigError unless ``conv_cfg`` is None or a plain 2-D convolution (the only kind slimkit builds)."""
+    if conv_cfg is not None and (not isinstance(conv_cfg, Mapping) or conv_cfg.get("type") not in ("Conv2d", "Conv")):
+        raise ConfigError(f"{owner}: conv_cfg={conv_cfg!r} is not supported (None or dict(type='Conv2d')).")
