@@ -141,7 +141,8 @@ class ConfigurableDistiller(nn.Module):
         return losses
 
     def _check_shapes(self, name: str, loss: nn.Module, kwargs: dict[str, Any], labels: dict[str, str]) -> None:
-        shapes = {arg: tuple(v.shape) for arg, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        pair = list(kwargs.items())[:2]  # the student / teacher pair (further arguments: labels, data samples)
+        shapes = {arg: tuple(v.shape) for arg, v in pair if isinstance(v, torch.Tensor)}
         if len(set(shapes.values())) <= 1:
             return
         (a, sa), (b, sb) = list(shapes.items())[:2]
