@@ -183,7 +183,7 @@ class FPN(nn.Module):
                                         ConvModule(out_channels, out_channels, 3, 2)])
 
     def forward(self, feats: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        laterals = [conv(f) for conv, f in zip(self.lateral_convs, feats)]
+        laterals = [conv(f) for conv, f in zip(self.lateral_convs, feats, strict=True)]
         for i in range(len(laterals) - 1, 0, -1):
             laterals[i - 1] = laterals[i - 1] + F.interpolate(laterals[i], size=laterals[i - 1].shape[2:])
         outs = [self.fpn_convs[i](lat) for i, lat in enumerate(laterals)]

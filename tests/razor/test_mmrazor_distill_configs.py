@@ -46,7 +46,7 @@ def trains(algo: torch.nn.Module, data: list, keys: set[str]) -> dict[str, torch
     before = [p.detach().clone() for p in algo.architecture.parameters()]
     result = fit(algo, data, loss=batch_loss, steps=2, lr=1e-3, progress=False, seed=0, num_threads=1)
     assert len(result.losses) == 2 and all(torch.isfinite(torch.tensor(result.losses)))
-    assert any(not torch.equal(a, b) for a, b in zip(before, algo.architecture.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, algo.architecture.parameters(), strict=True))
     return losses
 
 
@@ -129,8 +129,8 @@ def test_zskt_config_trains_student_and_generator_without_data():
     logs = algo.train_step(4, optimizers)
     assert set(logs) == {"generator.loss_kl", "distill.loss_kl", *(f"distill.loss_s{i}" for i in range(1, 5))}
     assert logs["generator.loss_kl"] < 0  # the generator maximises the student-teacher divergence (weight -2)
-    assert any(not torch.equal(a, b) for a, b in zip(student, algo.student.parameters()))
-    assert any(not torch.equal(a, b) for a, b in zip(generator, algo.generator.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(student, algo.student.parameters(), strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(generator, algo.generator.parameters(), strict=True))
     assert all(not p.requires_grad for p in algo.teachers.parameters())
 
 
@@ -143,7 +143,8 @@ def test_cwd_segmentation_config_distils_dense_logits():
     trains(algo, data, {"student.loss", "distill.loss_cwd"})  # per-pixel cross-entropy on [N, C, H, W] logits
 
 
-@pytest.mark.parametrize("name", ["cwd_fpn_frcnn_r101_frcnn_r50_1x_coco.py", "cwd_fpn_retina_r101_retina_r50_1x_coco.py",
+@pytest.mark.parametrize("name", ["cwd_fpn_frcnn_r101_frcnn_r50_1x_coco.py",
+                                  "cwd_fpn_retina_r101_retina_r50_1x_coco.py",
                                   "cwd_cls_head_gfl_r101_fpn_gfl_r50_fpn_1x_coco.py"])
 def test_cwd_detection_configs_distil_fpn_levels(name):
     cfg = load_config(CONFIGS / "distill" / "mmdet" / "cwd" / name)
