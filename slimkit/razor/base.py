@@ -22,6 +22,7 @@ from torch import nn
 from slimkit.data.batches import split_batch
 from slimkit.errors import ConfigError, DataError
 from slimkit.razor.builder import build, build_module, register_module
+from slimkit.razor.teacher import load_pretrained
 from slimkit.training.losses import cross_entropy, model_loss
 from slimkit.utils import main_tensor, run_model
 
@@ -34,12 +35,15 @@ class BaseAlgorithm(nn.Module):
     """Wraps an ``architecture`` (a module or a config dict built with :func:`~slimkit.razor.build`).
 
     ``data_preprocessor``: a module or callable applied to the inputs before every forward (a config dict is
-    built). Subclasses override :meth:`loss` (and, when needed, :meth:`tensor` / :meth:`predict`).
+    built). ``init_cfg``: MMEngine's ``dict(type='Pretrained', checkpoint=...)`` (see :meth:`init_weights`).
+    Subclasses override :meth:`loss` (and, when needed, :meth:`tensor` / :meth:`predict`).
     """
 
     def __init__(self, architecture: nn.Module | Mapping[str, Any],
-                 data_preprocessor: nn.Module | Callable[[Any], Any] | Mapping[str, Any] | None = None) -> None:
+                 data_preprocessor: nn.Module | Callable[[Any], Any] | Mapping[str, Any] | None = None,
+                 init_cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__()
+        self.init_cfg = dict(init_cfg) if init_cfg else None
         self.architecture = build_module(architecture, "architecture")
         if isinstance(data_preprocessor, Mapping):
             data_preprocessor = build(data_preprocessor)
@@ -47,6 +51,19 @@ class BaseAlgorithm(nn.Module):
             raise ConfigError(f"data_preprocessor must be callable (inputs -> inputs), got "
                               f"{type(data_preprocessor).__name__}.")
         self.data_preprocessor = data_preprocessor
+        if type(self) is BaseAlgorithm:
+            self.init_weights()
+
+    def init_weights(self) -> None:
+        """Load ``init_cfg=dict(type='Pretrained', checkpoint=<.safetensors>, prefix='')`` into the algorithm.
+
+        Subclasses call it at the end of their ``__init__``. Tensors load by name (``prefix`` removed from the
+        checkpoint's names); names the algorithm lacks, or of another shape, raise ConfigError; the algorithm's
+        tensors the checkpoint lacks keep their values and are logged. A URL or a pickle checkpoint (``.pth``)
+        is not read (slimkit downloads nothing and reads no pickle): a logged note says so.
+        """
+        if self.init_cfg:
+            load_pretrained(self, self.init_cfg)
 
     def forward(self, inputs: Any, data_samples: Any = None, mode: str = "tensor") -> Any:
         """Dispatch to :meth:`loss`, :meth:`tensor` or :meth:`predict` by ``mode``."""

@@ -65,8 +65,9 @@ class DataFreeDistillation(BaseAlgorithm):
     def __init__(self, architecture: nn.Module | Mapping[str, Any], teachers: Mapping[str, Any],
                  generator: nn.Module | Mapping[str, Any], distiller: ConfigurableDistiller | Mapping[str, Any],
                  generator_distiller: ConfigurableDistiller | Mapping[str, Any], student_iter: int = 1,
-                 student_train_first: bool = False, data_preprocessor: Any = None) -> None:
-        super().__init__(architecture, data_preprocessor)
+                 student_train_first: bool = False, data_preprocessor: Any = None,
+                 init_cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(architecture, data_preprocessor, init_cfg)
         if not isinstance(teachers, Mapping) or not teachers:
             raise ConfigError(f"teachers must be a non-empty dict name -> teacher, got {teachers!r}.")
         self.teachers = nn.ModuleDict({str(k): _teacher(str(k), v) for k, v in teachers.items()})
@@ -84,6 +85,7 @@ class DataFreeDistillation(BaseAlgorithm):
             raise ConfigError(f"student_iter must be an integer >= 1, got {student_iter!r}.")
         self.student_iter, self.student_train_first = student_iter, bool(student_train_first)
         self.teachers.eval()
+        self.init_weights()
 
     @property
     def student(self) -> nn.Module:

@@ -49,8 +49,8 @@ class SingleTeacherDistill(BaseAlgorithm):
                  distiller: ConfigurableDistiller | Mapping[str, Any] | None = None, teacher_trainable: bool = False,
                  calculate_student_loss: bool = True, data_preprocessor: Any = None,
                  teacher_ckpt: str | os.PathLike | None = None, teacher_norm_eval: bool = True,
-                 student_trainable: bool = True) -> None:
-        super().__init__(architecture, data_preprocessor)
+                 student_trainable: bool = True, init_cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(architecture, data_preprocessor, init_cfg)
         built = None if teacher is None else build_module(teacher, "teacher")
         self.teacher = resolve_teacher(built, teacher_ckpt)
         self.distiller = build_distiller(distiller)
@@ -64,6 +64,7 @@ class SingleTeacherDistill(BaseAlgorithm):
             for p in self.architecture.parameters():
                 p.requires_grad_(False)
         self.teacher.eval()
+        self.init_weights()
 
     def train(self, mode: bool = True) -> SingleTeacherDistill:
         """Set the student's (and connectors') mode.

@@ -49,9 +49,9 @@ class OverhaulFeatureDistillation(SingleTeacherDistill):
                  distiller: OFDDistiller | Mapping[str, Any] | None = None, teacher_trainable: bool = False,
                  calculate_student_loss: bool = True, data_preprocessor: Any = None,
                  teacher_ckpt: str | os.PathLike | None = None, teacher_norm_eval: bool = True,
-                 student_trainable: bool = True) -> None:
+                 student_trainable: bool = True, init_cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__(architecture, teacher, distiller, teacher_trainable, calculate_student_loss,
-                         data_preprocessor, teacher_ckpt, teacher_norm_eval, student_trainable)
+                         data_preprocessor, teacher_ckpt, teacher_norm_eval, student_trainable, init_cfg)
         if not isinstance(self.distiller, OFDDistiller):
             raise ConfigError(f"OverhaulFeatureDistillation needs distiller=dict(type='OFDDistiller', ...), got "
                               f"{type(self.distiller).__name__}.")

@@ -7,21 +7,18 @@ result is the exported plain module of that subnet (no mutables left), with the 
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_file
 from torch import nn
 
 from slimkit.compression.nas import NasMutator, export_subnet, read_subnet
 from slimkit.compression.nas.mutator import plain_choices, unwrap
 from slimkit.core.registry import build_module, register_component
 from slimkit.errors import ConfigError
-
-log = logging.getLogger(__name__)
+from slimkit.razor.teacher import load_pretrained
 
 
 def _subnet(fix_subnet: Any) -> dict[str, Any]:
@@ -36,23 +33,6 @@ def _subnet(fix_subnet: Any) -> dict[str, Any]:
         return plain_choices(read_subnet(path))
     raise ConfigError(f"fix_subnet must be a subnet file path or a dict name -> choice, got "
                       f"{type(fix_subnet).__name__}.")
-
-
-def _load_init(model: nn.Module, init_cfg: Mapping[str, Any]) -> None:
-    checkpoint, prefix = init_cfg.get("checkpoint"), str(init_cfg.get("prefix", ""))
-    if init_cfg.get("type") != "Pretrained" or checkpoint is None:
-        raise ConfigError(f"sub_model reads init_cfg=dict(type='Pretrained', checkpoint=...) only, got {init_cfg!r}.")
-    path = Path(str(checkpoint)).expanduser()
-    if "://" in str(checkpoint) or not (path.suffix == ".safetensors" and path.is_file()):
-        log.info("init_cfg checkpoint %r is not read (slimkit downloads nothing and reads no pickle): the subnet "
-                 "keeps the weights of the supernet you passed.", checkpoint)
-        return
-    tensors = {k[len(prefix):]: v for k, v in load_file(str(path)).items() if k.startswith(prefix)}
-    try:
-        model.load_state_dict(tensors, strict=True)
-    except RuntimeError as exc:
-        raise ConfigError(f"init_cfg checkpoint {str(path)!r} (prefix {prefix!r}) does not fit the subnet: {exc}") \
-            from exc
 
 
 def sub_model(cfg: nn.Module | Mapping[str, Any] | None = None, fix_subnet: Any = None, mode: str = "mutable",
@@ -83,7 +63,7 @@ def sub_model(cfg: nn.Module | Mapping[str, Any] | None = None, fix_subnet: Any 
     NasMutator(supernet).set_choices(choices)
     model = export_subnet(supernet)
     if init_cfg:
-        _load_init(model, init_cfg)
+        load_pretrained(model, init_cfg)
     return model
 
 

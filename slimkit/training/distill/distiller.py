@@ -14,6 +14,7 @@ first step (shapes that cannot be compared without a connector).
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,7 @@ from slimkit.training.distill.connectors import OFDTeacherConnector, bn_margin, 
 from slimkit.training.distill.losses import OFDLoss
 from slimkit.training.distill.recorders import RecorderManager
 
+log = logging.getLogger(__name__)
 _ARG_FIELDS = {"from_student", "recorder", "record_idx", "data_idx", "connector"}
 
 
@@ -78,9 +80,16 @@ class ConfigurableDistiller(nn.Module):
             if name not in self.distill_losses:
                 raise ConfigError(f"loss_forward_mappings names loss {name!r}, which distill_losses does not define."
                                   f"{closest(name, self.distill_losses)} Losses: {', '.join(self.distill_losses)}.")
+        if not mappings and self.distill_losses:
+            raise ConfigError(f"loss_forward_mappings is empty: map the forward arguments of each of "
+                              f"{', '.join(self.distill_losses)} to recorders.")
         for name, loss in self.distill_losses.items():
             expected = forward_arguments(loss)
             given = mappings.get(name)
+            if given is None:
+                log.warning("distill loss %r has no loss_forward_mappings entry and is not computed (MMRazor's rule: "
+                            "only mapped losses run).", name)
+                continue
             if not isinstance(given, Mapping) or sorted(given) != sorted(expected):
                 got = sorted(given) if isinstance(given, Mapping) else "no mapping"
                 raise ConfigError(f"loss_forward_mappings[{name!r}] must fill the forward arguments of "
@@ -128,6 +137,8 @@ class ConfigurableDistiller(nn.Module):
         """Every distill loss on the latest records: loss name -> scalar tensor."""
         losses: dict[str, torch.Tensor] = {}
         for name, loss in self.distill_losses.items():
+            if name not in self.loss_forward_mappings:
+                continue
             kwargs, labels = {}, {}
             for arg, spec in self.loss_forward_mappings[name].items():
                 value, labels[arg] = self._read(spec)

@@ -29,8 +29,8 @@ class SPOS(BaseAlgorithm):
 
     def __init__(self, architecture: nn.Module | Mapping[str, Any],
                  mutator: NasMutator | Mapping[str, Any] | None = None, norm_training: bool = False,
-                 data_preprocessor: Any = None) -> None:
-        super().__init__(architecture, data_preprocessor)
+                 data_preprocessor: Any = None, init_cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(architecture, data_preprocessor, init_cfg)
         self.norm_training = bool(norm_training)
         if isinstance(mutator, Mapping):
             mutator = build(mutator)
@@ -40,6 +40,7 @@ class SPOS(BaseAlgorithm):
                               f"{type(mutator).__name__}.")
         mutator.prepare_from_supernet(self.architecture)
         self.mutator = mutator
+        self.init_weights()
 
     def train(self, mode: bool = True) -> SPOS:
         """Set the mode; with ``norm_training``, batch norms stay in training mode in eval mode too."""

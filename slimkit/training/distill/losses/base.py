@@ -4,6 +4,10 @@ Every loss is an ``nn.Module`` whose ``forward`` argument names are what a disti
 fill (MMRazor's names: ``preds_S``/``preds_T`` for predictions, ``s_feature``/``t_feature`` for features).
 ``same_shape`` says whether the two inputs must have equal shapes (else a connector is needed). All maths runs
 in float32. ``loss_weight`` may be negative: a data-free generator *maximises* what its student minimises.
+
+Feature losses do not detach the teacher's side, as in MMRazor: the teacher runs without gradients, and a
+learnable teacher-side connector (factor transfer's paraphraser, FBKD's teacher non-local block, CRD's teacher
+embedding) trains through the loss. Logit losses detach the teacher unless ``teacher_detach=False``.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class CRDLoss(DistillLoss):
     def forward(self, s_feats: torch.Tensor, t_feats: torch.Tensor, data_samples: Any) -> torch.Tensor:
         """The weighted two-way NCE loss; updates the memory banks."""
         idx, contrast = sample_indices(data_samples)
-        s, t = s_feats.float().flatten(1), t_feats.detach().float().flatten(1)
+        s, t = s_feats.float().flatten(1), t_feats.float().flatten(1)
         if len(idx) != len(s) or s.shape[1] != self.memory_s.shape[1] or t.shape[1] != self.memory_t.shape[1]:
             raise ConfigError(f"CRDLoss(dim_out={self.memory_s.shape[1]}) got {len(idx)} indices, student "
                               f"embeddings {tuple(s.shape)} and teacher embeddings {tuple(t.shape)}; the "

@@ -48,7 +48,7 @@ class FBKDLoss(DistillLoss):
         s_spatial, s_channel, s_channel_pool, s_spatial_pool, s_relation, s_feat = _parts(
             "FBKDLoss", s_input, 6, "Student")
         t_spatial, t_channel, t_spatial_pool, t_relation, t_feat = (
-            v.detach().float() for v in _parts("FBKDLoss", t_input, 5, "Teacher"))
+            v.float() for v in _parts("FBKDLoss", t_input, 5, "Teacher"))
         spatial_mask = ((t_spatial + s_spatial.float()) / 2).detach()
         channel_mask = ((t_channel + s_channel.float()) / 2).detach()
         focal = ((t_feat - s_feat.float()).pow(2) * spatial_mask * channel_mask).sum().sqrt()

@@ -14,7 +14,7 @@ class MSELoss(DistillLoss):
 
     def forward(self, s_feature: torch.Tensor, t_feature: torch.Tensor) -> torch.Tensor:
         """The weighted mean of ``(s_feature - t_feature) ** 2``."""
-        return self.loss_weight * F.mse_loss(s_feature.float(), t_feature.detach().float())
+        return self.loss_weight * F.mse_loss(s_feature.float(), t_feature.float())
 
 
 class L2Loss(DistillLoss):
@@ -33,7 +33,7 @@ class L2Loss(DistillLoss):
 
     def forward(self, s_feature: torch.Tensor, t_feature: torch.Tensor) -> torch.Tensor:
         """The weighted ``sum((s - t)**2)`` per sample (or per element, or its square root)."""
-        s, t = s_feature.float().flatten(1), t_feature.detach().float().flatten(1)
+        s, t = s_feature.float().flatten(1), t_feature.float().flatten(1)
         if self.normalize:
             s, t = F.normalize(s, dim=1) * self.mult, F.normalize(t, dim=1) * self.mult
         total = (s - t).pow(2).sum()
@@ -60,7 +60,7 @@ class CosineSimilarityLoss(DistillLoss):
 
     def forward(self, s_feature: torch.Tensor, t_feature: torch.Tensor) -> torch.Tensor:
         """The weighted mean cosine distance."""
-        cos = F.cosine_similarity(s_feature.float(), t_feature.detach().float(), dim=-1)
+        cos = F.cosine_similarity(s_feature.float(), t_feature.float(), dim=-1)
         return self.loss_weight * (1.0 - cos).mean()
 
 

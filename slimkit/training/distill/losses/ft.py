@@ -20,7 +20,7 @@ class FTLoss(DistillLoss):
     def forward(self, s_feature: torch.Tensor, t_feature: torch.Tensor) -> torch.Tensor:
         """The weighted mean ``|normalize(s) - normalize(t)|``."""
         s = F.normalize(s_feature.float().flatten(1), dim=1)
-        t = F.normalize(t_feature.detach().float().flatten(1), dim=1)
+        t = F.normalize(t_feature.float().flatten(1), dim=1)
         return self.loss_weight * (s - t).abs().mean()
 
 

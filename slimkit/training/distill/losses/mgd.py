@@ -22,7 +22,7 @@ class MGDLoss(DistillLoss):
     def forward(self, preds_S: torch.Tensor, preds_T: torch.Tensor) -> torch.Tensor:  # noqa: N803 (MMRazor names)
         """The weighted MGD loss."""
         check_pair("MGDLoss", preds_S, preds_T)
-        diff = preds_S.float() - preds_T.detach().float()
+        diff = preds_S.float() - preds_T.float()
         return self.loss_weight * self.alpha_mgd * diff.pow(2).sum() / preds_S.shape[0]
 
 

@@ -24,7 +24,7 @@ class OFDLoss(DistillLoss):
     def forward(self, s_feature: torch.Tensor, t_feature: torch.Tensor) -> torch.Tensor:
         """The weighted partial L2 distance."""
         check_pair("OFDLoss", s_feature, t_feature)
-        s, t = s_feature.float(), t_feature.detach().float()
+        s, t = s_feature.float(), t_feature.float()
         counted = (s > t) | (t > 0)
         return self.loss_weight * ((s - t).pow(2) * counted).sum() / s.shape[0] / self.mul_factor
 

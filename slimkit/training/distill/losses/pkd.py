@@ -39,7 +39,7 @@ class PKDLoss(DistillLoss):
         pairs = [(preds_S, preds_T)] if isinstance(preds_S, torch.Tensor) else list(zip(preds_S, preds_T, strict=True))
         total = torch.zeros((), device=pairs[0][0].device)
         for s, t in pairs:
-            s, t = s.float(), t.detach().float()
+            s, t = s.float(), t.float()
             if s.dim() != 4 or t.dim() != 4 or s.shape[:2] != t.shape[:2]:
                 raise ConfigError(f"PKDLoss needs [N, C, H, W] maps with equal N and C, got {tuple(s.shape)} and "
                                   f"{tuple(t.shape)}; add a connector to match the channels.")

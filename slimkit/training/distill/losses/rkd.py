@@ -16,7 +16,7 @@ def _flat(owner: str, preds_S: torch.Tensor, preds_T: torch.Tensor, l2: bool) ->
     if preds_S.shape[0] != preds_T.shape[0] or preds_S.shape[0] < 2:
         raise ConfigError(f"{owner} relates the samples of a batch: student {tuple(preds_S.shape)} and teacher "
                           f"{tuple(preds_T.shape)} need the same batch size, at least 2.")
-    s, t = preds_S.float().flatten(1), preds_T.detach().float().flatten(1)
+    s, t = preds_S.float().flatten(1), preds_T.float().flatten(1)
     return (F.normalize(s, dim=1), F.normalize(t, dim=1)) if l2 else (s, t)
 
 

@@ -29,7 +29,7 @@ class ChannelWiseDivergence(DistillLoss):
             raise ConfigError(f"ChannelWiseDivergence needs [N, C, H, W] feature maps, got {tuple(preds_S.shape)}.")
         n, c = preds_S.shape[:2]
         s = preds_S.float().reshape(n * c, -1) / self.tau
-        t = preds_T.detach().float().reshape(n * c, -1) / self.tau
+        t = preds_T.float().reshape(n * c, -1) / self.tau
         kl = F.kl_div(F.log_softmax(s, dim=1), F.log_softmax(t, dim=1), reduction="sum", log_target=True)
         return self.loss_weight * self.tau**2 * kl / (n * c)
 
@@ -55,7 +55,7 @@ class ATLoss(DistillLoss):
         if s_feature.shape[0] != t_feature.shape[0] or s_feature.shape[2:] != t_feature.shape[2:]:
             raise ConfigError(f"ATLoss compares spatial maps: student {tuple(s_feature.shape)} and teacher "
                               f"{tuple(t_feature.shape)} must agree in all but the channel dimension.")
-        return self.loss_weight * (self._map(s_feature) - self._map(t_feature.detach())).pow(2).mean()
+        return self.loss_weight * (self._map(s_feature) - self._map(t_feature)).pow(2).mean()
 
 
 for _cls in (ChannelWiseDivergence, ATLoss):
