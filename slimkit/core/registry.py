@@ -17,6 +17,7 @@ from torch import nn
 
 from slimkit.core.contract import GROUPS, KIND_OF_GROUP, SaveFn, SlimkitAlgorithm
 from slimkit.core.hyperparameters import describe_allowed, to_jsonable
+from slimkit.core.scopes import OPENMMLAB_SCOPES, external_reason, split_scope
 from slimkit.errors import AlgorithmNotFoundError, ConfigError, RegistryError, closest
 
 _REGISTRY: dict[str, type[SlimkitAlgorithm]] = {}
@@ -277,21 +278,6 @@ def _fields(obj: Callable[..., Any]) -> tuple[list[str], list[str], bool]:
     return fields, required, any(p.kind == p.VAR_KEYWORD for p in params)
 
 
-#: OpenMMLab package scopes a config may name (``_scope_='mmcls'``, ``type='mmrazor.SPOS'``)
-OPENMMLAB_SCOPES: dict[str, str] = {
-    "mmrazor": "MMRazor", "mmengine": "MMEngine", "mmcv": "MMCV", "mmcls": "MMClassification",
-    "mmpretrain": "MMPretrain", "mmdet": "MMDetection", "mmdet3d": "MMDetection3D", "mmseg": "MMSegmentation",
-    "mmpose": "MMPose", "mmyolo": "MMYOLO", "mmocr": "MMOCR", "mmaction": "MMAction2", "mmagic": "MMagic"}
-
-
-def split_scope(name: Any, scope: Any = None) -> tuple[Any, str | None]:
-    """(type name, scope) of ``'mmrazor.SPOS'`` -> ``('SPOS', 'mmrazor')``; other names keep ``scope``."""
-    if isinstance(name, str) and "." in name and name.split(".", 1)[0] in OPENMMLAB_SCOPES:
-        prefix, rest = name.split(".", 1)
-        return rest, prefix
-    return name, scope if isinstance(scope, str) else None
-
-
 def build_component(cfg: Any) -> Any:
     """Build ``dict(type="Name", **fields)``: the outer type only, as MMEngine does.
 
@@ -327,29 +313,12 @@ def build_component(cfg: Any) -> Any:
     return obj(**kwargs)
 
 
-def _external(spec: Any, what: str) -> str | None:
-    """Why ``spec`` cannot be built here (a model of another package, a value of a skipped base), else None."""
-    if getattr(spec, "slimkit_placeholder", False):
-        return (f"{what} is {spec!r}: it comes from a base config of another OpenMMLab package, which slimkit "
-                f"does not read. Pass your own nn.Module: slimkit.razor.build(cfg, {what}=your_model).")
-    if isinstance(spec, Mapping) and "cfg_path" in spec and "type" not in spec:
-        return (f"{what}=dict(cfg_path={spec['cfg_path']!r}) names a model config of another OpenMMLab package, "
-                f"which slimkit does not read. Pass your own nn.Module: slimkit.razor.build(cfg, {what}=your_model).")
-    if isinstance(spec, Mapping) and "type" in spec and not callable(spec["type"]):
-        name, scope = split_scope(spec["type"], spec.get("_scope_"))
-        if scope not in (None, "mmrazor") and name not in _COMPONENTS:
-            return (f"{what}=dict(type={spec['type']!r}, ...) is a model of {OPENMMLAB_SCOPES.get(scope, scope)} "
-                    f"({scope}), which slimkit does not build. Pass your own nn.Module: "
-                    f"slimkit.razor.build(cfg, {what}=your_model).")
-    return None
-
-
 def build_module(spec: Any, what: str) -> Any:
     """``spec`` as an ``nn.Module``: a module is returned as is, a config ``dict(type=...)`` is built.
 
     ``what`` names the argument in the error raised for anything else.
     """
-    reason = _external(spec, what)
+    reason = external_reason(spec, what, _COMPONENTS)
     if reason is not None:
         raise ConfigError(reason)
     if isinstance(spec, Mapping):

@@ -5,11 +5,11 @@ small, closed subset of the language, the subset config files are written in:
 
 * statements: assignments (to names, to ``a.b.c`` keys, to ``a[k]`` items, tuple unpacking, ``+=``), bare
   expressions (docstrings, ``x.update(...)``), ``if`` / ``else``, ``assert``, ``pass``, and ``import`` /
-  ``from ... import`` of :data:`ALLOWED_IMPORTS` only;
+  ``from ... import`` of :data:`~slimkit.razor.pycalls.ALLOWED_IMPORTS` only;
 * expressions: literals, names, ``dict(...)``, lists, tuples, sets and dicts (with ``*`` / ``**`` unpacking),
   arithmetic, comparisons, ``and`` / ``or`` / ``not``, ``x if c else y``, f-strings, subscripts and slices,
   comprehensions, calls of :data:`FUNCTIONS` and of the few methods of dicts, lists and strings in
-  :data:`METHODS`, and ``math`` / ``copy`` functions once imported.
+  :data:`~slimkit.razor.pycalls.METHODS`, and ``math`` / ``copy`` functions once imported.
 
 Everything else -- ``def``, ``lambda``, ``class``, loops, ``with``, ``try``, attribute names that start with an
 underscore (``__class__``...), calls of anything not listed, imports of any other module -- is refused with a
@@ -27,13 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from slimkit.errors import ConfigError
-
-#: modules a config file may import (``import math``, ``from copy import deepcopy``); nothing else
-ALLOWED_IMPORTS: dict[str, Any] = {"math": math, "copy": copy}
-_MAX_SIZE = 1_000_000  # longest sequence an expression may build (guards '"a" * 10**12')
+from slimkit.razor.pycalls import ALLOWED_IMPORTS, MAX_SIZE, CallsMixin, check_name
 
 
-class Evaluator:
+class Evaluator(CallsMixin):
     """Evaluates one parsed config module into ``namespace``.
 
     ``attr_get(obj, name, node)`` / ``attr_set(obj, name, value)`` are the config's attribute rules (a dict's
@@ -113,7 +110,7 @@ class Evaluator:
         if isinstance(target, ast.Name):
             self.names[target.id] = value
         elif isinstance(target, ast.Attribute):
-            _check_name(self, target.attr, target)
+            check_name(self, target.attr, target)
             self.attr_set(self.expr(target.value), target.attr, value)
         elif isinstance(target, ast.Subscript):
             owner = self.expr(target.value)
@@ -144,7 +141,7 @@ class Evaluator:
             raise self.error(node, f"name {node.id!r} is not defined (configs see their own names, _base_ and "
                                    f"the functions {', '.join(sorted(self.functions))}).")
         if isinstance(node, ast.Attribute):
-            _check_name(self, node.attr, node)
+            check_name(self, node.attr, node)
             owner = self.expr(node.value)
             if isinstance(owner, type(math)):
                 return self._module_attr(owner, node.attr, node)
@@ -203,7 +200,7 @@ class Evaluator:
         if isinstance(op, ast.Mult) and any(isinstance(v, (str, list, tuple)) for v in (left, right)):
             count = right if isinstance(left, (str, list, tuple)) else left
             seq = left if isinstance(left, (str, list, tuple)) else right
-            if isinstance(count, int) and len(seq) * max(count, 0) > _MAX_SIZE:
+            if isinstance(count, int) and len(seq) * max(count, 0) > MAX_SIZE:
                 raise self.error(node, "a repeated sequence this long is not a config value.")
         ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
                ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
@@ -248,109 +245,6 @@ class Evaluator:
                 return False
             left = right
         return True
-
-    def _call(self, node: ast.Call) -> Any:
-        args = self._items(node.args)
-        kwargs: dict[str, Any] = {}
-        for kw in node.keywords:
-            if kw.arg is None:
-                kwargs.update(self.expr(kw.value))
-            else:
-                kwargs[kw.arg] = self.expr(kw.value)
-        func = node.func
-        if isinstance(func, ast.Name) and func.id in self.functions and func.id not in self.names:
-            return self.functions[func.id](*args, **kwargs)
-        if isinstance(func, ast.Name) and callable(self.names.get(func.id)) and _allowed_function(self.names[func.id]):
-            return self.names[func.id](*args, **kwargs)
-        if isinstance(func, ast.Attribute):
-            _check_name(self, func.attr, func)
-            owner = self.expr(func.value)
-            if isinstance(owner, type(math)):
-                return self._module_attr(owner, func.attr, func)(*args, **kwargs)
-            method = _method(owner, func.attr)
-            if method is not None:
-                return method(*args, **kwargs)
-            value = self.attr_get(owner, func.attr)
-            if getattr(value, "slimkit_placeholder", False):
-                return value  # a call on a value of a skipped base stays a placeholder
-        raise self.error(node, f"calling {ast.unparse(func)!r} is not allowed in a config; configs may call "
-                               f"{', '.join(sorted(self.functions))}, math/copy functions and the methods "
-                               f"{', '.join(sorted(METHODS))} of dicts, lists and strings.")
-
-    def _comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> Any:
-        saved = dict(self.names)
-        results: list[Any] = []
-
-        def loop(generators: list[ast.comprehension]) -> None:
-            if not generators:
-                results.append((self.expr(node.key), self.expr(node.value)) if isinstance(node, ast.DictComp)
-                               else self.expr(node.elt))
-                return
-            first = generators[0]
-            for item in self.expr(first.iter):
-                self.assign(first.target, item)
-                if all(self.expr(cond) for cond in first.ifs):
-                    loop(generators[1:])
-                if len(results) > _MAX_SIZE:
-                    raise self.error(node, "a comprehension this long is not a config value.")
-
-        try:
-            loop(node.generators)
-        finally:
-            self.names.clear()
-            self.names.update(saved)
-        if isinstance(node, ast.DictComp):
-            return self.make_dict(results)
-        return set(results) if isinstance(node, ast.SetComp) else list(results)
-
-    def _module_attr(self, module: Any, name: str, node: ast.AST) -> Any:
-        if name.startswith("_") or not hasattr(module, name):
-            raise self.error(node, f"{module.__name__}.{name} is not available in a config.")
-        value = getattr(module, name)
-        if module is copy and name not in ("copy", "deepcopy"):
-            raise self.error(node, f"copy.{name} is not available in a config (copy, deepcopy are).")
-        return value
-
-    def _hasattr(self, obj: Any, name: str) -> bool:
-        try:
-            self.attr_get(obj, name)
-        except (ConfigError, AttributeError, KeyError):
-            return False
-        return True
-
-    def _getattr(self, obj: Any, name: str, *default: Any) -> Any:
-        try:
-            return self.attr_get(obj, name)
-        except (ConfigError, AttributeError, KeyError):
-            if default:
-                return default[0]
-            raise
-
-
-#: method names a config may call, by the type of the object they are called on
-METHODS: dict[str, tuple[type, ...]] = {
-    "get": (dict,), "update": (dict,), "copy": (dict, list), "keys": (dict,), "values": (dict,), "items": (dict,),
-    "pop": (dict, list), "setdefault": (dict,), "append": (list,), "extend": (list,), "insert": (list,),
-    "index": (list, tuple, str), "count": (list, tuple, str), "format": (str,), "join": (str,), "replace": (str,),
-    "split": (str,), "strip": (str,), "lower": (str,), "upper": (str,), "startswith": (str,), "endswith": (str,)}
-
-
-def _method(owner: Any, name: str) -> Callable[..., Any] | None:
-    kinds = METHODS.get(name)
-    if kinds is None or not isinstance(owner, kinds):
-        return None
-    return getattr(owner, name)
-
-
-def _allowed_function(func: Any) -> bool:
-    return func in (copy.copy, copy.deepcopy) or getattr(func, "__module__", None) == "math" or (
-        getattr(func, "__self__", None) is math)
-
-
-def _check_name(ev: Evaluator, name: str, node: ast.AST) -> None:
-    if name.startswith("__"):
-        raise ev.error(node, f"attribute {name!r} is not allowed in a config.")
-
 
 def _load(target: ast.expr) -> ast.expr:
     """The same target as a load expression (for ``x += 1``)."""
