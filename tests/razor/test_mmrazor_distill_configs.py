@@ -132,6 +132,8 @@ def test_zskt_config_trains_student_and_generator_without_data():
     assert any(not torch.equal(a, b) for a, b in zip(student, algo.student.parameters(), strict=True))
     assert any(not torch.equal(a, b) for a, b in zip(generator, algo.generator.parameters(), strict=True))
     assert all(not p.requires_grad for p in algo.teachers.parameters())
+    losses = algo(torch.zeros(3, 3, 32, 32), mode="loss")  # mode="loss": the student's losses on generated images
+    assert set(losses) == {"distill.loss_kl", *(f"distill.loss_s{i}" for i in range(1, 5))}
 
 
 def test_cwd_segmentation_config_distils_dense_logits():
