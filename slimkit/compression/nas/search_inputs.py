@@ -73,9 +73,10 @@ def calibration(calibrate_sample_num: int, batches: Any) -> Callable[[nn.Module]
     if isinstance(calibrate_sample_num, bool) or not isinstance(calibrate_sample_num, int) or calibrate_sample_num < 0:
         raise ConfigError(f"calibrate_sample_num must be -1 (no calibration) or a number of samples, got "
                           f"{calibrate_sample_num!r}.")
-    data = list(check_batches(batches, "calibrate_dataloader"))
-    if not data:
+    data = check_batches(batches, "calibrate_dataloader")
+    first = next(iter(data), None)
+    if first is None:
         raise ConfigError("calibrate_sample_num > 0 needs batches to calibrate on (calibrate_dataloader=...).")
-    per_batch = max(batch_size_of(split_batch(data[0])[0]), 1)
+    per_batch = max(batch_size_of(split_batch(first)[0]), 1)
     count = max(1, math.ceil(calibrate_sample_num / per_batch))
     return lambda model: calibrate_bn(model, data, count)

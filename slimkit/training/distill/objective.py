@@ -63,8 +63,10 @@ class DistillObjective:
         with torch.no_grad(), recording:
             t_out = run_model(self.teacher, inputs)
         recording = (self.distiller.student_recording() if self.distiller is not None else contextlib.nullcontext())
-        with recording:
+        with recording as recorders:
             s_out = run_model(student, inputs)
+            if recorders is not None:  # recorders of the data samples (ModuleInputs on '' or a loss_module)
+                recorders.feed(inputs, targets, s_out, targets)
         parts: dict[str, torch.Tensor] = {}
         if self.distiller is not None:
             parts.update({f"distill.{k}": v for k, v in self.distiller.compute_distill_losses().items()})
