@@ -14,6 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from slimkit.razor import batch_loss
+from slimkit.training import fit
+
 
 def _bn_conv(cin: int, cout: int, k: int, s: int = 1) -> tuple[nn.Conv2d, nn.BatchNorm2d]:
     return nn.Conv2d(cin, cout, k, s, k // 2, bias=False), nn.BatchNorm2d(cout)
@@ -234,3 +237,22 @@ class TinySegmentor(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(self.decode_head.conv_seg(self.backbone(x)), size=x.shape[2:], mode="bilinear",
                              align_corners=False)
+
+
+def images(n: int = 2, size: int = 32, batch: int = 4, classes: int = 10, seed: int = 0) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.rand(batch, 3, size, size, generator=g) * 255, torch.randint(classes, (batch,), generator=g))
+            for _ in range(n)]
+
+
+def trains(algo: torch.nn.Module, data: list, keys: set[str]) -> dict[str, torch.Tensor]:
+    """Check the loss dict of one batch, train two steps, check the student moved; return the first losses."""
+    algo.train()
+    losses = algo(*data[0], mode="loss")
+    assert set(losses) == keys
+    assert all(torch.isfinite(v) and v.dim() == 0 for v in losses.values())
+    before = [p.detach().clone() for p in algo.architecture.parameters()]
+    result = fit(algo, data, loss=batch_loss, steps=2, lr=1e-3, progress=False, seed=0, num_threads=1)
+    assert len(result.losses) == 2 and all(torch.isfinite(torch.tensor(result.losses)))
+    assert any(not torch.equal(a, b) for a, b in zip(before, algo.architecture.parameters(), strict=True))
+    return losses

@@ -18,36 +18,15 @@ from slimkit.razor import (
     ImgDataPreprocessor,
     OverhaulFeatureDistillation,
     SingleTeacherDistill,
-    batch_loss,
     build,
     load_config,
     separate_optimizers,
 )
-from slimkit.training import fit
 from slimkit.training.distill import DKDLoss, KLDivergence, OFDTeacherConnector
-from tests.razor.mm_models import TinyDetector, TinySegmentor, resnet, wrn
+from tests.razor.mm_models import TinyDetector, TinySegmentor, images, resnet, trains, wrn
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "mmrazor" / "configs"
 CLS = CONFIGS / "distill" / "mmcls"
-
-
-def images(n: int = 2, size: int = 32, batch: int = 4, classes: int = 10, seed: int = 0) -> list:
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.rand(batch, 3, size, size, generator=g) * 255, torch.randint(classes, (batch,), generator=g))
-            for _ in range(n)]
-
-
-def trains(algo: torch.nn.Module, data: list, keys: set[str]) -> dict[str, torch.Tensor]:
-    """Check the loss dict of one batch, train two steps, check the student moved; return the first losses."""
-    algo.train()
-    losses = algo(*data[0], mode="loss")
-    assert set(losses) == keys
-    assert all(torch.isfinite(v) and v.dim() == 0 for v in losses.values())
-    before = [p.detach().clone() for p in algo.architecture.parameters()]
-    result = fit(algo, data, loss=batch_loss, steps=2, lr=1e-3, progress=False, seed=0, num_threads=1)
-    assert len(result.losses) == 2 and all(torch.isfinite(torch.tensor(result.losses)))
-    assert any(not torch.equal(a, b) for a, b in zip(before, algo.architecture.parameters(), strict=True))
-    return losses
 
 
 def logits_of(algo: SingleTeacherDistill, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,8 +11,7 @@ from safetensors.torch import save_file
 from slimkit.errors import ConfigError
 from slimkit.razor import DAFLDataFreeDistillation, batch_loss, build, load_config, separate_optimizers
 from slimkit.training import fit
-from tests.razor.mm_models import TinyDetector, resnet
-from tests.razor.test_mmrazor_distill_configs import images, trains
+from tests.razor.mm_models import TinyDetector, images, resnet, trains
 
 CONFIGS = Path(__file__).parents[1] / "fixtures" / "mmrazor" / "configs" / "distill"
 
