@@ -87,7 +87,8 @@ def run_seed(seed: int, args: argparse.Namespace, split: tuple) -> dict:
     loop = EvolutionSearchLoop(spos, score, example_inputs=x_tr[:1], max_epochs=args.search_epochs,
                                num_candidates=20, top_k=5, num_mutation=8, num_crossover=8, mutate_prob=0.2,
                                constraints_range=dict(flops=args.flops), score_key="val_accuracy",
-                               calibrate_fn=lambda m: calibrate_bn(m, calib), seed=seed, progress=False)
+                               calibrate_fn=lambda m: calibrate_bn(m, calib), seed=seed, progress=False,
+                               units="slimkit")
     result = loop.run()
     t_search = time.perf_counter() - start
     x1, data = x_tr[:1], batches(x_tr, y_tr, 64, 1_000 + seed, args.retrain_epochs)

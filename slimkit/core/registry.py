@@ -17,6 +17,7 @@ from torch import nn
 
 from slimkit.core.contract import GROUPS, KIND_OF_GROUP, SaveFn, SlimkitAlgorithm
 from slimkit.core.hyperparameters import describe_allowed, to_jsonable
+from slimkit.core.scopes import OPENMMLAB_SCOPES, external_reason, split_scope
 from slimkit.errors import AlgorithmNotFoundError, ConfigError, RegistryError, closest
 
 _REGISTRY: dict[str, type[SlimkitAlgorithm]] = {}
@@ -278,24 +279,28 @@ def _fields(obj: Callable[..., Any]) -> tuple[list[str], list[str], bool]:
 
 
 def build_component(cfg: Any) -> Any:
-    """Build ``dict(type="Name", **fields)`` recursively (nested dicts with a ``type`` first).
+    """Build ``dict(type="Name", **fields)``: the outer type only, as MMEngine does.
 
-    Nested configs (also inside lists and plain dicts) are built first, then the component is called with
-    the fields.
-
-    Anything that is not such a dict is returned unchanged (already-built objects pass through). A field the
-    component does not take, or a missing required one, raises ConfigError naming the component, the field
-    and the fields it takes.
+    Nested configs (``norm_cfg=dict(type='BN')``, ``distiller=dict(...)``) reach the component as dicts; each
+    component builds the ones it takes. ``_scope_`` keys and OpenMMLab scope prefixes (``'mmrazor.SPOS'``) are
+    read: slimkit has one registry, so ``mmrazor`` types resolve there, and a type of another OpenMMLab package
+    that slimkit does not have says so. Anything that is not such a dict is returned unchanged (already-built
+    objects pass through). A field the component does not take, or a missing required one, raises ConfigError
+    naming the component, the field and the fields it takes.
     """
-    if isinstance(cfg, (list, tuple)):
-        return type(cfg)(build_component(v) for v in cfg)
-    if not isinstance(cfg, Mapping):
+    if not isinstance(cfg, Mapping) or "type" not in cfg:
         return cfg
-    if "type" not in cfg:
-        return {k: build_component(v) for k, v in cfg.items()}
-    kwargs = {k: v for k, v in cfg.items() if k != "type"}
-    name = cfg["type"]
-    obj = name if callable(name) else get_component(name)
+    kwargs = {k: v for k, v in cfg.items() if k not in ("type", "_scope_")}
+    name, scope = split_scope(cfg["type"], cfg.get("_scope_"))
+    if callable(name):
+        obj = name
+    elif scope not in (None, "mmrazor") and name not in _COMPONENTS:
+        raise AlgorithmNotFoundError(
+            f"{name!r} is a type of {OPENMMLAB_SCOPES.get(scope, scope)} ({scope}), which slimkit does not build: "
+            "slimkit reads MMRazor's algorithms, losses and search spaces, and you bring the models, datasets and "
+            "runtime yourself (e.g. slimkit.razor.build(cfg.model, architecture=your_model)).")
+    else:
+        obj = get_component(name)
     label = getattr(obj, "__name__", str(name))
     fields, required, var_kw = _fields(obj)
     unknown = [k for k in kwargs if k not in fields and not var_kw]
@@ -305,7 +310,7 @@ def build_component(cfg: Any) -> Any:
                 else f"needs the field {missing[0]!r}.")
         raise ConfigError(f"{label} ({_qualname(obj)}) {what} It takes: {', '.join(fields) or 'no fields'}"
                           f"{' (required: ' + ', '.join(required) + ')' if required else ''}.")
-    return obj(**{k: build_component(v) for k, v in kwargs.items()})
+    return obj(**kwargs)
 
 
 def build_module(spec: Any, what: str) -> Any:
@@ -313,6 +318,9 @@ def build_module(spec: Any, what: str) -> Any:
 
     ``what`` names the argument in the error raised for anything else.
     """
+    reason = external_reason(spec, what, _COMPONENTS)
+    if reason is not None:
+        raise ConfigError(reason)
     if isinstance(spec, Mapping):
         if "type" not in spec:
             raise ConfigError(f"{what} config needs a 'type' key, e.g. dict(type='ZooModel', name='digits_cnn'); got "

@@ -10,8 +10,10 @@ from slimkit.evaluation.quality import Fidelity, accuracy, fidelity, perplexity
 from slimkit.evaluation.report import Comparison, MetricRow, compare
 from slimkit.evaluation.runtime import Latency, measure_latency, measure_latency_pair, peak_memory, set_threads
 from slimkit.evaluation.size import size_on_disk
+from slimkit.evaluation.topk import Accuracy
 
 __all__ = [
+    "Accuracy",
     "Comparison",
     "Fidelity",
     "Latency",

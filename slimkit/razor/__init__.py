@@ -11,43 +11,64 @@ Configs load from dicts, JSON or YAML with ``_base_`` inheritance (:func:`load_c
 
 from slimkit.razor.base import MODES, BaseAlgorithm, batch_loss, task_loss
 from slimkit.razor.builder import build, build_module, register_module, zoo_model
-from slimkit.razor.config import load_config, merge_configs
+from slimkit.razor.config import ConfigDict, SkippedBase, load_config, merge_configs, skipped_bases
+from slimkit.razor.datafree import DAFLDataFreeDistillation, DataFreeDistillation, separate_optimizers
 from slimkit.razor.distill import SingleTeacherDistill
+from slimkit.razor.distill_variants import FpnTeacherDistill, OverhaulFeatureDistillation
 from slimkit.razor.nas import (
     SPOS,
     DynamicBatchNorm2d,
     DynamicConv2d,
     DynamicLinear,
     EvolutionSearchLoop,
+    MBBlock,
     MutableChannels,
     MutableSequential,
     NasMutator,
     OneShotMutableOP,
     SearchableCNN,
+    SearchableMobileNetV2,
+    SearchableShuffleNetV2,
     SearchResult,
+    ShuffleBlock,
+    ShuffleXception,
     calibrate_bn,
     export_subnet,
     load_subnet,
     read_subnet,
     save_subnet,
+    sub_model,
     write_subnet,
 )
+from slimkit.razor.preprocess import ImgDataPreprocessor
 
 __all__ = [
     "BaseAlgorithm",
+    "ConfigDict",
+    "DAFLDataFreeDistillation",
+    "DataFreeDistillation",
     "DynamicBatchNorm2d",
     "DynamicConv2d",
     "DynamicLinear",
     "EvolutionSearchLoop",
+    "FpnTeacherDistill",
+    "ImgDataPreprocessor",
+    "MBBlock",
     "MODES",
     "MutableChannels",
     "MutableSequential",
     "NasMutator",
     "OneShotMutableOP",
+    "OverhaulFeatureDistillation",
     "SPOS",
     "SearchResult",
     "SearchableCNN",
+    "SearchableMobileNetV2",
+    "SearchableShuffleNetV2",
+    "ShuffleBlock",
+    "ShuffleXception",
     "SingleTeacherDistill",
+    "SkippedBase",
     "batch_loss",
     "build",
     "build_module",
@@ -59,6 +80,9 @@ __all__ = [
     "read_subnet",
     "register_module",
     "save_subnet",
+    "separate_optimizers",
+    "skipped_bases",
+    "sub_model",
     "task_loss",
     "write_subnet",
     "zoo_model",

@@ -1,10 +1,14 @@
 """BaseAlgorithm: MMRazor's algorithm entry point, ``forward(inputs, data_samples, mode)``.
 
 ``mode="loss"`` returns a dict of named scalar tensors (what a training loop sums), ``"tensor"`` the raw
-output of the architecture, ``"predict"`` the predicted class indices (argmax of the main output's last
-dimension). An architecture that is itself a :class:`BaseAlgorithm` is called with the same mode; a plain
-``nn.Module`` (a zoo model, a Hugging Face model) gets slimkit's task loss: cross-entropy on
-``data_samples`` (the targets), or the model's own ``.loss`` when there are none.
+output of the architecture, ``"predict"`` the predicted class indices (argmax over the classes of the main
+output: the last dimension, or dimension 1 of dense ``[N, C, H, W]`` logits). An architecture that is itself
+a :class:`BaseAlgorithm` is called with the same mode; one with MMEngine's ``loss(inputs, data_samples)``
+method (a detector, a segmentor) gives its own dict of losses; a plain ``nn.Module`` (a zoo model, a Hugging
+Face model) gets slimkit's task loss: cross-entropy on ``data_samples`` (the targets; per pixel for
+``[N, C, H, W]`` logits against ``[N, H, W]`` targets), or the model's own ``.loss`` when there are none.
+``data_samples`` may be the targets or a dict holding them under ``"labels"`` (with more per-sample fields,
+such as the ``"sample_idx"`` CRD needs).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from torch import nn
 from slimkit.data.batches import split_batch
 from slimkit.errors import ConfigError, DataError
 from slimkit.razor.builder import build, build_module, register_module
+from slimkit.razor.teacher import load_pretrained
 from slimkit.training.losses import cross_entropy, model_loss
 from slimkit.utils import main_tensor, run_model
 
@@ -30,12 +35,15 @@ class BaseAlgorithm(nn.Module):
     """Wraps an ``architecture`` (a module or a config dict built with :func:`~slimkit.razor.build`).
 
     ``data_preprocessor``: a module or callable applied to the inputs before every forward (a config dict is
-    built). Subclasses override :meth:`loss` (and, when needed, :meth:`tensor` / :meth:`predict`).
+    built). ``init_cfg``: MMEngine's ``dict(type='Pretrained', checkpoint=...)`` (see :meth:`init_weights`).
+    Subclasses override :meth:`loss` (and, when needed, :meth:`tensor` / :meth:`predict`).
     """
 
     def __init__(self, architecture: nn.Module | Mapping[str, Any],
-                 data_preprocessor: nn.Module | Callable[[Any], Any] | Mapping[str, Any] | None = None) -> None:
+                 data_preprocessor: nn.Module | Callable[[Any], Any] | Mapping[str, Any] | None = None,
+                 init_cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__()
+        self.init_cfg = dict(init_cfg) if init_cfg else None
         self.architecture = build_module(architecture, "architecture")
         if isinstance(data_preprocessor, Mapping):
             data_preprocessor = build(data_preprocessor)
@@ -43,6 +51,19 @@ class BaseAlgorithm(nn.Module):
             raise ConfigError(f"data_preprocessor must be callable (inputs -> inputs), got "
                               f"{type(data_preprocessor).__name__}.")
         self.data_preprocessor = data_preprocessor
+        if type(self) is BaseAlgorithm:
+            self.init_weights()
+
+    def init_weights(self) -> None:
+        """Load ``init_cfg=dict(type='Pretrained', checkpoint=<.safetensors>, prefix='')`` into the algorithm.
+
+        Subclasses call it at the end of their ``__init__``. Tensors load by name (``prefix`` removed from the
+        checkpoint's names); names the algorithm lacks, or of another shape, raise ConfigError; the algorithm's
+        tensors the checkpoint lacks keep their values and are logged. A URL or a pickle checkpoint (``.pth``)
+        is not read (slimkit downloads nothing and reads no pickle): a logged note says so.
+        """
+        if self.init_cfg:
+            load_pretrained(self, self.init_cfg)
 
     def forward(self, inputs: Any, data_samples: Any = None, mode: str = "tensor") -> Any:
         """Dispatch to :meth:`loss`, :meth:`tensor` or :meth:`predict` by ``mode``."""
@@ -58,11 +79,23 @@ class BaseAlgorithm(nn.Module):
             return self.architecture(inputs, data_samples, mode=mode)
         return run_model(self.architecture, inputs)
 
+    def student_loss(self, inputs: Any, data_samples: Any = None) -> tuple[dict[str, torch.Tensor], Any]:
+        """(named losses of the architecture, its raw output -- None when the architecture computed them itself)."""
+        arch = self.architecture
+        if isinstance(arch, BaseAlgorithm):
+            return arch(inputs, data_samples, mode="loss"), None
+        if has_loss_method(arch):
+            losses = arch.loss(inputs, data_samples)
+            if not isinstance(losses, Mapping):
+                raise ConfigError(f"{type(arch).__name__}.loss(inputs, data_samples) must return a dict of named "
+                                  f"losses (MMEngine's convention), got {type(losses).__name__}.")
+            return dict(losses), None
+        output = run_model(arch, inputs)
+        return {"loss": task_loss(output, data_samples)}, output
+
     def loss(self, inputs: Any, data_samples: Any = None) -> dict[str, torch.Tensor]:
         """Named scalar losses of the architecture on ``inputs`` against ``data_samples``."""
-        if isinstance(self.architecture, BaseAlgorithm):
-            return self.architecture(inputs, data_samples, mode="loss")
-        return {"loss": task_loss(run_model(self.architecture, inputs), data_samples)}
+        return self.student_loss(inputs, data_samples)[0]
 
     def tensor(self, inputs: Any, data_samples: Any = None) -> Any:
         """The architecture's raw output."""
@@ -72,11 +105,28 @@ class BaseAlgorithm(nn.Module):
         """Predicted class indices: argmax over the last dimension of the main output."""
         if isinstance(self.architecture, BaseAlgorithm):
             return self.architecture(inputs, data_samples, mode="predict")
-        return main_tensor(run_model(self.architecture, inputs)).argmax(dim=-1)
+        logits = main_tensor(run_model(self.architecture, inputs))
+        return logits.argmax(dim=1 if logits.dim() == 4 else -1)
+
+
+def has_loss_method(model: Any) -> bool:
+    """Whether ``model``'s class defines MMEngine's ``loss(inputs, data_samples)`` method."""
+    return callable(getattr(type(model), "loss", None)) and not isinstance(model, BaseAlgorithm)
+
+
+def labels_of(data_samples: Any) -> Any:
+    """The targets in ``data_samples``: the value itself, or its ``"labels"`` / ``"gt_label"`` entry."""
+    if isinstance(data_samples, Mapping):
+        for key in ("labels", "gt_label", "gt_labels"):
+            if key in data_samples:
+                return data_samples[key]
+        return None
+    return data_samples
 
 
 def task_loss(output: Any, targets: Any) -> torch.Tensor:
     """Cross-entropy of ``output``'s main tensor against integer ``targets``, else the output's own ``.loss``."""
+    targets = labels_of(targets)
     if targets is not None:
         return cross_entropy(main_tensor(output), targets)
     loss = model_loss(output)

@@ -15,8 +15,11 @@ slimkit or Hugging Face folder is the teacher itself.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -27,6 +30,7 @@ from slimkit.engine.smashed_model import SmashedModel
 from slimkit.errors import ConfigError, SaveLoadError, SlimkitError
 from slimkit.zoo.sources import load_source
 
+log = logging.getLogger(__name__)
 FORMS = ("a .safetensors file, a slimkit save folder (smash_config.json), a Hugging Face model folder "
          "(config.json + safetensors) or a folder of .safetensors files")
 
@@ -113,3 +117,29 @@ def resolve_teacher(teacher: nn.Module | None, path: str | os.PathLike | None) -
                           "or config dict such as dict(type='ZooModel', name='digits_cnn', pretrained=False)) to "
                           "load them into.")
     return model
+
+
+def load_pretrained(model: nn.Module, init_cfg: Mapping[str, Any]) -> None:
+    """Load MMEngine's ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix=...)`` into ``model`` by name."""
+    checkpoint, prefix = init_cfg.get("checkpoint"), str(init_cfg.get("prefix", ""))
+    if init_cfg.get("type") != "Pretrained" or checkpoint is None:
+        raise ConfigError(f"init_cfg must be dict(type='Pretrained', checkpoint=<.safetensors file or saved folder>), "
+                          f"got {dict(init_cfg)!r}.")
+    text = str(checkpoint)
+    if "://" in text or text.endswith((".pth", ".pt", ".bin", ".ckpt", ".pkl")):
+        log.info("init_cfg checkpoint %r is not read (slimkit downloads nothing and reads no pickle): %s keeps its "
+                 "own weights.", text, type(model).__name__)
+        return
+    tensors, _ = checkpoint_tensors(text)
+    tensors = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    expected = model.state_dict()
+    bad = [k for k, v in tensors.items() if k not in expected or tuple(v.shape) != tuple(expected[k].shape)]
+    if bad or not tensors:
+        raise ConfigError(f"init_cfg checkpoint {text!r} (prefix {prefix!r}) does not fit {type(model).__name__}: "
+                          f"{len(bad)} tensor(s) it lacks or of another shape, e.g. {bad[:3]}; give the checkpoint "
+                          "saved from this model (e.g. save_file(algorithm.state_dict(), ...)).")
+    missing = [k for k in expected if k not in tensors]
+    if missing:
+        log.info("init_cfg checkpoint %r has no value for %d tensor(s) of %s (e.g. %s); they keep theirs.", text,
+                 len(missing), type(model).__name__, missing[:3])
+    model.load_state_dict(tensors, strict=False)

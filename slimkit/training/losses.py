@@ -38,12 +38,15 @@ _NEEDS_TARGETS = (
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of class logits ``[B, C]`` (or token logits ``[B, L, V]``) against integer targets.
 
-    Token logits are flattened to ``[B * L, V]`` against ``[B * L]`` targets; targets of -100 are ignored.
-    The maths runs in float32 so half-precision models train stably.
+    Token logits are flattened to ``[B * L, V]`` against ``[B * L]`` targets; dense logits ``[B, C, H, W]``
+    (segmentation) against ``[B, H, W]`` targets are scored per pixel with the classes on dimension 1.
+    Targets of -100 are ignored. The maths runs in float32 so half-precision models train stably.
     """
     if not isinstance(targets, torch.Tensor) or targets.is_floating_point() or targets.is_complex():
         got = f"{targets.dtype} targets" if isinstance(targets, torch.Tensor) else f"targets of type {type(targets)}"
         raise DataError(f"The default loss is cross-entropy on class indices and got {got}. {_NEEDS_TARGETS}")
+    if logits.dim() >= 4 and targets.dim() == logits.dim() - 1 and targets.shape == logits.shape[:1] + logits.shape[2:]:
+        return F.cross_entropy(logits.float(), targets.long(), ignore_index=IGNORE_INDEX)
     if logits.dim() > 2:
         logits, targets = logits.flatten(0, -2), targets.flatten()
     if logits.dim() == 2 and targets.shape != logits.shape[:1]:

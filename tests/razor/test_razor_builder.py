@@ -72,5 +72,5 @@ def test_configs_from_json_and_yaml_with_base_and_delete(tmp_path):
     with pytest.raises(ConfigError, match="cycle"):
         load_config(tmp_path / "loop.json")
     (tmp_path / "x.txt").write_text("{}")
-    with pytest.raises(ConfigError, match=r"must end in \.json, \.yaml or \.yml"):
+    with pytest.raises(ConfigError, match=r"must end in \.py, \.json, \.yaml or \.yml"):
         load_config(tmp_path / "x.txt")

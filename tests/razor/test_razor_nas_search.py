@@ -31,7 +31,7 @@ def synthetic_score(model: SPOS) -> dict[str, float]:
 
 def loop(spos: SPOS, **kw) -> EvolutionSearchLoop:
     settings = dict(example_inputs=X1, max_epochs=3, num_candidates=8, top_k=3, num_mutation=3, num_crossover=3,
-                    mutate_prob=0.3, constraints_range=dict(flops=300_000), seed=0, progress=False)
+                    mutate_prob=0.3, constraints_range=dict(flops=300_000), units="slimkit", seed=0, progress=False)
     return EvolutionSearchLoop(spos, synthetic_score, **{**settings, **kw})
 
 
@@ -78,10 +78,10 @@ def test_unreachable_constraints_name_the_smallest_reachable_flops(spos):
         loop(spos, constraints_range=dict(flops=minimum - 1), max_sample_attempts=30).run()
     message = str(info.value)
     assert "No subnet met constraints_range after 30 sampling attempts" in message
-    assert f"the smallest reachable flops is {minimum:,.0f} (subnet " in message
+    assert f"the smallest reachable flops is {minimum:,.0f} FLOPs (2 x MACs) (subnet " in message
     assert "Widen constraints_range" in message and "largest" not in message
-    with pytest.raises(ConfigError, match=r"params must lie in \[1,000,000, 2,000,000\] but the smallest .* and the "
-                                          "largest"):
+    with pytest.raises(ConfigError, match=r"params must lie in \[1,000,000 params, 2,000,000 params\] but the "
+                                          "smallest .* and the largest"):
         loop(spos, constraints_range=dict(params=(1e6, 2e6)), max_sample_attempts=5).run()
 
 
@@ -118,5 +118,30 @@ def test_bad_settings_are_named(spos):
         loop(spos, score_key="top1", max_epochs=1).run()
     with pytest.raises(ConfigError, match="need example_inputs"):
         loop(spos, example_inputs=None, max_epochs=1).run()
-    with pytest.raises(ConfigError, match="needs model="):
+    with pytest.raises(ConfigError, match="model must be a torch.nn.Module"):
         EvolutionSearchLoop("net", synthetic_score)
+
+
+def test_mmrazors_arguments_dataloader_evaluator_calibration_and_units():
+    torch.manual_seed(0)
+    model = build(dict(type="SPOS", architecture=dict(type="SearchableCNN", **SMALL)))
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.rand(16, 1, 8, 8, generator=g), torch.randint(10, (16,), generator=g)) for _ in range(2)]
+    calls = []
+    norm = model.architecture.stages[0].first.candidates["k3"][1]
+    norm.register_forward_pre_hook(lambda m, a: calls.append(m.training))
+    loop = build(dict(type="EvolutionSearchLoop", model=model, dataloader=data,
+                      evaluator=dict(type="Accuracy", topk=(1, 5), _scope_="mmcls"), max_epochs=1, num_candidates=3,
+                      top_k=2, num_mutation=1, num_crossover=1, calibrate_sample_num=16,
+                      constraints_range=dict(flops=(0, 0.4)), progress=False))
+    assert loop.ranges == {"flops": (0.0, 0.8e6)} and torch.equal(loop.example_inputs, data[0][0][:1])
+    result = loop.run()
+    assert {"accuracy/top1", "accuracy/top5", "flops"} <= set(result.metrics) and result.metrics["flops"] <= 0.8e6
+    assert True in calls  # batch-norm calibration ran (train mode, on one 16-image batch) before scoring
+    with pytest.raises(ConfigError, match="give one of the two"):
+        EvolutionSearchLoop(model, lambda m: 0.0, dataloader=data, evaluator=dict(type="Accuracy"))
+    with pytest.raises(ConfigError, match="MMEngine dataloader config"):
+        EvolutionSearchLoop(model, dataloader=dict(batch_size=8, dataset=dict(type="ImageNet")),
+                            evaluator=dict(type="Accuracy"))
+    with pytest.raises(ConfigError, match="units must be one of 'mmrazor', 'slimkit'"):
+        EvolutionSearchLoop(model, lambda m: 0.0, units="M")

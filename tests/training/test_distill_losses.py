@@ -40,7 +40,7 @@ def test_kl_divergence_matches_the_formula_and_scales_with_tau_squared():
 def test_feature_losses():
     s, t = torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0, 0.0], [3.0, 2.0]])
     assert float(MSELoss()(s, t)) == pytest.approx(2.0)  # (0 + 4 + 0 + 4) / 4
-    assert float(L2Loss()(s, t)) == pytest.approx(4.0)  # per-sample sums 4 and 4
+    assert float(L2Loss(normalize=False)(s, t)) == pytest.approx(4.0)  # per-sample sums 4 and 4
     assert float(CosineSimilarityLoss()(s, s)) == pytest.approx(0.0, abs=1e-6)
     assert float(CosineSimilarityLoss()(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]))) == pytest.approx(1.0)
 

@@ -95,7 +95,8 @@ def search(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, example:
             num_mutation=children // 2, num_crossover=children - children // 2,
             mutate_prob=float(smash_config["mutate_prob"]), crossover_prob=float(smash_config["crossover_prob"]),
             constraints_range=constraints(smash_config, limit), score_key="neg_val_loss",
-            calibrate_fn=(lambda m: calibrate_bn(m, calibration, n_cal)) if n_cal else None, seed=seed)
+            calibrate_fn=(lambda m: calibrate_bn(m, calibration, n_cal)) if n_cal else None, seed=seed,
+            units="slimkit")
         return loop.run()
     except ConfigError as exc:
         raise ConfigError(f"spos_search: {exc} Raise spos_search_flops_ratio / spos_search_max_flops / "

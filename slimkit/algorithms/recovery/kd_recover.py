@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
-from ConfigSpace import UniformFloatHyperparameter
+from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter
 from torch import nn
 
 from slimkit.algorithms.recovery._training import (
@@ -16,10 +16,13 @@ from slimkit.algorithms.recovery._training import (
     train_adapted,
 )
 from slimkit.core.contract import SlimkitRecoverer, SmashConfigPrefixWrapper
-from slimkit.core.registry import register
+from slimkit.core.registry import build_component, register
 from slimkit.errors import ConfigError
-from slimkit.training.distill import DistillObjective, KLDivergence, frozen_teacher
+from slimkit.training.distill import DistillObjective, frozen_teacher
 from slimkit.utils import model_device
+
+#: the output-level losses kd_recover_loss names (MMRazor's component names); DKDLoss and WSLD read the labels
+LOSSES: tuple[str, ...] = ("KLDivergence", "DKDLoss", "DISTLoss", "WSLD")
 
 
 @register
@@ -27,9 +30,11 @@ class KDRecover(SlimkitRecoverer):
     """Knowledge-distillation recovery: the compressed model learns the original model's softened outputs.
 
     The teacher is the model as it was before smash, or the model saved in the folder ``teacher_ckpt`` names (a
-    slimkit save or a Hugging Face folder; frozen, in eval mode either way); the loss is Hinton's
-    ``temperature**2``-scaled KL divergence of the outputs (weight ``distill_weight``) plus ``task_weight`` x
-    cross-entropy on the targets of ``cfg.data``. Training goes through slimkit's one loop (seeded, budgeted,
+    slimkit save or a Hugging Face folder; frozen, in eval mode either way); the loss on the outputs is ``loss``
+    (weight ``distill_weight``, temperature ``temperature``): Hinton's ``KLDivergence`` (default), ``DKDLoss``
+    (decoupled KD, needs labels), ``DISTLoss`` (correlation of predictions) or ``WSLD`` (weighted soft labels,
+    needs labels) -- MMRazor's losses of those names -- plus ``task_weight`` x cross-entropy on the targets of
+    ``cfg.data``. Training goes through slimkit's one loop (seeded, budgeted,
     early stopping on the validation split with ``patience``). ``lora_rank`` > 0 trains low-rank adapters (LoRA,
     via peft; for large language models) merged into the weights at the end. Only the weights change; the save
     keeps plain weights.
@@ -47,6 +52,9 @@ class KDRecover(SlimkitRecoverer):
         return [
             UniformFloatHyperparameter("temperature", 0.1, 100.0, default_value=4.0, log=True,
                                        meta={"desc": "Softmax temperature of the teacher and student outputs."}),
+            CategoricalHyperparameter("loss", list(LOSSES), default_value="KLDivergence",
+                                      meta={"desc": "Distillation loss on the outputs (MMRazor's names): KLDivergence, "
+                                                    "DKDLoss and WSLD (use the labels), DISTLoss."}),
             UniformFloatHyperparameter("distill_weight", 0.0, 100.0, default_value=1.0,
                                        meta={"desc": "Weight of the KL divergence to the original model."}),
             UniformFloatHyperparameter("task_weight", 0.0, 100.0, default_value=1.0,
@@ -74,7 +82,8 @@ class KDRecover(SlimkitRecoverer):
         if model_device(teacher) != device:
             teacher = copy.deepcopy(teacher).to(device)
         weight = float(smash_config["distill_weight"])
-        logits = KLDivergence(tau=float(smash_config["temperature"]), loss_weight=weight) if weight > 0 else None
+        logits = build_component({"type": str(smash_config["loss"]), "tau": float(smash_config["temperature"]),
+                                  "loss_weight": weight}) if weight > 0 else None
         task = float(smash_config["task_weight"])
         if logits is None and task == 0:
             raise ConfigError("kd_recover_distill_weight and kd_recover_task_weight are both 0: nothing to train on.")

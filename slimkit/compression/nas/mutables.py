@@ -75,17 +75,23 @@ class OneShotMutableOP(BaseMutable):
     """One op among named candidates (e.g. kernel sizes ``{"k3": ..., "k5": ..., "k7": ...}`` or op types).
 
     ``candidates``: a mapping name -> module (or a config dict built with :func:`~slimkit.razor.build`). Every
-    candidate keeps its own weights; the forward runs only the chosen one.
+    candidate keeps its own weights; the forward runs only the chosen one. ``module_kwargs`` (MMRazor's) are
+    fields added to every candidate config, e.g. ``dict(in_channels=16, out_channels=64, stride=2)`` from the
+    search space that places the op.
     """
 
-    def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None) -> None:
+    def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
+                 module_kwargs: Mapping[str, Any] | None = None) -> None:
         if not isinstance(candidates, Mapping) or not candidates:
             raise ConfigError(f"OneShotMutableOP needs a non-empty mapping name -> module, got {candidates!r}.")
         bad = [k for k in candidates if not isinstance(k, str) or not k.isidentifier()]
         if bad:
             raise ConfigError(f"OneShotMutableOP candidate names must be identifiers such as 'k3', got {bad!r}.")
         super().__init__(list(candidates), init_choice)
-        self.candidates = nn.ModuleDict({k: build_module(v, f"candidate {k!r}") for k, v in candidates.items()})
+        extra = dict(module_kwargs or {})
+        self.candidates = nn.ModuleDict({
+            k: build_module({**v, **extra} if isinstance(v, Mapping) else v, f"candidate {k!r}")
+            for k, v in candidates.items()})
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the chosen candidate."""

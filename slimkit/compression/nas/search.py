@@ -4,10 +4,12 @@ Each epoch scores the population on the supernet (``score_fn``, after an optiona
 ``top_k`` best seen so far, and breeds the next population: ``num_mutation`` children of random top-k parents
 (each choice resampled with ``mutate_prob``) and ``num_crossover`` children of two parents (each choice from
 the second with ``crossover_prob``); random subnets fill it up to ``num_candidates``. Every subnet must satisfy
-``constraints_range`` (see :mod:`slimkit.compression.nas.constraints`); sampling stops after ``max_sample_attempts``
-draws per phase. All randomness comes from one ``random.Random(seed)``, and the whole state (population, top
-k, scores, RNG) is written atomically to ``state_file`` after each epoch, so ``resume_from`` continues a run
-exactly where it stopped.
+``constraints_range`` (see :mod:`slimkit.compression.nas.constraints`; ``units="mmrazor"``, the default, reads
+``flops=(0, 330)`` as MMRazor does: millions of MACs); sampling stops after ``max_sample_attempts`` draws per
+phase, and a range no subnet can meet is reported before the search starts (exact bounds for one-shot op
+search spaces, else after the first fruitless draws). All randomness comes from one ``random.Random(seed)``,
+and the whole state (population, top k, scores, RNG) is written atomically to ``state_file`` after each epoch,
+so ``resume_from`` continues a run exactly where it stopped.
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from slimkit.compression.nas.constraints import format_metric, measure_subnet, parse_constraints, reachable, violated
+from slimkit.compression.nas.constraints import check_units, measure_subnet, parse_constraints, violated
+from slimkit.compression.nas.feasibility import FeasibilityMixin
 from slimkit.compression.nas.mutator import NasMutator, Subnet, subnet_key, unwrap
+from slimkit.compression.nas.search_inputs import calibration, evaluator_score, example_from
 from slimkit.core.io import write_json_atomic
-from slimkit.core.registry import register_component
+from slimkit.core.registry import build_module, register_component
 from slimkit.errors import ConfigError, SaveLoadError
 from slimkit.evaluation.runtime import eval_mode
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
+_EARLY_CHECK = 30  # fruitless random draws after which reachability is checked
 
 
 @dataclass
@@ -60,31 +65,50 @@ def _prob(name: str, value: Any) -> float:
     return float(value)
 
 
-class EvolutionSearchLoop:
+class EvolutionSearchLoop(FeasibilityMixin):
     """Search ``model``'s subnets (an :class:`SPOS` or a supernet module) for the best ``score_fn`` under limits.
 
     ``score_fn(model)``: a number or a dict of metrics (``score_key`` picks one; higher is better), called in
-    eval mode without gradients with the candidate active. ``calibrate_fn(model)``: runs first on every
-    candidate (e.g. ``lambda m: calibrate_bn(m, batches)``). ``example_inputs``: one batch for counting
-    FLOPs / timing latency. ``constraints_range``: ``dict(flops=3e6, params=(0, 2e4), latency=1.5)``; a
-    latency constraint depends on timings, so such a search repeats only as far as the timings do.
+    eval mode without gradients with the candidate active -- or MMRazor's ``dataloader`` + ``evaluator``
+    (``dict(type='Accuracy', topk=(1, 5))`` scores ``"accuracy/top1"``, the default ``score_key`` then; see
+    :mod:`~slimkit.compression.nas.search_inputs`). ``calibrate_fn(model)``: runs first on every candidate (e.g.
+    ``lambda m: calibrate_bn(m, batches)``), or MMRazor's ``calibrate_sample_num`` samples of
+    ``calibrate_dataloader`` (default: ``dataloader``). ``example_inputs``: one batch for counting FLOPs / timing
+    latency (default: zeros of ``estimator_cfg["input_shape"]``, else the dataloader's first sample).
+    ``constraints_range``: e.g. ``dict(flops=(0, 330), params=2.5)`` in ``units`` (``"mmrazor"``: flops and
+    macs in millions of MACs, params in millions; ``"slimkit"``: flops = 2 x MACs and params counted);
+    latency in milliseconds (a latency constraint depends on timings, so such a search repeats only as far as
+    the timings do).
     """
 
-    def __init__(self, model: nn.Module, score_fn: Callable[[nn.Module], float | Mapping[str, float]],
+    def __init__(self, model: nn.Module, score_fn: Callable[[nn.Module], float | Mapping[str, float]] | None = None,
                  example_inputs: Any = None, max_epochs: int = 20, num_candidates: int = 50, top_k: int = 10,
                  num_mutation: int = 25, num_crossover: int = 25, mutate_prob: float = 0.1,
                  crossover_prob: float = 0.5, constraints_range: Mapping[str, Any] | None = None,
-                 score_key: str = "accuracy", max_sample_attempts: int | None = None,
+                 score_key: str | None = None, max_sample_attempts: int | None = None,
                  calibrate_fn: Callable[[nn.Module], Any] | None = None, resume_from: str | os.PathLike | None = None,
                  state_file: str | os.PathLike | None = None, seed: int = 0, latency_threads: int = 1,
-                 progress: bool = True) -> None:
-        if not isinstance(model, nn.Module) or not callable(score_fn):
-            raise ConfigError("EvolutionSearchLoop needs model= (an SPOS or a supernet module) and score_fn= "
-                              "(model -> number or dict of metrics).")
+                 progress: bool = True, dataloader: Any = None, evaluator: Any = None,
+                 calibrate_sample_num: int = -1, calibrate_dataloader: Any = None,
+                 estimator_cfg: Mapping[str, Any] | None = None, units: str = "mmrazor") -> None:
+        model = build_module(model, "model")
+        if (score_fn is None) == (evaluator is None) or (evaluator is not None and dataloader is None):
+            raise ConfigError("EvolutionSearchLoop scores candidates with score_fn= (model -> number or dict of "
+                              "metrics) or with dataloader= (your batches) and evaluator= (e.g. "
+                              "dict(type='Accuracy', topk=(1, 5))): give one of the two.")
+        if score_fn is not None and not callable(score_fn):
+            raise ConfigError(f"score_fn must be callable (model -> number or dict), got {type(score_fn).__name__}.")
+        if score_fn is None:
+            score_fn = evaluator_score(dataloader, evaluator)
+            score_key = score_key or "accuracy/top1"
+        if example_inputs is None:
+            example_inputs = example_from(dataloader, estimator_cfg)
+        if calibrate_fn is None:
+            calibrate_fn = calibration(calibrate_sample_num, calibrate_dataloader or dataloader)
         self.model, self.score_fn, self.calibrate_fn = model, score_fn, calibrate_fn
         self.supernet = unwrap(model)
         self.mutator = getattr(model, "mutator", None) or NasMutator(self.supernet)
-        self.example_inputs, self.score_key = example_inputs, score_key
+        self.example_inputs, self.score_key = example_inputs, score_key or "accuracy"
         self.max_epochs = _int("max_epochs", max_epochs, 1)
         self.num_candidates, self.top_k = _int("num_candidates", num_candidates, 1), _int("top_k", top_k, 1)
         self.num_mutation, self.num_crossover = _int("num_mutation", num_mutation, 0), _int("num_crossover",
@@ -94,7 +118,9 @@ class EvolutionSearchLoop:
                               f"must not exceed num_candidates ({num_candidates}).")
         self.mutate_prob, self.crossover_prob = _prob("mutate_prob", mutate_prob), _prob("crossover_prob",
                                                                                          crossover_prob)
-        self.ranges = parse_constraints(constraints_range)
+        self.units = check_units(units)
+        self.ranges = parse_constraints(constraints_range, self.units)
+        self.feasible = False
         self.max_sample_attempts = _int("max_sample_attempts", max_sample_attempts or 20 * num_candidates, 1)
         self.state_file = None if state_file is None else Path(state_file)
         self.seed, self.latency_threads, self.progress = _int("seed", seed, 0), latency_threads, progress
@@ -119,22 +145,6 @@ class EvolutionSearchLoop:
         """Whether ``subnet`` meets every constraint."""
         return not self.ranges or not violated(self.cost(subnet), self.ranges)
 
-    def _no_subnet_error(self, tried: list[Subnet]) -> ConfigError:
-        parts = []
-        for key, (low, high) in self.ranges.items():
-            def metric(s: Subnet, key: str = key) -> float:
-                return self.cost(s)[key]
-            lo, lo_net = reachable(self.mutator, min(tried, key=metric), metric, lowest=True)
-            text = (f"{key} must lie in [{format_metric(key, low)}, {format_metric(key, high)}] but the smallest "
-                    f"reachable {key} is {format_metric(key, lo)} (subnet {json.dumps(lo_net)})")
-            if low > 0:  # a lower bound may be out of reach too
-                hi, _ = reachable(self.mutator, max(tried, key=metric), metric, lowest=False)
-                text += f" and the largest {format_metric(key, hi)}"
-            parts.append(text)
-        return ConfigError(f"No subnet met constraints_range after {len(tried)} sampling attempts: "
-                           f"{'; '.join(parts)}. Widen constraints_range (e.g. raise the upper bound to at least the "
-                           "smallest reachable value) or, if the range is reachable, raise max_sample_attempts.")
-
     # ------------------------------------------------------------------ population
     def _fill(self, population: list[Subnet], make: Callable[[], Subnet], target: int) -> None:
         keys = {subnet_key(s) for s in population}
@@ -149,12 +159,19 @@ class EvolutionSearchLoop:
     def sample_candidates(self) -> None:
         """Fill the population with random valid subnets up to ``num_candidates`` (error when none is valid)."""
         tried: list[Subnet] = []
+        if self.ranges and not self.feasible:
+            self.check_feasible()
 
         def draw() -> Subnet:
+            if len(tried) == _EARLY_CHECK and not self.candidates and not self.feasible:
+                error = self._no_subnet_error(tried, final=False)  # nothing valid yet: is anything reachable?
+                if error is not None:
+                    raise error
             tried.append(self.mutator.sample_choices(self.rng))
             return tried[-1]
 
         self._fill(self.candidates, draw, self.num_candidates)
+        self.feasible = self.feasible or bool(self.candidates)
         if not self.candidates:
             raise self._no_subnet_error(tried)
         if len(self.candidates) < self.num_candidates:

@@ -2,26 +2,56 @@
 
 - recorders capture module outputs/inputs, method outputs and function outputs by name, only inside ``with``
   blocks (:class:`RecorderManager`);
-- losses follow MMRazor's names and forward arguments (:class:`KLDivergence`, :class:`MSELoss`,
-  :class:`L2Loss`, :class:`ChannelWiseDivergence`, :class:`ATLoss`, :class:`CosineSimilarityLoss`);
-- connectors (:class:`Conv1x1Connector`, :class:`LinearConnector`) match widths;
-- :class:`ConfigurableDistiller` ties them together; :class:`DistillObjective` is the batch loss that
-  :func:`slimkit.training.fit` trains a student with, and :func:`frozen_teacher` keeps the teacher in eval mode.
+- losses follow MMRazor's names and forward arguments, each implemented from its paper
+  (:mod:`slimkit.training.distill.losses`);
+- connectors match widths or turn features into what a loss compares (:mod:`~.connectors`);
+- generators make images for data-free distillation (:class:`ZSKTGenerator`, :class:`DAFLGenerator`);
+- :class:`ConfigurableDistiller` (and :class:`OFDDistiller`) ties them together; :class:`DistillObjective` is
+  the batch loss that :func:`slimkit.training.fit` trains a student with, and :func:`frozen_teacher` keeps the
+  teacher in eval mode.
 
-Each loss, recorder and connector is registered in the one registry's component table, so
-``slimkit.razor.build(dict(type="KLDivergence", tau=4))`` builds it.
+Each loss, recorder, connector, generator and distiller is registered in the one registry's component table,
+so ``slimkit.razor.build(dict(type="KLDivergence", tau=4))`` builds it.
 """
 
-from slimkit.training.distill.connectors import Conv1x1Connector, LinearConnector, connector_for
-from slimkit.training.distill.distiller import ConfigurableDistiller, forward_arguments
+from slimkit.training.distill.connectors import (
+    Conv1x1Connector,
+    ConvModuleConnector,
+    CRDConnector,
+    FBKDStudentConnector,
+    FBKDTeacherConnector,
+    LinearConnector,
+    MGDConnector,
+    OFDTeacherConnector,
+    Paraphraser,
+    Translator,
+    connector_for,
+)
+from slimkit.training.distill.distiller import ConfigurableDistiller, OFDDistiller, forward_arguments
+from slimkit.training.distill.generators import DAFLGenerator, ZSKTGenerator
 from slimkit.training.distill.losses import (
+    WSLD,
+    ActivationLoss,
+    AngleWiseRKD,
     ATLoss,
     ChannelWiseDivergence,
     CosineSimilarityLoss,
+    CRDLoss,
+    DistanceWiseRKD,
     DistillLoss,
+    DISTLoss,
+    DKDLoss,
+    FBKDLoss,
+    FTLoss,
+    InformationEntropyLoss,
     KLDivergence,
+    L1Loss,
     L2Loss,
+    MGDLoss,
     MSELoss,
+    OFDLoss,
+    OnehotLikeLoss,
+    PKDLoss,
 )
 from slimkit.training.distill.objective import DistillObjective, frozen_teacher
 from slimkit.training.distill.recorders import (
@@ -35,22 +65,48 @@ from slimkit.training.distill.recorders import (
 
 __all__ = [
     "ATLoss",
+    "ActivationLoss",
+    "AngleWiseRKD",
     "BaseRecorder",
+    "CRDConnector",
+    "CRDLoss",
     "ChannelWiseDivergence",
     "ConfigurableDistiller",
     "Conv1x1Connector",
+    "ConvModuleConnector",
     "CosineSimilarityLoss",
+    "DAFLGenerator",
+    "DISTLoss",
+    "DKDLoss",
+    "DistanceWiseRKD",
     "DistillLoss",
     "DistillObjective",
+    "FBKDLoss",
+    "FBKDStudentConnector",
+    "FBKDTeacherConnector",
+    "FTLoss",
     "FunctionOutputsRecorder",
+    "InformationEntropyLoss",
     "KLDivergence",
+    "L1Loss",
     "L2Loss",
     "LinearConnector",
+    "MGDConnector",
+    "MGDLoss",
     "MSELoss",
     "MethodOutputsRecorder",
     "ModuleInputsRecorder",
     "ModuleOutputsRecorder",
+    "OFDDistiller",
+    "OFDLoss",
+    "OFDTeacherConnector",
+    "OnehotLikeLoss",
+    "PKDLoss",
+    "Paraphraser",
     "RecorderManager",
+    "Translator",
+    "WSLD",
+    "ZSKTGenerator",
     "connector_for",
     "forward_arguments",
     "frozen_teacher",

@@ -14,17 +14,20 @@ first step (shapes that cannot be compared without a connector).
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from slimkit.core.registry import build_component
+from slimkit.core.registry import build_component, register_component
 from slimkit.errors import ConfigError, closest
-from slimkit.training.distill.connectors import connector_for
+from slimkit.training.distill.connectors import OFDTeacherConnector, bn_margin, connector_for
+from slimkit.training.distill.losses import OFDLoss
 from slimkit.training.distill.recorders import RecorderManager
 
+log = logging.getLogger(__name__)
 _ARG_FIELDS = {"from_student", "recorder", "record_idx", "data_idx", "connector"}
 
 
@@ -51,15 +54,21 @@ class ConfigurableDistiller(nn.Module):
     :mod:`slimkit.training.distill.recorders`); ``distill_losses``: name -> a loss or ``dict(type="KLDivergence",
     tau=4)``; ``connectors``: name -> a connector or its dict; ``loss_forward_mappings``: see the module doc.
     Call :meth:`prepare` with the student and the teacher once, then record inside :meth:`student_recording`
-    and :meth:`teacher_recording` and read :meth:`compute_distill_losses`.
+    and :meth:`teacher_recording` and read :meth:`compute_distill_losses`. A loss that returns a tensor rather
+    than a scalar (``reduction="none"``) is averaged, as MMEngine does. ``distill_deliveries`` (MMRazor's
+    deliveries) is not supported.
     """
 
     def __init__(self, student_recorders: Mapping[str, Any] | None = None,
                  teacher_recorders: Mapping[str, Any] | None = None,
                  distill_losses: Mapping[str, Any] | None = None,
                  loss_forward_mappings: Mapping[str, Any] | None = None,
-                 connectors: Mapping[str, Any] | None = None) -> None:
+                 connectors: Mapping[str, Any] | None = None,
+                 distill_deliveries: Mapping[str, Any] | None = None) -> None:
         super().__init__()
+        if distill_deliveries:
+            raise ConfigError("ConfigurableDistiller: distill_deliveries (MMRazor's deliveries) is not supported; "
+                              "record the values the deliveries would carry instead.")
         self.student_recorders = RecorderManager(student_recorders)
         self.teacher_recorders = RecorderManager(teacher_recorders)
         self.distill_losses = _modules("distill loss", distill_losses)
@@ -71,9 +80,16 @@ class ConfigurableDistiller(nn.Module):
             if name not in self.distill_losses:
                 raise ConfigError(f"loss_forward_mappings names loss {name!r}, which distill_losses does not define."
                                   f"{closest(name, self.distill_losses)} Losses: {', '.join(self.distill_losses)}.")
+        if not mappings and self.distill_losses:
+            raise ConfigError(f"loss_forward_mappings is empty: map the forward arguments of each of "
+                              f"{', '.join(self.distill_losses)} to recorders.")
         for name, loss in self.distill_losses.items():
             expected = forward_arguments(loss)
             given = mappings.get(name)
+            if given is None:
+                log.warning("distill loss %r has no loss_forward_mappings entry and is not computed (MMRazor's rule: "
+                            "only mapped losses run).", name)
+                continue
             if not isinstance(given, Mapping) or sorted(given) != sorted(expected):
                 got = sorted(given) if isinstance(given, Mapping) else "no mapping"
                 raise ConfigError(f"loss_forward_mappings[{name!r}] must fill the forward arguments of "
@@ -121,6 +137,8 @@ class ConfigurableDistiller(nn.Module):
         """Every distill loss on the latest records: loss name -> scalar tensor."""
         losses: dict[str, torch.Tensor] = {}
         for name, loss in self.distill_losses.items():
+            if name not in self.loss_forward_mappings:
+                continue
             kwargs, labels = {}, {}
             for arg, spec in self.loss_forward_mappings[name].items():
                 value, labels[arg] = self._read(spec)
@@ -129,11 +147,13 @@ class ConfigurableDistiller(nn.Module):
                 kwargs[arg] = value
             if getattr(loss, "same_shape", True):
                 self._check_shapes(name, loss, kwargs, labels)
-            losses[name] = loss(**kwargs)
+            value = loss(**kwargs)
+            losses[name] = value.mean() if isinstance(value, torch.Tensor) and value.dim() > 0 else value
         return losses
 
     def _check_shapes(self, name: str, loss: nn.Module, kwargs: dict[str, Any], labels: dict[str, str]) -> None:
-        shapes = {arg: tuple(v.shape) for arg, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        pair = list(kwargs.items())[:2]  # the student / teacher pair (further arguments: labels, data samples)
+        shapes = {arg: tuple(v.shape) for arg, v in pair if isinstance(v, torch.Tensor)}
         if len(set(shapes.values())) <= 1:
             return
         (a, sa), (b, sb) = list(shapes.items())[:2]
@@ -145,3 +165,31 @@ class ConfigurableDistiller(nn.Module):
             fix = " No connector can fix this (they change widths only); record other layers."
         raise ConfigError(f"Loss {name!r} ({type(loss).__name__}) compares {labels[a]} of shape {sa} with "
                           f"{labels[b]} of shape {sb}; they must have the same shape.{fix}")
+
+
+class OFDDistiller(ConfigurableDistiller):
+    """The distiller of OFD (Heo et al. 2019): sets each ``OFDTeacherConnector``'s margin from the teacher.
+
+    :meth:`init_ofd_connectors` (called by :class:`~slimkit.razor.OverhaulFeatureDistillation`) finds, for every
+    :class:`~slimkit.training.distill.losses.OFDLoss`, the teacher-side connector and the batch norm its
+    recorder reads, and gives the connector that norm's margin.
+    """
+
+    def init_ofd_connectors(self, teacher: nn.Module) -> None:
+        """Set the margins of the teacher connectors of every OFD loss."""
+        for name, mapping in self.loss_forward_mappings.items():
+            if not isinstance(self.distill_losses[name], OFDLoss):
+                continue
+            for arg, spec in mapping.items():
+                if spec["from_student"] or spec.get("connector") is None:
+                    continue
+                connector = self.connectors[spec["connector"]]
+                if not isinstance(connector, OFDTeacherConnector):
+                    raise ConfigError(f"OFD loss {name!r}: the teacher side ({arg!r}) goes through "
+                                      f"{type(connector).__name__}; it must be an OFDTeacherConnector.")
+                source = self.teacher_recorders.recorders[spec["recorder"]].source
+                connector.init_margin(bn_margin(teacher.get_submodule(source)))
+
+
+register_component(ConfigurableDistiller, "distiller")
+register_component(OFDDistiller, "distiller")

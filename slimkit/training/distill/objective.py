@@ -17,7 +17,7 @@ from torch import nn
 
 from slimkit.data.batches import split_batch
 from slimkit.errors import ConfigError, DataError
-from slimkit.training.distill.distiller import ConfigurableDistiller
+from slimkit.training.distill.distiller import ConfigurableDistiller, forward_arguments
 from slimkit.training.losses import cross_entropy, model_loss
 from slimkit.utils import main_tensor, run_model
 
@@ -40,7 +40,8 @@ class DistillObjective:
     """A batch loss ``objective(student, batch)`` that distils ``teacher`` into the student.
 
     Total = sum of ``distiller``'s losses (when given) + ``logits_loss(student logits, teacher logits)`` (when
-    given, e.g. :class:`~slimkit.training.distill.losses.KLDivergence`) + ``task_weight`` x the task loss
+    given, e.g. :class:`~slimkit.training.distill.losses.KLDivergence`; a loss with a third argument, such as
+    :class:`~slimkit.training.distill.losses.DKDLoss`, gets the batch's labels) + ``task_weight`` x the task loss
     (cross-entropy on the batch targets, or the model's own ``.loss``; skipped when ``task_weight`` is 0).
     ``last`` holds the named parts of the latest call (``"distill.<loss>"``, ``"distill.logits"``,
     ``"student.task"``) as floats. The teacher runs without gradients; keep it in eval mode with
@@ -62,13 +63,21 @@ class DistillObjective:
         with torch.no_grad(), recording:
             t_out = run_model(self.teacher, inputs)
         recording = (self.distiller.student_recording() if self.distiller is not None else contextlib.nullcontext())
-        with recording:
+        with recording as recorders:
             s_out = run_model(student, inputs)
+            if recorders is not None:  # recorders of the data samples (ModuleInputs on '' or a loss_module)
+                recorders.feed(inputs, targets, s_out, targets)
         parts: dict[str, torch.Tensor] = {}
         if self.distiller is not None:
             parts.update({f"distill.{k}": v for k, v in self.distiller.compute_distill_losses().items()})
         if self.logits_loss is not None:
-            parts["distill.logits"] = self.logits_loss(main_tensor(s_out), main_tensor(t_out))
+            args = [main_tensor(s_out), main_tensor(t_out)]
+            if len(forward_arguments(self.logits_loss)) == 3:  # DKD, WSLD: the ground-truth labels too
+                if targets is None:
+                    raise DataError(f"{type(self.logits_loss).__name__} needs the labels of each batch: give "
+                                    "(inputs, labels) batches, or pick a loss without labels (KLDivergence, DISTLoss).")
+                args.append(targets)
+            parts["distill.logits"] = self.logits_loss(*args)
         if self.task_weight:
             if targets is not None:
                 task = cross_entropy(main_tensor(s_out), targets)

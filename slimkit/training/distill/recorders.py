@@ -131,10 +131,40 @@ class ModuleOutputsRecorder(_ModuleRecorder):
 
 
 class ModuleInputsRecorder(_ModuleRecorder):
-    """Records the positional inputs of module ``source`` on every call (a tuple; ``data_idx=0`` the first)."""
+    """Records the positional inputs of module ``source`` on every call (a tuple; ``data_idx=0`` the first).
+
+    Two sources read what MMRazor's models are called with rather than what slimkit calls them with (slimkit
+    runs ``model(inputs)``; MMEngine runs ``model(inputs, data_samples, mode)`` and a classifier's head runs
+    ``loss_module(cls_score, gt_label)``): ``""`` (the whole model) records ``(inputs, data_samples)``, and a
+    ``...loss_module`` the model does not have records ``(output, labels)``. The algorithm running the model
+    hands these over (:meth:`RecorderManager.feed`), so configs that read the labels with ``data_idx=1`` (DKD,
+    WSLD, CRD) work as shipped.
+    """
+
+    def __init__(self, source: str) -> None:
+        super().__init__(source)
+        self.virtual: str | None = None  # "model" or "loss": fed by the algorithm instead of a hook
+
+    def initialize(self, model: nn.Module | None = None) -> None:
+        """Find the source module, or take the data samples (see the class doc)."""
+        names = [n for n, _ in model.named_modules()] if model is not None else []
+        if self.source == "":
+            self.virtual = "model"
+        elif self.source not in names and self.source.split(".")[-1] == "loss_module":
+            self.virtual = "loss"
+        else:
+            super().initialize(model)
 
     def _attach(self) -> None:
-        self._handle = self._check_bound().register_forward_pre_hook(lambda m, i: self.data.append(i))
+        if self.virtual is None:
+            self._handle = self._check_bound().register_forward_pre_hook(lambda m, i: self.data.append(i))
+
+    def feed(self, inputs: Any, data_samples: Any, output: Any, labels: Any) -> None:
+        """Record what MMEngine would have passed (only for the ``""`` and ``loss_module`` sources)."""
+        if self._active and self.virtual == "model":
+            self.data.append((inputs, data_samples))
+        elif self._active and self.virtual == "loss":
+            self.data.append((main_tensor(output) if output is not None else None, labels))
 
 
 class _PatchRecorder(BaseRecorder):
@@ -196,6 +226,7 @@ class RecorderManager:
         for name, spec in (recorders or {}).items():
             if isinstance(spec, Mapping):
                 spec = dict(spec)
+                spec.pop("_scope_", None)
                 kind = spec.pop("type", None)
                 if kind not in RECORDERS:
                     raise ConfigError(f"recorder {name!r}: unknown type {kind!r}.{closest(str(kind), RECORDERS)} "
@@ -231,6 +262,15 @@ class RecorderManager:
         """Stop every recorder."""
         for recorder in reversed(list(self.recorders.values())):
             recorder.__exit__(*exc)
+
+    def feed(self, inputs: Any, data_samples: Any, output: Any = None, labels: Any = None) -> None:
+        """Hand the batch's inputs, data samples, output and labels to the recorders that read them.
+
+        Those are :class:`ModuleInputsRecorder` on ``""`` or on a ``loss_module``; call it inside the block.
+        """
+        for recorder in self.recorders.values():
+            if isinstance(recorder, ModuleInputsRecorder):
+                recorder.feed(inputs, data_samples, output, labels)
 
     def get(self, name: str, record_idx: int = 0, data_idx: int | None = None) -> Any:
         """What recorder ``name`` captured (see :meth:`BaseRecorder.get_record_data`)."""

@@ -46,6 +46,17 @@ class TestKDRecover(_RecoveryChecks, AlgorithmTesterBase):
         assert set(smashed.applied[-1]["state"]["last_parts"]) == {"distill.logits", "student.task"}
 
 
+class TestKDRecoverDKD(_RecoveryChecks, AlgorithmTesterBase):
+    """kd_recover with MMRazor's decoupled KD loss: the labels of cfg.data reach DKDLoss."""
+
+    algorithm = "kd_recover"
+    hyperparameters = {"epochs": 1, "num_threads": 1, "temperature": 2.0, "loss": "DKDLoss"}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        super().post_smash_hook(smashed, base, inputs)
+        assert smashed.smash_config["kd_recover_loss"] == "DKDLoss"
+
+
 class _AloneChecks:
     """The recoverer alone on the dense model (so its own model check refuses a model without weights)."""
 

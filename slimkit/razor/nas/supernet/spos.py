@@ -21,13 +21,17 @@ class SPOS(BaseAlgorithm):
     ``mutator``: a :class:`NasMutator` or its config (default ``dict(type="NasMutator")``). In training mode
     ``mode="loss"`` samples a fresh subnet (torch's RNG, so :func:`slimkit.training.fit`'s ``seed`` makes the
     paths reproducible) and returns the task loss of that path; ``"tensor"`` / ``"predict"`` run the active
-    subnet, which :meth:`set_subnet` fixes (e.g. to evaluate a candidate during the search). References: SPOS
-    (arXiv:1904.00420), MMRazor's ``SPOS``.
+    subnet, which :meth:`set_subnet` fixes (e.g. to evaluate a candidate during the search).
+    ``norm_training=True`` keeps the supernet's batch norms in training mode when the algorithm is put in eval
+    mode, so each candidate is scored with the statistics of the batch it sees (MMRazor's search configs set it:
+    the shared running statistics fit no single path). References: SPOS (arXiv:1904.00420), MMRazor's ``SPOS``.
     """
 
     def __init__(self, architecture: nn.Module | Mapping[str, Any],
-                 mutator: NasMutator | Mapping[str, Any] | None = None, data_preprocessor: Any = None) -> None:
-        super().__init__(architecture, data_preprocessor)
+                 mutator: NasMutator | Mapping[str, Any] | None = None, norm_training: bool = False,
+                 data_preprocessor: Any = None, init_cfg: Mapping[str, Any] | None = None) -> None:
+        super().__init__(architecture, data_preprocessor, init_cfg)
+        self.norm_training = bool(norm_training)
         if isinstance(mutator, Mapping):
             mutator = build(mutator)
         mutator = NasMutator() if mutator is None else mutator
@@ -36,6 +40,16 @@ class SPOS(BaseAlgorithm):
                               f"{type(mutator).__name__}.")
         mutator.prepare_from_supernet(self.architecture)
         self.mutator = mutator
+        self.init_weights()
+
+    def train(self, mode: bool = True) -> SPOS:
+        """Set the mode; with ``norm_training``, batch norms stay in training mode in eval mode too."""
+        super().train(mode)
+        if self.norm_training and not mode:
+            for module in self.architecture.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.train()
+        return self
 
     def sample_subnet(self) -> Subnet:
         """A uniformly random subnet ``{name: choice}`` (torch's global RNG)."""

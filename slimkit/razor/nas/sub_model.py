@@ -1,0 +1,70 @@
+"""``sub_model``: build a fixed subnet from a supernet and a subnet file (MMRazor's ``sub_model`` builder).
+
+MMRazor's subnet configs read ``model = dict(type='sub_model', cfg=<supernet config>, fix_subnet='X.yaml')``.
+Here the supernet is yours (``build(cfg.model, architecture=supernet)`` or ``cfg=supernet``), trained; the
+result is the exported plain module of that subnet (no mutables left), with the supernet's weights.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from slimkit.compression.nas import NasMutator, export_subnet, read_subnet
+from slimkit.compression.nas.mutator import plain_choices, unwrap
+from slimkit.core.registry import build_module, register_component
+from slimkit.errors import ConfigError
+from slimkit.razor.teacher import load_pretrained
+
+
+def _subnet(fix_subnet: Any) -> dict[str, Any]:
+    if isinstance(fix_subnet, Mapping):
+        return plain_choices(fix_subnet)
+    if isinstance(fix_subnet, (str, os.PathLike)):
+        path = Path(fix_subnet).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"fix_subnet={str(fix_subnet)!r} does not exist (relative paths are read from "
+                              f"{Path.cwd()}); pass fix_subnet= the path of your subnet .yaml/.json file, or the "
+                              "subnet dict (e.g. SearchResult.best_subnet).")
+        return plain_choices(read_subnet(path))
+    raise ConfigError(f"fix_subnet must be a subnet file path or a dict name -> choice, got "
+                      f"{type(fix_subnet).__name__}.")
+
+
+def sub_model(cfg: nn.Module | Mapping[str, Any] | None = None, fix_subnet: Any = None, mode: str = "mutable",
+              prefix: str = "", extra_prefix: str = "", init_weight_from_supernet: bool = False,
+              init_cfg: Mapping[str, Any] | None = None, architecture: nn.Module | Mapping[str, Any] | None = None,
+              mutator: Any = None) -> nn.Module:
+    """The subnet ``fix_subnet`` of the supernet, exported as a plain module.
+
+    The supernet is ``architecture`` when it is a module (what ``build(cfg.model, architecture=...)`` passes),
+    else ``cfg`` (a module or a buildable config). ``fix_subnet``: a .yaml/.json file (``{name: {chosen: ...}}``)
+    or a dict. Subnet keys are matched to the supernet's mutables as ``prefix + key`` after removing
+    ``extra_prefix`` from the key (keys without it are skipped), as MMRazor does. ``mode="mutable"`` only.
+    ``init_cfg=dict(type='Pretrained', checkpoint=<.safetensors>, prefix=...)`` loads weights into the subnet
+    afterwards; other checkpoints (URLs, ``.pth``) are not read, and the subnet keeps the supernet's weights
+    (``init_weight_from_supernet`` is accepted for MMRazor's configs: the weights always come from there first).
+    ``mutator`` is accepted and unused (the supernet's mutables are found directly).
+    """
+    if mode != "mutable":
+        raise ConfigError(f"sub_model mode={mode!r} is not supported; slimkit fixes subnets from their mutables "
+                          "(mode='mutable').")
+    if fix_subnet is None:
+        raise ConfigError("sub_model needs fix_subnet= (a subnet .yaml/.json file or dict).")
+    source = architecture if isinstance(architecture, nn.Module) else cfg if cfg is not None else architecture
+    if source is None:
+        raise ConfigError("sub_model needs the supernet: build(cfg.model, architecture=your_supernet).")
+    supernet = unwrap(build_module(source, "architecture"))
+    choices = {prefix + k[len(extra_prefix):]: v for k, v in _subnet(fix_subnet).items() if k.startswith(extra_prefix)}
+    NasMutator(supernet).set_choices(choices)
+    model = export_subnet(supernet)
+    if init_cfg:
+        load_pretrained(model, init_cfg)
+    return model
+
+
+register_component(sub_model, "model", "sub_model")
