@@ -106,7 +106,7 @@ def layer_from_tensors(tensors: dict[str, torch.Tensor], bits: int, name: str, v
         raise FormatError(f"{name}: a v1 zero point wraps past {2**bits - 1} (stored zero - 1 = -1): the checkpoint "
                           "holds a zero of 0, which the 'gptq' layout cannot express.")
     bias = tensors.get("bias")
-    return PackedLinear.from_quantized(codes, scales.to(SCALE_DTYPE), zeros.to(SCALE_DTYPE), bits,
+    return PackedLinear.from_quantized(codes, scales.t().to(SCALE_DTYPE), zeros.to(SCALE_DTYPE), bits,
                                        in_f if groups == 1 else group_size,
                                        bias=None if bias is None else bias.to(dtype), dtype=dtype)
 

@@ -91,7 +91,7 @@ def layer_scheme(layer: PackedLinear, name: str, fmt: str) -> WeightScheme:
     if problems:
         raise FormatError(f"{name}: {fmt} cannot hold this layer exactly: {'; '.join(problems)}. "
                           f"{supported_text(fmt)}")
-    group_size = None if groups == 1 else layer.group_size
+    group_size = None if groups == 1 and layer.in_features % layer.group_size else layer.group_size
     return WeightScheme(layer.bits, group_size, bool((zeros == mid).all()))
 
 
@@ -123,6 +123,10 @@ def model_schemes(model: nn.Module, fmt: str) -> dict[str, WeightScheme]:
     if errors:
         more = f" (and {len(errors) - 3} more layers)" if len(errors) > 3 else ""
         raise FormatError(" | ".join(errors[:3]) + more)
+    sizes = {layer.group_size for layer in layers.values()}
+    if len(sizes) > 1:  # per-channel (group_size = each row's length) or mixed: single-group layers are channel
+        schemes = {n: WeightScheme(s.bits, None if layers[n].scales.shape[1] == 1 else s.group_size, s.sym)
+                   for n, s in schemes.items()}
     if not all(s.sym for s in schemes.values()):
         schemes = {n: WeightScheme(s.bits, s.group_size, False) for n, s in schemes.items()}
     return schemes

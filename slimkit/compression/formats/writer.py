@@ -194,14 +194,19 @@ def plan(model: nn.Module, fmt: str, act_order: bool = False, damp: float | None
     ignore = plain_linears(model)
     if fmt == COMPRESSED_TENSORS:
         return schemes, ct.build_config(schemes, ignore, act_order)
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, PackedLinear)}
     distinct = set(schemes.values())
+    sizes = {layers[n].group_size for n, s in schemes.items()}
+    if len(distinct) > 1 and len(sizes) == 1 and len({(s.bits, s.sym) for s in distinct}) == 1:
+        # one group size, but rows shorter than it form a single group: GPTQ's g_idx expresses both
+        first = next(iter(distinct))
+        distinct = {WeightScheme(first.bits, sizes.pop(), first.sym)}
     if len(distinct) > 1:
         raise FormatError(f"gptq's config holds one bits/group_size/sym for every layer, but the layers use "
                           f"{', '.join(sorted(s.describe() for s in distinct))}; export to compressed-tensors "
                           "(one config group per scheme) instead.")
-    for name, layer in model.named_modules():
-        if isinstance(layer, PackedLinear):
-            gptq.check_packable(layer, name)
+    for name, layer in layers.items():
+        gptq.check_packable(layer, name)
     return schemes, gptq.build_config(next(iter(distinct)), ignore, act_order, damp)
 
 
