@@ -225,7 +225,7 @@ def parse_config(qc: Any) -> tuple[list[tuple[list[str], WeightScheme]], list[st
                                                     if k not in ("version", "sparsity_config", "transform_config")})
     except (ValidationError, KeyError, ValueError, TypeError) as exc:
         first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
-        where = ".".join(str(p) for p in first.get("loc", ()))
+        where = ".".join(str(p) for p in first.get("loc", ()) if "[" not in str(p))  # drop pydantic's validator names
         raise FormatError(f"quantization_config{('.' + where) if where else ''} is not a valid compressed-tensors "
                           f"config: {first.get('msg')}. Supported: weight-only int4/int8 pack-quantized schemes "
                           "with strategy 'group' or 'channel'.") from exc
