@@ -172,7 +172,8 @@ def test_per_channel_and_awq_fold_only_export(tmp_path):
 def test_refused_exports_write_nothing(tmp_path):
     three = smash_case("llama", "rtn", True, 32, bits=3)
     for fmt in ("compressed-tensors", "gptq"):
-        with pytest.raises(FormatError, match=r"3-bit codes.*4 or 8 bits"):
+        with pytest.raises(FormatError, match=r"cannot hold these layers exactly: 3-bit codes "
+                                              r"\(model.layers.0.self_attn.q_proj.* and 11 more\).*4 or 8 bits"):
             three.save_pretrained(tmp_path / fmt, format=fmt)
         assert not (tmp_path / fmt).exists() and not list(tmp_path.iterdir())
     hqq = smash(tiny("llama"), SmashConfig({"hqq": {"bits": 4, "group_size": 32, "iters": 2}}), verbose=False)

@@ -203,3 +203,22 @@ def test_plain_folders_are_not_taken_for_checkpoints(tmp_path):
     with pytest.raises(SaveLoadError, match="smash_config.json is missing"):
         SmashedModel.from_pretrained(tmp_path / "plain")
     assert IDS.shape == (2, 16)
+
+
+@pytest.mark.llamacpp
+def test_foreign_checkpoint_compiles_to_gguf_and_runs_in_llama_cpp(tmp_path):
+    """compressed-tensors (another tool) -> slimkit's packed layers -> llama_cpp compiler: llama.cpp's logits match
+    what transformers computes from the same checkpoint, as for slimkit's own exports (tests/compression/gguf): within
+    0.15 (llama.cpp rounds activations to 8 bits) and far closer than the checkpoint is to the float model."""
+    from slimkit import SmashConfig, smash
+
+    folder = foreign_checkpoint(tmp_path / "ct", "llama", 4, False, 32)
+    ref = transformers_logits(folder, False)
+    imported = SmashedModel.from_pretrained(folder)
+    cfg = SmashConfig({"llama_cpp": {"n_threads": 1, "n_ctx": 64}})
+    cfg.add_tokenizer(imported.smash_config.tokenizer)
+    compiled = smash(imported.model, cfg, verbose=False)
+    assert compiled.applied[-1]["state"]["file_type"] == "MOSTLY_Q4_1"
+    got = logits(compiled)
+    assert float((got - ref).abs().max()) < 0.15
+    assert float((got - ref).abs().max()) < 0.25 * float((ref - logits(tiny("llama"))).abs().max())

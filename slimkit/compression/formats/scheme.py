@@ -69,30 +69,40 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def layer_scheme(layer: PackedLinear, name: str, fmt: str) -> WeightScheme:
-    """The scheme of ``layer`` if format ``fmt`` holds it exactly, else a FormatError naming the layer and the fix."""
+def _problems(layer: PackedLinear, fmt: str) -> list[str]:
+    """Why ``fmt`` cannot hold ``layer`` exactly (empty when it can)."""
     mid = 1 << (layer.bits - 1)
     problems = []
     if layer.input_scale is not None:
-        problems.append("it multiplies its input by an AWQ scale that no preceding layer absorbed (smash awq with "
-                        "awq_fold_only=True, or exclude the layer)")
+        problems.append("an AWQ input scale that no preceding layer absorbed (smash awq with awq_fold_only=True, "
+                        "or exclude the layer)")
     if layer.bits not in FORMAT_BITS:
-        problems.append(f"it has {layer.bits}-bit codes")
-    groups = layer.scales.shape[1]
-    if groups > 1 and layer.in_features % layer.group_size:
-        problems.append(f"its {layer.in_features} input columns do not split into whole groups of "
+        problems.append(f"{layer.bits}-bit codes")
+    if layer.scales.shape[1] > 1 and layer.in_features % layer.group_size:
+        problems.append(f"rows of {layer.in_features} columns that do not split into whole groups of "
                         f"{layer.group_size}")
     zeros = layer.zeros.float()
     if not bool((zeros == zeros.round()).all()):
-        problems.append("its zero points are fractional (hqq's are; the format stores integer zero points)")
+        problems.append("fractional zero points (hqq fits them; the format stores integers)")
     elif fmt == GPTQ and not bool((zeros == mid).all()) and bool((zeros < 1).any()):
-        problems.append("an asymmetric zero point is 0, which the 'gptq' layout (zero - 1 stored unsigned) cannot "
-                        "hold; export to compressed-tensors instead")
-    if problems:
-        raise FormatError(f"{name}: {fmt} cannot hold this layer exactly: {'; '.join(problems)}. "
-                          f"{supported_text(fmt)}")
+        problems.append("an asymmetric zero point of 0, which the gptq layout (zero - 1 stored unsigned) cannot "
+                        "hold (export to compressed-tensors instead)")
+    return problems
+
+
+def _scheme(layer: PackedLinear) -> WeightScheme:
+    groups = layer.scales.shape[1]
     group_size = None if groups == 1 and layer.in_features % layer.group_size else layer.group_size
-    return WeightScheme(layer.bits, group_size, bool((zeros == mid).all()))
+    return WeightScheme(layer.bits, group_size, bool((layer.zeros.float() == (1 << (layer.bits - 1))).all()))
+
+
+def layer_scheme(layer: PackedLinear, name: str, fmt: str) -> WeightScheme:
+    """The scheme of ``layer`` if format ``fmt`` holds it exactly, else a FormatError naming the layer and the fix."""
+    problems = _problems(layer, fmt)
+    if problems:
+        raise FormatError(f"{name}: {fmt} cannot hold this layer exactly: it has {'; '.join(problems)}. "
+                          f"{supported_text(fmt)}")
+    return _scheme(layer)
 
 
 def packed_layers(model: nn.Module) -> dict[str, PackedLinear]:
@@ -114,15 +124,15 @@ def model_schemes(model: nn.Module, fmt: str) -> dict[str, WeightScheme]:
     if not layers:
         raise FormatError(f"The model has no slimkit-packed low-bit layer, so there is nothing for {fmt} to hold; "
                           f"smash it with one of {', '.join(FORMAT_ALGORITHMS[:3])} first.")
-    schemes, errors = {}, []
+    by_problem: dict[str, list[str]] = {}
     for name, layer in layers.items():
-        try:
-            schemes[name] = layer_scheme(layer, name, fmt)
-        except FormatError as exc:
-            errors.append(str(exc))
-    if errors:
-        more = f" (and {len(errors) - 3} more layers)" if len(errors) > 3 else ""
-        raise FormatError(" | ".join(errors[:3]) + more)
+        for problem in _problems(layer, fmt):
+            by_problem.setdefault(problem, []).append(name)
+    if by_problem:
+        parts = [f"{problem} ({', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''})"
+                 for problem, names in by_problem.items()]
+        raise FormatError(f"{fmt} cannot hold these layers exactly: {'; '.join(parts)}. {supported_text(fmt)}")
+    schemes = {name: _scheme(layer) for name, layer in layers.items()}
     sizes = {layer.group_size for layer in layers.values()}
     if len(sizes) > 1:  # per-channel (group_size = each row's length) or mixed: single-group layers are channel
         schemes = {n: WeightScheme(s.bits, None if layers[n].scales.shape[1] == 1 else s.group_size, s.sym)
