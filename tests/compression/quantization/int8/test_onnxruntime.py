@@ -244,7 +244,8 @@ def test_external_data_files_are_saved_and_required(tmp_path, monkeypatch):
     smashed = smash(model, cfg, verbose=False)
     assert smashed.applied[0]["state"]["external_data"] == ["weights.bin"]
     smashed.save_pretrained(tmp_path / "x")
-    assert _files(tmp_path / "x") == ["example_inputs.safetensors", "model.onnx", "smash_config.json", "weights.bin"]
+    assert _files(tmp_path / "x") == ["README.md", "example_inputs.safetensors", "model.onnx", "smash_config.json",
+                                      "weights.bin"]
     assert torch.equal(SmashedModel.from_pretrained(tmp_path / "x")(inputs), smashed(inputs))
     (tmp_path / "x" / "weights.bin").unlink()
     with pytest.raises(SaveLoadError, match=r"weights\.bin is missing"):
