@@ -11,8 +11,6 @@ from slimkit.cli import main
 from slimkit.zoo._hf import byte_tokenizer
 from tests.engine.test_interop import tiny
 
-pytest.importorskip("compressed_tensors")
-
 
 @pytest.fixture
 def hf_folder(tmp_path):

@@ -23,8 +23,6 @@ from slimkit.compression.formats import FormatError
 from slimkit.compression.quantization.lowbit import PackedLinear
 from slimkit.zoo._hf import byte_tokenizer
 
-pytest.importorskip("compressed_tensors")
-
 HERE = Path(__file__).parent
 BOUND = 1e-4
 COMMON = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,

@@ -12,6 +12,14 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from compressed_tensors.compressors import ModelCompressor  # a dev dependency (the interop extra)
+from compressed_tensors.quantization import (
+    QuantizationArgs,
+    QuantizationConfig,
+    QuantizationScheme,
+    apply_quantization_config,
+)
+from compressed_tensors.quantization.utils import calculate_qparams
 
 from slimkit import SmashedModel
 from slimkit.compression.formats import FormatError
@@ -20,16 +28,6 @@ from slimkit.compression.quantization.lowbit import PackedLinear
 from slimkit.errors import ConfigError, SaveLoadError
 from slimkit.zoo._hf import byte_tokenizer
 from tests.engine.test_interop import BOUND, IDS, logits, tiny
-
-ct = pytest.importorskip("compressed_tensors")
-from compressed_tensors.compressors import ModelCompressor  # noqa: E402
-from compressed_tensors.quantization import (  # noqa: E402
-    QuantizationArgs,
-    QuantizationConfig,
-    QuantizationScheme,
-    apply_quantization_config,
-)
-from compressed_tensors.quantization.utils import calculate_qparams  # noqa: E402
 
 
 def foreign_checkpoint(folder, arch="llama", bits=4, sym=False, group_size=32, scale_dtype=torch.float16):
@@ -219,6 +217,11 @@ def test_foreign_checkpoint_compiles_to_gguf_and_runs_in_llama_cpp(tmp_path):
     cfg.add_tokenizer(imported.smash_config.tokenizer)
     compiled = smash(imported.model, cfg, verbose=False)
     assert compiled.applied[-1]["state"]["file_type"] == "MOSTLY_Q4_1"
+    from slimkit.cli import main  # the same from the command line: `slimkit smash --model DIR --algorithm llama_cpp`
+
+    assert main(["smash", "--model", str(folder), "--algorithm", "llama_cpp", "--set", "llama_cpp_n_threads=1",
+                 "--output", str(tmp_path / "gguf"), "--repeats", "1", "--warmup", "0"]) == 0
+    assert (tmp_path / "gguf" / "model.gguf").is_file() and (tmp_path / "gguf" / "README.md").is_file()
     got = logits(compiled)
     assert float((got - ref).abs().max()) < 0.15
     assert float((got - ref).abs().max()) < 0.25 * float((ref - logits(tiny("llama"))).abs().max())
