@@ -48,6 +48,20 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "spos_search": ("digits_cnn", ["--set", "spos_search_supernet_steps=20", "--set", "spos_search_num_candidates=4",
                                    "--set", "spos_search_top_k=2", "--set", "spos_search_max_epochs=1",
                                    "--set", "spos_search_steps=5"]),
+    "admm": ("digits_cnn", ["--set", "admm_num_iterations=1"]),
+    "amc": ("digits_cnn", ["--set", "amc_episodes=3", "--set", "amc_warmup=1", "--set", "amc_eval_finetune_steps=0"]),
+    "auto_compress": ("digits_cnn", ["--set", "auto_compress_num_iterations=1",
+                                      "--set", "auto_compress_cool_down_rate=0.3",
+                                      "--set", "auto_compress_admm_num_iterations=1",
+                                      "--set", "auto_compress_eval_finetune_steps=0"]),
+    "lottery_ticket": ("digits_cnn", ["--set", "lottery_ticket_prune_iterations=1"]),
+    "movement": ("digits_cnn", ["--set", "movement_epochs=1"]),
+    "net_adapt": ("digits_cnn", ["--set", "net_adapt_sparsity_per_iteration=0.25", "--set",
+                                  "net_adapt_finetune_steps=1"]),
+    "sensitivity": ("digits_cnn", ["--set", "sensitivity_sparsity_per_iter=0.5", "--set",
+                                    "sensitivity_finetune_steps=0"]),
+    "simulated_annealing": ("digits_cnn", ["--set", "simulated_annealing_cool_down_rate=0.3", "--set",
+                                            "simulated_annealing_eval_finetune_steps=0"]),
 }
 
 

@@ -7,19 +7,22 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "slimkit.compression.gguf": ["ARCHITECTURES", "BLOCK", "DTYPES", "LlamaCppModule", "architecture", "block_type",
-                                 "export_gguf", "open_llama", "pack_blocks", "supported_names"],
+    "slimkit.compression.gguf": ["BLOCK", "DTYPES", "FAMILIES", "Family", "LlamaCppModule", "PACKED", "Packed",
+                                 "architecture", "block_type", "export_gguf", "open_llama", "pack_blocks",
+                                 "supported_names"],
     "slimkit.compression.pruning": [
-        "AGPPruner", "ActivationAPoZRankFilterPruner", "ActivationAPoZRankFilterPrunerMasker",
-        "ActivationMeanRankFilterPruner", "ActivationMeanRankFilterPrunerMasker", "AttentionHeadMasker",
-        "AttentionHeadPruner", "ChannelCoupling", "ChannelEnergyPruner", "ChannelEnergyPrunerMasker",
-        "ChannelGroupPlan", "DependencyAwarePruner", "FPGMPruner", "FPGMPrunerMasker", "GroupFilterPruner",
-        "GroupL1FilterPruner", "GroupL2FilterPruner", "HeadLayout",
-        "L1FilterPruner", "L1FilterPrunerMasker", "L2FilterPruner", "L2FilterPrunerMasker", "LevelPruner",
-        "LevelPrunerMasker", "Pruner", "PrunerModuleWrapper", "PruningConfigError", "SlimPruner", "SlimPrunerMasker",
-        "StructuredWeightMasker", "TaylorFOWeightFilterPruner", "TaylorFOWeightFilterPrunerMasker", "WeightMasker",
-        "agp_sparsity", "find_head_layout", "format_sensitivity_table", "load_masks", "load_state_dict_file",
-        "num_to_prune", "plot_sensitivity", "resolve_config_list", "save_masks", "sensitivity_analysis"
+        "ADMMPruner", "AGPPruner", "AMCPruner", "ActivationAPoZRankFilterPruner",
+        "ActivationAPoZRankFilterPrunerMasker", "ActivationMeanRankFilterPruner",
+        "ActivationMeanRankFilterPrunerMasker", "AllocationPruner", "AttentionHeadMasker", "AttentionHeadPruner",
+        "AutoCompressPruner", "ChannelCoupling", "ChannelEnergyPruner", "ChannelEnergyPrunerMasker", "ChannelGroupPlan",
+        "ChannelMacs", "DDPGAgent", "DependencyAwarePruner", "FPGMPruner", "FPGMPrunerMasker", "GroupFilterPruner",
+        "GroupL1FilterPruner", "GroupL2FilterPruner", "HeadLayout", "L1FilterPruner", "L1FilterPrunerMasker",
+        "L2FilterPruner", "L2FilterPrunerMasker", "LevelPruner", "LevelPrunerMasker", "LotteryTicketPruner",
+        "MovementPruner", "NetAdaptPruner", "Pruner", "PrunerModuleWrapper", "PruningConfigError", "SensitivityPruner",
+        "SimulatedAnnealingPruner", "SlimPruner", "SlimPrunerMasker", "StructuredWeightMasker",
+        "TaylorFOWeightFilterPruner", "TaylorFOWeightFilterPrunerMasker", "WeightMasker", "agp_sparsity",
+        "find_head_layout", "format_sensitivity_table", "load_masks", "load_state_dict_file", "num_to_prune",
+        "plot_sensitivity", "resolve_config_list", "save_masks", "sensitivity_analysis"
     ],
     "slimkit.compression.nas": [
         "BaseMutable", "ChannelSupernet", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear", "EvolutionSearchLoop",
@@ -64,6 +67,7 @@ PUBLIC = {
                            "parse_compression_config", "parse_result", "print_result", "read_kept_channels",
                            "report_experiment", "run_experiment"],
     "slimkit.evaluation": ["Comparison", "Fidelity", "Latency", "MetricRow", "accuracy", "compare", "count_macs",
+                           "count_macs_by_dtype",
                            "count_parameters", "fidelity", "measure_latency", "measure_latency_pair", "peak_memory",
                            "perplexity", "plot_comparison", "set_threads", "size_on_disk"],
     "slimkit.razor": ["MODES", "BaseAlgorithm", "SingleTeacherDistill", "batch_loss", "build", "build_module",

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from slimkit.config.smash_config import SmashConfig
+from slimkit.core.coverage import coverage_summary
 from slimkit.engine.interop import foreign_format, import_checkpoint, save_checkpoint
 from slimkit.engine.model_card import build_card
 from slimkit.engine.serialization import load_smashed, save_smashed
@@ -60,6 +61,22 @@ class SmashedModel(torch.nn.Module):
     def algorithms(self) -> list[str]:
         """Names of the applied algorithms in order."""
         return [a["name"] for a in self.applied]
+
+    @property
+    def coverage(self) -> dict[str, dict[str, Any]]:
+        """What each weight quantizer quantized and left: ``{algorithm: coverage record}`` (empty without one).
+
+        A record (:func:`slimkit.core.coverage.coverage`) has ``quantized_layers``, ``quantized_params``,
+        ``linear_like_params``, ``share``, ``share_not_excluded``, ``by_kind`` and ``left`` (every layer kept in
+        full precision with its reason); :meth:`coverage_report` prints it in words.
+        """
+        return {a["name"]: a["state"]["coverage"] for a in self.applied
+                if isinstance(a.get("state"), dict) and "coverage" in a["state"]}
+
+    def coverage_report(self) -> str:
+        """The coverage of every weight quantizer in words, one line per fact (empty when none ran)."""
+        return "\n".join(f"{name}: {line}" for name, record in self.coverage.items()
+                         for line in coverage_summary(record))
 
     def save_pretrained(self, path: str | os.PathLike, allow_pickle: bool = False, format: str = "slimkit") -> None:
         """Save to directory ``path`` atomically, with a README.md model card.

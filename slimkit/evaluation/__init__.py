@@ -4,7 +4,7 @@
 NOT SMALLER. ``plot_comparison`` (needs matplotlib) draws comparisons as a PNG bar chart.
 """
 
-from slimkit.evaluation.counting import count_macs, count_parameters
+from slimkit.evaluation.counting import count_macs, count_macs_by_dtype, count_parameters
 from slimkit.evaluation.plots import plot_comparison
 from slimkit.evaluation.quality import Fidelity, accuracy, fidelity, perplexity
 from slimkit.evaluation.report import Comparison, MetricRow, compare
@@ -19,6 +19,7 @@ __all__ = [
     "accuracy",
     "compare",
     "count_macs",
+    "count_macs_by_dtype",
     "count_parameters",
     "fidelity",
     "measure_latency",

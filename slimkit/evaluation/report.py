@@ -11,14 +11,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slimkit.core.coverage import coverage_summary
 from slimkit.errors import ConfigError
-from slimkit.evaluation.counting import count_macs, count_parameters
+from slimkit.evaluation.counting import count_macs_by_dtype, count_parameters
 from slimkit.evaluation.quality import accuracy, fidelity
 from slimkit.evaluation.runtime import measure_latency_pair
 from slimkit.evaluation.size import size_on_disk
 from slimkit.utils import Inputs
 
 SPEEDUP_THRESHOLD = 1.05  # a speedup below this is within noise of "the same speed"
+FULL_COVERAGE = 0.99  # a quantizer below this share of the weights it was not told to exclude is "NOT FULLY QUANTIZED"
 SIZE_TOLERANCE = 1e-3  # a size ratio below 1 + this is "the same size"
 _DIRECTIONS = ("lower", "higher", None)
 
@@ -165,6 +167,43 @@ def _extra_rows(extra: dict | None) -> Iterable[MetricRow]:
         yield MetricRow(str(name), str(name), value[0], value[1], value[2] if len(value) == 3 else None)
 
 
+def applied_coverage(smashed: Any) -> dict[str, dict[str, Any]]:
+    """``{algorithm: coverage record}`` of a SmashedModel's weight quantizers (its applied records), else ``{}``."""
+    applied = getattr(smashed, "applied", None)
+    records = [a for a in applied if isinstance(a, dict)] if isinstance(applied, list) else []
+    states = [(str(a.get("name")), a.get("state")) for a in records]
+    return {name: state["coverage"] for name, state in states
+            if isinstance(state, dict) and isinstance(state.get("coverage"), dict)}
+
+
+def _coverage_rows(coverage: dict[str, dict[str, Any]]) -> tuple[list[MetricRow], list[str]]:
+    """A share row per quantizer, and verdicts: what it quantized and left, NOT FULLY QUANTIZED below 99 %."""
+    rows, verdicts = [], []
+    for name, record in coverage.items():
+        share = float(record.get("share", 0.0))
+        rows.append(MetricRow(f"quantized_share_{name}", f"Linear-like params quantized ({name})", 0.0, share,
+                              "higher", has_ratio=False))
+        lines = coverage_summary(record)
+        eligible = float(record.get("share_not_excluded", share))
+        if eligible < FULL_COVERAGE:
+            verdicts.append(f"NOT FULLY QUANTIZED: {name} left {100 * (1 - eligible):.1f}% of the Linear-like "
+                            "parameters it was not told to exclude in full precision")
+        verdicts.append(f"{name}: " + "; ".join(lines))
+    return rows, verdicts
+
+
+def _mac_rows(base: dict[str, int] | None, smashed: dict[str, int] | None) -> list[MetricRow]:
+    """The MACs total, then one row per type when either model computes in more than one."""
+    total = [None if d is None else sum(d.values()) for d in (base, smashed)]
+    rows = [MetricRow("macs", "MACs per forward", total[0], total[1], "lower")]
+    labels = list(dict.fromkeys([*(base or {}), *(smashed or {})]))
+    if len(labels) > 1:
+        rows.extend(MetricRow(f"macs_{label}", f"  MACs in {label}", None if base is None else base.get(label, 0),
+                              None if smashed is None else smashed.get(label, 0), None, has_ratio=False)
+                    for label in labels)
+    return rows
+
+
 def _speed_verdict(base_ms: float, smashed_ms: float, threads: int) -> str:
     speedup = base_ms / smashed_ms if smashed_ms > 0 else math.inf
     detail = f"median {base_ms:.3g} ms -> {smashed_ms:.3g} ms"
@@ -197,6 +236,7 @@ def compare(
     repeats: int = 10,
     extra: dict | None = None,
     fresh_inputs: bool = False,
+    coverage: dict[str, dict[str, Any]] | None = None,
 ) -> Comparison:
     """Measure ``base`` and ``smashed`` side by side and say plainly whether the smashed one is better.
 
@@ -206,12 +246,18 @@ def compare(
     ``name -> (base, smashed[, "higher"|"lower"])``. A metric that cannot be measured shows "n/a".
     Verdicts: "NOT FASTER" below a 1.05x speedup, "NOT SMALLER" when not smaller on disk. ``fresh_inputs=True``
     times every call on new token rows (same shapes), so a cacher is not timed on its own cache hits.
+
+    MACs are split by type (fp32, int8, int4 weights...) when the models compute in more than one. Quantization
+    coverage (``{algorithm: record}``, by default read from a SmashedModel's applied records) adds a row with the
+    share of Linear-like parameters each quantizer quantized, a line naming what it left and why, and
+    "NOT FULLY QUANTIZED" when it left more than 1 % of the weights it was not told to exclude.
     """
     extra_rows = list(_extra_rows(extra))  # validate before the slow part
     best = _BestEffort()
     base_size, smashed_size = best.pair("size on disk", size_on_disk, base, smashed)
     base_params, smashed_params = best.pair("parameters", count_parameters, base, smashed)
-    base_macs, smashed_macs = best.pair("MACs", lambda m: count_macs(m, inputs), base, smashed)
+    base_macs, smashed_macs = best.pair("MACs", lambda m: count_macs_by_dtype(m, inputs), base, smashed)
+    cover_rows, cover_verdicts = _coverage_rows(applied_coverage(smashed) if coverage is None else coverage)
     base_lat, smashed_lat = measure_latency_pair(base, smashed, inputs, warmup=warmup, repeats=repeats, threads=threads,
                                                  fresh=fresh_inputs)
     fid = best("fidelity", lambda: fidelity(base, smashed, inputs))
@@ -219,7 +265,7 @@ def compare(
     rows = [
         MetricRow("size_bytes", "size on disk (bytes)", base_size, smashed_size, "lower"),
         MetricRow("parameters", "parameters", base_params, smashed_params, "lower"),
-        MetricRow("macs", "MACs per forward", base_macs, smashed_macs, "lower"),
+        *_mac_rows(base_macs, smashed_macs),
         MetricRow(
             "latency_ms", f"latency median (ms) @ {threads} threads", base_lat.median_ms, smashed_lat.median_ms, "lower"
         ),
@@ -235,6 +281,8 @@ def compare(
         base_acc, smashed_acc = accuracy(base, data), accuracy(smashed, data)
         rows.append(MetricRow("accuracy", "accuracy", base_acc, smashed_acc, "higher"))
         verdicts.append(f"accuracy {base_acc:.4f} -> {smashed_acc:.4f} ({100 * (smashed_acc - base_acc):+.2f} points)")
+    rows.extend(cover_rows)
+    verdicts.extend(cover_verdicts)
     rows.extend(extra_rows)
     if fid is not None:
         verdicts.append(

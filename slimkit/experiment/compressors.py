@@ -65,6 +65,11 @@ class CompressorSpec:
             return f"level pruning {_UNSTRUCTURED}"
         if self.name == "agp" and issubclass(agp_engine(kwargs.get("pruning_algorithm", "level")), LevelPruner):
             return f"agp with pruning_algorithm='level' {_UNSTRUCTURED}"
+        params = inspect.signature(self.engine).parameters if self.engine is not None else {}
+        for key, unstructured in (("base_algo", "level"), ("granularity", "fine")):
+            if key in params and kwargs.get(key, params[key].default) == unstructured:
+                return f"{self.name} with {key}={unstructured!r} {_UNSTRUCTURED} (pass {key}=" + (
+                    "'l1' to prune filters)" if key == "base_algo" else "'filter' to prune output channels)")
         return None
 
 

@@ -66,6 +66,20 @@ def tiny_sentence_encoder() -> torch.nn.Module:
     return SentenceEncoder(BertModel(config, add_pooling_layer=False))
 
 
+def tiny_opt() -> torch.nn.Module:
+    """A causal LM llama.cpp does not run (OPT): GGUF export must refuse it, quantizers take it."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.OPTConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, ffn_dim=128,
+                                    num_attention_heads=4, word_embed_proj_dim=64, max_position_embeddings=64)
+    return transformers.OPTForCausalLM(config).eval()
+
+
+def _token_inputs() -> dict[str, torch.Tensor]:
+    return {"input_ids": torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))}
+
+
 def _sentence_inputs() -> dict[str, torch.Tensor]:
     """Two rows, the second right-padded (lengths 12 and 5)."""
     ids = torch.randint(1, 256, (2, 12), generator=torch.Generator().manual_seed(3))
@@ -89,6 +103,7 @@ LOCAL = {
     "tiny_unet": (tiny_unet, lambda: _unet_inputs(3, text=False)),
     "tiny_cond_unet": (tiny_cond_unet, lambda: _unet_inputs(4, text=True)),
     "tiny_sentence_encoder": (tiny_sentence_encoder, _sentence_inputs),
+    "tiny_opt": (tiny_opt, _token_inputs),
 }
 
 

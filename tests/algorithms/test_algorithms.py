@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 import pkgutil
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 
 from slimkit import SmashConfig, SmashedModel, smash
 from slimkit.core import registry
+from slimkit.core.weights import find_targets
 from slimkit.errors import ModelNotSupportedError
 from slimkit.utils import main_tensor, run_model
 from tests.algorithms import testers
@@ -58,6 +60,20 @@ def _config(tester: type[AlgorithmTesterBase], inputs=None) -> SmashConfig:
     return cfg
 
 
+def _check_coverage(smashed: SmashedModel, base: torch.nn.Module, algorithm: str, saved: Path) -> dict:
+    """A weight quantizer records its coverage: consistent numbers, a reason for every layer left, saved as JSON."""
+    record = smashed.coverage[algorithm]
+    targets = find_targets(base)  # the base model is untouched by smash: what coverage is measured against
+    assert record["linear_like_params"] == sum(t.numel for t in targets)
+    assert record["quantized_params"] + sum(x["params"] for x in record["left"]) == record["linear_like_params"]
+    assert {x["name"] for x in record["left"]} <= {t.name for t in targets}
+    assert all(x["reason"] for x in record["left"])
+    assert 0.0 <= record["share"] <= record["share_not_excluded"] <= 1.0
+    payload = json.loads((saved / "smash_config.json").read_text())
+    assert [a["state"]["coverage"] for a in payload["applied"] if a["name"] == algorithm] == [record]
+    return record
+
+
 def _output(model, inputs) -> torch.Tensor:
     with torch.no_grad():
         return main_tensor(run_model(model, inputs)).float()
@@ -81,8 +97,11 @@ def test_smash_save_load(tester: type[AlgorithmTesterBase], model_name: str, tmp
     assert "smash_config.json" in files
     if not tester.allow_pickle_files:
         assert not any(f.endswith((".pt", ".pth", ".pkl", ".bin")) for f in files), files
+    if registry.get(tester.algorithm).group == "quantizer":  # every weight quantizer says what it covered
+        _check_coverage(smashed, base, tester.algorithm, tmp_path / "saved")
     reloaded = SmashedModel.from_pretrained(tmp_path / "saved", model=factory)
     assert reloaded.algorithms == smashed.algorithms
+    assert reloaded.coverage == smashed.coverage
     torch.testing.assert_close(_output(reloaded, inputs), out, atol=tester.reload_atol, rtol=0)
 
     again = SmashConfig.from_json(tmp_path / "saved")

@@ -2,8 +2,10 @@ import pytest
 import torch
 from torch import nn
 
+from slimkit.compression.quantization.int8 import quantize_layers
+from slimkit.compression.quantization.lowbit import quantize_model_rtn
 from slimkit.errors import ModelNotSupportedError
-from slimkit.evaluation import count_macs, count_parameters
+from slimkit.evaluation import count_macs, count_macs_by_dtype, count_parameters
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*torch.ao.quantization is deprecated"),
@@ -114,6 +116,21 @@ def test_static_quantized_conv_and_linear_count_like_fp32():
     assert type(q.conv).__module__.startswith("torch.ao.nn.quantized")
     assert count_macs(q, x) == expected
     assert count_parameters(q) == count_parameters(StaticNet()) == 4 * 3 * 9 + 4 + 144 * 5 + 5
+
+
+def test_quantized_modules_count_their_macs_by_dtype():
+    x = torch.randn(3, 10)
+    fp32 = count_macs_by_dtype(mlp(), x)
+    assert fp32 == {"fp32": 3 * (10 * 20 + 20 * 5)}
+    int8 = quantize_layers(mlp(), ["0"], reduce_range=False)  # slimkit's Int8Linear: its kernel is invisible to torch
+    assert count_macs_by_dtype(int8, x) == {"fp32": 3 * 20 * 5, "int8": 3 * 10 * 20}
+    packed = mlp()
+    quantize_model_rtn(packed, 4, 16, exclude=["2"])
+    packed[0].use_kernel = False  # dequantize + F.linear: the counter sees an fp32 matmul, the layer says int4
+    assert count_macs_by_dtype(packed, x) == {"fp32": 3 * 20 * 5, "int4 weights": 3 * 10 * 20}
+    assert count_macs(packed, x) == count_macs(int8, x) == sum(fp32.values())
+    half = mlp().to(torch.bfloat16)
+    assert count_macs_by_dtype(half, x.to(torch.bfloat16)) == {"bf16": sum(fp32.values())}
 
 
 def test_non_module_is_refused_with_reason():

@@ -8,6 +8,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import slimkit.evaluation.report as report
+from slimkit.compression.quantization.int8 import quantize_layers
+from slimkit.core.coverage import coverage
+from slimkit.core.weights import find_targets
 from slimkit.errors import ConfigError
 from slimkit.evaluation import Comparison, compare
 
@@ -116,7 +119,7 @@ def test_uncountable_macs_show_na_instead_of_crashing(monkeypatch):
     def broken(model, inputs):
         raise RuntimeError("unsupported op")
 
-    monkeypatch.setattr(report, "count_macs", broken)
+    monkeypatch.setattr(report, "count_macs_by_dtype", broken)
     comp = compare(mlp(), mlp(), torch.randn(2, 32), **FAST)
     row = comp.row("macs")
     assert row.base is None and row.ratio is None
@@ -146,3 +149,18 @@ def test_print_plain_without_rich_and_rich_with_it(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "rich.console", None)
     comp.print()
     assert capsys.readouterr().out.strip() == str(comp).strip()
+
+
+def test_macs_split_by_dtype_and_coverage_verdicts():
+    base = mlp()
+    targets = find_targets(base)
+    smashed = quantize_layers(mlp(), ["0"], reduce_range=False)
+    record = coverage(targets, ["0"])
+    comp = compare(base, smashed, torch.randn(2, 32), coverage={"int8_smooth": record}, **FAST)
+    assert comp.row("macs").ratio == 1.0  # int8 MACs are MACs
+    assert comp.row("macs_int8").smashed == 2 * 32 * 64 and comp.row("macs_fp32").base == 2 * (32 * 64 + 64 * 4)
+    assert comp.row("quantized_share_int8_smooth").smashed == record["share"]
+    assert any(v.startswith("NOT FULLY QUANTIZED: int8_smooth left 11.1% of the Linear-like") for v in comp.verdicts)
+    assert any(v.startswith("int8_smooth: quantized 1 layers, 2.05k of 2.3k Linear-like parameters (88.9%")
+               and "left 1 (256 params: 2): unsupported: Linear (linear) is not handled" in v for v in comp.verdicts)
+    assert "MACs in int8" in comp.table()

@@ -1,4 +1,4 @@
-"""llama_cpp: export a (smashed) Llama/Qwen2 causal LM to GGUF and run it with llama.cpp (llama-cpp-python)."""
+"""llama_cpp: export a (smashed) causal LM of a family llama.cpp runs to GGUF and run it with llama-cpp-python."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ GGUF_FILE = "model.gguf"
 class LlamaCpp(SlimkitCompiler):
     """Write the model into one GGUF file (weights + tokenizer) and run it with llama.cpp's CPU engine.
 
-    Llama-family (GQA, tied embeddings) and Qwen2 causal LMs. Float weights go out as F32 or F16; slimkit's packed
+    Llama, Mistral, Granite, Mixtral, OLMo, Qwen2, Qwen3, Qwen2-MoE, Gemma, Gemma 2, Phi-3, GPT-2, GPT-NeoX, Falcon
+    and StableLM causal LMs (one table, :mod:`slimkit.compression.gguf.families`; MoE experts as GGUF's 3-D
+    ``ffn_*_exps``). Float weights go out as F32, F16 or Q8_0; slimkit's packed
     low-bit layers keep their exact grid: 4-bit group 32 (or a multiple of 32) as Q4_1 (asymmetric, the min
     rounded to fp16) or Q4_0 (``sym=True``), 8-bit symmetric as Q8_0. So ``gptq`` (``group_size=32``) followed
     by ``llama_cpp`` runs GPTQ's weights at llama.cpp speed; other layouts are refused with the settings that
@@ -52,11 +54,12 @@ class LlamaCpp(SlimkitCompiler):
             UniformIntegerHyperparameter("n_threads", 0, 1024, default_value=0, meta={
                 "desc": "llama.cpp threads; 0 uses torch's current thread count."}),
             UniformIntegerHyperparameter("n_ctx", 16, 131072, default_value=2048, meta={
-                "desc": "Context length (KV cache size), capped at the model's max_position_embeddings."}),
+                "desc": "Context length (KV cache size), capped at the model's max_position_embeddings (and at its "
+                        "sliding window where llama.cpp's graph for the family attends over the whole context)."}),
         ]
 
     def model_check_fn(self, model: Any) -> bool:
-        """A Hugging Face LlamaForCausalLM or Qwen2ForCausalLM (smashed or not)."""
+        """A Hugging Face causal LM of a family llama.cpp runs (smashed or not)."""
         try:
             architecture(model)
         except ModelNotSupportedError:
@@ -76,7 +79,7 @@ class LlamaCpp(SlimkitCompiler):
         folder = Path(tempfile.mkdtemp(prefix="slimkit-gguf-"))
         try:
             summary = export_gguf(model, folder / GGUF_FILE, smash_config.tokenizer, smash_config["dtype"])
-            n_ctx = min(int(smash_config["n_ctx"]), int(model.config.max_position_embeddings))
+            n_ctx = min(int(smash_config["n_ctx"]), int(summary["context_limit"]))
             module = LlamaCppModule(folder / GGUF_FILE, smash_config["n_threads"], n_ctx)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)

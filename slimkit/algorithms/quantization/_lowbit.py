@@ -9,23 +9,21 @@ from __future__ import annotations
 from typing import Any
 
 from slimkit.algorithms.quantization import _lowbit_support as support
+from slimkit.algorithms.quantization._targets import TargetsMixin
+from slimkit.compression.quantization.lowbit.layers import KINDS
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, Hyperparameter
 
 
-class LowBitQuantizer(SlimkitQuantizer):
-    """Base of the packed low-bit quantizers: any model with Linear (or GPT-2 Conv1D) layers; replayed on load."""
+class LowBitQuantizer(TargetsMixin, SlimkitQuantizer):
+    """Base of the packed low-bit quantizers: any model with Linear (or GPT-2 Conv1D) layers; replayed on load.
+
+    The model check and its refusal come from :class:`TargetsMixin` (the layer types found, why none qualifies).
+    """
 
     save_fn = SaveFn.REPLAY
     replay_on_meta = True  # replay builds empty PackedLinear layers from the saved specs
-
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs at least one nn.Linear (or GPT-2 Conv1D)."""
-        return support.has_quantizable(model)
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return "It quantizes nn.Linear (and GPT-2 Conv1D) layers and the model has none."
+    target_kinds = KINDS
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Swap the recorded layers for empty packed ones; the saved codes then load strictly."""
@@ -38,14 +36,12 @@ class CalibratedLowBitQuantizer(LowBitQuantizer):
     tokenizer_required = True
     dataset_required = True
 
+    supported_models = ("It needs a language model taking input_ids with a list of transformer blocks holding "
+                        "nn.Linear (or subclasses computing x W^T + b) or GPT-2 Conv1D layers.")
+
     def model_check_fn(self, model: Any) -> bool:
         """Needs a token-id language model with transformer blocks holding Linear layers."""
-        return support.is_block_language_model(model)
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return ("It needs a language model taking input_ids with a list of transformer blocks holding nn.Linear "
-                "(or GPT-2 Conv1D) layers.")
+        return super().model_check_fn(model) and support.is_block_language_model(model)
 
 
 def clip_search_hyperparameter() -> Hyperparameter:

@@ -6,14 +6,17 @@ empty packed layers on load.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ConfigSpace import OrdinalHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
+from slimkit.algorithms.quantization._targets import record_coverage
 from slimkit.compression.quantization.lowbit.calibration import calibration_ids, find_blocks
-from slimkit.compression.quantization.lowbit.layers import is_quantizable, replay_layers
+from slimkit.compression.quantization.lowbit.layers import KINDS, replay_layers, select_targets
 from slimkit.core.hyperparameters import Boolean, Hyperparameter, ListHyperparameter
+from slimkit.core.weights import Target
 from slimkit.errors import ModelNotSupportedError
 
 DEFAULT_EXCLUDE = ("lm_head",)
@@ -51,8 +54,8 @@ def calibration_hyperparameters(n_samples: int = 32, seq_len: int = 512) -> list
 
 
 def has_quantizable(model: Any) -> bool:
-    """Whether ``model`` is a module with at least one nn.Linear / Conv1D."""
-    return isinstance(model, nn.Module) and any(is_quantizable(m) for m in model.modules())
+    """Whether ``model`` is a module with at least one supported target of the low-bit kinds (Linear, Conv1D)."""
+    return isinstance(model, nn.Module) and bool(select_targets(model, kinds=KINDS))
 
 
 def is_block_language_model(model: Any) -> bool:
@@ -77,9 +80,13 @@ def read_calibration_ids(model: nn.Module, smash_config: Any) -> Any:
                            seq_len, vocab)
 
 
-def record(smash_config: Any, specs: dict[str, dict]) -> None:
-    """Store the packed layers' specs as the algorithm's replay state."""
+def record(smash_config: Any, specs: dict[str, dict], targets: Sequence[Target]) -> None:
+    """Store the packed layers' specs as the algorithm's replay state, and the coverage against ``targets``.
+
+    ``targets`` are the model's targets found before quantizing (:func:`model_targets`).
+    """
     smash_config.state[STATE_KEY] = specs
+    record_coverage(smash_config.state, targets, specs, tuple(smash_config["exclude"]), DEFAULT_EXCLUDE)
 
 
 def replay(model: nn.Module, state: dict[str, Any]) -> nn.Module:

@@ -20,25 +20,40 @@ import torch
 from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
+from slimkit.algorithms.quantization._targets import record_coverage
 from slimkit.compression.quantization import Quantizer, quantized_layer_specs, rebuild_quantized_layers
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.core.selection import matches
+from slimkit.core.weights import DENSE, find_targets, select
 from slimkit.errors import ConfigError
 from slimkit.training import fit, make_optimizer
 
-#: Layer types the smash quantizers quantize (their weights, and the inputs when activations are on).
-LAYER_TYPES: tuple[str, ...] = ("Linear", "Conv1d", "Conv2d", "Conv3d")
+#: Convolutions the smash quantizers quantize (exact torch classes) besides the dense targets of core.weights.
+CONV_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d")
+#: Layer types the smash quantizers quantize (their weights, and the inputs when activations are on): Linear and
+#: its subclasses computing ``x W^T + b``, transformers' Conv1D (see :mod:`slimkit.core.weights`), convolutions.
+LAYER_TYPES: tuple[str, ...] = ("Linear", "Conv1D", *CONV_TYPES)
 #: Activation layers whose outputs ``bnn`` binarizes when ``binarize_activations`` is on.
 ACTIVATION_TYPES: tuple[str, ...] = ("ReLU", "ReLU6", "Hardtanh", "LeakyReLU", "GELU", "SiLU", "Tanh")
 
 QuantizerFactory = Callable[[nn.Module, list[dict[str, Any]], torch.optim.Optimizer], Quantizer]
 
 
-def layer_names(model: nn.Module, types: Sequence[str] = LAYER_TYPES) -> list[str]:
-    """Names of the modules of ``model`` whose class name is in ``types`` (exact classes, model order)."""
-    return [name for name, m in model.named_modules() if name and type(m).__name__ in types
-            and type(m) is getattr(nn, type(m).__name__, None)]
+def _exact_torch(module: nn.Module, types: Sequence[str]) -> bool:
+    return type(module).__name__ in types and type(module) is getattr(nn, type(module).__name__, None)
+
+
+def layer_names(model: nn.Module, types: Sequence[str] | None = None) -> list[str]:
+    """Names of the layers the smash quantizers quantize (model order), or of exact torch classes named in ``types``.
+
+    Without ``types``: the supported dense targets of :mod:`slimkit.core.weights` (Linear and subclasses that
+    compute ``x W^T + b``, Conv1D) and the exact torch convolutions of :data:`CONV_TYPES`.
+    """
+    if types is not None:
+        return [name for name, m in model.named_modules() if name and _exact_torch(m, types)]
+    dense = {t.name for t in select(find_targets(model, DENSE), DENSE)}
+    return [name for name, m in model.named_modules() if name and (name in dense or _exact_torch(m, CONV_TYPES))]
 
 
 def has_quantizable_layers(model: Any) -> bool:
@@ -69,7 +84,11 @@ def build_config_list(
     model: nn.Module, quant_types: Sequence[str], bits: Mapping[str, int], exclude: Sequence[str],
     extra: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """A config_list quantizing ``quant_types`` of every Linear/Conv layer except the ``exclude`` patterns."""
+    """A config_list quantizing ``quant_types`` of every :func:`layer_names` layer except the ``exclude`` patterns.
+
+    Layers are named exactly (``op_names``), so a Linear the target definition refuses (e.g.
+    ``nn.MultiheadAttention.out_proj``) is never picked up through its type.
+    """
     names = layer_names(model)
     excluded: list[str] = []
     for pattern in exclude:
@@ -79,16 +98,11 @@ def build_config_list(
                 f"exclude pattern {pattern!r} matches no Linear/Conv layer. Layer names: {', '.join(names)}."
             )
         excluded.extend(m for m in matched if m not in excluded)
-    if len(excluded) == len(names):
+    kept = [n for n in names if n not in excluded]
+    if not kept:
         raise ConfigError(f"exclude {list(exclude)} removes every Linear/Conv layer; nothing would be quantized.")
-    types = sorted({type(model.get_submodule(n)).__name__ for n in names})
-    config: list[dict[str, Any]] = [
-        {"quant_types": list(quant_types), "quant_bits": {t: bits[t] for t in quant_types}, "op_types": types,
-         **dict(extra or {})}
-    ]
-    if excluded:
-        config.append({"exclude": True, "op_names": excluded})
-    return config
+    return [{"quant_types": list(quant_types), "quant_bits": {t: bits[t] for t in quant_types}, "op_names": kept,
+             **dict(extra or {})}]
 
 
 def train_and_freeze(
@@ -102,6 +116,7 @@ def train_and_freeze(
     comes back in the train/eval mode it had; the final training loss and the number of steps go into
     ``smash_config.state`` next to the frozen layer specs ``replay()`` needs.
     """
+    targets = find_targets(model)  # before wrapping: what coverage is measured against
     seed = int(smash_config["seed"])
     loader = smash_config.data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
                                                 generator=torch.Generator().manual_seed(seed))
@@ -113,6 +128,8 @@ def train_and_freeze(
                  desc=desc)
     quantizer.freeze()
     smash_config.state["layers"] = quantized_layer_specs(model)
+    weights = [n for n, spec in smash_config.state["layers"].items() if "weight" in spec["bits"]]
+    record_coverage(smash_config.state, targets, weights, tuple(smash_config["exclude"]))
     smash_config.state["train_steps"] = result.steps
     smash_config.state["final_loss"] = round(result.final_loss, 6)
     return model

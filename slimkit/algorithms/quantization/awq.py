@@ -8,6 +8,7 @@ from ConfigSpace import UniformIntegerHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
+from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_awq
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
@@ -46,9 +47,10 @@ class AWQ(CalibratedLowBitQuantizer):
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = model_targets(model)
         ids = support.read_calibration_ids(model, smash_config)
         specs = quantize_model_awq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
                                    smash_config["n_grid"], tuple(smash_config["exclude"]),
                                    clip_search=smash_config["clip_search"], fold_only=smash_config["fold_only"])
-        support.record(smash_config, specs)
+        support.record(smash_config, specs, targets)
         return model

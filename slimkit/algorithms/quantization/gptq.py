@@ -8,6 +8,7 @@ from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
+from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_gptq
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
@@ -45,9 +46,10 @@ class GPTQ(CalibratedLowBitQuantizer):
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = model_targets(model)
         ids = support.read_calibration_ids(model, smash_config)
         specs = quantize_model_gptq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
                                     smash_config["act_order"], float(smash_config["damp"]), smash_config["block_size"],
                                     tuple(smash_config["exclude"]), clip_search=smash_config["clip_search"])
-        support.record(smash_config, specs)
+        support.record(smash_config, specs, targets)
         return model

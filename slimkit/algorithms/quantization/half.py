@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter
 
+from slimkit.algorithms.quantization._targets import model_targets, record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
@@ -37,6 +38,12 @@ def _check_runs(dtype: torch.dtype, device: torch.device) -> None:
             f"half: {dtype} matmul/conv does not run on {device} with this PyTorch ({exc}). "
             "Set cfg['half_dtype'] = 'bfloat16', or run on CUDA with cfg.device = 'cuda'."
         ) from exc
+
+
+def weight_is_float(model: torch.nn.Module, name: str, params: tuple[str, ...]) -> bool:
+    """Whether target ``name``'s weight parameters are floating point (what ``half`` casts)."""
+    module = model.get_submodule(name)
+    return all(getattr(module, p).is_floating_point() for p in params)
 
 
 def cast_model(model: torch.nn.Module, dtype: torch.dtype, cast_inputs: bool) -> torch.nn.Module:
@@ -80,6 +87,9 @@ class Half(SlimkitQuantizer):
         dtype = _DTYPES[smash_config["dtype"]]
         device = next(model.parameters()).device
         _check_runs(dtype, device)
+        targets = model_targets(model)  # every floating weight is cast: each Linear-like one counts as covered
+        cast = [t.name for t in targets if weight_is_float(model, t.name, t.params)]
+        record_coverage(smash_config.state, targets, cast)
         return cast_model(model, dtype, smash_config["cast_inputs"])
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:

@@ -8,6 +8,7 @@ from ConfigSpace import UniformIntegerHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
+from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_hqq
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
@@ -37,7 +38,8 @@ class HQQ(LowBitQuantizer):
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = model_targets(model)
         specs = quantize_model_hqq(model, smash_config["bits"], smash_config["group_size"], smash_config["iters"],
                                    smash_config["optimize_scale"], tuple(smash_config["exclude"]))
-        support.record(smash_config, specs)
+        support.record(smash_config, specs, targets)
         return model

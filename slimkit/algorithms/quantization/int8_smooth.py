@@ -7,16 +7,17 @@ from typing import Any
 import torch
 from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 
+from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage, select_or_refuse
 from slimkit.compression.quantization.int8.calibration import calibration_batches
-from slimkit.compression.quantization.int8.dynamic import linear_names
 from slimkit.compression.quantization.int8.smooth import AUTO_ALPHAS, quantize_smooth, replay_smooth
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
+from slimkit.core.weights import DENSE, FALLBACK, UNSUPPORTED, Target, weight_of
 
 
 @register
-class Int8Smooth(SlimkitQuantizer):
+class Int8Smooth(TargetsMixin, SlimkitQuantizer):
     """Calibrated dynamic int8 Linear (fbgemm) that keeps the output within a fidelity budget.
 
     On calibration data it (1) folds SmoothQuant-style activation smoothing into the op that produces each
@@ -39,6 +40,9 @@ class Int8Smooth(SlimkitQuantizer):
     run_on_cpu = True
     run_on_cuda = False
     save_fn = SaveFn.REPLAY
+    target_kinds = DENSE
+    supported_models = ("It quantizes float32 nn.Linear layers (and subclasses computing x W^T + b) and transformers "
+                        "Conv1D layers; the model has none it can replace.")
 
     def get_hyperparameters(self) -> list:
         """Fidelity budget, smoothing and calibration size."""
@@ -58,18 +62,17 @@ class Int8Smooth(SlimkitQuantizer):
                 "desc": "Linear layers always kept in fp32: exact names or glob patterns, e.g. ['lm_head']."}),
         ]
 
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs at least one float32 nn.Linear."""
-        return isinstance(model, torch.nn.Module) and any(
-            type(m) is torch.nn.Linear and m.weight.dtype == torch.float32 for m in model.modules()
-        )
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return "It quantizes float32 nn.Linear layers and the model has none."
+    def usable(self, target: Target, model: Any) -> bool:
+        """Only float32 weights (the calibration and the fp32 fallback compare against float32)."""
+        return weight_of(model.get_submodule(target.name)).dtype == torch.float32
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        names = linear_names(model, tuple(smash_config["exclude"]))
+        exclude = tuple(smash_config["exclude"])
+        targets = model_targets(model)
+        chosen = select_or_refuse(targets, DENSE, exclude, self.algorithm_name)
+        names = [t.name for t in chosen if self.usable(t, model)]
+        reasons = {t.name: f"{UNSUPPORTED}: int8_smooth needs a float32 weight, this one is "
+                           f"{weight_of(model.get_submodule(t.name)).dtype}" for t in chosen if t.name not in names}
         batches, source = calibration_batches(
             model, smash_config["calibration_samples"], data=smash_config.data, tokenizer=smash_config.tokenizer,
             example=smash_config.example_inputs, purpose="int8_smooth")
@@ -78,6 +81,9 @@ class Int8Smooth(SlimkitQuantizer):
                                 alpha=None if smash_config["auto_alpha"] else float(smash_config["alpha"]),
                                 saturation_safe=None)  # the CPU probe, or SLIMKIT_INT8_SATURATION_SAFE=1
         smash_config.state.update(calibration=source, **state)
+        reasons.update({n: f"{FALLBACK} (most sensitive layers in fp32 until the output cosine reaches "
+                           f"min_cosine={smash_config['min_cosine']})" for n in state["fp32_layers"]})
+        record_coverage(smash_config.state, targets, state["int8_layers"], exclude, reasons=reasons)
         return model
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:

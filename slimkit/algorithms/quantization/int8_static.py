@@ -7,12 +7,15 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 
+from slimkit.algorithms.quantization._targets import model_targets, record_coverage
 from slimkit.compression.quantization.int8.calibration import calibration_batches
-from slimkit.compression.quantization.int8.static import quantize_static, rebuild_static
+from slimkit.compression.quantization.int8.static import converted, quantize_static, rebuild_static
 from slimkit.compression.quantization.int8.static_fx import CONVS
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
+from slimkit.core.selection import matches
+from slimkit.core.weights import FALLBACK, UNSUPPORTED
 
 MIN_COSINE = 0.98
 MAX_FP32_LAYERS = 8
@@ -80,6 +83,7 @@ class Int8Static(SlimkitQuantizer):
                 "use int8_smooth or int8_dynamic for transformers.")
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = model_targets(model)  # the Linear-like layers (its convolutions are recorded by quantize_static)
         batches, source = calibration_batches(
             model, smash_config["calibration_samples"], data=smash_config.data, tokenizer=smash_config.tokenizer,
             example=smash_config.example_inputs, batch_size=16, purpose="int8_static")
@@ -88,6 +92,14 @@ class Int8Static(SlimkitQuantizer):
             max_fp32_layers=smash_config["max_fp32_layers"], bias_correction=smash_config["bias_correction"],
             exclude=tuple(smash_config["exclude"]))
         smash_config.state.update(calibration=source, **record)
+        fp32 = set(record["fp32_modules"])
+        reasons = {t.name: f"{FALLBACK} (most sensitive layers in fp32 until the output cosine reaches min_cosine="
+                           f"{smash_config['min_cosine']})" if t.name in fp32 else
+                   f"{UNSUPPORTED}: torch.ao FX static int8 did not convert this {t.type_name}" for t in targets}
+        exclude = tuple(smash_config["exclude"])
+        done = converted(smashed, [t.name for t in targets])
+        record_coverage(smash_config.state, targets, done, exclude,
+                        reasons={n: r for n, r in reasons.items() if n in fp32 or not matches(n, exclude)})
         return smashed
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:

@@ -6,6 +6,7 @@ from typing import Any
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
+from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_rtn
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
@@ -28,7 +29,8 @@ class RTN(LowBitQuantizer):
         return support.weight_hyperparameters()
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = model_targets(model)
         specs = quantize_model_rtn(model, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
                                    tuple(smash_config["exclude"]))
-        support.record(smash_config, specs)
+        support.record(smash_config, specs, targets)
         return model

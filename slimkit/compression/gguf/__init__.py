@@ -1,12 +1,15 @@
 """GGUF export for llama.cpp, and a torch-shaped module that runs the file with llama-cpp-python.
 
-The export takes Llama-family and Qwen2 causal LMs with float or slimkit-packed low-bit weights; llama_cpp is
-imported only when a file is opened.
+The export takes the causal-LM families llama.cpp runs (:data:`FAMILIES`: Llama, Mistral, Granite, Mixtral, OLMo,
+Qwen2, Qwen3, Qwen2-MoE, Gemma, Gemma 2, Phi-3, GPT-2, GPT-NeoX, Falcon, StableLM) with float or slimkit-packed
+low-bit weights; llama_cpp is imported only when a file is opened.
 """
 
 from slimkit.compression.gguf.blocks import BLOCK, block_type, pack_blocks
-from slimkit.compression.gguf.export import ARCHITECTURES, DTYPES, architecture, export_gguf, supported_names
+from slimkit.compression.gguf.export import DTYPES, architecture, export_gguf
+from slimkit.compression.gguf.families import FAMILIES, Family, supported_names
 from slimkit.compression.gguf.runtime import LlamaCppModule, open_llama
+from slimkit.compression.gguf.tensors import PACKED, Packed
 
-__all__ = ["ARCHITECTURES", "BLOCK", "DTYPES", "LlamaCppModule", "architecture", "block_type", "export_gguf",
-           "open_llama", "pack_blocks", "supported_names"]
+__all__ = ["BLOCK", "DTYPES", "FAMILIES", "Family", "LlamaCppModule", "PACKED", "Packed", "architecture",
+           "block_type", "export_gguf", "open_llama", "pack_blocks", "supported_names"]

@@ -24,11 +24,12 @@ is refused, naming the settings that have one; nothing is re-quantized behind th
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType
 
-from slimkit.compression.quantization.lowbit.linear import PackedLinear
 from slimkit.errors import ConfigError
 
 BLOCK = 32
@@ -36,8 +37,12 @@ _FIX = ("quantize with bits=4 (sym=False -> Q4_1, sym=True -> Q4_0) or bits=8 wi
         "group_size=32 (or a multiple of 32)")
 
 
-def block_type(layer: PackedLinear, name: str) -> GGMLQuantizationType:
-    """The GGUF block type that stores ``layer`` without re-quantizing, or a ConfigError saying what has one."""
+def block_type(layer: Any, name: str) -> GGMLQuantizationType:
+    """The GGUF block type that stores ``layer`` without re-quantizing, or a ConfigError saying what has one.
+
+    ``layer`` is a :class:`PackedLinear` or anything with its ``bits``, ``group_size``, ``zeros``,
+    ``in_features`` and ``input_scale`` (the writer's :class:`~.tensors.Packed`).
+    """
     if layer.input_scale is not None:
         raise ConfigError(f"{name}: this packed layer multiplies its input by an AWQ scale that no preceding layer "
                           "absorbed; GGUF has no input scale. Exclude the layer from awq, or use gptq/rtn/hqq.")
@@ -66,8 +71,14 @@ def _fp16_bytes(values: torch.Tensor) -> np.ndarray:
 
 def pack_blocks(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int,
                 qtype: GGMLQuantizationType) -> np.ndarray:
-    """Block bytes ``uint8 [out, in / 32 * block_bytes]`` of codes ``[out, in]`` with per-group scales/zeros."""
-    out_f, in_f = codes.shape
+    """Block bytes ``uint8 [..., out, in / 32 * block_bytes]`` of codes ``[..., out, in]`` with per-group scales/zeros.
+
+    Leading dimensions (the experts of a 3-D weight) are kept.
+    """
+    lead, in_f = codes.shape[:-1], codes.shape[-1]
+    codes = codes.reshape(-1, in_f)
+    scales, zeros = scales.reshape(-1, scales.shape[-1]), zeros.reshape(-1, zeros.shape[-1])
+    out_f = codes.shape[0]
     q = codes.to(torch.int16).view(out_f, in_f // BLOCK, BLOCK)
     d = _fp16_bytes(_per_block(scales.float(), group_size))
     if qtype == GGMLQuantizationType.Q8_0:
@@ -79,12 +90,4 @@ def pack_blocks(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
         if qtype == GGMLQuantizationType.Q4_1:
             m = -_per_block(zeros.float(), group_size) * _per_block(scales.float(), group_size)
             parts = [d, _fp16_bytes(m), body]
-    return np.concatenate(parts, axis=-1).reshape(out_f, -1)
-
-
-def packed_rows(layer: PackedLinear, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-    """``(codes, scales, zeros)`` of ``layer``, with its output rows reordered by ``rows`` when given."""
-    codes, scales, zeros = layer.codes(), layer.scales, layer.zeros
-    if rows is not None:
-        codes, scales, zeros = codes[rows], scales[rows], zeros[rows]
-    return codes, scales, zeros
+    return np.concatenate(parts, axis=-1).reshape(*lead, -1)

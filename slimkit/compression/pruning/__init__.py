@@ -9,8 +9,13 @@ Typical use::
     masks = pruner.get_masks()  # {layer name: {"weight_mask": ..., "bias_mask": ...}} for ModelSpeedup
 """
 
+from slimkit.compression.pruning.admm import ADMMPruner
 from slimkit.compression.pruning.agp import AGPPruner, agp_sparsity
+from slimkit.compression.pruning.allocation import AllocationPruner
+from slimkit.compression.pruning.amc import AMCPruner
 from slimkit.compression.pruning.attention import AttentionHeadMasker, AttentionHeadPruner, HeadLayout, find_head_layout
+from slimkit.compression.pruning.auto_compress import AutoCompressPruner
+from slimkit.compression.pruning.channel_macs import ChannelMacs
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError, resolve_config_list
 from slimkit.compression.pruning.coupling import ChannelCoupling
@@ -22,6 +27,7 @@ from slimkit.compression.pruning.data_pruners import (
     TaylorFOWeightFilterPruner,
     TaylorFOWeightFilterPrunerMasker,
 )
+from slimkit.compression.pruning.ddpg import DDPGAgent
 from slimkit.compression.pruning.dependency import DependencyAwarePruner
 from slimkit.compression.pruning.energy import ChannelEnergyPruner, ChannelEnergyPrunerMasker
 from slimkit.compression.pruning.group import (
@@ -31,6 +37,7 @@ from slimkit.compression.pruning.group import (
     GroupL2FilterPruner,
 )
 from slimkit.compression.pruning.io import load_masks, load_state_dict_file, save_masks
+from slimkit.compression.pruning.lottery_ticket import LotteryTicketPruner
 from slimkit.compression.pruning.maskers import (
     FPGMPrunerMasker,
     L1FilterPrunerMasker,
@@ -41,22 +48,32 @@ from slimkit.compression.pruning.maskers import (
     WeightMasker,
     num_to_prune,
 )
+from slimkit.compression.pruning.movement import MovementPruner
+from slimkit.compression.pruning.net_adapt import NetAdaptPruner
 from slimkit.compression.pruning.one_shot import FPGMPruner, L1FilterPruner, L2FilterPruner, LevelPruner, SlimPruner
+from slimkit.compression.pruning.sensitivity import SensitivityPruner
+from slimkit.compression.pruning.simulated_annealing import SimulatedAnnealingPruner
 from slimkit.compression.pruning.utils import format_sensitivity_table, plot_sensitivity, sensitivity_analysis
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 
 __all__ = [
+    "ADMMPruner",
     "AGPPruner",
+    "AMCPruner",
     "ActivationAPoZRankFilterPruner",
     "ActivationAPoZRankFilterPrunerMasker",
     "ActivationMeanRankFilterPruner",
     "ActivationMeanRankFilterPrunerMasker",
+    "AllocationPruner",
     "AttentionHeadMasker",
     "AttentionHeadPruner",
+    "AutoCompressPruner",
     "ChannelCoupling",
     "ChannelEnergyPruner",
     "ChannelEnergyPrunerMasker",
     "ChannelGroupPlan",
+    "ChannelMacs",
+    "DDPGAgent",
     "DependencyAwarePruner",
     "FPGMPruner",
     "FPGMPrunerMasker",
@@ -70,9 +87,14 @@ __all__ = [
     "L2FilterPrunerMasker",
     "LevelPruner",
     "LevelPrunerMasker",
+    "LotteryTicketPruner",
+    "MovementPruner",
+    "NetAdaptPruner",
     "Pruner",
     "PrunerModuleWrapper",
     "PruningConfigError",
+    "SensitivityPruner",
+    "SimulatedAnnealingPruner",
     "SlimPruner",
     "SlimPrunerMasker",
     "StructuredWeightMasker",

@@ -176,6 +176,19 @@ class Pruner(Compressor[PrunerModuleWrapper]):
         self.apply_masks(masks)
         return masks
 
+    # --- weights ------------------------------------------------------------------------------------
+    def weights_snapshot(self) -> dict[str, torch.Tensor]:
+        """A copy of the model's parameters and buffers without the masks (to rewind or to try candidates)."""
+        skip = {f"{w.name}.{b}" for w in self.modules_wrapper for b in w._buffers} if self.is_wrapped else set()
+        return {k: v.detach().clone() for k, v in self.bound_model.state_dict().items() if k not in skip}
+
+    @torch.no_grad()
+    def restore_weights(self, snapshot: Mapping[str, torch.Tensor]) -> None:
+        """Copy the values of a :meth:`weights_snapshot` (taken in the same wrapped state) back into the model."""
+        state = self.bound_model.state_dict()
+        for key, value in snapshot.items():
+            state[key].copy_(value)
+
     # --- export ---------------------------------------------------------------------------------------
     def masked_state_dict(self) -> dict[str, torch.Tensor]:
         """State dict of the unwrapped model with the masks multiplied into weight and bias (copies)."""

@@ -67,7 +67,7 @@ class BNNQuantizer(Quantizer):
             shape: tuple[int, ...] = (1,)
             device = self.device
             if quant_type is QuantType.WEIGHT:
-                weight = wrapper.module.weight
+                weight = wrapper.layer_weight()
                 if self.scale_weights and weight.dim() > 1:
                     shape = (weight.shape[0], *([1] * (weight.dim() - 1)))
             wrapper.register_buffer(f"{quant_type.value}_scale", torch.full(shape, 2.0, device=device))

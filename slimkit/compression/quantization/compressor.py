@@ -16,7 +16,9 @@ from slimkit.compression.quantization.grad import QuantGrad, QuantType
 from slimkit.compression.quantization.io import CALIBRATION_FORMAT, MODEL_FORMAT, Calibration, save_calibration
 from slimkit.compression.quantization.observers import dequantize, quantize_codes
 from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
+from slimkit.core.coverage import coverage
 from slimkit.core.io import save_tensors_atomic
+from slimkit.core.weights import CONV1D, DENSE, EXCLUDED, find_targets
 from slimkit.utils import model_device
 
 
@@ -41,8 +43,10 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
     quant_grad: type[QuantGrad] | None = QuantGrad
     supported_quant_types: tuple[str, ...] = ("weight", "input", "output")
     bits_range: tuple[int, int] = (1, 16)
-    default_op_types: tuple[str, ...] = ("Conv2d", "Linear")
+    default_op_types: tuple[str, ...] = ("Conv2d", "Linear", "Conv1D")
     extra_config_keys: tuple[str, ...] = ()
+    #: the :mod:`slimkit.core.weights` target kinds whose weights the wrappers can quantize
+    _weight_kinds: tuple[str, ...] = DENSE
 
     def _init_state(self) -> None:
         self.steps = 0
@@ -51,6 +55,7 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
         self.epoch = 0
 
     def _create_wrappers(self) -> list[QuantizerModuleWrapper]:
+        self._targets = find_targets(self.bound_model)  # before wrapping: what coverage() is measured against
         resolved = resolve_quant_config_list(
             self.bound_model, self.config_list, self.default_op_types, self.supported_quant_types, self.bits_range,
             self.extra_config_keys,
@@ -120,7 +125,7 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
     @torch.no_grad()
     def quantized_weight(self, wrapper: QuantizerModuleWrapper) -> torch.Tensor:
         """The layer's weight as the forward pass uses it (quantized then dequantized), detached."""
-        return self.dispatch(wrapper.module.weight, QuantType.WEIGHT, wrapper).detach()
+        return self.dispatch(wrapper.layer_weight(), QuantType.WEIGHT, wrapper).detach()
 
     @torch.no_grad()
     def weight_codes(self, wrapper: QuantizerModuleWrapper) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -133,6 +138,17 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
                 "must set wrapper.weight_scale and wrapper.weight_zero_point."
             )
         return quantize_codes(weight, scale, zero_point, wrapper.bits("weight")), scale.clone(), zero_point.clone()
+
+    def coverage(self) -> dict[str, Any]:
+        """The :func:`slimkit.core.coverage.coverage` record of the weights this quantizer quantizes.
+
+        Measured against the Linear-like layers of the model as it was given; a layer the ``config_list`` does not
+        select is listed as excluded, one the target definition refuses with its reason.
+        """
+        done = [w.name for w in self.modules_wrapper if QuantType.WEIGHT in w.quant_types]
+        left = {t.name: f"{EXCLUDED} (config_list does not select it)" for t in self._targets
+                if t.name not in done and not t.unsupported and t.kind in self._weight_kinds}
+        return coverage(self._targets, done, reasons=left)
 
     def calibration_config(self) -> Calibration:
         """``{layer: {"<type>_bits": int, "<type>_scale": Tensor, "<type>_zero_point": Tensor}}`` for every type.
@@ -164,7 +180,8 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
             if QuantType.WEIGHT in wrapper.quant_types:
                 codes, scale, zero_point = self.weight_codes(wrapper)
                 key = f"{wrapper.name}.weight"
-                state[key] = dequantize(codes, scale, zero_point).to(state[key].dtype)
+                weight = dequantize(codes, scale, zero_point)
+                state[key] = (weight.t() if wrapper.kind == CONV1D else weight).to(state[key].dtype)
         return state
 
     def export_model(

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from slimkit.compression.config_list import check_config_list, check_entry_keys, select_layers
+from slimkit.core.weights import DENSE, find_targets
 from slimkit.errors import ConfigError, closest
 
 QUANT_CONFIG_KEYS: tuple[str, ...] = ("quant_types", "quant_bits", "op_types", "op_names", "exclude")
@@ -93,6 +94,12 @@ def _quant_bits(entry: Mapping[str, Any], index: int, types: list[str], bits_ran
     return {t: bits for t in types}
 
 
+def _by_default(entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry`` selects by ``op_types: ["default"]`` (given, or implied by naming neither key)."""
+    op_types = entry.get("op_types")
+    return ("default" in op_types) if op_types is not None else "op_names" not in entry
+
+
 def resolve_quant_config_list(
     model: nn.Module,
     config_list: Sequence[Mapping[str, Any]],
@@ -106,6 +113,10 @@ def resolve_quant_config_list(
     Each config is a copy of the winning entry with ``quant_types`` as a list of strings, ``quant_bits`` as
     ``{type: bits}`` and ``op_type`` set to the layer's class name. Layers to be weight-quantized must have
     a floating-point ``weight`` tensor. ``extra_keys`` are quantizer-specific keys (e.g. ``quant_start_step``).
+
+    A dense layer that :mod:`slimkit.core.weights` marks unsupported (``nn.MultiheadAttention.out_proj``, whose
+    weight its parent reads directly; a Linear subclass whose forward is not ``x W^T + b``) is left out when only
+    ``"default"`` selected it, and is an error when an entry names it or its type.
     """
     check_config_list(model, config_list, _EXAMPLE, QuantizationConfigError)
     allowed = tuple(QUANT_CONFIG_KEYS) + tuple(extra_keys)
@@ -120,11 +131,19 @@ def resolve_quant_config_list(
         config["quant_bits"] = _quant_bits(entry, index, types, bits_range)
         normalised.append(config)
     selected = select_layers(model, config_list, default_op_types, QuantizationConfigError)
+    unsupported = {t.name: t.unsupported for t in find_targets(model, DENSE) if t.unsupported}
 
     result: dict[str, dict[str, Any]] = {}
     for name, index in selected.items():
         config = dict(normalised[index] or {})
         config["op_type"] = type(model.get_submodule(name)).__name__
+        if "weight" in config["quant_types"] and name in unsupported:
+            if _by_default(config_list[index]):
+                continue
+            raise QuantizationConfigError(
+                f"config_list[{index}] selects layer {name!r} ({config['op_type']}), whose weight cannot be "
+                f"quantized: {unsupported[name]}. Add {{'exclude': True, 'op_names': [{name!r}]}} after it."
+            )
         if "weight" in config["quant_types"]:
             weight = getattr(model.get_submodule(name), "weight", None)
             if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():

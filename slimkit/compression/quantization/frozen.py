@@ -19,6 +19,7 @@ from slimkit.compression.quantization.config import QuantizationConfigError
 from slimkit.compression.quantization.grad import QuantType
 from slimkit.compression.quantization.observers import dequantize, fake_quantize
 from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper, run_with_weight
+from slimkit.core.weights import CONV1D, target_kind
 from slimkit.utils import model_device
 
 LayerSpec = dict[str, Any]  # {"bits": {type: int}, "shapes": {buffer: [dims]}, "dtype": str}
@@ -48,11 +49,14 @@ class QuantizedLayer(nn.Module):
         self.weight_dtype = dtype
         shapes = spec["shapes"]
         device = model_device(module)
+        #: the layer's target kind, read before its weight goes: a Conv1D's codes are stored ``[out, in]``
+        self.kind = target_kind(module)
         if "weight" in self.bits:
             if "weight" not in module._parameters:
                 raise QuantizationConfigError(f"Layer {name!r} ({type(module).__name__}) has no weight parameter.")
             weight = module._parameters.pop("weight")
-            codes = torch.zeros(weight.shape, dtype=codes_dtype(self.bits["weight"]), device=device)
+            shape = weight.shape[::-1] if self.kind == CONV1D else weight.shape
+            codes = torch.zeros(shape, dtype=codes_dtype(self.bits["weight"]), device=device)
             self.register_buffer("weight_codes", codes)
         self.module = module
         for quant_type in self.bits:
@@ -101,7 +105,7 @@ class QuantizedLayer(nn.Module):
         return {"bits": dict(self.bits), "shapes": shapes, "dtype": str(self.weight_dtype).split(".")[-1]}
 
     def dequantized_weight(self) -> torch.Tensor:
-        """The weight the forward uses: ``(codes - zero_point) * scale``."""
+        """The weight the forward uses: ``(codes - zero_point) * scale``, ``[out, in]`` (also for a Conv1D)."""
         return dequantize(self.weight_codes, self.weight_scale, self.weight_zero_point).to(self.weight_dtype)
 
     def weight(self) -> torch.Tensor:
@@ -117,7 +121,7 @@ class QuantizedLayer(nn.Module):
         if "input" in self.bits and args and isinstance(args[0], torch.Tensor):
             args = (self._act(args[0], "input"), *args[1:])
         if "weight" in self.bits:
-            output = run_with_weight(self.module, self.dequantized_weight(), args, kwargs)
+            output = run_with_weight(self.module, self.dequantized_weight(), args, kwargs, self.kind)
         else:
             output = self.module(*args, **kwargs)
         if "output" in self.bits and isinstance(output, torch.Tensor):

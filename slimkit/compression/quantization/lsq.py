@@ -52,7 +52,7 @@ class LsqQuantizer(Quantizer):
 
     def _init_wrapper(self, wrapper: QuantizerModuleWrapper) -> None:
         """Create the step parameter, zero point and initialised flag for every quantized tensor."""
-        weight = getattr(wrapper.module, "weight", None)
+        weight = wrapper.layer_weight() if "weight" in wrapper.config["quant_types"] else None
         device = self.device
         for quant_type in wrapper.quant_types:
             name, bits = quant_type.value, wrapper.bits(quant_type)

@@ -64,7 +64,7 @@ class QATQuantizer(Quantizer):
         for quant_type in wrapper.quant_types:
             name = quant_type.value
             if quant_type is QuantType.WEIGHT:
-                weight = wrapper.module.weight
+                weight = wrapper.layer_weight()
                 channels = weight.shape[0] if self.per_channel and weight.dim() > 1 else 1
                 shape = (channels, *([1] * (weight.dim() - 1))) if channels > 1 else (1,)
             else:

@@ -5,6 +5,9 @@ the quantized weight (the stored parameter stays full precision and keeps receiv
 quantizes the output, each only when the layer's ``quant_types`` list it. The quantizer's state for the
 layer (scales, zero points, observed ranges, learned step sizes) lives on the wrapper as buffers or
 parameters, so it moves with ``.to()`` and appears in ``state_dict()``.
+
+Quantizers see a dense layer's weight as ``[out, in]`` (:func:`slimkit.core.weights.weight_of`): transformers'
+``Conv1D`` stores it transposed, so its per-channel scales follow output channels like a Linear's.
 """
 
 from __future__ import annotations
@@ -17,14 +20,24 @@ from torch import nn
 from torch.func import functional_call
 
 from slimkit.compression.quantization.grad import QuantizerLike, QuantType
+from slimkit.core.weights import CONV1D, conv1d_type, target_kind, weight_of
 
 
-def run_with_weight(module: nn.Module, weight: torch.Tensor, args: tuple, kwargs: dict[str, Any]) -> Any:
-    """Run ``module`` with ``weight`` in place of its own (fast paths for Linear and Conv layers)."""
-    if type(module) is nn.Linear and len(args) == 1 and not kwargs:
+def run_with_weight(module: nn.Module, weight: torch.Tensor, args: tuple, kwargs: dict[str, Any],
+                    kind: str | None = None) -> Any:
+    """Run ``module`` with ``weight`` in place of its own (fast paths for Linear, Conv1D and Conv layers).
+
+    ``weight`` is in the quantizer's layout (``[out, in]`` for a ``Conv1D``, whose stored weight is ``[in, out]``);
+    ``kind`` is the module's :func:`slimkit.core.weights.target_kind` when it can no longer be read off the module.
+    """
+    kind = target_kind(module) if kind is None else kind
+    plain = type(module) is nn.Linear or (kind == CONV1D and type(module) is conv1d_type())
+    if plain and len(args) == 1 and not kwargs:
         return F.linear(args[0], weight, module.bias)
     if type(module) in (nn.Conv1d, nn.Conv2d, nn.Conv3d) and len(args) == 1 and not kwargs:
         return module._conv_forward(args[0], weight, module.bias)
+    if kind == CONV1D:
+        weight = weight.t()
     return functional_call(module, {"weight": weight}, args, kwargs)
 
 
@@ -44,6 +57,12 @@ class QuantizerModuleWrapper(nn.Module):
         self.type = module_type
         self.config = config
         self.quantizer = quantizer  # a plain reference (not an nn.Module, so not a submodule)
+        #: the layer's :func:`slimkit.core.weights.target_kind` ("linear", "conv1d", or None for convolutions...)
+        self.kind = target_kind(module)
+
+    def layer_weight(self) -> torch.Tensor:
+        """The layer's weight as quantizers see it: ``[out, in, ...]`` (a transposed view for ``Conv1D``)."""
+        return weight_of(self.module)
 
     @property
     def quant_types(self) -> list[QuantType]:
@@ -70,8 +89,8 @@ class QuantizerModuleWrapper(nn.Module):
         if "input" in types and args and isinstance(args[0], torch.Tensor):
             args = (self.quantizer.quantize(args[0], QuantType.INPUT, self), *args[1:])
         if "weight" in types:
-            weight = self.quantizer.quantize(self.module.weight, QuantType.WEIGHT, self)
-            output = run_with_weight(self.module, weight, args, kwargs)
+            weight = self.quantizer.quantize(self.layer_weight(), QuantType.WEIGHT, self)
+            output = run_with_weight(self.module, weight, args, kwargs, self.kind)
         else:
             output = self.module(*args, **kwargs)
         if "output" in types and isinstance(output, torch.Tensor):

@@ -4,6 +4,7 @@ import torch
 
 from slimkit.compression.onnx import OnnxRuntimeModule
 from slimkit.compression.quantization.int8.linear import FULL_RANGE, SATURATION_SAFE, Int8Linear, choose_path
+from slimkit.core.weights import DENSE, FALLBACK, find_targets, select
 from slimkit.evaluation import fidelity, size_on_disk
 from tests.algorithms import models as harness_models
 from tests.algorithms.testers.base import AlgorithmTesterBase
@@ -49,12 +50,12 @@ harness_models.LOCAL.setdefault("sensitive_cnn", (SensitiveCNN, lambda: torch.ra
 
 
 def _linear_names(model: torch.nn.Module) -> list[str]:
-    return [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]
+    return [t.name for t in select(find_targets(model), DENSE)]  # Linear (and subclasses), Conv1D
 
 
 class TestInt8Smooth(AlgorithmTesterBase):
     algorithm = "int8_smooth"
-    models = ["mlp", "tiny_bert", "tiny_llama"]
+    models = ["mlp", "tiny_bert", "tiny_llama", "tiny_gpt2"]  # tiny_gpt2: Conv1D layers, smoothed through LayerNorm
     reject_models = ["conv_only", "no_weights", "not_a_module"]
     hyperparameters = {"min_cosine": 0.99, "exclude": ["lm_head"]}
 
@@ -70,6 +71,9 @@ class TestInt8Smooth(AlgorithmTesterBase):
         assert state["cosine"] >= 0.99 and state["calibration"] == "SmashConfig example inputs"
         assert fidelity(base, smashed, inputs).cosine_mean > 0.99
         assert size_on_disk(smashed) < 0.75 * size_on_disk(base)
+        left = {x["name"]: x["reason"] for x in state["coverage"]["left"]}
+        assert all(left[n].startswith(FALLBACK) for n in state["fp32_layers"])
+        assert state["coverage"]["quantized_layers"] == len(state["int8_layers"])
         if "llama" in type(base).__name__.lower():  # pre-norm: smoothing folds into both RMSNorms
             producers = {g["producer"].rsplit(".", 1)[-1] for g in state["smoothed"]}
             assert {"input_layernorm", "post_attention_layernorm"} <= producers

@@ -1,6 +1,7 @@
 """Testers for the llama_cpp compiler (marked ``llamacpp``: they need llama-cpp-python, see ``make test-llamacpp``).
 
-fp32 export: llama.cpp's logits match the transformers model within 0.02 (its KV cache is fp16). gptq (group 32)
+fp32 export (Llama, and GPT-2 with its Conv1D layers): llama.cpp's logits match the transformers model within 0.02
+(its KV cache is fp16). gptq (group 32)
 -> llama_cpp: the file stores GPTQ's 4-bit grid as Q4_1 blocks at under 0.45x the fp32 bytes, and generates.
 (tests/compression/gguf/test_runtime.py compares llama.cpp's logits with slimkit's own quantized model.)
 """
@@ -22,8 +23,8 @@ def _logits(model, inputs) -> torch.Tensor:
 
 class TestLlamaCpp(AlgorithmTesterBase):
     algorithm = "llama_cpp"
-    models = ["tiny_llama"]
-    reject_models = ["tiny_gpt2", "mlp"]
+    models = ["tiny_llama", "tiny_gpt2"]
+    reject_models = ["mlp", "tiny_opt"]
     hyperparameters = {"n_threads": 1, "n_ctx": 64}
     marks = ["llamacpp"]
 
@@ -34,7 +35,7 @@ class TestLlamaCpp(AlgorithmTesterBase):
     def post_smash_hook(self, smashed, base, inputs):
         assert isinstance(smashed.model, LlamaCppModule) and smashed.applied[-1]["state"]["n_ctx"] == 64
         state = smashed.applied[-1]["state"]
-        assert state["file_type"] == "ALL_F32" and state["architecture"] == "llama"
+        assert state["file_type"] == "ALL_F32" and state["architecture"] == base.config.model_type
         assert (_logits(smashed, inputs) - _logits(base, inputs)).abs().max() < 0.02
 
 
@@ -42,7 +43,7 @@ class TestGPTQThenLlamaCpp(TestLlamaCpp):
     """The headline recipe: GPTQ's 4-bit group-32 weights reach llama.cpp as Q4_1 blocks, not re-quantized."""
 
     extra_config = {"quantizer": "gptq", "gptq_group_size": 32, "gptq_n_calibration_samples": 4, "gptq_seq_len": 32}
-    reject_models = ["tiny_gpt2"]
+    reject_models = ["tiny_opt"]
 
     @classmethod
     def prepare_config(cls, cfg):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from slimkit.compression.quantization.lowbit import PackedLinear
-from slimkit.compression.quantization.lowbit.layers import is_quantizable
+from slimkit.compression.quantization.lowbit.layers import is_dense
 from slimkit.evaluation import fidelity, size_on_disk
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
@@ -30,7 +30,7 @@ class ByteTokenizer:
 
 
 def _expected_layers(base: torch.nn.Module) -> list[str]:
-    return [n for n, m in base.named_modules() if n and is_quantizable(m) and not n.endswith("lm_head")]
+    return [n for n, m in base.named_modules() if n and is_dense(m) and not n.endswith("lm_head")]
 
 
 class _LowBitChecks:
@@ -55,6 +55,9 @@ class _LowBitChecks:
             assert not any(p.dim() == 2 for p in layer.parameters()), f"{name} keeps a dense weight"
         if hasattr(base, "lm_head"):
             assert not isinstance(smashed.model.get_submodule("lm_head"), PackedLinear)
+        coverage = smashed.applied[0]["state"]["coverage"]
+        assert coverage["share_not_excluded"] == 1.0 and coverage["quantized_layers"] == len(expected)
+        assert all(x["name"] == "lm_head" and x["reason"].startswith("kept by design") for x in coverage["left"])
         assert size_on_disk(smashed) < 0.55 * size_on_disk(base)
         assert fidelity(base, smashed, inputs).cosine_mean > self.min_cosine
 

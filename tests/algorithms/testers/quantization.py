@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import torch
 
-from slimkit.evaluation import fidelity, size_on_disk
+from slimkit.core.weights import DENSE, find_targets, select
+from slimkit.evaluation import count_macs, count_macs_by_dtype, fidelity, size_on_disk
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
 
@@ -12,18 +13,22 @@ def _is_dynamic_int8(module: torch.nn.Module) -> bool:
 
 class TestInt8Dynamic(AlgorithmTesterBase):
     algorithm = "int8_dynamic"
-    models = ["mlp", "tiny_bert", "tiny_llama"]
+    models = ["mlp", "tiny_bert", "tiny_llama", "tiny_gpt2"]  # tiny_gpt2: transformers Conv1D layers
     reject_models = ["conv_only", "not_a_module"]
     hyperparameters = {"per_channel": True, "exclude": ["*lm_head"]}
 
     def post_smash_hook(self, smashed, base, inputs):
-        linears = [n for n, m in base.named_modules() if type(m) is torch.nn.Linear and not n.endswith("lm_head")]
+        dense = [t.name for t in select(find_targets(base), DENSE) if not t.name.endswith("lm_head")]
         quantized = [n for n, m in smashed.model.named_modules() if _is_dynamic_int8(m)]
-        assert sorted(quantized) == sorted(linears)
+        assert sorted(quantized) == sorted(dense) and dense
         assert not any(_is_dynamic_int8(m) for n, m in smashed.model.named_modules() if n.endswith("lm_head"))
-        assert smashed.applied[0]["state"]["quantized_layers"] == len(linears)
+        state = smashed.applied[0]["state"]
+        assert state["quantized_layers"] == len(dense) and state["coverage"]["share_not_excluded"] == 1.0
+        assert all(x["reason"].startswith("excluded by the user's pattern") for x in state["coverage"]["left"])
         assert size_on_disk(smashed) < 0.6 * size_on_disk(base)
         assert fidelity(base, smashed, inputs).cosine_mean > 0.98
+        macs = count_macs_by_dtype(smashed, inputs)  # int8 MACs are MACs: the total is the fp32 model's
+        assert macs.get("int8", 0) > 0 and sum(macs.values()) == count_macs(base, inputs)
 
 
 class TestHalf(AlgorithmTesterBase):
@@ -35,6 +40,7 @@ class TestHalf(AlgorithmTesterBase):
     def post_smash_hook(self, smashed, base, inputs):
         dtypes = {p.dtype for p in smashed.parameters() if p.is_floating_point()}
         assert dtypes == {torch.bfloat16}
+        assert smashed.coverage["half"]["share"] == 1.0
         assert size_on_disk(smashed) < 0.6 * size_on_disk(base)
         assert fidelity(base, smashed, inputs).cosine_mean > 0.99
 

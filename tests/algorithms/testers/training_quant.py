@@ -44,6 +44,10 @@ class _TrainingQuantChecks:
             assert layer.bits["weight"] == self.bits
         record = smashed.applied[0]["state"]
         assert sorted(record["layers"]) == sorted(frozen) and record["train_steps"] > 0
+        linears = [n for n in expected if isinstance(base.get_submodule(n), torch.nn.Linear)]
+        assert record["coverage"]["quantized_layers"] == len(linears)  # coverage counts the Linear-like layers
+        left = [n for n in self.excluded if isinstance(base.get_submodule(n), torch.nn.Linear)]
+        assert [x["name"] for x in record["coverage"]["left"]] == left
         assert count_parameters(smashed.model) == count_parameters(base)
         assert size_on_disk(smashed) < 0.45 * size_on_disk(base)
         # a sanity check: the harness trains on the Digits DataModule's split, which overlaps the zoo's test

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from slimkit.compression.gguf import export_gguf
+from slimkit.compression.gguf import FAMILIES, PACKED, export_gguf
 from slimkit.compression.gguf.runtime import LlamaCppModule
 from slimkit.compression.quantization.lowbit import PackedLinear, quantize_model_rtn
 from slimkit.errors import SaveLoadError
-from tests.compression.gguf.conftest import BUILDERS
+from tests.compression.gguf.conftest import BUILDERS, PackedExperts, build
+from tests.compression.gguf.conftest import FAMILIES as KINDS
 
 pytestmark = pytest.mark.llamacpp
 IDS = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
@@ -46,6 +47,73 @@ def test_block_exports_run_slimkit_weights(arch, tokenizer, tmp_path, bits, sym)
     assert (got - want).abs().max() < 0.15
     if bits == 4:  # the file holds slimkit's grid: much closer to slimkit than slimkit is to the float model
         assert (got - want).abs().max() < 0.25 * (want - float_logits).abs().max()
+
+
+#: every family's tiny model, plus Falcon's new decoder (grouped-query qkv, two norms per layer), Llama with every
+#: bias (q/k biases reordered like their rows), and Gemma 2's sliding window run by llama.cpp (both layer patterns)
+CASES = [(kind, {}) for kind in KINDS] + [
+    ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2)),
+    ("llama", dict(attention_bias=True, mlp_bias=True)),
+    ("gemma2", dict(sliding_window=4)),
+    ("gemma2", dict(sliding_window=4, layer_types=["full_attention", "sliding_attention"]))]
+_IDS = [kind + "".join(f"-{k}" for k in settings) for kind, settings in CASES]
+
+
+@pytest.mark.parametrize(("kind", "settings"), CASES, ids=[f"{i}-{n}" for i, n in enumerate(_IDS)])
+def test_every_family_gives_transformers_logits(kind, settings, tokenizer, tmp_path):
+    """fp32 files: llama.cpp's logits within 0.01 of transformers' (measured at most 0.006, Gemma's logits being
+    twice as large; llama.cpp keeps its KV cache in fp16 and approximates GELU with tanh)."""
+    model = build(kind, **settings)
+    export_gguf(model, tmp_path / "m.gguf", tokenizer)
+    got = LlamaCppModule(tmp_path / "m.gguf", n_threads=1, n_ctx=64)(IDS).logits
+    assert (got - _logits(model)).abs().max() < 0.01
+
+
+def test_a_window_llama_cpp_does_not_run_limits_the_context(tokenizer, tmp_path):
+    """llama.cpp's llama graph attends over the whole context: a Mistral file is exact up to its window only."""
+    model = build("mistral", sliding_window=4)
+    summary = export_gguf(model, tmp_path / "m.gguf", tokenizer)
+    gap = (LlamaCppModule(tmp_path / "m.gguf", n_threads=1, n_ctx=64)(IDS).logits - _logits(model)).abs()
+    assert summary["context_limit"] == 4
+    assert gap[:, :4].max() < 0.01 and gap[:, 4:].max() > 0.1  # the limit is real, not a formality
+
+
+def test_every_family_runs_its_packed_weights(family, tokenizer, tmp_path):
+    """Q4_1 files of every family give slimkit's own quantized logits: the gap to slimkit is under a fifth of
+    slimkit's gap to the float model (measured under a tenth). MoE routing uses every expert here, so that
+    llama.cpp's 8-bit activations cannot flip a near-tie in the top-k choice."""
+    model = build(family, **({"num_experts_per_tok": 4} if family in ("mixtral", "qwen2_moe") else {}))
+    float_logits = _logits(model)
+    quantize_model_rtn(model, 4, 32, sym=False, exclude=("lm_head",) if FAMILIES[family].output == "tied" else ())
+    for layer in model.modules():
+        if isinstance(layer, PackedLinear):
+            layer.use_kernel = False
+    want = _logits(model)
+    summary = export_gguf(model, tmp_path / "q.gguf", tokenizer)
+    assert summary["file_type"] == "MOSTLY_Q4_1"
+    got = LlamaCppModule(tmp_path / "q.gguf", n_threads=1, n_ctx=64)(IDS).logits
+    assert (got - want).abs().max() < 0.2 * (want - float_logits).abs().max()
+
+
+@pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
+def test_packed_experts_run_in_llama_cpp(kind, tokenizer, tmp_path, monkeypatch):
+    """3-D Q4_0 experts (through a packed-experts adapter) give the logits of the model whose experts hold the
+    same dequantized grid: llama.cpp's gap is under a fifth of the quantization's own effect."""
+    model = build(kind, num_experts_per_tok=4)
+    float_logits = _logits(model)
+    stand_ins = [PackedExperts(layer.mlp.experts) for layer in model.model.layers]
+    with torch.no_grad():
+        for layer, packed in zip(model.model.layers, stand_ins, strict=True):
+            for param in PackedExperts.PARAMS:
+                getattr(layer.mlp.experts, param).copy_(packed.packed(param).dequantize())
+    want = _logits(model)
+    for layer, packed in zip(model.model.layers, stand_ins, strict=True):
+        layer.mlp.experts = packed
+    monkeypatch.setitem(PACKED, PackedExperts, PackedExperts.adapter)
+    summary = export_gguf(model, tmp_path / "e.gguf", tokenizer)
+    assert summary["tensor_types"]["blk.0.ffn_gate_exps.weight"] == "Q4_0"
+    got = LlamaCppModule(tmp_path / "e.gguf", n_threads=1, n_ctx=64)(IDS).logits
+    assert (got - want).abs().max() < 0.2 * (want - float_logits).abs().max()
 
 
 def test_padding_mask_keeps_rows_independent(tokenizer, tmp_path):

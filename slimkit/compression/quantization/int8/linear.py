@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.ao.nn.quantized.dynamic as nnqd
 
+from slimkit.core.weights import weight_of
+
 FULL_RANGE = "full_range"
 SATURATION_SAFE = "saturation_safe"
 PATHS = (FULL_RANGE, SATURATION_SAFE)
@@ -81,6 +83,10 @@ class Int8Linear(nnqd.Linear):
         y = torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, reduce_range=self.reduce_range)
         return y.to(x.dtype)
 
+    def call_macs(self, args: tuple, output: Any) -> tuple[str, int]:
+        """``("int8", MACs)`` of one call (int8 activations times int8 weights), for :mod:`slimkit.evaluation`."""
+        return "int8", (output.numel() * self.in_features if isinstance(output, torch.Tensor) else 0)
+
     def extra_repr(self) -> str:
         """Show the activation bit width and weight recipe next to torch.ao's description."""
         weights = "pair-safe" if self.saturation_safe else "127 levels"
@@ -88,10 +94,15 @@ class Int8Linear(nnqd.Linear):
 
 
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, reduce_range: bool = False,
+    def from_linear(cls, linear: torch.nn.Module, reduce_range: bool = False,
                     saturation_safe: bool = False) -> Int8Linear:
-        """Quantize ``linear``'s weight per output channel (symmetric int8) and keep its fp32 bias."""
-        return cls.from_weight(linear.weight, linear.bias, reduce_range, saturation_safe)
+        """Quantize a dense layer's weight per output channel (symmetric int8) and keep its fp32 bias.
+
+        ``linear`` is any :mod:`slimkit.core.weights` dense target: ``nn.Linear``, a subclass, or ``Conv1D``.
+        """
+        bias = getattr(linear, "bias", None)
+        return cls.from_weight(weight_of(linear), bias if isinstance(bias, torch.Tensor) else None, reduce_range,
+                               saturation_safe)
 
     @classmethod
     def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None, reduce_range: bool = False,
@@ -170,7 +181,7 @@ def set_module(model: torch.nn.Module, name: str, module: torch.nn.Module) -> No
 
 def quantize_layers(model: torch.nn.Module, names: Iterable[str], reduce_range: bool,
                     saturation_safe: bool = False, requantize_on_load: bool = False) -> torch.nn.Module:
-    """Swap the named ``nn.Linear`` layers of ``model`` for :class:`Int8Linear`, in place."""
+    """Swap the named dense layers (Linear, subclasses, Conv1D) of ``model`` for :class:`Int8Linear`, in place."""
     use_fbgemm()
     for name in names:
         module = Int8Linear.from_linear(model.get_submodule(name), reduce_range, saturation_safe)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from slimkit.compression.quantization.int8.linear import Int8Linear
+from slimkit.core.weights import DENSE, target_kind, weight_of
 from slimkit.utils import Inputs, run_model
 
 
@@ -46,8 +47,8 @@ def _is_norm(module: torch.nn.Module) -> bool:
 
 
 def _out_width(module: torch.nn.Module) -> int | None:
-    if type(module) is torch.nn.Linear:
-        return module.out_features
+    if target_kind(module) in DENSE:  # Linear (and subclasses), Conv1D: weight_of gives [out, in]
+        return int(weight_of(module).shape[0])
     if _is_norm(module):
         return int(module.weight.shape[0])
     return None
@@ -69,7 +70,7 @@ def discover_groups(model: torch.nn.Module, linear_names: list[str], batch: Inpu
                         group.consumers.append(name)
                         break
                 else:
-                    width = modules[name].in_features
+                    width = weight_of(modules[name]).shape[1]
                     producer = next((p for p in reversed(order) if _out_width(modules[p]) == width), None)
                     groups.append((args[0], FoldGroup([name], producer)))
             order.append(name)
@@ -92,15 +93,16 @@ def fold(model: torch.nn.Module, group: FoldGroup, scales: torch.Tensor) -> None
     """Divide the producer's output channels by ``scales`` and multiply the consumers' input columns by them."""
     producer = model.get_submodule(group.producer)
     with torch.no_grad():
-        if type(producer) is torch.nn.Linear:
-            producer.weight.div_(scales.to(producer.weight)[:, None])
+        if target_kind(producer) in DENSE:
+            rows = weight_of(producer)  # a view: dividing it divides the stored weight (transposed for Conv1D)
+            rows.div_(scales.to(rows)[:, None])
         else:
             producer.weight.div_(scales.to(producer.weight))
         bias = getattr(producer, "bias", None)
         if isinstance(bias, torch.Tensor):
             bias.div_(scales.to(bias))
         for name in group.consumers:
-            weight = model.get_submodule(name).weight
+            weight = weight_of(model.get_submodule(name))
             weight.mul_(scales.to(weight)[None, :])
 
 
@@ -133,7 +135,7 @@ def _accepts_kwarg(model: torch.nn.Module, name: str) -> bool:
 def _fold_changes_output(model: torch.nn.Module, groups: list[FoldGroup], batch: Inputs,
                          reference: list[torch.Tensor], gen: torch.Generator, tol: float) -> bool:
     """Fold random scales into all ``groups`` at once, run ``batch``, undo; whether any output moved."""
-    scales = [torch.empty(model.get_submodule(g.consumers[0]).in_features).uniform_(0.5, 2.0, generator=gen)
+    scales = [torch.empty(weight_of(model.get_submodule(g.consumers[0])).shape[1]).uniform_(0.5, 2.0, generator=gen)
               for g in groups]
     for group, s in zip(groups, scales, strict=True):
         fold(model, group, s)
@@ -214,7 +216,7 @@ def collect_statistics(
 
 def smoothing_scales(model: torch.nn.Module, group: FoldGroup, alpha: float) -> torch.Tensor:
     """SmoothQuant scales ``s_j = max|x_j|^alpha / max|W_j|^(1-alpha)`` (weights: all consumers of the group)."""
-    wmax = torch.stack([model.get_submodule(n).weight.detach().abs().amax(dim=0).float().cpu()
+    wmax = torch.stack([weight_of(model.get_submodule(n)).detach().abs().amax(dim=0).float().cpu()
                         for n in group.consumers]).amax(dim=0)
     amax = group.amax.float().cpu().clamp_min(1e-5)
     scales = amax.pow(alpha) / wmax.clamp_min(1e-5).pow(1.0 - alpha)
@@ -232,7 +234,7 @@ def int8_error(model: torch.nn.Module, group: FoldGroup, scales: torch.Tensor | 
     total, norm = 0.0, 0.0
     with torch.no_grad():
         for name in group.consumers:
-            weight = model.get_submodule(name).weight.detach().float().cpu()
+            weight = weight_of(model.get_submodule(name)).detach().float().cpu()
             reference = group.extras.get(name)
             if reference is None:
                 reference = group.extras[name] = torch.nn.functional.linear(x, weight)

@@ -144,6 +144,12 @@ def quantize_static(model: torch.nn.Module, batches: list[Inputs], *, observer: 
     return smashed, record
 
 
+def converted(smashed: torch.nn.Module, names: list[str]) -> list[str]:
+    """The ``names`` that are torch.ao quantized modules in the converted graph ``smashed`` (fused ones included)."""
+    modules = dict(smashed.named_modules())
+    return [n for n in names if n in modules and ".quantized" in type(modules[n]).__module__]
+
+
 def rebuild_static(model: torch.nn.Module, record: dict[str, Any], observer: str) -> Any:
     """The same mixed int8/fp32 graph as a :func:`quantize_static` record (dummy calibration; weights load next)."""
     dummy = torch.zeros(record["input_shape"], dtype=getattr(torch, record["input_dtype"]))

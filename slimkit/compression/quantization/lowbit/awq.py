@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.layers import in_out, is_quantizable, weight_of
+from slimkit.compression.quantization.lowbit.layers import in_out, is_dense, weight_of
 from slimkit.compression.quantization.lowbit.rtn import fake_quantize
 
 
@@ -82,7 +82,7 @@ def search_scale(
 def _norm_weight(module: nn.Module, width: int) -> nn.Parameter | None:
     """The elementwise weight of a norm layer of ``width`` channels (RMSNorm, LayerNorm...), else None."""
     weight = getattr(module, "weight", None)
-    if is_quantizable(module) or not isinstance(weight, nn.Parameter) or tuple(weight.shape) != (width,):
+    if is_dense(module) or not isinstance(weight, nn.Parameter) or tuple(weight.shape) != (width,):
         return None
     if any(True for _ in module.children()):
         return None
@@ -96,13 +96,13 @@ def fold_target(model: nn.Module, names: list[str], producer: str | None) -> nn.
         module = model.get_submodule(producer)
         if _norm_weight(module, width) is not None:
             return module
-        if is_quantizable(module) and in_out(module)[1] == width:
+        if is_dense(module) and in_out(module)[1] == width:
             return module
     last = names[0].rsplit(".", 1)
     if len(names) == 1 and last[-1] == "down_proj":  # gated MLP: down(act(gate(x)) * up(x)) is linear in up
         parent = model.get_submodule(last[0])
         up = getattr(parent, "up_proj", None)
-        if up is not None and is_quantizable(up) and in_out(up)[1] == width:
+        if up is not None and is_dense(up) and in_out(up)[1] == width:
             return up
     return None
 
@@ -110,7 +110,7 @@ def fold_target(model: nn.Module, names: list[str], producer: str | None) -> nn.
 @torch.no_grad()
 def fold_inverse_scale(target: nn.Module, s: torch.Tensor) -> None:
     """Divide ``target``'s output channels by ``s`` (norm weight and bias, or a Linear's rows and bias)."""
-    if is_quantizable(target):
+    if is_dense(target):
         w = weight_of(target)
         w.div_(s.to(w.dtype).unsqueeze(1))
     else:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.layers import is_quantizable
+from slimkit.compression.quantization.lowbit.layers import KINDS, select_targets
 from slimkit.errors import DataError, ModelNotSupportedError
 
 
@@ -27,13 +27,14 @@ class _Stop(Exception):
 def find_blocks(model: nn.Module) -> tuple[str, nn.ModuleList]:
     """The transformer's block list: the ``nn.ModuleList`` holding the most quantizable layers.
 
-    Raises ModelNotSupportedError when the model has no list of blocks with Linear layers.
+    Quantizable means a supported target of the low-bit kinds (:func:`select_targets`: Linear and subclasses,
+    Conv1D). Raises ModelNotSupportedError when the model has no list of blocks with such layers.
     """
     best: tuple[int, str, nn.ModuleList] | None = None
     for name, module in model.named_modules():
         if not isinstance(module, nn.ModuleList) or len(module) == 0:
             continue
-        counts = [sum(is_quantizable(m) for m in child.modules()) for child in module]
+        counts = [len(select_targets(child, kinds=KINDS)) for child in module]
         if min(counts) == 0:
             continue
         total = sum(counts)
@@ -42,7 +43,7 @@ def find_blocks(model: nn.Module) -> tuple[str, nn.ModuleList]:
     if best is None:
         raise ModelNotSupportedError(
             f"{type(model).__name__} has no list of transformer blocks (an nn.ModuleList whose blocks contain "
-            "nn.Linear layers), which calibration-based quantization walks block by block."
+            "nn.Linear or Conv1D layers it can quantize), which calibration-based quantization walks block by block."
         )
     return best[1], best[2]
 

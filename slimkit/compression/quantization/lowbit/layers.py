@@ -1,51 +1,59 @@
 """Which layers the low-bit quantizers touch, how to read their weights, and how to swap them for PackedLinear.
 
-Quantizable layers are ``nn.Linear`` and Hugging Face's GPT-2 style ``Conv1D`` (a Linear whose weight is stored
-transposed, ``[in, out]``); both become a :class:`PackedLinear` with the same ``y = x W^T + b`` semantics.
+Targets are :mod:`slimkit.core.weights`' dense kinds: ``nn.Linear`` and its subclasses that compute
+``x W^T + b``, and Hugging Face's GPT-2 style ``Conv1D`` (weight stored transposed, ``[in, out]``); both become a
+:class:`PackedLinear` with the same ``y = x W^T + b`` semantics. :func:`select_targets` takes the kinds
+explicitly, so the MoE expert kind plugs in where a packed experts module exists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
 
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
-from slimkit.core.selection import matches
+from slimkit.core.coverage import refusal
+from slimkit.core.weights import DENSE, Target, find_targets, select, target_kind, weight_of
 from slimkit.errors import ConfigError
 
+__all__ = ["KINDS", "in_out", "is_dense", "pack_layer", "replace_module", "replay_layers", "require_targets",
+           "select_layers", "select_targets", "weight_of"]
 
-def _conv1d_type() -> type | None:
-    try:
-        from transformers.pytorch_utils import Conv1D
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        return None
-    return Conv1D
+#: The target kinds the low-bit quantizers pack.
+KINDS: tuple[str, ...] = DENSE
 
 
-def is_quantizable(module: nn.Module) -> bool:
-    """``nn.Linear`` (exact type) or transformers' ``Conv1D``."""
-    conv1d = _conv1d_type()
-    return type(module) is nn.Linear or (conv1d is not None and type(module) is conv1d)
-
-
-def weight_of(module: nn.Module) -> torch.Tensor:
-    """The layer's weight as ``[out, in]`` (a view, transposed for Conv1D)."""
-    w = module.weight
-    return w if type(module) is nn.Linear else w.t()
+def is_dense(module: nn.Module) -> bool:
+    """``nn.Linear`` (or a subclass) or transformers' ``Conv1D``: an ``[out, in]`` weight (structure only)."""
+    return target_kind(module) in DENSE
 
 
 def in_out(module: nn.Module) -> tuple[int, int]:
-    """``(in_features, out_features)`` of a quantizable layer."""
+    """``(in_features, out_features)`` of a dense layer."""
     out_f, in_f = weight_of(module).shape
     return in_f, out_f
 
 
+def select_targets(model: nn.Module, exclude: Iterable[str] = (), kinds: Sequence[str] = KINDS) -> list[Target]:
+    """The supported targets of ``kinds`` in ``model`` that no ``exclude`` pattern matches, in module order."""
+    return select(find_targets(model, kinds), kinds, tuple(exclude))
+
+
 def select_layers(model: nn.Module, exclude: Iterable[str] = ()) -> list[str]:
-    """Names of the quantizable layers of ``model`` that no ``exclude`` pattern matches, in module order."""
+    """Names of :func:`select_targets` (dense kinds)."""
+    return [t.name for t in select_targets(model, exclude)]
+
+
+def require_targets(model: nn.Module, exclude: Iterable[str] = (), kinds: Sequence[str] = KINDS,
+                    what: str = "") -> list[Target]:
+    """:func:`select_targets`, or a ConfigError naming the layer types found and why none was taken."""
     exclude = tuple(exclude)
-    return [name for name, m in model.named_modules() if name and is_quantizable(m) and not matches(name, exclude)]
+    chosen = select_targets(model, exclude, kinds)
+    if not chosen:
+        raise ConfigError(refusal(find_targets(model), kinds, exclude, what))
+    return chosen
 
 
 def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
@@ -70,15 +78,6 @@ def pack_layer(
         q.to(module.weight.device), scales, zeros, bits, group_size,
         None if bias is None else bias.detach(), input_scale, dtype=module.weight.dtype,
     )
-
-
-def require_layers(names: list[str], exclude: Iterable[str]) -> list[str]:
-    """Return ``names``, or raise a ConfigError when the ``exclude`` patterns left nothing to quantize."""
-    if not names:
-        raise ConfigError(
-            f"No layer to quantize: every nn.Linear is excluded by {list(exclude)}. Loosen the 'exclude' patterns."
-        )
-    return names
 
 
 def replay_layers(model: nn.Module, specs: dict[str, dict]) -> nn.Module:

@@ -134,6 +134,11 @@ class PackedLinear(nn.Module):
                 return out
         return F.linear(x, self.dequantize(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
 
+    def call_macs(self, args: tuple, output: object) -> tuple[str, int]:
+        """``("int<bits> weights", MACs)`` of one call (weight-only: activations stay float), for evaluation."""
+        macs = output.numel() * self.in_features if isinstance(output, torch.Tensor) else 0
+        return f"int{self.bits} weights", macs
+
     def extra_repr(self) -> str:
         """Shape, bit width and group size in ``print(model)``."""
         return (f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "

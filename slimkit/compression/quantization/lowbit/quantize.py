@@ -21,8 +21,7 @@ from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
 from slimkit.compression.quantization.lowbit.layers import (
     pack_layer,
     replace_module,
-    require_layers,
-    select_layers,
+    require_targets,
     weight_of,
 )
 from slimkit.compression.quantization.lowbit.linear import row_groups
@@ -43,7 +42,7 @@ def _swap(model: nn.Module, name: str, q: torch.Tensor, scales: torch.Tensor, ze
 def quantize_model_rtn(model: nn.Module, bits: int = 4, group_size: int = 128, sym: bool = False,
                        exclude: Iterable[str] = ("lm_head",)) -> Specs:
     """Round-to-nearest every selected layer."""
-    names = require_layers(select_layers(model, exclude), exclude)
+    names = [t.name for t in require_targets(model, exclude, what="rtn")]
     return {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), bits, group_size, sym),
                      bits, group_size) for n in names}
 
@@ -52,7 +51,7 @@ def quantize_model_rtn(model: nn.Module, bits: int = 4, group_size: int = 128, s
 def quantize_model_hqq(model: nn.Module, bits: int = 4, group_size: int = 128, iters: int = 20,
                        optimize_scale: bool = False, exclude: Iterable[str] = ("lm_head",)) -> Specs:
     """Half-quadratic optimisation of each selected layer's zeros (and scales); no data needed."""
-    names = require_layers(select_layers(model, exclude), exclude)
+    names = [t.name for t in require_targets(model, exclude, what="hqq")]
     specs = {}
     for n in names:
         w = weight_of(model.get_submodule(n))
@@ -179,7 +178,7 @@ class _AWQ(_Collector):
 
 def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: _Collector, batch_size: int,
          method: str) -> Specs:
-    names = require_layers(select_layers(model, exclude), exclude)
+    names = [t.name for t in require_targets(model, exclude, what=method)]
     was_training = model.training
     model.eval()
     try:

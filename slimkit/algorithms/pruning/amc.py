@@ -1,0 +1,105 @@
+"""amc: AMC, a DDPG agent allocates per-layer channel ratios under a MACs budget, scored on validation data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
+from torch import nn
+
+from slimkit.algorithms.pruning._framework import resolve_dummy_input
+from slimkit.algorithms.pruning._search import (
+    BaseAlgoPruner,
+    base_algo_hyperparameter,
+    evaluator_hyperparameters,
+    make_evaluator,
+    training_hyperparameters,
+    tune_as_scored,
+)
+from slimkit.compression.pruning import AMCPruner, Pruner
+from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.registry import register
+
+
+@register
+class AMC(BaseAlgoPruner):
+    """AMC: a reinforcement-learning agent (DDPG) picks how many channels each layer keeps under a MACs budget.
+
+    The agent walks the selected layers, sees each layer's shape and MACs and what has been removed so far,
+    and chooses a preserve ratio between ``1 - sparsity`` and 1; the ratio is capped so the model can still
+    meet ``flops_ratio`` of its MACs. After each of ``episodes`` episodes the masks are scored on the
+    validation split (optionally after ``eval_finetune_steps`` of fine-tuning a copy); the reward trains the
+    agent, and the best allocation within the budget is pruned (and fine-tuned ``eval_finetune_steps`` steps,
+    as its copy was when scored), then removed with the speedup. MACs are counted
+    as ``slimkit.evaluation.count_macs`` counts them after the speedup (Conv/Linear, channels traced).
+    """
+
+    algorithm_name = "amc"
+    references = {"Paper": "https://arxiv.org/abs/1802.03494",
+                  "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#amc-pruner"}
+    engine = AMCPruner
+    default_sparsity = 0.8
+    base_algo_level = False
+
+    def get_hyperparameters(self) -> list:
+        """As the other pruners, but ``sparsity`` is each layer's largest sparsity (AMC picks the actual one)."""
+        hps = [hp for hp in super().get_hyperparameters() if hp.name != "sparsity"]
+        cap = UniformFloatHyperparameter("sparsity", 0.01, 0.99, default_value=self.default_sparsity,
+                                         meta={"desc": "Largest share of a layer's channels the agent may prune "
+                                                       "(NNI's 1 - lbound); the MACs budget sets the total."})
+        return [cap, *hps]
+
+    def extra_hyperparameters(self) -> list:
+        """Budget, episodes, agent and evaluator settings."""
+        return [
+            base_algo_hyperparameter(level=False),
+            UniformFloatHyperparameter("flops_ratio", 0.01, 1.0, default_value=0.5,
+                                       meta={"desc": "Share of the model's MACs to keep (the budget)."}),
+            CategoricalHyperparameter("reward", ["acc_reward", "acc_flops_reward"], default_value="acc_reward",
+                                      meta={"desc": "acc_reward: the metric; acc_flops_reward: -(1 - metric) * "
+                                                    "log(MACs), which also favours fewer MACs."}),
+            UniformIntegerHyperparameter("episodes", 1, 100000, default_value=120,
+                                         meta={"desc": "Search episodes (NNI's train_episode)."}),
+            UniformIntegerHyperparameter("warmup", 0, 100000, default_value=30,
+                                         meta={"desc": "Episodes of random actions before the agent acts."}),
+            UniformIntegerHyperparameter("channel_round", 1, 1024, default_value=8,
+                                         meta={"desc": "Kept channels are a multiple of this (when the layer has at "
+                                                       "least that many)."}),
+            UniformIntegerHyperparameter("hidden", 8, 4096, default_value=64,
+                                         meta={"desc": "Width of the actor's and critic's two hidden layers."}),
+            UniformFloatHyperparameter("delta_decay", 0.5, 1.0, default_value=0.97,
+                                       meta={"desc": "Exploration noise factor per episode after warm-up "
+                                                     "(the noise starts at std 0.5)."}),
+            *evaluator_hyperparameters(10),
+            *training_hyperparameters(lr=1e-3),
+        ]
+
+    def build_pruner(self, model: nn.Module, config_list: list[dict[str, Any]],
+                     smash_config: SmashConfigPrefixWrapper) -> Pruner:
+        """AMCPruner with the validation evaluator; MACs counted on the example inputs."""
+        evaluate, _ = make_evaluator(self.algorithm_name, smash_config)
+        if smash_config["metric"] == "loss":
+            evaluate = _negated(evaluate)
+        hidden = int(smash_config["hidden"])
+        return AMCPruner(model, config_list, evaluate, flops_ratio=float(smash_config["flops_ratio"]),
+                         lbound=1.0 - float(smash_config["sparsity"]), reward=smash_config["reward"],
+                         channel_round=int(smash_config["channel_round"]), hidden1=hidden, hidden2=hidden,
+                         warmup=int(smash_config["warmup"]), train_episode=int(smash_config["episodes"]),
+                         delta_decay=float(smash_config["delta_decay"]), bsize=64,
+                         rmsize=2000, seed=int(smash_config["seed"]), base_algo=smash_config["base_algo"],
+                         dummy_input=resolve_dummy_input(self.algorithm_name, model, smash_config))
+
+    def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
+        """Search; record the allocation, its estimated MACs share and the episodes."""
+        assert isinstance(pruner, AMCPruner)
+        pruner.compress()
+        smash_config.state["finetune_steps"] = tune_as_scored(self.algorithm_name, smash_config, model)
+        smash_config.state.update(allocation=pruner.allocation,
+                                  macs_ratio=round(pruner.best_macs / pruner.channel_macs.total, 6),
+                                  episodes=[{k: h[k] for k in ("episode", "metric", "macs", "reward")}
+                                            for h in pruner.history])
+
+
+def _negated(evaluate: Any) -> Any:
+    """AMC maximises its reward: a loss metric is turned into minus the loss."""
+    return lambda model: -evaluate(model)

@@ -1,0 +1,74 @@
+"""movement: movement pruning, scores learned while fine-tuning on real data decide what goes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
+from torch import nn
+
+from slimkit.algorithms.pruning._data import train_loader
+from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.pruning._search import training_hyperparameters
+from slimkit.compression.pruning import MovementPruner, Pruner
+from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
+from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.registry import register
+from slimkit.training import fit, make_optimizer
+
+
+@register
+class Movement(FrameworkPruner):
+    """Movement pruning: fine-tune on ``cfg.data`` and keep the weights that move away from zero.
+
+    Each weight's score learns ``-sum(dL/dW' * W)`` over the fine-tuning (straight-through through the mask);
+    the masks keep the top scores at a sparsity that rises on a cubic schedule to its final value after two
+    thirds of the ``epochs`` and stays there for the rest. ``granularity="filter"`` (default) scores whole output
+    channels, which the speedup removes; ``"fine"`` scores single weights (unstructured, zeros kept).
+    """
+
+    algorithm_name = "movement"
+    references = {"Paper": "https://arxiv.org/abs/2005.07683",
+                  "NNI": "https://nni.readthedocs.io/en/v2.6/reference/compression/pruner.html#movement-pruner"}
+    dataset_required = True
+    engine = MovementPruner
+
+    def extra_hyperparameters(self) -> list:
+        """Granularity, schedule and training settings."""
+        return [
+            CategoricalHyperparameter("granularity", ["filter", "fine"], default_value="filter",
+                                      meta={"desc": "filter: rank output channels (removed by the speedup); fine: "
+                                                    "rank single weights (unstructured)."}),
+            UniformIntegerHyperparameter("epochs", 1, 1000, default_value=3,
+                                         meta={"desc": "Fine-tuning epochs over the train data."}),
+            UniformIntegerHyperparameter("warm_up_step", 0, 10**9, default_value=0,
+                                         meta={"desc": "Optimizer steps of dense fine-tuning before pruning starts."}),
+            *training_hyperparameters(lr=1e-3),
+        ]
+
+    def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+        """Filters: Conv/Linear; single weights: any weighted layer."""
+        return ("Conv2d", "Linear"), FILTER_OP_TYPES if smash_config["granularity"] == "filter" else LEVEL_OP_TYPES
+
+    def uses_speedup(self, smash_config: SmashConfigPrefixWrapper) -> bool:
+        """Channels can be removed; single weights cannot."""
+        return smash_config["granularity"] == "filter" and bool(smash_config["speedup"])
+
+    def build_pruner(self, model: nn.Module, config_list: list[dict[str, Any]],
+                     smash_config: SmashConfigPrefixWrapper) -> Pruner:
+        """MovementPruner whose schedule ends after two thirds of the planned steps."""
+        steps = int(smash_config["epochs"]) * len(train_loader(self.algorithm_name, smash_config))
+        warm_up = int(smash_config["warm_up_step"])
+        optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
+        return MovementPruner(model, config_list, optimizer=optimizer, warm_up_step=warm_up,
+                              cool_down_beginning_step=max(warm_up + 1, warm_up + 2 * (steps - warm_up) // 3),
+                              granularity=smash_config["granularity"])
+
+    def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
+        """Fine-tune with slimkit's loop (each optimizer step moves the masks), then fix the final masks."""
+        assert isinstance(pruner, MovementPruner)
+        pruner.compress()
+        result = fit(model, train_loader(self.algorithm_name, smash_config), optimizer=pruner.optimizer,
+                     epochs=int(smash_config["epochs"]), seed=int(smash_config["seed"]), desc=self.algorithm_name)
+        pruner.finish()
+        smash_config.state.update(train_steps=result.steps, final_loss=round(result.final_loss, 6))
