@@ -28,6 +28,8 @@ EPILOG = """examples:
   slimkit smash --model digits_cnn --algorithm qat          # trains on the model's own data (Digits)
   slimkit smash --model digits_cnn --algorithm agp --data Digits
   slimkit smash --config my_config.json --output out/
+  slimkit smash --model smollm2-135m --algorithm gptq --format compressed-tensors   # opens in transformers, vLLM
+  slimkit smash --model ct_folder/ --algorithm llama_cpp   # a compressed-tensors/GPTQ checkpoint -> GGUF
   slimkit algorithms --group quantizer
   slimkit zoo
   slimkit run experiment.json                     # one job with the file's fixed values
@@ -104,7 +106,7 @@ def _cmd_smash(args: argparse.Namespace) -> int:
     default_name = Path(str(args.model).rstrip("/")).name.replace(":", "_") or "model"
     output = None if args.no_save else (args.output or f"smashed/{default_name}")
     return demo.run(args.model, _build_config(args), output, threads=args.threads, repeats=args.repeats,
-                    warmup=args.warmup, data=args.data)
+                    warmup=args.warmup, data=args.data, save_format=args.format)
 
 
 def _cmd_algorithms(args: argparse.Namespace) -> int:
@@ -212,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", metavar="FOLDER", help="a local tokenizer folder (default: the zoo model's own)")
     p.add_argument("--output", metavar="DIR", help="where to save (default ./smashed/<model>)")
     p.add_argument("--no-save", action="store_true", help="measure only; do not save and reload")
+    p.add_argument("--format", default="slimkit", choices=["slimkit", "compressed-tensors", "gptq"],
+                   help="how to save: slimkit's own folder (default), or a Hugging Face checkpoint transformers / "
+                        "vLLM open: compressed-tensors (pack-quantized) or gptq; needs rtn, gptq or awq at 4/8 bits")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cpu for the built-in recipes)")
     p.add_argument("--threads", type=int, default=2, help="torch threads while timing (default 2)")
     p.add_argument("--repeats", type=int, default=10, help="timed forward passes per model (default 10)")

@@ -9,8 +9,11 @@ import torch
 
 from slimkit.config.smash_config import SmashConfig
 from slimkit.engine import SmashedModel, smash
+from slimkit.engine.interop import check_recipe, foreign_format, import_checkpoint
+from slimkit.engine.model_card import measurement_record
 from slimkit.errors import ConfigError
 from slimkit.utils import main_tensor, model_device, move_inputs, run_model
+from slimkit.zoo import ZooModel
 
 DEFAULT_MODEL = "minilm"
 #: Default recipe per model: what `slimkit smash` applies when no algorithm is named.
@@ -77,6 +80,23 @@ def task_metrics(loaded: Any, base: Any, smashed: Any) -> dict[str, tuple[float,
     return {}
 
 
+def load_model(model_name: str) -> ZooModel:
+    """The model ``--model`` names; another tool's compressed-tensors / GPTQ folder loads onto packed layers."""
+    from slimkit.zoo._hf import random_tokens
+    from slimkit.zoo.sources import load_source
+
+    fmt = foreign_format(model_name)
+    if fmt is None:
+        return load_source(model_name)
+    model, cfg = import_checkpoint(model_name)[:2]
+    print(f"slimkit: imported a {fmt} checkpoint onto packed layers (no re-quantization)", flush=True)
+    vocab = int(model.config.vocab_size)
+    causal = type(model).__name__.endswith("ForCausalLM")
+    return ZooModel(model, {"input_ids": random_tokens(vocab, 2, 16, 0)}, str(model_name), tokenizer=cfg.tokenizer,
+                    task="causal_lm" if causal else "",
+                    data="PyDocText" if causal and cfg.tokenizer is not None else None, meta={"format": fmt})
+
+
 def run(
     model_name: str = DEFAULT_MODEL,
     config: SmashConfig | None = None,
@@ -85,17 +105,26 @@ def run(
     repeats: int = 10,
     warmup: int = 3,
     data: str | None = None,
+    save_format: str = "slimkit",
 ) -> int:
     """Smash ``model_name``, print the before/after table, save, reload and check outputs. Returns an exit code.
 
     The recipe gets what its algorithms need from the zoo model (example inputs, tokenizer, and its own offline
-    data when an algorithm trains or calibrates; ``data`` names another ``slimkit.data`` id).
+    data when an algorithm trains or calibrates; ``data`` names another ``slimkit.data`` id). ``save_format``
+    ``"compressed-tensors"`` or ``"gptq"`` saves a checkpoint other runtimes open; a recipe that format cannot
+    hold is refused before anything runs.
     """
     from slimkit.evaluation import compare
-    from slimkit.zoo.sources import load_source
 
+    if save_format != "slimkit" and config is None:
+        raise ConfigError(f"--format {save_format} needs a low-bit recipe: add e.g. `--algorithm gptq`.")
+    if save_format != "slimkit":
+        check_recipe(config, save_format)
     print(f"slimkit: loading model {model_name!r} (offline)", flush=True)
-    loaded = load_source(model_name)
+    loaded = load_model(model_name)
+    if loaded.meta.get("format") and config is None:
+        raise ConfigError(f"{model_name} is already quantized ({loaded.meta['format']}); name what to do with it, "
+                          "e.g. `--algorithm llama_cpp` to compile it to GGUF.")
     if loaded.example_inputs is None:
         if config is None or config.example_inputs is None:
             raise ConfigError(f"{model_name} came without example inputs, which measuring needs; pass "
@@ -119,11 +148,12 @@ def run(
     result = compare(base, smashed, inputs, threads=threads, warmup=warmup, repeats=repeats,
                      extra=task_metrics(loaded, base, smashed), fresh_inputs=bool(config["cacher"]))
     result.print()
+    smashed.measurements = measurement_record(result, threads)
 
     if output is None:
         return 0
     out = Path(output)
-    smashed.save_pretrained(out)
+    smashed.save_pretrained(out, format=save_format)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"slimkit: saved to {out} ({size / 1e6:.1f} MB: {', '.join(sorted(p.name for p in out.iterdir()))})")
     reloaded = SmashedModel.from_pretrained(out, trust_code=True)  # the user ran this model's code already

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 from slimkit import zoo
+from slimkit.compression.quantization.lowbit.layers import replay_layers
+from slimkit.compression.quantization.lowbit.linear import PackedLinear
 from slimkit.errors import SaveLoadError
 from slimkit.zoo.sources import FACTORY_ATTR, rebuild_from_factory
 
@@ -28,10 +30,14 @@ def describe_base(model: torch.nn.Module) -> dict[str, Any]:
     """JSON-able recipe for rebuilding ``model``'s architecture.
 
     A zoo entry, a Hugging Face config, a factory (``package.module:fn``, run on load only with
-    ``trust_code=True``), or user code (loading needs ``model=``).
+    ``trust_code=True``), or user code (loading needs ``model=``). Packed low-bit layers the model already has
+    (an imported compressed-tensors or GPTQ checkpoint) are recorded under ``"packed"`` and rebuilt on load.
     """
     cls_path = f"{type(model).__module__}.{type(model).__qualname__}"
     spec: dict[str, Any] = {"dtype": _float_dtype(model), "class": cls_path}
+    packed = {n: m.spec() for n, m in model.named_modules() if isinstance(m, PackedLinear)}
+    if packed:  # a model that arrived with packed layers (an imported checkpoint): part of its architecture
+        spec["packed"] = packed
     zoo_name = getattr(model, "slimkit_zoo_name", None)
     if zoo_name:
         return {**spec, "kind": "zoo", "name": zoo_name, "kwargs": dict(getattr(model, "slimkit_zoo_kwargs", {}) or {})}
@@ -92,7 +98,7 @@ def rebuild_base(spec: dict[str, Any], model: Any = None, on_meta: bool = False,
         built = model if isinstance(model, torch.nn.Module) else model()
         if not isinstance(built, torch.nn.Module):
             raise SaveLoadError(f"model= must be an nn.Module or a callable returning one, got {type(built).__name__}.")
-        return built
+        return replay_layers(built, spec["packed"]) if spec.get("packed") else built
     kind = spec.get("kind")
     if kind == "factory":
         return rebuild_from_factory(str(spec.get("factory")), trust_code)
@@ -109,6 +115,8 @@ def rebuild_base(spec: dict[str, Any], model: Any = None, on_meta: bool = False,
         built = _build_recipe(spec, kind)
     if spec.get("dtype"):
         built = built.to(getattr(torch, spec["dtype"]))
+    if spec.get("packed"):
+        built = replay_layers(built, spec["packed"])
     return built.eval()
 
 

@@ -73,6 +73,9 @@ def _check_base(base: Any, file: Path) -> None:
     if kind == "hf" and (not isinstance(base.get("hf_class"), str) or not _IDENTIFIER.match(base["hf_class"])
                          or not isinstance(base.get("config"), dict)):
         raise _fail(file, "base", "a Hugging Face recipe: a class name 'hf_class' and an object 'config'", base)
+    packed = base.get("packed", {})
+    if not isinstance(packed, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in packed.items()):
+        raise _fail(file, "base.packed", "an object of packed layer specs by layer name", packed)
     if kind == "factory" and not isinstance(base.get("factory"), str):
         raise _fail(file, "base.factory", "a 'package.module:function' string", base.get("factory"))
 

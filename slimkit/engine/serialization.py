@@ -65,8 +65,9 @@ def _save_weights(to_save: Any, tmp: Path, allow_pickle: bool) -> str:
         return "pickle"
 
 
-def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: bool = False) -> None:
-    """Write ``smashed`` to directory ``path`` through a temp directory and a rename."""
+def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: bool = False,
+                 readme: str | None = None) -> None:
+    """Write ``smashed`` to directory ``path`` through a temp directory and a rename (``readme``: README.md)."""
     target = Path(path)
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / CONFIG_FILE).exists())):
         raise SaveLoadError(
@@ -95,6 +96,8 @@ def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: b
         if fmt == "safetensors":
             extra["weights_sha256"] = weights_digest(tmp / WEIGHTS_FILE)
         smashed.smash_config.save_to_json(tmp, extra=extra)
+        if readme is not None:
+            (tmp / "README.md").write_text(readme)
 
 
 def _read_payload(folder: Path) -> dict[str, Any]:

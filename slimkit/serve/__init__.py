@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from slimkit.engine import SmashedModel
+from slimkit.engine.interop import foreign_format
 from slimkit.errors import SaveLoadError
 from slimkit.serve.app import ModelRunner, ServedModel, build_app
 from slimkit.serve.errors import RequestError
@@ -26,9 +27,10 @@ def serve(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, ma
     import uvicorn  # noqa: PLC0415 - only serving needs it; slimkit[serve] installs it
 
     folder = Path(path)
-    if not (folder / "smash_config.json").is_file():
-        raise SaveLoadError(f"{folder} is not a saved slimkit model (no smash_config.json there); pass the folder "
-                            "that `slimkit smash --output DIR` or SmashedModel.save_pretrained(DIR) wrote.")
+    if not (folder / "smash_config.json").is_file() and foreign_format(folder) is None:
+        raise SaveLoadError(f"{folder} is not a saved slimkit model (no smash_config.json there) nor a compressed-"
+                            "tensors / GPTQ checkpoint; pass the folder that `slimkit smash --output DIR` or "
+                            "SmashedModel.save_pretrained(DIR) wrote.")
 
     def load() -> tuple[SmashedModel, object]:
         model = SmashedModel.from_pretrained(folder)

@@ -80,7 +80,7 @@ def test_artifacts_replace_the_weights_and_load_without_the_base_model(tmp_path)
         smashed = smash(UserLinear(), cfg, verbose=False)
         assert smashed.saved_before is None and smashed._pre_apply_model is None  # no fp32 copy kept for saving
         smashed.save_pretrained(tmp_path / "a")
-        assert sorted(os.listdir(tmp_path / "a")) == ["frozen.safetensors", "smash_config.json"]
+        assert sorted(os.listdir(tmp_path / "a")) == ["README.md", "frozen.safetensors", "smash_config.json"]
         payload = json.loads((tmp_path / "a" / "smash_config.json").read_text())
         assert payload["weights_format"] == "artifacts" and payload["artifacts"] == 1
         assert [a["save_fn"] for a in payload["applied"]] == ["keep", "artifacts"]

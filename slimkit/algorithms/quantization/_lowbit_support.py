@@ -30,9 +30,10 @@ def weight_hyperparameters(default_group: int = 128, with_sym: bool = True) -> l
     hps: list[Hyperparameter] = [
         OrdinalHyperparameter("bits", [2, 3, 4, 8], default_value=4,
                               meta={"desc": "Bits per weight (codes are stored packed: 4 bits = two per byte)."}),
-        OrdinalHyperparameter("group_size", [16, 32, 64, 128, 256, 512, 1024], default_value=default_group,
+        OrdinalHyperparameter("group_size", [16, 32, 64, 128, 256, 512, 1024, -1], default_value=default_group,
                               meta={"desc": "Consecutive input columns sharing one scale and zero; smaller is "
-                                            "more accurate and a little larger on disk."}),
+                                            "more accurate and a little larger on disk; -1: one group per row "
+                                            "(per-channel)."}),
     ]
     if with_sym:
         hps.append(Boolean("sym", False, meta={"desc": "Symmetric grid (fixed zero at the middle code) instead of "

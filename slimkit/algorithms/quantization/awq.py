@@ -11,6 +11,7 @@ from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, c
 from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_awq
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
 
 
@@ -20,7 +21,8 @@ class AWQ(CalibratedLowBitQuantizer):
 
     Channels are scaled by ``mean|x|^alpha`` so the ones that meet large activations keep more precision;
     ``alpha`` is searched on a grid per layer group. The inverse scale is folded into the preceding norm or
-    Linear where that is exact (otherwise the packed layer keeps a small input-scale vector); each group's
+    Linear where that is exact (otherwise the packed layer keeps a small input-scale vector, or, with
+    ``fold_only``, the layer is not scaled); each group's
     clipping range is then searched on activation-weighted error. Runs block by block on calibration text;
     needs a tokenizer and data (e.g. ``cfg.add_tokenizer(tok); cfg.add_data("PyDocText")``). Stored packed
     like rtn.
@@ -30,13 +32,17 @@ class AWQ(CalibratedLowBitQuantizer):
     references = {"AWQ": "https://arxiv.org/abs/2306.00978"}
 
     def get_hyperparameters(self) -> list:
-        """Bits, group size, sym, grid size, clipping, calibration size, exclusions."""
+        """Bits, group size, sym, grid size, clipping, fold-only, calibration size, exclusions."""
         return [
             *support.weight_hyperparameters(),
             UniformIntegerHyperparameter("n_grid", 2, 100, default_value=10,
                                          meta={"desc": "Values of alpha tried in [0, 1) per layer group (for "
                                                                "each of the two scale formulas)."}),
             clip_search_hyperparameter(),
+            Boolean("fold_only", False, meta={"desc": "Scale only the layers whose 1/s folds into a preceding norm or "
+                                                      "Linear (AutoAWQ's rule); the others are rounded unscaled, so "
+                                                      "no layer keeps an input scale. Needed to save as "
+                                                      "compressed-tensors / gptq or compile to GGUF."}),
             *support.calibration_hyperparameters(),
         ]
 
@@ -45,6 +51,6 @@ class AWQ(CalibratedLowBitQuantizer):
         ids = support.read_calibration_ids(model, smash_config)
         specs = quantize_model_awq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
                                    smash_config["n_grid"], tuple(smash_config["exclude"]),
-                                   clip_search=smash_config["clip_search"])
+                                   clip_search=smash_config["clip_search"], fold_only=smash_config["fold_only"])
         support.record(smash_config, specs, targets)
         return model

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, n_groups
+from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, n_groups, row_groups
 from slimkit.compression.quantization.lowbit.packing import check_bits
 from slimkit.compression.quantization.lowbit.rtn import group_mask, grouped, search_params
 from slimkit.errors import ConfigError
@@ -81,6 +81,7 @@ def quantize_gptq(
     out_f, in_f = w.shape
     if tuple(h.shape) != (in_f, in_f):
         raise ConfigError(f"GPTQ: Hessian shape {tuple(h.shape)} does not match a weight with {in_f} input features.")
+    group_size = row_groups(group_size, in_f)
     weight = w.detach().float().clone()
     h = h.float().clone()
     dead = torch.diagonal(h) == 0

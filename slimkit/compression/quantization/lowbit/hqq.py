@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE
+from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, row_groups
 from slimkit.compression.quantization.lowbit.packing import check_bits
 from slimkit.compression.quantization.lowbit.rtn import group_mask, grouped, minmax_params, storable_scale
 
@@ -47,6 +47,7 @@ def quantize_hqq(
     """Quantize ``w [out, in]``; returns codes uint8 ``[out, in]``, scales and fractional zeros ``[out, n_groups]``."""
     maxq = float((1 << check_bits(bits)) - 1)
     out_f, in_f = w.shape
+    group_size = row_groups(group_size, in_f)
     wg = grouped(w.detach().float(), group_size)
     mask = group_mask(in_f, group_size, w.device).to(wg.dtype)
     count = mask.sum(-1).clamp(min=1)

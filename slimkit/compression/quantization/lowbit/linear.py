@@ -27,6 +27,15 @@ SCALE_DTYPE = torch.float16
 SCALE_MIN = 2.0**-20
 
 
+#: ``group_size`` value meaning one group per output row (per-channel), resolved per layer by :func:`row_groups`
+PER_CHANNEL = -1
+
+
+def row_groups(group_size: int, in_features: int) -> int:
+    """The group size a layer of ``in_features`` inputs uses: ``group_size``, or the whole row for ``PER_CHANNEL``."""
+    return in_features if group_size == PER_CHANNEL else group_size
+
+
 def n_groups(in_features: int, group_size: int) -> int:
     """Number of column groups of ``group_size`` (the last one may be partial)."""
     return -(-in_features // group_size)

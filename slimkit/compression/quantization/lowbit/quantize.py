@@ -33,6 +33,7 @@ from slimkit.compression.quantization.lowbit.layers import (
     require_targets,
     weight_of,
 )
+from slimkit.compression.quantization.lowbit.linear import row_groups
 from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
 from slimkit.core.weights import EXPERTS
 
@@ -49,7 +50,8 @@ def _targets(model: nn.Module, exclude: Iterable[str], what: str) -> tuple[list[
 
 def _swap(model: nn.Module, name: str, q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bits: int,
           group_size: int, input_scale: torch.Tensor | None = None) -> dict:
-    layer = pack_layer(model.get_submodule(name), q, scales, zeros, bits, group_size, input_scale)
+    layer = pack_layer(model.get_submodule(name), q, scales, zeros, bits, row_groups(group_size, q.shape[1]),
+                       input_scale)
     replace_module(model, name, layer)
     return layer.spec()
 
@@ -126,9 +128,10 @@ class _GPTQ(_Collector):
 
 
 class _AWQ(_Collector):
-    def __init__(self, bits: int, group_size: int, sym: bool, n_grid: int, clip_search: bool):
+    def __init__(self, bits: int, group_size: int, sym: bool, n_grid: int, clip_search: bool,
+                 fold_only: bool = False):
         super().__init__(bits, group_size, sym)
-        self.n_grid, self.clip_grid = n_grid, 10 if clip_search else 1
+        self.n_grid, self.clip_grid, self.fold_only = n_grid, 10 if clip_search else 1, fold_only
         self.stats: dict[str, awq_mod.ActivationStats] = {}
         self._last: tuple[torch.Tensor, awq_mod.ActivationStats] | None = None
 
@@ -149,23 +152,25 @@ class _AWQ(_Collector):
             s, _ = awq_mod.search_scale(stats, weights, self.bits, self.group_size, self.sym, self.n_grid)
             importance = torch.diagonal(stats.h) / s.pow(2)  # mean squared (scaled) activation per input channel
             plans.append((group, s, importance, awq_mod.fold_target(model, group, producers.get(group[0]))))
-        plans = self._scale(model, plans, probe)
+        plans = self._scale(model, plans, probe, self.fold_only)
         for group, s, importance, target in plans:
             for n in group:
                 q, sc, z = quantize_rtn(weight_of(model.get_submodule(n)), self.bits, self.group_size, self.sym,
                                         importance, self.clip_grid)
-                self.specs[n] = _swap(model, n, q, sc, z, self.bits, self.group_size,
-                                      None if target is not None else 1.0 / s)
+                unscaled = target is not None or (self.fold_only and bool((s == 1).all()))
+                self.specs[n] = _swap(model, n, q, sc, z, self.bits, self.group_size, None if unscaled else 1.0 / s)
         self.stats.clear()
 
     @staticmethod
     @torch.no_grad()
-    def _scale(model: nn.Module, plans: list, probe: Callable[[], torch.Tensor] | None) -> list:
+    def _scale(model: nn.Module, plans: list, probe: Callable[[], torch.Tensor] | None,
+               fold_only: bool = False) -> list:
         """Scale every weight (and fold ``1 / s``) before any is quantized, since folds touch other layers.
 
         With the folds applied (and before the layers whose ``1 / s`` becomes an input scale are scaled), the float
         block must compute the same function; ``probe`` (one block forward) checks it. If a fold was not exact
         (e.g. a norm that computes ``1 + weight``), the folds are undone and every layer keeps an input scale.
+        With ``fold_only`` a layer with nowhere to fold gets ``s = 1`` instead (no scaling, no input scale).
         """
         folded = [p for p in plans if p[3] is not None]
         touched = {id(p): (p, p.detach().clone()) for group, _, _, target in folded
@@ -182,6 +187,9 @@ class _AWQ(_Collector):
                     param.copy_(saved)
                 plans = [(group, s, importance, None) for group, s, importance, _ in plans]
                 folded = []
+        if fold_only:  # nowhere to fold: AutoAWQ's rule, the layer is not scaled at all
+            plans = [(g, s if t is not None and folded else torch.ones_like(s),
+                      imp * s.pow(2) if not (t is not None and folded) else imp, t) for g, s, imp, t in plans]
         for group, s, _, target in plans:
             if target is None or not folded:
                 for n in group:
@@ -231,13 +239,14 @@ def quantize_model_gptq(model: nn.Module, calibration_ids: torch.Tensor, bits: i
 def quantize_model_awq(model: nn.Module, calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128,
                        sym: bool = False, n_grid: int = 10,
                        exclude: Iterable[str] = ("lm_head",), batch_size: int = 1, clip_search: bool = True,
-                       min_expert_tokens: int | None = None) -> Specs:
+                       min_expert_tokens: int | None = None, fold_only: bool = False) -> Specs:
     """AWQ-scale then round-to-nearest every selected layer, block by block, on ``calibration_ids``.
 
-    With ``clip_search`` each group's range is also shrunk where that lowers the activation-weighted error. MoE
+    With ``clip_search`` each group's range is also shrunk where that lowers the activation-weighted error. With
+    ``fold_only`` only layers whose inverse scale folds into a preceding layer are scaled (no input scales). MoE
     experts are scaled one by one on the tokens routed to them; those with fewer than ``min_expert_tokens`` fall
     back to round-to-nearest.
     """
     experts = ExpertsCalibrator("awq", bits, group_size, sym, min_expert_tokens, n_grid=n_grid, clip_search=clip_search)
-    return _run(model, calibration_ids, exclude, _AWQ(bits, group_size, sym, n_grid, clip_search),
+    return _run(model, calibration_ids, exclude, _AWQ(bits, group_size, sym, n_grid, clip_search, fold_only),
                 batch_size, "awq", experts)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, SCALE_MIN, n_groups
+from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, SCALE_MIN, n_groups, row_groups
 from slimkit.compression.quantization.lowbit.packing import check_bits
 
 
@@ -120,9 +120,10 @@ def quantize_rtn(
     """Quantize ``w [out, in]`` group-wise: returns codes uint8 ``[out, in]``, scales and zeros ``[out, n_groups]``.
 
     ``grid > 1`` searches a clipping range per group (see :func:`search_params`), weighting each input column's
-    squared error by ``importance [in]`` when given.
+    squared error by ``importance [in]`` when given. ``group_size=-1``: one group per row (per-channel).
     """
     out_f, in_f = w.shape
+    group_size = row_groups(group_size, in_f)
     wg = grouped(w.float(), group_size)
     mask = group_mask(in_f, group_size, w.device)
     if grid > 1:
@@ -139,6 +140,7 @@ def fake_quantize(w: torch.Tensor, bits: int, group_size: int, sym: bool = False
                   importance: torch.Tensor | None = None, grid: int = 1) -> torch.Tensor:
     """Quantize then dequantize ``w`` (float32, same shape): what the packed layer will compute with."""
     out_f, in_f = w.shape
+    group_size = row_groups(group_size, in_f)
     q, scale, zero = quantize_rtn(w, bits, group_size, sym, importance, grid)
     deq = dequantize_codes(grouped(q, group_size), scale.float().unsqueeze(-1), zero.float().unsqueeze(-1))
     return deq.reshape(out_f, -1)[:, :in_f]

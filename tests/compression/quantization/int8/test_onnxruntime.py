@@ -110,7 +110,7 @@ def _files(folder):
 def test_save_writes_the_onnx_file_only_and_reloads_identically(bert_ort, tmp_path):
     _, inputs, smashed = bert_ort
     smashed.save_pretrained(tmp_path / "s")
-    assert _files(tmp_path / "s") == ["example_inputs.safetensors", "model.onnx", "smash_config.json"]
+    assert _files(tmp_path / "s") == ["README.md", "example_inputs.safetensors", "model.onnx", "smash_config.json"]
     payload = json.loads((tmp_path / "s" / "smash_config.json").read_text())
     assert payload["weights_format"] == "artifacts" and payload["weights_file"] is None
     assert payload["applied"][0]["state"]["output_type"] == "transformers.modeling_outputs.SequenceClassifierOutput"
@@ -133,7 +133,7 @@ def test_int8_save_holds_the_int8_file_and_is_under_0_4_of_fp32_weights(tmp_path
     cfg.add_example_inputs(inputs)
     smashed = smash(model, cfg, verbose=False)
     smashed.save_pretrained(tmp_path / "q")
-    assert _files(tmp_path / "q") == ["example_inputs.safetensors", "model.int8.onnx", "smash_config.json"]
+    assert _files(tmp_path / "q") == ["README.md", "example_inputs.safetensors", "model.int8.onnx", "smash_config.json"]
     assert size_on_disk(smashed) < 0.4 * size_on_disk(model)
     again = SmashedModel.from_pretrained(tmp_path / "q")
     assert torch.equal(again(**inputs).logits, smashed(**inputs).logits)
@@ -185,7 +185,7 @@ def test_temp_folder_is_removed_with_the_module_but_the_save_dir_is_not(tmp_path
     again.save_pretrained(tmp_path / "g")  # re-saving into the folder it was loaded from
     del again
     gc.collect()
-    assert _files(tmp_path / "g") == ["example_inputs.safetensors", "model.onnx", "smash_config.json"]
+    assert _files(tmp_path / "g") == ["README.md", "example_inputs.safetensors", "model.onnx", "smash_config.json"]
     assert torch.equal(SmashedModel.from_pretrained(tmp_path / "g")(x)["logits"], ref)
 
 
@@ -244,7 +244,8 @@ def test_external_data_files_are_saved_and_required(tmp_path, monkeypatch):
     smashed = smash(model, cfg, verbose=False)
     assert smashed.applied[0]["state"]["external_data"] == ["weights.bin"]
     smashed.save_pretrained(tmp_path / "x")
-    assert _files(tmp_path / "x") == ["example_inputs.safetensors", "model.onnx", "smash_config.json", "weights.bin"]
+    assert _files(tmp_path / "x") == ["README.md", "example_inputs.safetensors", "model.onnx", "smash_config.json",
+                                      "weights.bin"]
     assert torch.equal(SmashedModel.from_pretrained(tmp_path / "x")(inputs), smashed(inputs))
     (tmp_path / "x" / "weights.bin").unlink()
     with pytest.raises(SaveLoadError, match=r"weights\.bin is missing"):

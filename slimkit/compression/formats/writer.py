@@ -1,0 +1,241 @@
+"""Write a Hugging Face model folder in another tool's quantized layout: config.json + safetensors shards.
+
+:class:`CheckpointWriter` is the block-by-block part (``open``, ``write_block`` one block's tensors, ``close``):
+shards fill up to ``max_shard_bytes`` and are named like transformers' own (``model.safetensors``, or
+``model-00001-of-00003.safetensors`` + ``model.safetensors.index.json``). :func:`checkpoint_blocks` turns a model
+into those blocks (one per module: a packed layer's format tensors, or a float module's own parameters), and
+:func:`export_checkpoint` writes a whole in-memory model with them. Every check runs before the folder exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from slimkit.compression.formats import compressed_tensors as ct
+from slimkit.compression.formats import gptq
+from slimkit.compression.formats.scheme import (
+    COMPRESSED_TENSORS,
+    GPTQ,
+    FormatError,
+    WeightScheme,
+    check_format,
+    model_schemes,
+    plain_linears,
+)
+from slimkit.compression.quantization.lowbit.linear import PackedLinear
+from slimkit.core.io import atomic_directory
+
+DEFAULT_SHARD_BYTES = 2 * 2**30
+SAFE_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+
+
+class CheckpointWriter:
+    """Safetensors shards of a Hugging Face folder, written one block of tensors at a time.
+
+    ``open()`` once, ``write_block({name: tensor})`` for each block (a shard is flushed when it reaches
+    ``max_shard_bytes``), ``close(config)`` names the shards, writes the index when there are several, and
+    ``config.json``. The folder must be new (the caller makes it atomic).
+    """
+
+    def __init__(self, folder: str | os.PathLike, max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> None:
+        self.folder = Path(folder)
+        self.max_shard_bytes = int(max_shard_bytes)
+        self._buffer: dict[str, torch.Tensor] = {}
+        self._buffer_bytes = 0
+        self._shards: list[list[str]] = []
+        self._total = 0
+        self._seen: set[str] = set()
+
+    def open(self) -> CheckpointWriter:
+        """Create the folder (it may exist empty)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def write_block(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Add one block's tensors (full checkpoint names); names must be new."""
+        for name, tensor in tensors.items():
+            if name in self._seen:
+                raise FormatError(f"Checkpoint tensor {name!r} written twice.")
+            self._seen.add(name)
+            t = tensor.detach().cpu().contiguous()
+            self._buffer[name] = t
+            self._buffer_bytes += t.numel() * t.element_size()
+            self._total += t.numel() * t.element_size()
+        if self._buffer_bytes >= self.max_shard_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        index = len(self._shards)
+        save_file(self._buffer, str(self.folder / f".shard-{index:05d}.safetensors"), metadata={"format": "pt"})
+        self._shards.append(list(self._buffer))
+        self._buffer, self._buffer_bytes = {}, 0
+
+    def close(self, config: dict[str, Any]) -> list[str]:
+        """Write the last shard, the index (several shards) and ``config.json``; return the weight file names."""
+        self._flush()
+        n = len(self._shards)
+        names = [SAFE_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        weight_map = {}
+        for i, (name, keys) in enumerate(zip(names, self._shards, strict=True)):
+            os.replace(self.folder / f".shard-{i:05d}.safetensors", self.folder / name)
+            weight_map.update(dict.fromkeys(keys, name))
+        if n > 1:
+            index = {"metadata": {"total_size": self._total}, "weight_map": dict(sorted(weight_map.items()))}
+            (self.folder / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+        (self.folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        return names
+
+
+def _prefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {f"{prefix}.{k}" if prefix else k: v for k, v in tensors.items()}
+
+
+def checkpoint_blocks(model: nn.Module, fmt: str,
+                      schemes: dict[str, WeightScheme]) -> Iterator[dict[str, torch.Tensor]]:
+    """One block of checkpoint tensors per module: packed layers in ``fmt``'s layout, float modules as they are.
+
+    Tied parameters (an lm_head sharing the embedding) are written once, under their first name. Non-persistent
+    buffers (rotary tables) are left out, as transformers does.
+    """
+    seen: set[int] = set()
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    for name, module in model.named_modules():
+        if isinstance(module, PackedLinear):
+            if fmt == COMPRESSED_TENSORS:
+                yield _prefixed(name, ct.layer_tensors(module, schemes[name], ct.scale_dtype_for(dtype)))
+            else:
+                yield _prefixed(name, gptq.layer_tensors(module, schemes[name]))
+            continue
+        if any(name.startswith(f"{p}.") for p in schemes):  # inside a packed layer (none today)
+            continue
+        local = {}
+        persistent = {k for k in module._buffers if k not in module._non_persistent_buffers_set}
+        for key, tensor in [*module._parameters.items(), *((k, module._buffers[k]) for k in persistent)]:
+            if tensor is None or id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            local[key] = tensor
+        if local:
+            yield _prefixed(name, local)
+
+
+def hf_config(model: nn.Module, quantization_config: dict[str, Any]) -> dict[str, Any]:
+    """The model's Hugging Face config as a dict, with ``quantization_config`` set (and its class named)."""
+    config = getattr(model, "config", None)
+    if config is None or not callable(getattr(config, "to_dict", None)):
+        raise FormatError(f"{type(model).__name__} has no Hugging Face config; checkpoint formats describe a "
+                          "transformers model (config.json). Export a transformers causal LM.")
+    data = config.to_dict()
+    data.pop("quantization_config", None)
+    data["architectures"] = [type(model).__name__]
+    data["quantization_config"] = quantization_config
+    return data
+
+
+def check_architecture(model: nn.Module, schemes: dict[str, WeightScheme]) -> None:
+    """Refuse a model whose tensors no longer fit its own config (pruned, or layers replaced by other quantizers).
+
+    The architecture is rebuilt from the config on the meta device; every float tensor must have the same name and
+    shape, every packed layer must stand where the config has a Linear of the same shape.
+    """
+    config = getattr(model, "config", None)
+    try:
+        with torch.device("meta"):
+            fresh = type(model)(config)
+    except Exception as exc:  # noqa: BLE001 - any init failure means the config does not describe the model
+        raise FormatError(f"{type(model).__name__} cannot be rebuilt from its own config ({exc}); the checkpoint's "
+                          "config.json would not describe it.") from exc
+    expected = dict(fresh.named_modules())
+    problems = []
+    for name, module in model.named_modules():
+        other = expected.get(name)
+        if isinstance(module, PackedLinear):
+            if not isinstance(other, nn.Linear) or (other.in_features, other.out_features) != (
+                    module.in_features, module.out_features):
+                problems.append(f"{name} (packed [{module.out_features}, {module.in_features}]) is no Linear of that "
+                                "shape in the config's architecture")
+            continue
+        if other is None:
+            if not any(name.startswith(f"{p}.") for p in schemes):
+                problems.append(f"{name} ({type(module).__name__}) is not in the config's architecture")
+            continue
+        if type(other) is nn.Linear and type(module) is not nn.Linear:
+            problems.append(f"{name} is a {type(module).__name__}, which the format has no layout for")
+            continue
+        for key, t in module.named_parameters(recurse=False):
+            ref = getattr(other, key, None)
+            if not isinstance(ref, torch.Tensor) or tuple(ref.shape) != tuple(t.shape):
+                problems.append(f"{name}.{key} has shape {tuple(t.shape)}, the config gives "
+                                f"{None if ref is None else tuple(ref.shape)}")
+    if problems:
+        raise FormatError(f"The model does not match its own config, so config.json cannot describe it: "
+                          f"{'; '.join(problems[:4])}{' ...' if len(problems) > 4 else ''}. Checkpoint formats "
+                          "hold an unchanged transformers architecture whose Linear layers are packed by rtn, gptq "
+                          "or awq (no pruning, no other quantizer).")
+
+
+def plan(model: nn.Module, fmt: str, act_order: bool = False, damp: float | None = None
+         ) -> tuple[dict[str, WeightScheme], dict[str, Any]]:
+    """Check everything and build ``(schemes, quantization_config)``; raises before anything is written."""
+    check_format(fmt)
+    schemes = model_schemes(model, fmt)
+    check_architecture(model, schemes)
+    ignore = plain_linears(model)
+    if fmt == COMPRESSED_TENSORS:
+        return schemes, ct.build_config(schemes, ignore, act_order)
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, PackedLinear)}
+    distinct = set(schemes.values())
+    sizes = {layers[n].group_size for n, s in schemes.items()}
+    if len(distinct) > 1 and len(sizes) == 1 and len({(s.bits, s.sym) for s in distinct}) == 1:
+        # one group size, but rows shorter than it form a single group: GPTQ's g_idx expresses both
+        first = next(iter(distinct))
+        distinct = {WeightScheme(first.bits, sizes.pop(), first.sym)}
+    if len(distinct) > 1:
+        raise FormatError(f"gptq's config holds one bits/group_size/sym for every layer, but the layers use "
+                          f"{', '.join(sorted(s.describe() for s in distinct))}; export to compressed-tensors "
+                          "(one config group per scheme) instead.")
+    for name, layer in layers.items():
+        gptq.check_packable(layer, name)
+    return schemes, gptq.build_config(next(iter(distinct)), ignore, act_order, damp)
+
+
+def export_checkpoint(model: nn.Module, folder: str | os.PathLike, fmt: str, tokenizer: Any = None,
+                      readme: str | None = None, act_order: bool = False, damp: float | None = None,
+                      max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> dict[str, Any]:
+    """Write ``model`` (with slimkit-packed layers) to ``folder`` as a ``fmt`` checkpoint, atomically.
+
+    The folder gets ``config.json`` with the format's ``quantization_config``, the safetensors shards, the
+    tokenizer's files (when given) and ``README.md`` (when given). Returns a summary (files, schemes, config).
+    """
+    schemes, qconfig = plan(model, fmt, act_order, damp)
+    config = hf_config(model, qconfig)
+    with atomic_directory(folder, replace=True) as tmp:
+        writer = CheckpointWriter(tmp, max_shard_bytes).open()
+        with torch.no_grad():
+            for block in checkpoint_blocks(model, fmt, schemes):
+                writer.write_block(block)
+        files = writer.close(config)
+        generation = getattr(model, "generation_config", None)
+        if generation is not None and callable(getattr(generation, "to_json_file", None)):
+            generation.to_json_file(str(tmp / "generation_config.json"))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+        if readme is not None:
+            (tmp / "README.md").write_text(readme)
+    return {"format": fmt, "files": files, "schemes": {n: s.describe() for n, s in schemes.items()},
+            "quantization_config": qconfig}
+
+
+__all__ = ["CheckpointWriter", "GPTQ", "check_architecture", "checkpoint_blocks", "export_checkpoint", "hf_config",
+           "plan"]
