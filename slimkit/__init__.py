@@ -1,5 +1,7 @@
 """slimkit: make PyTorch models smaller and faster — offline, on a CPU, with honest measurements."""
 
+from slimkit import compression
+from slimkit.compression.v2.trace import trace
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
 from slimkit.engine import SmashedModel, smash
 from slimkit.experiment import BasicConfig, aup_args, create_compressor, print_result
@@ -13,7 +15,9 @@ __all__ = [
     "SmashedModel",
     "__version__",
     "aup_args",
+    "compression",
     "create_compressor",
     "print_result",
     "smash",
+    "trace",
 ]
