@@ -24,20 +24,25 @@ from typing import Any
 from slimkit.errors import ConfigError
 from slimkit.experiment.basic_config import read_mapping
 from slimkit.experiment.compressors import KINDS, get_compressor_spec
+from slimkit.experiment.proposers import (
+    ALL_FIELDS,
+    MULTI_FIDELITY,
+    PROPOSERS,  # noqa: F401  (re-exported: the proposer table, for callers of this module)
+    check_proposer,
+    default_n_samples,
+    parse_proposer_options,
+)
 from slimkit.experiment.smash_space import SmashSpace, parse_search
 from slimkit.experiment.space import Param, config_list_params, ranked
 
 FIELDS = ("name", "script", "resource", "workingdir", "n_parallel", "n_samples", "target", "proposer",
           "random_seed", "job_failure", "resource_args", "runtime_args", "compression", "expand_op_names",
-          "job_timeout", "model", "data", "search", "objectives", "storage")
+          "job_timeout", "model", "data", "search", "objectives", "storage", *ALL_FIELDS)
 COMPRESSION_FIELDS = ("framework", "type", "compressor", "config_list")
 JOB_FAILURE_FIELDS = ("ignore_fail", "job_retries")
 RESOURCE_ARGS_FIELDS = ("save_model", "early_stop", "track_intermediate_results")
 RESOURCES = ("cpu", "gpu")
 TARGETS = ("min", "max")
-#: proposer name -> Optuna sampler it becomes
-PROPOSERS = {"random": "RandomSampler", "sequence": "GridSampler", "grid": "GridSampler", "tpe": "TPESampler",
-             "hyperopt": "TPESampler", "cmaes": "CmaEsSampler", "nsga2": "NSGAIISampler"}
 #: objective -> default direction
 OBJECTIVES = {"accuracy": "max", "perplexity": "min", "cosine": "max", "latency": "min", "size": "min",
               "params": "min", "macs": "min"}
@@ -56,6 +61,8 @@ class Experiment:
     n_samples: int = 1
     target: str = "max"
     proposer: str = "tpe"
+    #: the proposer's own fields with defaults (hyperband's max_iter, bohb's budgets, spearmint's engine...)
+    proposer_options: dict[str, Any] = field(default_factory=dict)
     random_seed: int | None = None
     ignore_fail: bool = True
     job_retries: int = 0
@@ -199,18 +206,6 @@ def _script_objectives(value: Any) -> dict[str, str]:
     return dict(value)
 
 
-def _proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
-    default = "nsga2" if n_objectives > 1 else "tpe"
-    proposer = raw.get("proposer", default)
-    if not isinstance(proposer, str) or proposer not in PROPOSERS:
-        raise ConfigError(f"proposer: {proposer!r} is not available. Valid proposers (closest first): "
-                          f"{', '.join(ranked(str(proposer), tuple(PROPOSERS)))}.")
-    if n_objectives > 1 and proposer == "cmaes":
-        raise ConfigError(f"proposer: 'cmaes' optimises one objective but {n_objectives} are given; use 'nsga2', "
-                          "'tpe' or 'random' for several.")
-    return proposer
-
-
 def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bool = False) -> Experiment:
     """Read and validate an experiment file (or dict); ``automatic`` allows (and needs) search ranges."""
     path = None if isinstance(source, Mapping) else Path(source)
@@ -290,7 +285,15 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
         exp.smash_space = parse_search(raw.get("search", {}), automatic)
         exp.params = exp.smash_space.params
         exp.objectives = _objectives(raw)
-    exp.proposer = _proposer(raw, len(exp.directions))
+    exp.proposer = check_proposer(raw, len(exp.directions))
+    exp.proposer_options = parse_proposer_options(raw, exp.proposer)
+    if exp.proposer in MULTI_FIDELITY:  # the pruner needs the script's intermediate values
+        if args.get("track_intermediate_results") is False:
+            raise ConfigError(f"resource_args.track_intermediate_results: the {exp.proposer!r} proposer stops trials "
+                              "from their intermediate values; leave it true (the default for this proposer).")
+        exp.track_intermediate_results = True
+        if "n_samples" not in raw:
+            exp.n_samples = default_n_samples(exp.proposer, exp.proposer_options) or 1
     if not automatic and exp.params:
         raise ConfigError(f"{exp.params[0].path}: is a search range but this is a one-time run; add --automatic to "
                           "search it, or write one value.")
