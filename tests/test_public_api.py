@@ -28,11 +28,12 @@ PUBLIC = {
         "save_subnet", "subnet_key", "write_subnet"
     ],
     "slimkit.compression.quantization": [
-        "BNNGrad", "BNNQuantizer", "ClipGrad", "DoReFaQuantizer", "Int8Linear", "LsqQuantizer", "QATQuantizer",
+        "BNNGrad", "BNNQuantizer", "ClipGrad", "DoReFaQuantizer", "Int8Linear", "LsqQuantizer", "NaiveQuantizer",
+        "ObserverQuantizer", "QATQuantizer",
         "QAT_Quantizer", "QuantGrad", "QuantType", "QuantizationConfigError", "QuantizedLayer", "Quantizer",
         "QuantizerModuleWrapper", "affine_qparams", "dequantize", "fake_quantize", "grad_scale", "load_calibration",
         "quantize_codes", "quantized_layer_specs", "rebuild_quantized_layers", "resolve_quant_config_list",
-        "round_ste"
+        "round_ste", "set_quant_scheme_dtype"
     ],
     "slimkit.compression.speedup": [
         "ChannelGraph", "ChannelGroups", "KeptChannels", "ModelSpeedup", "SpeedupError", "SpeedupWarning",
@@ -50,7 +51,13 @@ PUBLIC = {
         "model_loss", "move_batch", "split_batch"
     ],
     "slimkit": ["BasicConfig", "SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__",
-                "aup_args", "create_compressor", "print_result", "smash"],
+                "aup_args", "compression", "create_compressor", "print_result", "smash", "trace"],
+    "slimkit.compression.v2": [
+        "ADMMPruner", "AGPPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner", "FPGMPruner",
+        "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner", "LotteryTicketPruner", "ModelSpeedup",
+        "ModelSpeedupTensorRT", "MovementPruner", "PRUNER_DICT", "SlimPruner", "TaylorFOWeightPruner", "V2Pruner",
+        "canonical_config_list", "rebuild", "show_pruned_weights", "to_v1_masks", "trace", "v2_masks"
+    ],
     "slimkit.core": ["GROUPS", "KIND_OF_GROUP", "SaveFn", "SlimkitAlgorithm", "SlimkitBatcher", "SlimkitCacher",
                      "SlimkitCompiler", "SlimkitDistiller", "SlimkitPruner", "SlimkitQuantizer", "SlimkitRecoverer",
                      "SmashConfigPrefixWrapper", "register", "registry"],

@@ -18,12 +18,15 @@ from slimkit.compression.quantization import (
     BNNQuantizer,
     DoReFaQuantizer,
     LsqQuantizer,
+    NaiveQuantizer,
+    ObserverQuantizer,
     QAT_Quantizer,
     QATQuantizer,
     QuantGrad,
     Quantizer,
     QuantType,
     load_calibration,
+    set_quant_scheme_dtype,
 )
 from slimkit.compression.speedup import *  # noqa: F403
 from slimkit.compression.speedup import __all__ as _speedup_all
@@ -57,8 +60,9 @@ def create_compressor(model: Any, config: Any, *args: Any, **kwargs: Any) -> Any
 _FACE = [
     "ADMMPruner", "AGPPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner", "BNNQuantizer",
     "DoReFaQuantizer", "FPGMPruner", "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner",
-    "LotteryTicketPruner", "LsqQuantizer", "ModelSpeedup", "ModelSpeedupTensorRT", "MovementPruner", "QATQuantizer",
+    "LotteryTicketPruner", "LsqQuantizer", "ModelSpeedup", "ModelSpeedupTensorRT", "MovementPruner", "NaiveQuantizer",
+    "ObserverQuantizer", "QATQuantizer",
     "QAT_Quantizer", "QuantGrad", "QuantType", "Quantizer", "SlimPruner", "TaylorFOWeightPruner",
-    "count_flops_params", "create_compressor", "load_calibration", "trace",
+    "count_flops_params", "create_compressor", "load_calibration", "set_quant_scheme_dtype", "trace",
 ]
 __all__ = sorted(set(_pruning_all) | set(_speedup_all) | set(_FACE))  # noqa: PLE0605

@@ -36,13 +36,6 @@ def save_masks(masks: Mapping[str, Mapping[str, Any]], path: str | os.PathLike) 
     return save_tensors_atomic(flat, path, MASK_FORMAT)
 
 
-def _is_safetensors(path: Path) -> bool:
-    """A safetensors file starts with an 8-byte header length and then the JSON header's ``{``."""
-    with open(path, "rb") as handle:
-        head = handle.read(9)
-    return len(head) == 9 and head[8:9] == b"{"
-
-
 def _read_safetensors(path: Path) -> Masks:
     try:
         with safe_open(str(path), framework="pt") as handle:
@@ -75,13 +68,15 @@ def read_mask_file(path: str | os.PathLike) -> Masks:
     if not file.is_file():
         raise SaveLoadError(f"Mask file {str(path)!r} does not exist; pass the mask_path export_model wrote "
                             "(or a mask dict).")
-    if _is_safetensors(file):
+    with open(file, "rb") as handle:
+        zipped = handle.read(2) == b"PK"  # torch.save's format is a zip archive
+    if not zipped:
         return _read_safetensors(file)
     try:  # NNI writes masks with torch.save; weights_only refuses anything but tensors and plain containers
         loaded = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for a foreign file
-        raise SaveLoadError(f"Mask file {str(path)!r} is neither a safetensors file nor a tensor-only torch file "
-                            f"({type(exc).__name__}: {exc}).") from exc
+        raise SaveLoadError(f"Mask file {str(path)!r} is not a readable safetensors file nor a tensor-only torch "
+                            f"file ({type(exc).__name__}: {exc}).") from exc
     if not isinstance(loaded, Mapping):
         raise SaveLoadError(f"Mask file {str(path)!r} holds a {type(loaded).__name__}, not a mask dict "
                             "{layer: {'weight': Tensor, 'bias': Tensor | None}}.")
