@@ -19,7 +19,9 @@ from typing import Any
 
 from torch import nn
 
+from slimkit.compression.config_list import select_layers
 from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.compression.pruning.maskers import num_to_prune
 from slimkit.compression.v2.base import V2Masks, to_v1_masks
 from slimkit.compression.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner
 from slimkit.compression.v2.registry_adapters import ADMMPruner
@@ -42,6 +44,7 @@ PRUNER_DICT: dict[str, type] = {
     "admm": ADMMPruner,
 }
 _SPARSITY_KEYS = ("sparsity", "sparsity_per_layer", "total_sparsity")
+_DEFAULT_TYPES = ("Conv1d", "Conv2d", "Conv3d", "Linear")  # what "default" selects for the filter pruners
 
 
 @dataclass
@@ -89,6 +92,7 @@ class _IterativePruner:
         self.finetuner, self.evaluator, self.speedup, self.dummy_input = finetuner, evaluator, speedup, dummy_input
         self.pruning_params, self.reset_weight = dict(pruning_params or {}), reset_weight
         self.results: list[RoundResult] = []
+        self._units: dict[str, int] = {}  # each layer's units before the first round (speedup shrinks them)
         self._best: tuple[RoundResult, nn.Module] | None = None
 
     def ratio(self, iteration: int, final: float) -> float:
@@ -96,17 +100,35 @@ class _IterativePruner:
         raise NotImplementedError
 
     def _round_config(self, iteration: int) -> list[dict[str, Any]]:
-        """The config of one round; after speedups, sparsities are relative to the already shrunk layers."""
+        """The config of one round at that round's sparsity of the original layers.
+
+        After speedups a layer has fewer units than it started with, so each ``sparsity`` entry becomes one entry
+        per layer asking for the units still to go (``total_sparsity`` entries are ranked as a group: their share
+        is rescaled by the sparsity already removed).
+        """
         out = []
-        for entry in self.config_list:
+        chosen = select_layers(self.bound_model, self.config_list, _DEFAULT_TYPES, PruningConfigError) \
+            if self.speedup else {}
+        for index, entry in enumerate(self.config_list):
             entry = copy.deepcopy(entry)
-            for key in _SPARSITY_KEYS:
-                if key in entry:
-                    target = self.ratio(iteration, float(entry[key]))
-                    if self.speedup:
-                        previous = self.ratio(iteration - 1, float(entry[key])) if iteration > 1 else 0.0
-                        target = (target - previous) / (1.0 - previous)
-                    entry[key] = min(max(target, 0.0), 0.99)
+            keys = [k for k in _SPARSITY_KEYS if k in entry]
+            if not keys or entry.get("exclude"):
+                out.append(entry)
+                continue
+            target = self.ratio(iteration, float(entry[keys[0]]))
+            if not self.speedup:
+                entry[keys[0]] = min(target, 0.99)
+            elif keys[0] == "total_sparsity":
+                done = self.ratio(iteration - 1, float(entry[keys[0]])) if iteration > 1 else 0.0
+                entry[keys[0]] = min(max((target - done) / (1.0 - done), 0.0), 0.99)
+            else:
+                for name in (n for n, i in chosen.items() if i == index):
+                    units = self.bound_model.get_submodule(name).weight.shape[0]
+                    original = self._units.setdefault(name, units)
+                    keep = original - num_to_prune(target, original)
+                    one = {k: v for k, v in entry.items() if k not in ("op_names", "op_partial_names", *keys)}
+                    out.append({**one, "op_names": [name], keys[0]: (max(units - keep, 0) + 0.5) / units})
+                continue
             out.append(entry)
         return out
 
