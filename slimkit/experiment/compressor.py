@@ -147,6 +147,10 @@ class Compressor(EngineCalls):
         if not self._compressed:
             raise ConfigError("apply_speedup() before compress(): there are no masks yet. Call compressor.compress() "
                               "(and train, for iterative pruners) first.")
+        pending = getattr(self.engine, "statistics_pending", 0)
+        if pending:
+            raise ConfigError(f"apply_speedup(): {self.name!r} ranks filters on your training steps and needs "
+                              f"{pending} more optimizer step(s) before its masks exist; train first.")
         dummy = self.dummy_input if dummy_input is None else dummy_input
         if dummy is None:
             raise ConfigError("apply_speedup() needs dummy_input, an input the model accepts, e.g. "

@@ -171,7 +171,8 @@ def _compression(raw: Mapping[str, Any], expand: bool) -> tuple[dict[str, Any], 
         raise ConfigError(f"compression.compressor: {exc}") from None
     if "config_list" not in block:
         raise ConfigError("compression.config_list: missing; add e.g. [{'sparsity': 0.5, 'op_types': ['Conv2d']}].")
-    params = config_list_params(block["config_list"], expand)
+    default = getattr(spec.engine, "default_config_list", None)  # e.g. naive: [] means 8-bit Conv/Linear weights
+    params = [] if block["config_list"] == [] and default else config_list_params(block["config_list"], expand)
     return {**block, "type": spec.kind, "framework": "torch"}, params
 
 

@@ -27,6 +27,8 @@ class NaiveQuantizer(Quantizer):
     """
 
     supported_quant_types = ("weight",)
+    #: what an empty (or missing) ``config_list`` means
+    default_config_list = DEFAULT_CONFIG_LIST
 
     def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]] | None = None,
                  optimizer: torch.optim.Optimizer | None = None, dummy_input: Any = None) -> None:
