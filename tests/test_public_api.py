@@ -40,7 +40,7 @@ PUBLIC = {
         "UnsupportedOpError", "apply_kept_channels", "channel_dependency_report", "trace_channels"
     ],
     "slimkit.data": [
-        "COLLATE_FUNCTIONS", "DataModule", "DictDataset", "LABEL_KEYS", "audio_processing_collate",
+        "COLLATE_FUNCTIONS", "DataModule", "DictDataset", "LABEL_KEYS", "PrunaDataModule", "audio_processing_collate",
         "image_classification_collate", "image_generation_collate", "list_datasets", "make_datamodule", "move_batch",
         "pydoc_split_topics", "pydoc_text_blocks", "question_answering_collate", "split_batch",
         "split_train_into_train_val_test", "text_generation_collate"
@@ -50,8 +50,9 @@ PUBLIC = {
         "OPTIMIZERS", "StepCallback", "criterion_loss", "cross_entropy", "default_loss", "fit", "make_optimizer",
         "model_loss", "move_batch", "split_batch"
     ],
-    "slimkit": ["BasicConfig", "SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__",
-                "aup_args", "compression", "create_compressor", "print_result", "smash", "trace"],
+    "slimkit": ["BasicConfig", "PrunaDataModule", "PrunaModel", "SmashConfig", "SmashConfigPrefixWrapper",
+                "SmashedModel", "__version__", "aup_args", "compression", "create_compressor", "print_result", "smash",
+                "trace"],
     "slimkit.compression.v2": [
         "ADMMPruner", "AGPPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner", "FPGMPruner",
         "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner", "LotteryTicketPruner", "ModelSpeedup",

@@ -22,6 +22,7 @@ class Int8Dynamic(SlimkitQuantizer):
     """
 
     algorithm_name = "int8_dynamic"
+    aliases = ("torch_dynamic",)  # Pruna's name: PyTorch dynamic int8 of Linear layers
     references = {
         "PyTorch": "https://pytorch.org/docs/stable/quantization.html#dynamic-quantization",
         "fbgemm": "https://github.com/pytorch/FBGEMM",
