@@ -49,7 +49,20 @@ class PrunaDataModule(DataModule):
         module.dataloader_args = _args(dataloader_args, "dataloader_args")
         return module
 
-    def _loader(self, split: str, batch_size: int, shuffle: bool, **kwargs: Any) -> DataLoader:
-        options = {**getattr(self, "dataloader_args", {}), **kwargs}
-        batch_size = options.pop("batch_size", batch_size)
-        return super()._loader(split, batch_size, shuffle, **options)
+    def _with_defaults(self, split: str, batch_size: int | None, shuffle: bool, kwargs: dict[str, Any]) -> DataLoader:
+        options = {**self.dataloader_args, **kwargs}
+        size = options.pop("batch_size", 8) if batch_size is None else batch_size
+        options.pop("batch_size", None)
+        return self._loader(split, size, shuffle, **options)
+
+    def train_dataloader(self, batch_size: int | None = None, shuffle: bool = True, **kwargs: Any) -> DataLoader:
+        """Train DataLoader; ``dataloader_args`` fill what the call does not give."""
+        return self._with_defaults("train", batch_size, shuffle, kwargs)
+
+    def val_dataloader(self, batch_size: int | None = None, shuffle: bool = False, **kwargs: Any) -> DataLoader:
+        """Validation DataLoader; ``dataloader_args`` fill what the call does not give."""
+        return self._with_defaults("val", batch_size, shuffle, kwargs)
+
+    def test_dataloader(self, batch_size: int | None = None, shuffle: bool = False, **kwargs: Any) -> DataLoader:
+        """Test DataLoader; ``dataloader_args`` fill what the call does not give."""
+        return self._with_defaults("test", batch_size, shuffle, kwargs)

@@ -35,6 +35,7 @@ class HQQ(LowBitQuantizer):
     """
 
     algorithm_name = "hqq"
+    near_names = ("hqq_diffusers", "quanto")  # Pruna's names for close algorithms (errors point here)
     renamed_hyperparameters = {"hqq": {"weight_bits": "bits"}}  # Pruna's name
     references = {"HQQ": "https://mobiusml.github.io/hqq_blog/"}
 
