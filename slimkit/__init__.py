@@ -5,7 +5,7 @@ from slimkit.compression.v2.trace import trace
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
 from slimkit.data.pruna import PrunaDataModule
 from slimkit.engine import SmashedModel, smash
-from slimkit.experiment import BasicConfig, aup_args, create_compressor, print_result
+from slimkit.experiment import BasicConfig, aup_args, aup_save_model, create_compressor, print_result
 
 PrunaModel = SmashedModel  # Pruna's name for a smashed model: PrunaModel.from_pretrained(path)
 
@@ -20,6 +20,7 @@ __all__ = [
     "SmashedModel",
     "__version__",
     "aup_args",
+    "aup_save_model",
     "compression",
     "create_compressor",
     "print_result",

@@ -51,8 +51,8 @@ PUBLIC = {
         "model_loss", "move_batch", "split_batch"
     ],
     "slimkit": ["BasicConfig", "PrunaDataModule", "PrunaModel", "SmashConfig", "SmashConfigPrefixWrapper",
-                "SmashedModel", "__version__", "aup_args", "compression", "create_compressor", "print_result", "smash",
-                "trace"],
+                "SmashedModel", "__version__", "aup_args", "aup_save_model", "compression", "create_compressor",
+                "print_result", "smash", "trace"],
     "slimkit.compression.v2": [
         "ADMMPruner", "AGPPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner", "FPGMPruner",
         "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner", "LotteryTicketPruner", "ModelSpeedup",
