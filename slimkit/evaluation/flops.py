@@ -131,33 +131,36 @@ def count_flops_params(model: nn.Module, x: Any, custom_ops: Mapping[type, Custo
     custom = dict(custom_ops or {})
     counted = (*_CONV, nn.Linear, *_RNN_GATES, *(_FULL if mode == "full" else ()), *custom)
     masks = _masks_of(model)
-    wrapper_names = {id(getattr(m, "module", None)): n for n, m in model.named_modules() if id(m) != id(model)
-                     and id(getattr(m, "module", None)) in masks}
     rows: list[dict[str, Any]] = []
 
-    def hook(name: str) -> Callable[[nn.Module, tuple, Any], None]:
-        def record(module: nn.Module, inputs: tuple, output: Any) -> None:
+    def hook(name: str, layer: nn.Module) -> Callable[[nn.Module, tuple, Any], None]:
+        def record(_: nn.Module, inputs: tuple, output: Any) -> None:
             inp, out = _first(inputs), _first(output)
-            weight = getattr(module, "weight", None)
-            row = {"name": name, "module_type": type(module).__name__,
+            weight = getattr(layer, "weight", None)
+            row = {"name": name, "module_type": type(layer).__name__,
                    "weight_shape": tuple(weight.shape) if isinstance(weight, torch.Tensor) else 0,
                    "input_size": tuple(inp.shape) if inp is not None else (),
                    "output_size": tuple(out.shape) if out is not None else (),
-                   "params": sum(p.numel() for p in module.parameters())}
-            op = next((fn for cls, fn in custom.items() if isinstance(module, cls)), None)
+                   "params": sum(p.numel() for p in layer.parameters())}
+            op = next((fn for cls, fn in custom.items() if isinstance(layer, cls)), None)
             if op is not None:
-                row.update(op(module, inputs, output))
+                row.update(op(layer, inputs, output))
             else:
-                row["flops"] = _layer_flops(module, inputs, output, masks.get(id(module)), mode == "full")
+                row["flops"] = _layer_flops(layer, inputs, output, masks.get(id(layer)), mode == "full")
             row["flops"] = int(round(float(row.get("flops", 0))))
             rows.append(row)
         return record
 
+    # a layer wrapped by a pruner or quantizer is counted at its wrapper (which may not call it as a module)
+    wrappers = {id(m.module): m for m in model.modules() if isinstance(getattr(m, "module", None), counted)
+                and not isinstance(m, counted)}
     handles = []
     for name, module in model.named_modules():
-        if isinstance(module, counted) and module is not model or (module is model and isinstance(model, counted)):
-            label = wrapper_names.get(id(module), name) or type(module).__name__
-            handles.append(module.register_forward_hook(hook(label)))
+        if id(module) in wrappers:
+            continue
+        inner = getattr(module, "module", None) if any(module is w for w in wrappers.values()) else module
+        if isinstance(inner, counted):
+            handles.append(module.register_forward_hook(hook(name or type(inner).__name__, inner)))
     training = model.training
     model.eval()
     try:

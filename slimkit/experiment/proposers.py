@@ -6,7 +6,7 @@ their own (Auptimizer's spellings, at the top level of the file):
 
 * ``hyperband``: Optuna's ``HyperbandPruner`` over a sampler. ``max_iter`` (default 81) is the most steps a
   trial reports, ``eta`` (3) the reduction factor, ``engine`` (``random``; or ``tpe``) the sampler;
-  ``skip_last`` is accepted (Optuna assigns trials to brackets itself, so it changes nothing).
+  ``skip_last`` is accepted (Auptimizer skips each bracket's last round; Optuna's pruner has no such option).
 * ``bohb``: ``HyperbandPruner`` over a TPE sampler (BOHB = Bayesian optimisation + Hyperband).
   ``min_budget``/``max_budget`` (0.01/1; whole numbers >= 1 are step counts, fractions of the run leave the
   range to the first finished trial), ``eta`` (3), ``n_iterations`` (4 Hyperband iterations: the number of
@@ -127,8 +127,7 @@ def default_n_samples(proposer: str, options: Mapping[str, Any]) -> int | None:
     if proposer == "hyperband":
         s_max = int(math.log(options["max_iter"]) / math.log(eta) + 1e-9)
         budget = (s_max + 1) * options["max_iter"]
-        brackets = range(s_max + 1 - int(options["skip_last"]))
-        return sum(math.ceil(budget / options["max_iter"] / (s + 1) * eta ** s) for s in brackets)
+        return sum(math.ceil(budget / options["max_iter"] / (s + 1) * eta ** s) for s in range(s_max + 1))
     if proposer == "bohb":
         rungs = -int(math.log(options["min_budget"] / options["max_budget"]) / math.log(eta)) + 1
         total = 0
