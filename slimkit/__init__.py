@@ -1,19 +1,29 @@
 """slimkit: make PyTorch models smaller and faster — offline, on a CPU, with honest measurements."""
 
+from slimkit import compression
+from slimkit.compression.v2.trace import trace
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
+from slimkit.data.pruna import PrunaDataModule
 from slimkit.engine import SmashedModel, smash
-from slimkit.experiment import BasicConfig, aup_args, create_compressor, print_result
+from slimkit.experiment import BasicConfig, aup_args, aup_save_model, create_compressor, print_result
+
+PrunaModel = SmashedModel  # Pruna's name for a smashed model: PrunaModel.from_pretrained(path)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BasicConfig",
+    "PrunaDataModule",
+    "PrunaModel",
     "SmashConfig",
     "SmashConfigPrefixWrapper",
     "SmashedModel",
     "__version__",
     "aup_args",
+    "aup_save_model",
+    "compression",
     "create_compressor",
     "print_result",
     "smash",
+    "trace",
 ]

@@ -235,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run an experiment file: one job, or with --automatic a search on Optuna",
                        description="Run an Auptimizer-style experiment file (JSON or YAML). Without --automatic: one "
                                    "job with the file's fixed values. With --automatic: n_samples trials proposed by "
-                                   "the proposer (random, grid, tpe, cmaes, nsga2) in n_parallel worker processes; "
+                                   "the proposer (random, grid, tpe, cmaes, nsga2, hyperband, bohb, spearmint) in "
+                                   "n_parallel worker processes; "
                                    "rerunning the same command resumes the study. Results: a table, results.csv, "
                                    "results.json and PNG plots in the experiment folder.")
     p.add_argument("experiment", metavar="EXPERIMENT", help="the experiment file (.json, .yaml)")

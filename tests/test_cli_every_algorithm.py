@@ -36,6 +36,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "level": ("tiny_vit", []),
     "llama_cpp": ("tiny_llama", ["--set", "llama_cpp_n_threads=1"]),
     "lsq": ("digits_cnn", ["--set", "lsq_epochs=1"]),
+    "naive": ("digits_cnn", []),
     "onnxruntime": ("mlp", []),
     "prefix_cache": ("tiny_llama", []),
     "qat": ("digits_cnn", ["--set", "qat_epochs=1"]),

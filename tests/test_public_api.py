@@ -31,18 +31,19 @@ PUBLIC = {
         "save_subnet", "subnet_key", "write_subnet"
     ],
     "slimkit.compression.quantization": [
-        "BNNGrad", "BNNQuantizer", "ClipGrad", "DoReFaQuantizer", "Int8Linear", "LsqQuantizer", "QATQuantizer",
+        "BNNGrad", "BNNQuantizer", "ClipGrad", "DoReFaQuantizer", "Int8Linear", "LsqQuantizer", "NaiveQuantizer",
+        "ObserverQuantizer", "QATQuantizer",
         "QAT_Quantizer", "QuantGrad", "QuantType", "QuantizationConfigError", "QuantizedLayer", "Quantizer",
         "QuantizerModuleWrapper", "affine_qparams", "dequantize", "fake_quantize", "grad_scale", "load_calibration",
         "quantize_codes", "quantized_layer_specs", "rebuild_quantized_layers", "resolve_quant_config_list",
-        "round_ste"
+        "round_ste", "set_quant_scheme_dtype"
     ],
     "slimkit.compression.speedup": [
         "ChannelGraph", "ChannelGroups", "KeptChannels", "ModelSpeedup", "SpeedupError", "SpeedupWarning",
         "UnsupportedOpError", "apply_kept_channels", "channel_dependency_report", "trace_channels"
     ],
     "slimkit.data": [
-        "COLLATE_FUNCTIONS", "DataModule", "DictDataset", "LABEL_KEYS", "audio_processing_collate",
+        "COLLATE_FUNCTIONS", "DataModule", "DictDataset", "LABEL_KEYS", "PrunaDataModule", "audio_processing_collate",
         "image_classification_collate", "image_generation_collate", "list_datasets", "make_datamodule", "move_batch",
         "pydoc_split_topics", "pydoc_text_blocks", "question_answering_collate", "split_batch",
         "split_train_into_train_val_test", "text_generation_collate"
@@ -52,8 +53,15 @@ PUBLIC = {
         "OPTIMIZERS", "StepCallback", "criterion_loss", "cross_entropy", "default_loss", "fit", "make_optimizer",
         "model_loss", "move_batch", "split_batch"
     ],
-    "slimkit": ["BasicConfig", "SmashConfig", "SmashConfigPrefixWrapper", "SmashedModel", "__version__",
-                "aup_args", "create_compressor", "print_result", "smash"],
+    "slimkit": ["BasicConfig", "PrunaDataModule", "PrunaModel", "SmashConfig", "SmashConfigPrefixWrapper",
+                "SmashedModel", "__version__", "aup_args", "aup_save_model", "compression", "create_compressor",
+                "print_result", "smash", "trace"],
+    "slimkit.compression.v2": [
+        "ADMMPruner", "AGPPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner", "FPGMPruner",
+        "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner", "LotteryTicketPruner", "ModelSpeedup",
+        "ModelSpeedupTensorRT", "MovementPruner", "PRUNER_DICT", "SlimPruner", "TaylorFOWeightPruner", "V2Pruner",
+        "canonical_config_list", "rebuild", "show_pruned_weights", "to_v1_masks", "trace", "v2_masks"
+    ],
     "slimkit.core": ["GROUPS", "KIND_OF_GROUP", "SaveFn", "SlimkitAlgorithm", "SlimkitBatcher", "SlimkitCacher",
                      "SlimkitCompiler", "SlimkitDistiller", "SlimkitPruner", "SlimkitQuantizer", "SlimkitRecoverer",
                      "SmashConfigPrefixWrapper", "register", "registry"],

@@ -21,6 +21,7 @@ from slimkit.config.files import (
     read_config,
     write_config,
 )
+from slimkit.config.pruna import PrunaConfigFace
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import describe_allowed, is_legal, to_jsonable
@@ -37,12 +38,13 @@ def resolve_device(device: str | torch.device | None) -> str:
     return text
 
 
-class SmashConfig:
+class SmashConfig(PrunaConfigFace):
     """Dictionary-like configuration for :func:`slimkit.smash`.
 
     Forms: ``SmashConfig()`` then ``cfg["quantizer"] = "int8_dynamic"``; ``SmashConfig(["int8_dynamic"])``;
     ``SmashConfig({"int8_dynamic": {"per_channel": True}})``. Hyperparameters are prefixed with the algorithm
     name (``cfg["int8_dynamic_per_channel"] = True``) and validated against the algorithm's ConfigSpace.
+    Pruna's ``cfg.add(...)`` and ``cfg["device"]`` work too (:mod:`slimkit.config.pruna`).
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class SmashConfig:
         """Activate algorithm ``name`` in its own group."""
         cls = registry.get(name)
         self._algorithms[cls.group] = cls.algorithm_name
+        self._alias_defaults(name)
 
     def _split_key(self, key: str) -> tuple[str, str]:
         """Split a prefixed hyperparameter key into (canonical algorithm, hyperparameter), validating both.
@@ -136,6 +139,9 @@ class SmashConfig:
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._check_key(key)
+        if key == "device":  # Pruna's smash_config["device"]
+            self.device = value
+            return
         if key in self._algorithms:
             if value is None:
                 self._algorithms[key] = None
@@ -146,6 +152,7 @@ class SmashConfig:
                     f"{value!r} is a {cls.group}, not a {key}; set it with cfg[{cls.group!r}] = {value!r}."
                 )
             self._algorithms[key] = cls.algorithm_name
+            self._alias_defaults(value)
             return
         name, hp_name = self._split_key(key)
         hp = {h.name: h for h in registry.get(name)().get_hyperparameters()}[hp_name]
@@ -160,6 +167,8 @@ class SmashConfig:
 
     def __getitem__(self, key: str) -> Any:
         self._check_key(key)
+        if key == "device":
+            return self.device
         if key in self._algorithms:
             return self._algorithms[key]
         if key in self._hyperparameters:

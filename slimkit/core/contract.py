@@ -109,6 +109,12 @@ class SlimkitAlgorithm(ABC):
     #: Retired hyperparameter names of an alias: ``{alias: {old_name: new_name}}``, so old configs and
     #: saves written under the alias read as this algorithm's hyperparameters.
     renamed_hyperparameters: ClassVar[dict[str, dict[str, str]]] = {}
+    #: Hyperparameters an alias sets when it activates the algorithm (unless the config already sets them):
+    #: ``{"text_to_text_lora": {"lora_rank": 8}}`` makes Pruna's LoRA recoverer name mean fine-tuning with LoRA.
+    alias_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: Other tools' names for algorithms slimkit does not have but that this one comes closest to (Pruna's
+    #: ``hqq_diffusers`` -> ``hqq``). They are not aliases: using one is an error that names this algorithm.
+    near_names: ClassVar[tuple[str, ...]] = ()
 
     def get_hyperparameters(self) -> list[Hyperparameter]:
         """Return the algorithm's ConfigSpace hyperparameters (each with ``meta={"desc": ...}``)."""

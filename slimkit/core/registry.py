@@ -22,6 +22,8 @@ from slimkit.errors import AlgorithmNotFoundError, ConfigError, RegistryError, c
 
 _REGISTRY: dict[str, type[SlimkitAlgorithm]] = {}
 _ALIASES: dict[str, str] = {}
+#: other tools' names slimkit does not implement -> the registered algorithm closest to them (see near_names)
+_NEAR: dict[str, str] = {}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _ALIAS_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -68,9 +70,15 @@ def register(cls: type[SlimkitAlgorithm]) -> type[SlimkitAlgorithm]:
         if taken in _COMPONENTS:
             raise RegistryError(f"{where}: {taken!r} already names the {_COMPONENTS[taken][1]} component "
                                 f"{_qualname(_COMPONENTS[taken][0])}; one name means one thing on every face.")
+    for near in cls.near_names:
+        if near in _REGISTRY or near in _ALIASES or _NEAR.get(near, name) != name or near in aliases:
+            raise RegistryError(f"{where}: near name {near!r} is already a name, an alias or another algorithm's "
+                                "near name.")
     _REGISTRY[name] = cls
     for alias in aliases:
         _ALIASES[alias] = name
+    for near in cls.near_names:
+        _NEAR[near] = name
     return cls
 
 
@@ -96,6 +104,12 @@ def resolve(name: str) -> str:
             return name
         if name in _ALIASES:
             return _ALIASES[name]
+    if isinstance(name, str) and name in _NEAR:
+        near = _REGISTRY[_NEAR[name]]
+        raise AlgorithmNotFoundError(
+            f"slimkit has no {name!r} (another tool's algorithm); the closest here is {near.algorithm_name!r}: "
+            f"{near.description()} Use {near.algorithm_name!r}, or see `slimkit algorithms` for all of them."
+        )
     raise AlgorithmNotFoundError(
         f"Unknown algorithm {name!r}.{closest(str(name), all_names())} Valid algorithms: {', '.join(names())} "
         "(NNI class names such as 'L1FilterPruner' and short names such as 'apoz' are accepted too; "

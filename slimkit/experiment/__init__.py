@@ -10,6 +10,7 @@ runs an experiment file (``slimkit run``): one job, or a search on Optuna with a
 import importlib
 from typing import Any
 
+from slimkit.core import faces
 from slimkit.experiment.aup_args import aup_args, aup_save_model
 from slimkit.experiment.basic_config import BasicConfig
 from slimkit.experiment.compression_config import CompressionSettings, parse_compression_config
@@ -45,6 +46,8 @@ __all__ = [
     "report_experiment",
     "run_experiment",
 ]
+
+faces.provide("create_compressor", create_compressor)  # Auptimizer's aup.compression.create_compressor
 
 #: names that need Optuna (the ``experiment`` extra): imported on first use so ``import slimkit`` does not need it
 _RUNNER_NAMES = {"ExperimentResult": "report", "report_experiment": "runner", "run_experiment": "runner"}

@@ -11,20 +11,26 @@ Instead of reading the job config itself, a compression script may write::
         main(sys.argv[1])                       # the path of the job config slimkit run passes
 
 Each parameter is filled from the job config key of the same name (the runner's keys and ``runtime_args``);
-``**kwargs`` receives every key. ``aup_save_model(compressor.export_model, model_path=...)`` registers the
-export: it runs into the job's ``folder_name`` only when the experiment sets ``resource_args.save_model``.
+``**kwargs`` receives every key. When the function returns a number (or a list of numbers, one per objective),
+it is reported with :func:`~slimkit.experiment.result.print_result`, as Auptimizer does.
+``aup_save_model(compressor.export_model, model_path=...)`` registers the export: it runs into the job's
+``folder_name`` only when the experiment sets ``resource_args.save_model``.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import numbers
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import torch
+
 from slimkit.errors import ConfigError
 from slimkit.experiment.basic_config import BasicConfig
+from slimkit.experiment.result import print_result
 
 F = TypeVar("F", bound=Callable[..., Any])
 _CURRENT: dict[str, BasicConfig] = {}
@@ -60,9 +66,24 @@ def aup_args(func: F) -> F:
             raise ConfigError(f"{func.__name__}() needs {', '.join(missing)} but the job config has no such key; "
                               f"its keys: {', '.join(sorted(fields))}. Add it to the experiment's runtime_args, "
                               "give the parameter a default, or rename it to a job config key.")
-        return func(**values)
+        result = func(**values)
+        if _is_metric(result):  # Auptimizer reports the function's value itself
+            print_result(result)
+        return result
 
     return wrapper  # type: ignore[return-value]
+
+
+def _is_metric(value: Any) -> bool:
+    """A number (or numpy/tensor scalar), or a non-empty list/tuple of them: what print_result reports."""
+    def number(v: Any) -> bool:
+        if isinstance(v, torch.Tensor):
+            return v.numel() == 1 and v.is_floating_point()
+        return isinstance(v, numbers.Real) and not isinstance(v, bool)  # numpy scalars are numbers.Real too
+
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(number(v) for v in value)
+    return number(value)
 
 
 def aup_save_model(save: Callable[..., Any], **kwargs: Any) -> Any:

@@ -31,6 +31,7 @@ from slimkit.compression.pruning.coupling import has_norm_masks
 from slimkit.compression.pruning.coupling import norm_producer_masks as producer_masks
 from slimkit.compression.pruning.io import MODEL_FORMAT, save_masks
 from slimkit.compression.quantization import Quantizer, quantized_layer_specs
+from slimkit.compression.quantization.io import CALIBRATION_FORMAT, save_calibration
 from slimkit.compression.speedup import KeptChannels, ModelSpeedup
 from slimkit.config import SmashConfig
 from slimkit.core.io import save_tensors_atomic, write_json_atomic
@@ -40,6 +41,7 @@ from slimkit.utils import model_device, move_inputs
 
 from .compression_config import parse_compression_config
 from .compressors import CompressorSpec, check_compressor_kwargs, config_list_hyperparameters, get_compressor_spec
+from .engine_calls import EngineCalls
 from .export import (
     QUANTIZED_MODEL_FORMAT,
     SPEEDUP_MODEL_FORMAT,
@@ -49,7 +51,7 @@ from .export import (
 )
 
 
-class Compressor:
+class Compressor(EngineCalls):
     """One compression job on one model: ``compress`` -> (``apply_speedup``) -> ``export_model``.
 
     ``kind`` is ``"pruning"`` or ``"quantization"``; only pruning compressors can be sped up. ``engine``
@@ -145,6 +147,10 @@ class Compressor:
         if not self._compressed:
             raise ConfigError("apply_speedup() before compress(): there are no masks yet. Call compressor.compress() "
                               "(and train, for iterative pruners) first.")
+        pending = getattr(self.engine, "statistics_pending", 0)
+        if pending:
+            raise ConfigError(f"apply_speedup(): {self.name!r} ranks filters on your training steps and needs "
+                              f"{pending} more optimizer step(s) before its masks exist; train first.")
         dummy = self.dummy_input if dummy_input is None else dummy_input
         if dummy is None:
             raise ConfigError("apply_speedup() needs dummy_input, an input the model accepts, e.g. "
@@ -175,6 +181,7 @@ class Compressor:
         folder_name: str | os.PathLike | None = None,
         dummy_input: Any = None,
         kept_channels_path: str | os.PathLike | None = None,
+        **job_config: Any,
     ) -> dict[str, Path | None]:
         """Save the compressed model (safetensors), optionally its masks, and after speedup the kept channels.
 
@@ -183,12 +190,17 @@ class Compressor:
         record (default ``<model_path stem>.kept_channels.json``); load it with
         :func:`slimkit.experiment.load_compressed_model`. With ``folder_name`` every file goes inside that
         folder. Returns the paths written: ``{"model", "mask", "kept_channels"}`` (``None`` when not written).
+        For a quantizer, ``mask_path`` names the calibration file (bits, scales, zero points, ranges). The job
+        config's keys may be passed too (``**config``, as Auptimizer's scripts do); they change nothing.
         """
+        self._check_export_options(job_config, ("model_path", "mask_path", "speedup", "folder_name", "dummy_input",
+                                                "kept_channels_path"))
         if self.kind == "quantization":
-            if mask_path is not None or speedup:
-                raise ConfigError(f"export_model(): mask_path and speedup belong to pruning; {self.name!r} is a "
+            if speedup:
+                raise ConfigError(f"export_model(speedup=True) removes pruned channels; {self.name!r} is a "
                                   "quantization compressor. Call export_model(model_path) instead.")
-            return self._export_quantized(place(model_path, folder_name))
+            calibration = place(mask_path, folder_name) if mask_path is not None else None
+            return self._export_quantized(place(model_path, folder_name), calibration)
         if speedup and not self.speedup_applied:
             self.apply_speedup(dummy_input)
         model_file = place(model_path, folder_name)
@@ -207,23 +219,28 @@ class Compressor:
             save_masks(masks, mask_file)
         return written
 
-    def _export_quantized(self, model_file: Path) -> dict[str, Path | None]:
+    def _export_quantized(self, model_file: Path, calibration_file: Path | None = None) -> dict[str, Path | None]:
         """Freeze an engine's layers to integer codes and save them, or save a smash-run model as a directory."""
         if not self._compressed:
             raise ConfigError("export_model() before compress(): nothing is quantized yet. Call "
                               "compressor.compress() (and train) first.")
         if self.engine is None:
+            if calibration_file is not None:
+                raise ConfigError(f"export_model(mask_path=...): {self.name!r} runs through smash and saves a "
+                                  "directory with its own scales; call export_model(model_path).")
             assert self.smashed is not None
             self.smashed.save_pretrained(model_file)
             return {"model": model_file, "mask": None, "quantized_layers": None}
         quantizer: Quantizer = self.engine
+        if calibration_file is not None and quantizer.modules_wrapper:
+            save_calibration(quantizer.calibration_config(), calibration_file, CALIBRATION_FORMAT)
         if quantizer.modules_wrapper:  # first export: freeze (later exports save the frozen model again)
             self._model = quantizer.freeze()
         record = default_quantized_layers_path(model_file)
         state = {k: v.detach() for k, v in self._model.state_dict().items()}
         save_tensors_atomic(state, model_file, QUANTIZED_MODEL_FORMAT)
         write_json_atomic(record, quantized_layer_specs(self._model))
-        return {"model": model_file, "mask": None, "quantized_layers": record}
+        return {"model": model_file, "mask": calibration_file, "quantized_layers": record}
 
 
 def create_compressor(
@@ -257,4 +274,7 @@ def create_compressor(
     elif optimizer is not None:
         raise ConfigError(f"{spec.name!r} runs once on the trained model (it has no training hook), so it takes no "
                           "optimizer; call create_compressor without optimizer=.")
-    return Compressor(spec, engine, model, dummy_input, compressor_kwargs)
+    compressor = Compressor(spec, engine, model, dummy_input, compressor_kwargs)
+    if isinstance(config, Mapping):  # the job config's keys may come back in export_model(..., **config)
+        compressor._job_keys = frozenset(map(str, config))
+    return compressor

@@ -24,20 +24,25 @@ from typing import Any
 from slimkit.errors import ConfigError
 from slimkit.experiment.basic_config import read_mapping
 from slimkit.experiment.compressors import KINDS, get_compressor_spec
+from slimkit.experiment.proposers import (
+    ALL_FIELDS,
+    MULTI_FIDELITY,
+    PROPOSERS,  # noqa: F401  (re-exported: the proposer table, for callers of this module)
+    check_proposer,
+    default_n_samples,
+    parse_proposer_options,
+)
 from slimkit.experiment.smash_space import SmashSpace, parse_search
 from slimkit.experiment.space import Param, config_list_params, ranked
 
 FIELDS = ("name", "script", "resource", "workingdir", "n_parallel", "n_samples", "target", "proposer",
           "random_seed", "job_failure", "resource_args", "runtime_args", "compression", "expand_op_names",
-          "job_timeout", "model", "data", "search", "objectives", "storage")
+          "job_timeout", "model", "data", "search", "objectives", "storage", *ALL_FIELDS)
 COMPRESSION_FIELDS = ("framework", "type", "compressor", "config_list")
 JOB_FAILURE_FIELDS = ("ignore_fail", "job_retries")
 RESOURCE_ARGS_FIELDS = ("save_model", "early_stop", "track_intermediate_results")
 RESOURCES = ("cpu", "gpu")
 TARGETS = ("min", "max")
-#: proposer name -> Optuna sampler it becomes
-PROPOSERS = {"random": "RandomSampler", "sequence": "GridSampler", "grid": "GridSampler", "tpe": "TPESampler",
-             "hyperopt": "TPESampler", "cmaes": "CmaEsSampler", "nsga2": "NSGAIISampler"}
 #: objective -> default direction
 OBJECTIVES = {"accuracy": "max", "perplexity": "min", "cosine": "max", "latency": "min", "size": "min",
               "params": "min", "macs": "min"}
@@ -56,6 +61,8 @@ class Experiment:
     n_samples: int = 1
     target: str = "max"
     proposer: str = "tpe"
+    #: the proposer's own fields with defaults (hyperband's max_iter, bohb's budgets, spearmint's engine...)
+    proposer_options: dict[str, Any] = field(default_factory=dict)
     random_seed: int | None = None
     ignore_fail: bool = True
     job_retries: int = 0
@@ -164,7 +171,8 @@ def _compression(raw: Mapping[str, Any], expand: bool) -> tuple[dict[str, Any], 
         raise ConfigError(f"compression.compressor: {exc}") from None
     if "config_list" not in block:
         raise ConfigError("compression.config_list: missing; add e.g. [{'sparsity': 0.5, 'op_types': ['Conv2d']}].")
-    params = config_list_params(block["config_list"], expand)
+    default = getattr(spec.engine, "default_config_list", None)  # e.g. naive: [] means 8-bit Conv/Linear weights
+    params = [] if block["config_list"] == [] and default else config_list_params(block["config_list"], expand)
     return {**block, "type": spec.kind, "framework": "torch"}, params
 
 
@@ -197,18 +205,6 @@ def _script_objectives(value: Any) -> dict[str, str]:
         if goal not in TARGETS:
             raise ConfigError(f"objectives.{name}: {goal!r} is not a direction; use 'min' or 'max'.")
     return dict(value)
-
-
-def _proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
-    default = "nsga2" if n_objectives > 1 else "tpe"
-    proposer = raw.get("proposer", default)
-    if not isinstance(proposer, str) or proposer not in PROPOSERS:
-        raise ConfigError(f"proposer: {proposer!r} is not available. Valid proposers (closest first): "
-                          f"{', '.join(ranked(str(proposer), tuple(PROPOSERS)))}.")
-    if n_objectives > 1 and proposer == "cmaes":
-        raise ConfigError(f"proposer: 'cmaes' optimises one objective but {n_objectives} are given; use 'nsga2', "
-                          "'tpe' or 'random' for several.")
-    return proposer
 
 
 def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bool = False) -> Experiment:
@@ -290,7 +286,15 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
         exp.smash_space = parse_search(raw.get("search", {}), automatic)
         exp.params = exp.smash_space.params
         exp.objectives = _objectives(raw)
-    exp.proposer = _proposer(raw, len(exp.directions))
+    exp.proposer = check_proposer(raw, len(exp.directions))
+    exp.proposer_options = parse_proposer_options(raw, exp.proposer)
+    if exp.proposer in MULTI_FIDELITY:  # the pruner needs the script's intermediate values
+        if args.get("track_intermediate_results") is False:
+            raise ConfigError(f"resource_args.track_intermediate_results: the {exp.proposer!r} proposer stops trials "
+                              "from their intermediate values; leave it true (the default for this proposer).")
+        exp.track_intermediate_results = True
+        if "n_samples" not in raw:
+            exp.n_samples = default_n_samples(exp.proposer, exp.proposer_options) or 1
     if not automatic and exp.params:
         raise ConfigError(f"{exp.params[0].path}: is a search range but this is a one-time run; add --automatic to "
                           "search it, or write one value.")

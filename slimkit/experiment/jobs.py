@@ -26,6 +26,7 @@ from typing import Any
 from slimkit.errors import ConfigError
 from slimkit.experiment.basic_config import BasicConfig
 from slimkit.experiment.experiment_file import Experiment
+from slimkit.experiment.proposers import budget as proposer_budget
 from slimkit.experiment.result import parse_intermediate, parse_result
 from slimkit.experiment.space import fixed_config_list
 
@@ -63,6 +64,9 @@ def job_config(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, numb
         job_id=number,
         resource=exp.resource,
     )
+    budget = proposer_budget(exp.proposer, exp.proposer_options)
+    if budget is not None:  # hyperband/bohb: the most steps a trial may run (the pruner may stop it sooner)
+        config["n_iterations"] = budget
     config.update(exp.runtime_args)
     return config
 

@@ -25,6 +25,7 @@ from slimkit.core.io import write_json_atomic
 from slimkit.errors import ConfigError
 from slimkit.experiment.experiment_file import Experiment, load_experiment
 from slimkit.experiment.jobs import JobOutcome, die_with_parent, run_script_job, run_smash_job
+from slimkit.experiment.proposers import MULTI_FIDELITY
 from slimkit.experiment.report import ExperimentResult, finish, progress_line
 from slimkit.experiment.storage import Heartbeat, forget_connections, redact
 from slimkit.experiment.study import (
@@ -62,7 +63,7 @@ def _run_trial(exp: Experiment, folder: Path, trial: optuna.Trial, bench: Any) -
         if not exp.track_intermediate_results or len(exp.directions) > 1:
             return False  # Optuna's pruners follow one objective
         trial.report(value, step)
-        return exp.early_stop and trial.should_prune()
+        return (exp.early_stop or exp.proposer in MULTI_FIDELITY) and trial.should_prune()
 
     outcome = JobOutcome("failed")
     for attempt in range(exp.job_retries + 1):

@@ -4,7 +4,8 @@ The study lives in ``<experiment folder>/study.journal`` (Optuna's ``JournalStor
 safe for several local processes) or in a database several machines share (``storage.Store``).
 Proposers map to Optuna's samplers: ``random`` -> ``RandomSampler``,
 ``sequence``/``grid`` -> ``GridSampler``, ``tpe``/``hyperopt`` -> ``TPESampler``, ``cmaes`` -> ``CmaEsSampler``,
-``nsga2`` -> ``NSGAIISampler``; ``early_stop`` turns on Optuna's ``MedianPruner``.
+``nsga2`` -> ``NSGAIISampler``, ``spearmint`` -> ``GPSampler``; ``hyperband`` and ``bohb`` add Optuna's
+``HyperbandPruner`` (see :mod:`slimkit.experiment.proposers`); ``early_stop`` turns on Optuna's ``MedianPruner``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from slimkit.errors import ConfigError, MissingPackageError
 from slimkit.experiment.experiment_file import Experiment
+from slimkit.experiment.proposers import MULTI_FIDELITY
 
 try:
     import optuna
@@ -73,6 +75,7 @@ def make_sampler(exp: Experiment, offset: int = 0) -> optuna.samplers.BaseSample
     seed = None if exp.random_seed is None else exp.random_seed + offset
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", FutureWarning)  # TPE's gamma (bohb's top_n_percent) is deprecated, still works
         if exp.proposer == "random" or not exp.params:
             return optuna.samplers.RandomSampler(seed=seed)
         if exp.proposer in ("grid", "sequence"):
@@ -82,11 +85,37 @@ def make_sampler(exp: Experiment, offset: int = 0) -> optuna.samplers.BaseSample
             return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True, group=True)
         if exp.proposer == "cmaes":
             return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=min(5, max(1, exp.n_samples // 4)))
+        if exp.proposer in ("hyperband", "bohb", "spearmint"):
+            return _auptimizer_sampler(exp, seed)
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, exp.n_samples // 3)))
 
 
+def _auptimizer_sampler(exp: Experiment, seed: int | None) -> optuna.samplers.BaseSampler:
+    """The sampler of ``hyperband`` (its ``engine``), ``bohb`` (TPE with BOHB's settings), ``spearmint`` (GP)."""
+    options = exp.proposer_options
+    if exp.proposer == "hyperband":
+        if options["engine"] == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, exp.n_samples // 3)))
+    if exp.proposer == "bohb":
+        startup = options["min_points_in_model"] or min(10, max(2, exp.n_samples // 3))
+        share = options["top_n_percent"] / 100.0
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, n_ei_candidates=options["num_samples"],
+                                          gamma=lambda n: max(1, math.ceil(share * n)), multivariate=True)
+    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=min(10, max(2, exp.n_samples // 3)))
+
+
 def make_pruner(exp: Experiment) -> optuna.pruners.BasePruner:
-    """Optuna's median pruner with ``early_stop``, else none."""
+    """Hyperband for ``hyperband``/``bohb``, Optuna's median pruner with ``early_stop``, else none."""
+    if exp.proposer in MULTI_FIDELITY:
+        options = exp.proposer_options
+        if exp.proposer == "hyperband":
+            low, high = 1, options["max_iter"]
+        else:  # whole-number budgets are steps; fractions of a run leave the range to the first finished trial
+            whole = all(float(options[k]).is_integer() and options[k] >= 1 for k in ("min_budget", "max_budget"))
+            low, high = (int(options["min_budget"]), int(options["max_budget"])) if whole else (1, "auto")
+        return optuna.pruners.HyperbandPruner(min_resource=low, max_resource=high,
+                                              reduction_factor=options["eta"])
     if exp.early_stop:
         return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
     return optuna.pruners.NopPruner()

@@ -32,7 +32,29 @@ NNI_NAMES = {
     "taylorfo": "taylor_fo_weight",
     "l1": "l1_filter",
     "l2": "l2_filter",
+    # NNI 2.x, Auptimizer's and Pruna's spellings (issue 24)
+    "L1NormPruner": "l1_filter",
+    "L2NormPruner": "l2_filter",
+    "TaylorFOWeightPruner": "taylor_fo_weight",
+    "ActivationAPoZRankPruner": "activation_apoz_rank",
+    "ActivationMeanRankPruner": "activation_mean_rank",
+    "QAT_Quantizer": "qat",
+    "NaiveQuantizer": "naive",
+    "activation_apoz_rank_filter": "activation_apoz_rank",
+    "activation_mean_rank_filter": "activation_mean_rank",
+    "taylor_fo_weight_filter": "taylor_fo_weight",
+    "torch_structured": "l2_filter",
+    "torch_dynamic": "int8_dynamic",
+    "deepcache": "step_cache",
+    "text_to_text_lora": "finetune",
 }
+
+
+def test_near_names_are_errors_that_name_the_closest_algorithm():
+    with pytest.raises(AlgorithmNotFoundError, match=r"slimkit has no 'hqq_diffusers' \(another tool's algorithm\); "
+                                                     r"the closest here is 'hqq': Half-Quadratic"):
+        registry.get("hqq_diffusers")
+    assert "hqq_diffusers" not in registry.all_names()
 
 
 @pytest.mark.parametrize(("alias", "canonical"), sorted(NNI_NAMES.items()))

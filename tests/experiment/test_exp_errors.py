@@ -136,8 +136,12 @@ def test_quantization_kind_is_refused_for_speedup(net):
         comp.apply_speedup(torch.randn(1, 1, 6, 6))
     with pytest.raises(ConfigError, match=r"for type 'quantization'\. Valid names \(closest first\): qat, "):
         create_compressor(net, {"type": "quantization", "compressor": "qat_x", "config_list": CONFIG_LIST})
-    with pytest.raises(ConfigError, match=r"mask_path and speedup belong to pruning"):
-        comp.export_model("m.safetensors", "mask.safetensors")
+    with pytest.raises(ConfigError, match=r"export_model\(speedup=True\) removes pruned channels; 'qat' is a "
+                                          r"quantization compressor"):
+        comp.export_model("m.safetensors", speedup=True)
+    with pytest.raises(ConfigError, match=r"export_model\(\) got unexpected argument\(s\) save_all\. It takes "
+                                          r"model_path, mask_path, .* and the keys of the job config"):
+        comp.export_model("m.safetensors", save_all=True)
 
 
 def test_load_compressed_model_errors(tmp_path, net):

@@ -69,7 +69,15 @@ def test_yaml_files_load_too(tmp_path):
 @pytest.mark.parametrize(("changes", "message"), [
     ({"n_sample": 3}, r"'n_sample' is not a field\. Valid fields \(closest first\): n_samples, "),
     ({"proposer": "tpee"}, r"proposer: 'tpee' is not available\. Valid proposers \(closest first\): tpe, "),
-    ({"proposer": "hyperband"}, r"Valid proposers \(closest first\): .*nsga2"),
+    ({"proposer": "hyperbnd"}, r"Valid proposers \(closest first\): hyperband, .*nsga2"),
+    ({"proposer": "hyperband", "max_iter": 0}, r"max_iter: must be a whole number >= 1; got 0"),
+    ({"proposer": "bohb", "min_budget": 2, "max_budget": 1}, r"min_budget: 2 exceeds max_budget 1"),
+    ({"proposer": "spearmint", "engine": "GPEI"}, r"engine: 'GPEI' is not allowed; use one of \(closest first\): "
+                                                 r"GPEIChooser"),
+    ({"proposer": "random", "num_samples": 4}, r"num_samples: belongs to the bohb proposer, but this experiment's "
+                                               r"proposer is 'random'"),
+    ({"proposer": "bohb", "resource_args": {"track_intermediate_results": False}},
+     r"track_intermediate_results: the 'bohb' proposer stops trials from their intermediate values"),
     ({"target": "maximize"}, r"target: 'maximize' is not allowed; use one of \(closest first\): max, min"),
     ({"resource": "node"}, r"resource: 'node' \(remote/passive jobs\) is not supported; .* 'cpu' or 'gpu'"),
     ({"resource": "tpu"}, r"resource: 'tpu' is not allowed"),

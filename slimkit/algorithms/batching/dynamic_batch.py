@@ -36,6 +36,7 @@ class DynamicBatch(SlimkitBatcher):
     """
 
     algorithm_name = "dynamic_batch"
+    near_names = ("ifw", "whisper_s2t")  # Pruna's names for close algorithms (errors point here)
     references = {"Triton dynamic batching": "https://docs.nvidia.com/deeplearning/triton-inference-server/"
                   "user-guide/docs/user_guide/model_configuration.html#dynamic-batcher"}
     save_fn = SaveFn.REAPPLY

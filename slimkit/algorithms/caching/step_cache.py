@@ -27,6 +27,8 @@ class StepCache(SlimkitCacher):
     """
 
     algorithm_name = "step_cache"
+    near_names = ("fora", "fastercache", "pab")  # Pruna's names for close algorithms (errors point here)
+    aliases = ("deepcache",)  # Pruna's name (DeepCache: reuse the deep features between steps)
     references = {"DeepCache (Ma et al., CVPR 2024)": "https://arxiv.org/abs/2312.00858",
                   "Pruna deepcache": "https://docs.pruna.ai/en/stable/compression.html#deepcache"}
     save_fn = SaveFn.REAPPLY

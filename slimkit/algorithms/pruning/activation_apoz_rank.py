@@ -17,7 +17,7 @@ class ActivationAPoZRank(ActivationRankPruner):
     """
 
     algorithm_name = "activation_apoz_rank"
-    aliases = ("apoz",)
+    aliases = ("apoz", "activation_apoz_rank_filter", "ActivationAPoZRankPruner")
     references = {"Paper": "https://arxiv.org/abs/1607.03250",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#activationapozrankfilter-pruner"}
     engine = ActivationAPoZRankFilterPruner

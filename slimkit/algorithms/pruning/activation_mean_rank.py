@@ -16,7 +16,7 @@ class ActivationMeanRank(ActivationRankPruner):
     """
 
     algorithm_name = "activation_mean_rank"
-    aliases = ("mean_activation",)
+    aliases = ("mean_activation", "activation_mean_rank_filter", "ActivationMeanRankPruner")
     references = {"Paper": "https://arxiv.org/abs/1611.06440",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#activationmeanrankfilter-pruner"}
     engine = ActivationMeanRankFilterPruner

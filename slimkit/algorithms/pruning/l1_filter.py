@@ -18,7 +18,7 @@ class L1Filter(FrameworkPruner):
     """
 
     algorithm_name = "l1_filter"
-    aliases = ("l1",)
+    aliases = ("l1", "L1NormPruner")
     references = {"Paper": "https://arxiv.org/abs/1608.08710",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#l1filter-pruner"}
     engine = L1FilterPruner

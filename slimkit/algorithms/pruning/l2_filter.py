@@ -16,7 +16,7 @@ class L2Filter(FrameworkPruner):
     """
 
     algorithm_name = "l2_filter"
-    aliases = ("l2",)
+    aliases = ("l2", "L2NormPruner", "torch_structured")  # Pruna: torch-pruning's default MagnitudeImportance(p=2)
     references = {"NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#l2filter-pruner"}
     engine = L2FilterPruner
     head_importance = "l2"

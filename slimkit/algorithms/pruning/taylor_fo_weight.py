@@ -21,7 +21,7 @@ class TaylorFOWeight(FrameworkPruner):
     """
 
     algorithm_name = "taylor_fo_weight"
-    aliases = ("taylorfo",)
+    aliases = ("taylorfo", "taylor_fo_weight_filter", "TaylorFOWeightPruner")
     references = {"Paper": "https://arxiv.org/abs/1906.10771",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#taylorfoweightfilter-pruner"}
     dataset_required = True

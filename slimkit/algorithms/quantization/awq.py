@@ -29,6 +29,7 @@ class AWQ(CalibratedLowBitQuantizer):
     """
 
     algorithm_name = "awq"
+    renamed_hyperparameters = {"awq": {"weight_bits": "bits"}}  # Pruna's name
     references = {"AWQ": "https://arxiv.org/abs/2306.00978"}
 
     def get_hyperparameters(self) -> list:

@@ -27,6 +27,7 @@ class DoReFa(TrainingQuantizer):
     """
 
     algorithm_name = "dorefa"
+    renamed_hyperparameters = {"dorefa": {"weight_bits": "bits"}}  # Pruna's name
     engine = DoReFaQuantizer
     references = {"Paper": "https://arxiv.org/abs/1606.06160",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}

@@ -28,6 +28,7 @@ class GPTQ(CalibratedLowBitQuantizer):
     """
 
     algorithm_name = "gptq"
+    renamed_hyperparameters = {"gptq": {"weight_bits": "bits"}}  # Pruna's name
     references = {"GPTQ": "https://arxiv.org/abs/2210.17323"}
 
     def get_hyperparameters(self) -> list:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformIntegerHyperparameter
+import torch
+from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
@@ -13,6 +14,16 @@ from slimkit.compression.quantization.lowbit import quantize_model_hqq
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+
+#: ``compute_dtype`` values (Pruna spells them ``"torch.bfloat16"``) -> torch dtype (``None``: the model's own)
+COMPUTE_DTYPES = {"model": None, "torch.float32": torch.float32, "torch.float16": torch.float16,
+                  "torch.bfloat16": torch.bfloat16}
+
+
+def _cast(model: Any, compute_dtype: str) -> None:
+    dtype = COMPUTE_DTYPES[compute_dtype]
+    if dtype is not None:
+        model.to(dtype)
 
 
 @register
@@ -25,6 +36,8 @@ class HQQ(LowBitQuantizer):
     """
 
     algorithm_name = "hqq"
+    near_names = ("hqq_diffusers", "quanto")  # Pruna's names for close algorithms (errors point here)
+    renamed_hyperparameters = {"hqq": {"weight_bits": "bits"}}  # Pruna's name
     references = {"HQQ": "https://mobiusml.github.io/hqq_blog/"}
 
     def get_hyperparameters(self) -> list:
@@ -35,11 +48,21 @@ class HQQ(LowBitQuantizer):
                                          meta={"desc": "Half-quadratic optimisation steps per layer."}),
             Boolean("optimize_scale", False, meta={"desc": "Also refit each group's scale by least squares at "
                                                            "every step (the zero is always optimised)."}),
+            CategoricalHyperparameter("compute_dtype", list(COMPUTE_DTYPES), default_value="model",
+                                      meta={"desc": "Float type the model computes in, dequantized weights included "
+                                                    "(Pruna's name; 'torch.bfloat16' casts the model to bfloat16 "
+                                                    "before quantizing); 'model' keeps the model's own."}),
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         targets = model_targets(model)
+        _cast(model, smash_config["compute_dtype"])
         specs = quantize_model_hqq(model, smash_config["bits"], smash_config["group_size"], smash_config["iters"],
                                    smash_config["optimize_scale"], tuple(smash_config["exclude"]))
         support.record(smash_config, specs, targets)
         return model
+
+    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Cast to the compute dtype (if one was chosen), then swap in the empty packed layers."""
+        _cast(model, smash_config["compute_dtype"])
+        return super().replay(model, smash_config, state)

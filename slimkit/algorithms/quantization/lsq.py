@@ -25,6 +25,7 @@ class LSQ(TrainingQuantizer):
     """
 
     algorithm_name = "lsq"
+    renamed_hyperparameters = {"lsq": {"weight_bits": "bits"}}  # Pruna's name
     engine = LsqQuantizer
     references = {"Paper": "https://arxiv.org/abs/1902.08153",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}

@@ -25,6 +25,8 @@ class QAT(TrainingQuantizer):
     """
 
     algorithm_name = "qat"
+    aliases = ("QAT_Quantizer",)
+    renamed_hyperparameters = {"qat": {"weight_bits": "bits"}}  # Pruna's name
     engine = QATQuantizer
     references = {"Paper": "https://arxiv.org/abs/1712.05877",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}

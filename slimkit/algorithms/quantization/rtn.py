@@ -22,6 +22,7 @@ class RTN(LowBitQuantizer):
     """
 
     algorithm_name = "rtn"
+    renamed_hyperparameters = {"rtn": {"weight_bits": "bits"}}  # Pruna's name
     references = {"GPTQ paper (RTN baseline)": "https://arxiv.org/abs/2210.17323"}
 
     def get_hyperparameters(self) -> list:

@@ -23,7 +23,13 @@ class Finetune(SlimkitRecoverer):
     """
 
     algorithm_name = "finetune"
-    aliases = ("fine_tune",)
+    #: Pruna's names for close algorithms (errors point here)
+    near_names = ("text_to_text_perp", "text_to_text_inplace_perp", "text_to_image_perp", "text_to_image_lora")
+    aliases = ("fine_tune", "text_to_text_lora")
+    #: Pruna's LoRA recoverer: its names for the same settings, and LoRA on by default under that name
+    renamed_hyperparameters = {"text_to_text_lora": {"lora_r": "lora_rank", "learning_rate": "lr",
+                                                     "training_batch_size": "batch_size", "num_epochs": "epochs"}}
+    alias_defaults = {"text_to_text_lora": {"lora_rank": 8}}
     dataset_required = True
     references = {"Guide": "https://pytorch.org/tutorials/beginner/finetuning_torchvision_models_tutorial.html"}
 

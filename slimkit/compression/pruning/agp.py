@@ -49,6 +49,57 @@ def agp_sparsity(final: float, initial: float, t: int, num_iterations: int) -> f
     return final + (initial - final) * (1.0 - progress) ** 3
 
 
+#: NNI 1.x's per-entry AGP keys (``final_sparsity`` is read as ``sparsity``)
+EPOCH_KEYS = ("initial_sparsity", "start_epoch", "end_epoch", "frequency")
+
+
+def _epoch_entries(config_list: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``config_list`` with NNI 1.x's ``final_sparsity`` read as ``sparsity`` (both given is an error)."""
+    if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence):
+        return config_list  # resolve_config_list reports the shape error
+    out = []
+    for index, entry in enumerate(config_list):
+        if isinstance(entry, Mapping) and "final_sparsity" in entry:
+            if "sparsity" in entry or "sparsity_per_layer" in entry:
+                raise PruningConfigError(f"config_list[{index}] gives 'final_sparsity' and 'sparsity'; they are the "
+                                         "same (NNI 1.x and 2.x spelling), keep one.")
+            entry = {("sparsity" if k == "final_sparsity" else k): v for k, v in entry.items()}
+        out.append(entry)
+    return out
+
+
+def _check_epoch_keys(name: str, config: Mapping[str, Any]) -> None:
+    for key in ("start_epoch", "end_epoch", "frequency"):
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
+                                  value < (1 if key == "frequency" else 0)):
+            raise PruningConfigError(f"Layer {name!r}: AGP {key} must be a whole number >= "
+                                     f"{1 if key == 'frequency' else 0}, got {value!r}.")
+    initial = config.get("initial_sparsity", 0.0)
+    if isinstance(initial, bool) or not isinstance(initial, (int, float)) or not 0.0 <= initial < 1.0:
+        raise PruningConfigError(f"Layer {name!r}: AGP initial_sparsity must be a number in [0, 1), got {initial!r}.")
+    if config.get("end_epoch") is not None and config["end_epoch"] < config.get("start_epoch", 0):
+        raise PruningConfigError(f"Layer {name!r}: AGP end_epoch {config['end_epoch']} is before start_epoch "
+                                 f"{config.get('start_epoch', 0)}.")
+
+
+def epoch_sparsity(config: Mapping[str, Any], epoch: int) -> float | None:
+    """NNI 1.x's per-layer AGP target at ``epoch`` (``None`` before ``start_epoch``: no pruning yet).
+
+    ``final + (initial - final) * (1 - (epoch - start) / span)^3`` with
+    ``span = ((end - start - 1) // frequency) * frequency``; the final sparsity from ``end_epoch`` on.
+    """
+    final, initial = float(config["sparsity"]), float(config.get("initial_sparsity", 0.0))
+    start, end = int(config.get("start_epoch", 0)), int(config.get("end_epoch", 1))
+    frequency = int(config.get("frequency", 1))
+    if epoch < start:
+        return None
+    span = ((end - start - 1) // frequency) * frequency
+    if end <= start or initial >= final or epoch >= end or span <= 0:
+        return final
+    return final + (initial - final) * (1.0 - (epoch - start) / span) ** 3
+
+
 class AGPPruner(Pruner):
     """Gradual pruning: each layer's sparsity goes from ``initial_sparsity`` to its config ``sparsity``.
 
@@ -58,9 +109,14 @@ class AGPPruner(Pruner):
     ``final + (initial - final) * (1 - t / num_iterations)^3``; masks are recomputed whenever ``t`` changes
     and never shrink (already pruned units stay pruned). ``pruning_algorithm`` picks the masker:
     ``level`` (unstructured), ``l1``/``l2``/``fpgm`` (filters).
+
+    NNI 1.x's per-entry keys (Auptimizer's experiment files) are read too: ``final_sparsity`` (= ``sparsity``),
+    ``initial_sparsity``, ``start_epoch``, ``end_epoch`` and ``frequency`` (in epochs). A layer whose entry has
+    ``start_epoch`` or ``end_epoch`` follows :func:`epoch_sparsity`, updated by :meth:`update_epoch`.
     """
 
     iterative = True
+    extra_config_keys = EPOCH_KEYS
 
     def __init__(
         self,
@@ -89,13 +145,20 @@ class AGPPruner(Pruner):
         self.frequency = frequency
         self.schedule = schedule
         self.epoch = 0
-        super().__init__(model, config_list, optimizer, dummy_input)
+        super().__init__(model, _epoch_entries(config_list), optimizer, dummy_input)
         self.set_wrappers_attribute("pruned_at_iteration", -1)
         self.masker = engine.masker_class(model, self)
 
     def _select_layers(self) -> list[tuple[str, nn.Module, dict[str, Any]]]:
         layers = super()._select_layers()
         for name, _, config in layers:
+            _check_epoch_keys(name, config)
+            if any(k in config for k in ("start_epoch", "end_epoch")):
+                config.setdefault("initial_sparsity", self.initial_sparsity)
+                if config["sparsity"] < config["initial_sparsity"]:
+                    raise PruningConfigError(f"Layer {name!r}: final sparsity {config['sparsity']} is below "
+                                             f"initial_sparsity {config['initial_sparsity']}; AGP only increases it.")
+                continue
             if config["sparsity"] < self.initial_sparsity:
                 raise PruningConfigError(
                     f"Layer {name!r}: final sparsity {config['sparsity']} is below initial_sparsity "
@@ -116,12 +179,28 @@ class AGPPruner(Pruner):
 
     def calc_mask(self, wrapper: PrunerModuleWrapper, wrapper_idx: int | None = None) -> MaskDict | None:
         """Recompute the layer's masks when the iteration changed since its last update."""
+        if any(k in wrapper.config for k in ("start_epoch", "end_epoch")):
+            return self._calc_epoch_mask(wrapper, wrapper_idx)
         t = self.current_iteration
         if wrapper.pruned_at_iteration == t:
             return None
         wrapper.pruned_at_iteration = t
         wrapper.if_calculated = True
         return self.masker.calc_mask(self.target_sparsity(wrapper, t), wrapper, wrapper_idx)
+
+    def _calc_epoch_mask(self, wrapper: PrunerModuleWrapper, wrapper_idx: int | None) -> MaskDict | None:
+        """NNI 1.x's epoch schedule: masks move at ``start_epoch`` and every ``frequency`` epochs after it."""
+        config = wrapper.config
+        start, frequency = int(config.get("start_epoch", 0)), int(config.get("frequency", 1))
+        target = epoch_sparsity(config, self.epoch)
+        if target is None:
+            return None
+        slot = min((self.epoch - start) // frequency, max(0, int(config.get("end_epoch", 1)) - start))
+        if wrapper.pruned_at_iteration == slot:
+            return None
+        wrapper.pruned_at_iteration = slot
+        wrapper.if_calculated = True
+        return self.masker.calc_mask(target, wrapper, wrapper_idx)
 
     def step(self) -> None:
         """Advance one training step by hand (what the patched ``optimizer.step()`` does)."""
@@ -130,7 +209,8 @@ class AGPPruner(Pruner):
     def update_epoch(self, epoch: int) -> None:
         """Start ``epoch``; with ``schedule="epoch"`` masks move to that epoch's target right away."""
         self.epoch = int(epoch)
-        if self.schedule == "epoch":
+        if self.schedule == "epoch" or any(any(k in w.config for k in ("start_epoch", "end_epoch"))
+                                           for w in self.modules_wrapper):
             self.update_mask()
             if self.optimizer is not None:
                 for wrapper in self.modules_wrapper:

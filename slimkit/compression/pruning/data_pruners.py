@@ -3,7 +3,8 @@
 Each needs a few batches. Give either ``dataloader`` (any iterable of batches; a batch is ``(inputs,
 targets)``, a mapping of keyword inputs, or a tensor) and, for Taylor, ``criterion(output, targets)`` — or a
 ``trainer(model, optimizer, criterion, epoch)`` that runs one epoch of the user's own loop (statistics are
-taken from its first ``statistics_batch_num`` batches; needs ``optimizer``).
+taken from its first ``statistics_batch_num`` batches; needs ``optimizer``) — or only ``optimizer`` and train
+after ``compress()``: the masks are computed after ``statistics_batch_num`` of those steps (NNI 1.x).
 """
 
 from __future__ import annotations
@@ -79,15 +80,44 @@ class _DataDrivenPruner(DependencyAwarePruner):
         self.trainer(self.bound_model, self.optimizer, self.criterion, 0)
 
     def compress(self) -> nn.Module:
-        """Collect statistics from data (unless every mask is already known), then compute masks."""
+        """Collect statistics from data (unless every mask is already known), then compute masks.
+
+        With only ``optimizer=`` (NNI 1.x / Auptimizer scripts that train after ``compress()``) the statistics
+        are taken from the next ``statistics_batch_num`` steps of the user's own training, and the masks are
+        computed after the last of them (:attr:`statistics_pending` counts the steps still to come).
+        """
         if not all(w.if_calculated for w in self.modules_wrapper):
             if self.dataloader is None and self.trainer is None:
-                raise PruningConfigError(
-                    f"{type(self).__name__} ranks filters with data: pass dataloader=... (and criterion=... "
-                    "for Taylor), or trainer=... with optimizer=...."
-                )
+                if self.optimizer is None:
+                    raise PruningConfigError(
+                        f"{type(self).__name__} ranks filters with data: pass dataloader=... (and criterion=... "
+                        "for Taylor), trainer=... with optimizer=..., or optimizer=... alone and train after "
+                        "compress() (the masks follow after statistics_batch_num steps)."
+                    )
+                if not self.statistics_pending:
+                    self.statistics_pending = self.statistics_batch_num
+                    self._start_collecting()
+                return self.bound_model
             self._collect_statistics()
         return super().compress()
+
+    statistics_pending: int = 0
+
+    def _start_collecting(self) -> None:
+        """Start taking statistics from the user's training steps (subclasses)."""
+        raise NotImplementedError
+
+    def _stop_collecting(self) -> None:
+        """Stop taking statistics (subclasses)."""
+
+    def _on_optimizer_step(self) -> None:
+        """While statistics are pending, count the step; after the last one, compute the masks."""
+        if self.statistics_pending:
+            self.statistics_pending -= 1
+            if not self.statistics_pending:
+                self._stop_collecting()
+                self.update_mask()
+        super()._on_optimizer_step()
 
 
 class TaylorFOWeightFilterPrunerMasker(StructuredWeightMasker):
@@ -125,6 +155,12 @@ class TaylorFOWeightFilterPruner(_DataDrivenPruner):
             score = (weight * grad).float().reshape(weight.shape[0], -1).sum(dim=1).pow(2)
             wrapper.contribution = score if wrapper.contribution is None else wrapper.contribution + score
             wrapper.contribution_batches += 1
+
+    def _start_collecting(self) -> None:
+        self._collecting, self._seen = True, 0
+
+    def _stop_collecting(self) -> None:
+        self._collecting = False
 
     def _before_optimizer_step(self) -> None:
         if self._collecting and self._seen < self.statistics_batch_num:
@@ -242,6 +278,12 @@ class _ActivationRankPruner(_DataDrivenPruner):
         act = act.reshape(act.shape[0], -1)
         wrapper.collected_activation.append((act == 0).sum(dim=1).float() if self.count_zeros else act.sum(dim=1))
         wrapper.collected_count.append(act.shape[1])
+
+    def _start_collecting(self) -> None:
+        self._collector_id = self.add_activation_collector(self._collector)
+
+    def _stop_collecting(self) -> None:
+        self.remove_activation_collector(self._collector_id)
 
     def _collect_statistics(self) -> None:
         collector_id = self.add_activation_collector(self._collector)

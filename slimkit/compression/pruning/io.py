@@ -14,6 +14,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from slimkit.compression._io import export_onnx
+from slimkit.compression._masks_io import MASK_FORMAT, Masks, read_mask_file, save_masks
 from slimkit.core.io import save_tensors_atomic
 from slimkit.errors import SaveLoadError
 
@@ -22,21 +23,7 @@ __all__ = [
     "save_tensors_atomic",
 ]
 
-Masks = dict[str, dict[str, "torch.Tensor | None"]]
-MASK_FORMAT = "slimkit-pruning-masks"
 MODEL_FORMAT = "slimkit-pruned-state-dict"
-_SUFFIXES = ("weight_mask", "bias_mask")
-
-
-def save_masks(masks: Masks, path: str | os.PathLike) -> Path:
-    """Save masks in :meth:`Pruner.get_masks` format: keys ``<layer>.weight_mask`` / ``<layer>.bias_mask``."""
-    flat: dict[str, torch.Tensor] = {}
-    for name, layer_masks in masks.items():
-        for key in _SUFFIXES:
-            value = layer_masks.get(key)
-            if value is not None:
-                flat[f"{name}.{key}"] = value
-    return save_tensors_atomic(flat, path, MASK_FORMAT)
 
 
 def _read(path: str | os.PathLike, what: str) -> dict[str, torch.Tensor]:
@@ -53,20 +40,7 @@ def _read(path: str | os.PathLike, what: str) -> dict[str, torch.Tensor]:
 
 def load_masks(mask_path: str | os.PathLike) -> Masks:
     """Read masks written by :meth:`Pruner.export_model` back into :meth:`Pruner.get_masks` format."""
-    flat = _read(mask_path, "Mask")
-    masks: Masks = {}
-    for key, tensor in flat.items():
-        name, _, suffix = key.rpartition(".")
-        if suffix not in _SUFFIXES or not name:
-            raise SaveLoadError(
-                f"Mask file {str(mask_path)!r} has an unexpected key {key!r}; keys must end in "
-                "'.weight_mask' or '.bias_mask'."
-            )
-        masks.setdefault(name, {"weight_mask": None, "bias_mask": None})[suffix] = tensor
-    for name, layer_masks in masks.items():
-        if layer_masks["weight_mask"] is None:
-            raise SaveLoadError(f"Mask file {str(mask_path)!r} has a bias_mask but no weight_mask for {name!r}.")
-    return masks
+    return read_mask_file(mask_path)
 
 
 def load_state_dict_file(model_path: str | os.PathLike) -> dict[str, torch.Tensor]:

@@ -22,8 +22,11 @@ from slimkit.compression.quantization.grad import ClipGrad, QuantGrad, QuantType
 from slimkit.compression.quantization.int8 import Int8Linear
 from slimkit.compression.quantization.io import load_calibration
 from slimkit.compression.quantization.lsq import LsqQuantizer
+from slimkit.compression.quantization.naive import NaiveQuantizer
+from slimkit.compression.quantization.observer import ObserverQuantizer
 from slimkit.compression.quantization.observers import affine_qparams, dequantize, fake_quantize, quantize_codes
 from slimkit.compression.quantization.qat import QAT_Quantizer, QATQuantizer
+from slimkit.compression.quantization.settings import set_quant_scheme_dtype
 from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
 
 __all__ = [
@@ -33,6 +36,8 @@ __all__ = [
     "DoReFaQuantizer",
     "Int8Linear",
     "LsqQuantizer",
+    "NaiveQuantizer",
+    "ObserverQuantizer",
     "QATQuantizer",
     "QAT_Quantizer",
     "QuantGrad",
@@ -51,4 +56,5 @@ __all__ = [
     "rebuild_quantized_layers",
     "resolve_quant_config_list",
     "round_ste",
+    "set_quant_scheme_dtype",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ from slimkit.compression.quantization.config import QuantizationConfigError, res
 from slimkit.compression.quantization.frozen import QuantizedLayer
 from slimkit.compression.quantization.grad import QuantGrad, QuantType
 from slimkit.compression.quantization.io import CALIBRATION_FORMAT, MODEL_FORMAT, Calibration, save_calibration
-from slimkit.compression.quantization.observers import dequantize, quantize_codes
+from slimkit.compression.quantization.observers import code_range, dequantize, quantize_codes
 from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
 from slimkit.core.coverage import coverage
 from slimkit.core.io import save_tensors_atomic
@@ -153,6 +154,9 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
     def calibration_config(self) -> Calibration:
         """``{layer: {"<type>_bits": int, "<type>_scale": Tensor, "<type>_zero_point": Tensor}}`` for every type.
 
+        Inputs and outputs also get NNI 2.x's ``tracked_min_<type>`` / ``tracked_max_<type>`` (floats): the
+        interval their codes cover.
+
         Weight parameters are computed from the current weights; activation parameters are the current
         observer / learned values (run training or calibration batches first).
         """
@@ -170,6 +174,9 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
                 entry[f"{quant_type}_bits"] = wrapper.bits(quant_type)
                 entry[f"{quant_type}_scale"] = scale.detach().clone()
                 entry[f"{quant_type}_zero_point"] = zero_point.detach().clone()
+                if quant_type is not QuantType.WEIGHT:  # NNI 2.x's keys: the range the codes cover
+                    low, high = code_range(scale, zero_point, wrapper.bits(quant_type))
+                    entry[f"tracked_min_{quant_type}"], entry[f"tracked_max_{quant_type}"] = low, high
             result[wrapper.name] = entry
         return result
 
@@ -190,14 +197,19 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
         calibration_path: str | os.PathLike | None = None,
         onnx_path: str | os.PathLike | None = None,
         input_shape: Sequence[int] | None = None,
+        device: torch.device | str | None = None,
     ) -> Calibration:
         """Write the dequantized weights and (optionally) scales / zero points / bits as safetensors, atomically.
 
         ``model_path`` holds a plain state dict of the unwrapped model (load it with ``load_state_dict_file``);
         ``calibration_path`` the :meth:`calibration_config` (read it with ``load_calibration``). The ONNX graph
-        (float, dequantized weights) needs ``input_shape`` or the quantizer's ``dummy_input``. Returns the
-        calibration config.
+        (float, dequantized weights) needs ``input_shape`` or the quantizer's ``dummy_input``. ``device`` (NNI's
+        argument) is where the graph is traced; an ONNX file does not depend on it, so a CUDA device on a machine
+        without one falls back to the CPU with a warning. Returns the calibration config.
         """
+        if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
+            warnings.warn(f"export_model(device={str(device)!r}): no CUDA device here; the ONNX graph is traced on "
+                          "the CPU (the file is the same).", UserWarning, stacklevel=2)
         calibration = self.calibration_config()
         state = self.quantized_state_dict()
         save_tensors_atomic(state, model_path, MODEL_FORMAT)

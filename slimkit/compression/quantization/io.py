@@ -1,7 +1,8 @@
 """Saving and loading quantization calibration (bits, scales, zero points) as safetensors, atomically.
 
-File layout: one tensor per ``<layer>.<type>_scale`` / ``<layer>.<type>_zero_point`` and a 0-d int64
-tensor per ``<layer>.<type>_bits``; the metadata ``format`` names the file kind.
+File layout: one tensor per ``<layer>.<type>_scale`` / ``<layer>.<type>_zero_point``, a 0-d int64 tensor per
+``<layer>.<type>_bits`` and a 0-d float tensor per ``<layer>.tracked_min_<type>`` / ``tracked_max_<type>`` (the
+activation ranges, NNI 2.x's keys); the metadata ``format`` names the file kind.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from slimkit.errors import SaveLoadError
 Calibration = dict[str, dict[str, Any]]
 CALIBRATION_FORMAT = "slimkit-quant-calibration"
 MODEL_FORMAT = "slimkit-quantized-state-dict"
-_FIELDS = tuple(f"{t}_{f}" for t in ("weight", "input", "output") for f in ("bits", "scale", "zero_point"))
+_FIELDS = tuple(f"{t}_{f}" for t in ("weight", "input", "output") for f in ("bits", "scale", "zero_point")) + \
+    tuple(f"tracked_{m}_{t}" for t in ("input", "output") for m in ("min", "max"))  # NNI 2.x's range keys
 
 
 def save_calibration(calibration: Mapping[str, Mapping[str, Any]], path: str | os.PathLike, fmt: str) -> Path:
@@ -32,7 +34,11 @@ def save_calibration(calibration: Mapping[str, Mapping[str, Any]], path: str | o
                 raise SaveLoadError(
                     f"Calibration field {field!r} of layer {layer!r} is not one of {', '.join(_FIELDS)}."
                 )
-            flat[f"{layer}.{field}"] = torch.tensor(int(value)) if field.endswith("_bits") else value
+            if field.endswith("_bits"):
+                value = torch.tensor(int(value))
+            elif field.startswith("tracked_"):
+                value = torch.tensor(float(value))
+            flat[f"{layer}.{field}"] = value
     return save_tensors_atomic(flat, path, fmt)
 
 
@@ -57,5 +63,10 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
         layer, _, field = key.rpartition(".")
         if field not in _FIELDS or not layer:
             raise SaveLoadError(f"Calibration file {str(path)!r} has an unexpected key {key!r}.")
-        result.setdefault(layer, {})[field] = int(tensor) if field.endswith("_bits") else tensor
+        value: Any = tensor
+        if field.endswith("_bits"):
+            value = int(tensor)
+        elif field.startswith("tracked_"):
+            value = float(tensor)
+        result.setdefault(layer, {})[field] = value
     return result

@@ -49,6 +49,25 @@ def affine_qparams(low: torch.Tensor, high: torch.Tensor, bits: int) -> tuple[to
     return scale, zero_point
 
 
+def symmetric_qparams(low: torch.Tensor, high: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale and zero point of a symmetric grid ``[-a, a]``, ``a = max(|low|, |high|)``, centred on ``2**(bits-1)``.
+
+    In slimkit's unsigned codes this is NNI's ``*_symmetric`` scheme for both ``int`` (zero point 0, shifted
+    by ``2**(bits-1)``) and ``uint`` (zero point ``2**(bits-1)``) dtypes.
+    """
+    half = (qmax_for(bits)) / 2.0
+    bound = torch.maximum(low.detach().float().abs(), high.detach().float().abs())
+    scale = torch.clamp(bound / half, min=_EPS)
+    return scale, torch.full_like(scale, float(2 ** (bits - 1)))
+
+
+def code_range(scale: torch.Tensor, zero_point: torch.Tensor, bits: int) -> tuple[float, float]:
+    """The real interval the codes of ``(scale, zero_point)`` cover: NNI's ``tracked_min`` / ``tracked_max``."""
+    low = ((0 - zero_point) * scale).min()
+    high = ((qmax_for(bits) - zero_point) * scale).max()
+    return float(low), float(high)
+
+
 def quantize_codes(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, bits: int) -> torch.Tensor:
     """Integer codes of ``x`` (as floats) in ``[0, 2**bits - 1]``; no gradient."""
     return torch.clamp(torch.round(x / scale + zero_point), 0, qmax_for(bits))

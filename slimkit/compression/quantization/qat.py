@@ -16,7 +16,9 @@ from slimkit.compression.quantization.observers import (
     channel_min_max,
     ema_update,
     fake_quantize,
+    symmetric_qparams,
 )
+from slimkit.compression.quantization.settings import scheme_of
 from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
 
 
@@ -33,10 +35,13 @@ class QATQuantizer(Quantizer):
     Args:
         ema_decay: weight of the old range in the EMA update (0.99 keeps about the last 100 batches).
         per_channel: one weight scale per output channel instead of one per tensor.
+
+    NNI 2.x's schemes apply too (``set_quant_scheme_dtype`` or the entry keys ``quant_scheme`` / ``quant_dtype``):
+    ``per_channel_*`` / ``per_tensor_*`` choose the weight granularity, ``*_symmetric`` a grid centred on zero.
     """
 
     quant_grad = ClipGrad
-    extra_config_keys = ("quant_start_step",)
+    extra_config_keys = ("quant_start_step", "quant_scheme", "quant_dtype")
 
     def __init__(
         self,
@@ -61,11 +66,19 @@ class QATQuantizer(Quantizer):
                 f"quant_start_step of layer {wrapper.name!r} must be an integer >= 0, got {start!r}."
             )
         device = self.device
+        wrapper.symmetric = {}
         for quant_type in wrapper.quant_types:
             name = quant_type.value
+            scheme, _ = scheme_of(wrapper.config, name, wrapper.name)
+            wrapper.symmetric[name] = scheme is not None and scheme.endswith("symmetric")
+            if scheme is not None and scheme.startswith("per_channel") and quant_type is not QuantType.WEIGHT:
+                raise QuantizationConfigError(f"Layer {wrapper.name!r}: {scheme} for its {name} is not supported; "
+                                              "activations are quantized per tensor (per_tensor_affine or "
+                                              "per_tensor_symmetric).")
             if quant_type is QuantType.WEIGHT:
                 weight = wrapper.layer_weight()
-                channels = weight.shape[0] if self.per_channel and weight.dim() > 1 else 1
+                per_channel = self.per_channel if scheme is None else scheme.startswith("per_channel")
+                channels = weight.shape[0] if per_channel and weight.dim() > 1 else 1
                 shape = (channels, *([1] * (weight.dim() - 1))) if channels > 1 else (1,)
             else:
                 shape = (1,)
@@ -78,8 +91,8 @@ class QATQuantizer(Quantizer):
     def quantize_weight(self, weight: torch.Tensor, wrapper: QuantizerModuleWrapper, **kwargs: Any) -> torch.Tensor:
         """Fake-quantize the weight with scales from its own min/max (per channel unless disabled)."""
         bits = wrapper.bits(QuantType.WEIGHT)
-        low, high = channel_min_max(weight, self.per_channel and wrapper.weight_scale.numel() > 1)
-        scale, zero_point = affine_qparams(low, high, bits)
+        low, high = channel_min_max(weight, wrapper.weight_scale.numel() > 1)
+        scale, zero_point = (symmetric_qparams if wrapper.symmetric["weight"] else affine_qparams)(low, high, bits)
         wrapper.weight_scale.copy_(scale.reshape(wrapper.weight_scale.shape))
         wrapper.weight_zero_point.copy_(zero_point.reshape(wrapper.weight_zero_point.shape))
         return fake_quantize(weight, wrapper.weight_scale, wrapper.weight_zero_point, bits)
@@ -107,7 +120,8 @@ class QATQuantizer(Quantizer):
         if int(getattr(wrapper, f"{name}_observed")) == 0:
             return None
         low, high = getattr(wrapper, f"{name}_tracked_min"), getattr(wrapper, f"{name}_tracked_max")
-        return affine_qparams(low, high, wrapper.bits(quant_type))
+        qparams = symmetric_qparams if wrapper.symmetric.get(name) else affine_qparams
+        return qparams(low, high, wrapper.bits(quant_type))
 
     def _quantize_activation(self, x: torch.Tensor, wrapper: QuantizerModuleWrapper, quant_type: QuantType) -> Any:
         qparams = self.activation_qparams(wrapper, quant_type)

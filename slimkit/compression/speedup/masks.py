@@ -1,4 +1,8 @@
-"""Reading pruning masks: ``{layer: {"weight_mask": T, "bias_mask": T | None}}`` or ``{layer: {"out_channels": i}}``."""
+"""Reading pruning masks, as a dict or a mask file.
+
+Entries are ``{layer: {"weight_mask": T, "bias_mask": T | None}}`` (NNI 2.x writes ``"weight"``/``"bias"``) or
+``{layer: {"out_channels": i}}``.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from slimkit.compression._masks_io import read_mask_file
 from slimkit.errors import ConfigError, closest
 
 MaskDict = Mapping[str, Mapping[str, Any]]
@@ -28,11 +33,15 @@ class LayerMask:
 
 
 def load_masks(masks: MaskDict | str | os.PathLike) -> MaskDict:
-    """Accept a mask dict or the path of a mask file saved with ``torch.save`` (read with weights_only=True)."""
+    """Accept a mask dict or the path of a mask file.
+
+    A file is slimkit's safetensors (``Pruner.export_model``) or NNI's ``torch.save``d dict (read with
+    ``weights_only=True``, never unpickling code).
+    """
     if isinstance(masks, (str, os.PathLike)):
         if not os.path.isfile(masks):
             raise ConfigError(f"Mask file {os.fspath(masks)!r} does not exist; pass a mask dict or an existing file.")
-        masks = torch.load(masks, map_location="cpu", weights_only=True)
+        masks = read_mask_file(masks)
     if not isinstance(masks, Mapping):
         raise ConfigError(
             f"masks must map layer names to {{'weight_mask': Tensor, 'bias_mask': Tensor | None}} or "

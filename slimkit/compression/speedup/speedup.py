@@ -35,23 +35,30 @@ class ModelSpeedup:
 
         model = ModelSpeedup(model, dummy_input, masks).speedup_model()
 
-    ``masks`` maps layer names to ``{"weight_mask": Tensor, "bias_mask": Tensor | None}`` (a filter-pruned
-    layer has whole zero output rows) or to ``{"out_channels": LongTensor}``; a path to a ``torch.save``d
-    mask file also works. Coupled layers (residual adds, concatenations, depthwise convs, norms, flatten ->
-    Linear, attention heads) shrink together. The model is changed in place and returned; if anything fails
-    it is restored. ``kept_channels`` then holds the JSON-ready record that :func:`apply_kept_channels`
-    replays on a freshly built base model, and ``warnings`` every request that could not be honoured.
+    ``masks`` (NNI 2.x's ``masks_file=``) maps layer names to ``{"weight_mask": Tensor, "bias_mask": Tensor |
+    None}`` (NNI 2.x's ``{"weight": ..., "bias": ...}`` too; a filter-pruned layer has whole zero output rows)
+    or to ``{"out_channels": LongTensor}``; the path of a mask file works too (slimkit's safetensors from
+    ``export_model(mask_path=...)``, or NNI's ``torch.save``d dict read with ``weights_only=True``). NNI's
+    ``map_location``, ``batch_dim=0`` and ``confidence`` are accepted. Coupled layers (residual adds,
+    concatenations, depthwise convs, norms, flatten -> Linear, attention heads) shrink together. The model
+    is changed in place and returned; if anything fails it is restored. ``kept_channels`` then holds the
+    JSON-ready record that :func:`apply_kept_channels` replays on a freshly built base model, and
+    ``warnings`` every request that could not be honoured.
 
     A removed channel that still carries a constant in the masked model (the shift of a trained BatchNorm
     after a zeroed filter, a bias) is folded into the layers that read it (``fold_constants=True``, see
     :mod:`slimkit.compression.speedup.fold`); ``folds`` lists what was folded and where.
     """
 
-    def __init__(self, model: nn.Module, dummy_input: Any, masks: MaskDict | str | os.PathLike,
-                 verify: bool = True, fold_constants: bool = True) -> None:
+    def __init__(self, model: nn.Module, dummy_input: Any, masks: MaskDict | str | os.PathLike | None = None,
+                 verify: bool = True, fold_constants: bool = True, *,
+                 masks_file: MaskDict | str | os.PathLike | None = None, map_location: Any = None,
+                 batch_dim: int = 0, confidence: int = 8, customized_replace_func: Any = None) -> None:
         _refuse_wrapped(model)
+        masks = _nni_arguments(masks, masks_file, batch_dim, confidence, customized_replace_func)
         self.model = model
         self.dummy_input = dummy_input
+        self.map_location = map_location  # NNI's argument: masks always move to each layer's own device here
         self.masks: dict[str, LayerMask] = normalize_masks(model, masks)
         self.verify = verify
         self.fold_constants = fold_constants
@@ -94,6 +101,28 @@ class ModelSpeedup:
         self.kept_channels = plan.kept
         self.folds = folds
         return self.model
+
+
+def _nni_arguments(masks: Any, masks_file: Any, batch_dim: Any, confidence: Any, replace: Any) -> Any:
+    """Check NNI 2.x's keyword arguments; return the one mask source given (``masks`` or ``masks_file``)."""
+    if masks is not None and masks_file is not None:
+        raise ConfigError("ModelSpeedup got both masks and masks_file; they are the same argument (a mask dict or "
+                          "a mask file path), pass one.")
+    masks = masks if masks is not None else masks_file
+    if masks is None:
+        raise ConfigError("ModelSpeedup needs the masks: a dict {layer: {'weight': mask}} (e.g. the second value of "
+                          "pruner.compress()) or the mask_path a pruner's export_model wrote, as masks_file=...")
+    if batch_dim != 0:
+        raise ConfigError(f"ModelSpeedup(batch_dim={batch_dim!r}): slimkit traces dummy_input as given and expects "
+                          "the batch in dimension 0; pass an input whose first dimension is the batch.")
+    if isinstance(confidence, bool) or not isinstance(confidence, int) or confidence < 1:
+        raise ConfigError(f"ModelSpeedup(confidence={confidence!r}) must be a whole number >= 1 (NNI's batch size "
+                          "for mask inference; slimkit's tracer derives channel coupling exactly and ignores it).")
+    if replace is not None:
+        raise ConfigError("ModelSpeedup(customized_replace_func=...) is not supported: slimkit shrinks Conv, Linear, "
+                          "norm and attention layers itself. Exclude layers it cannot shrink with a config_list "
+                          "entry {'exclude': True, 'op_names': [...]}.")
+    return masks
 
 
 def _refuse_wrapped(model: nn.Module) -> None:

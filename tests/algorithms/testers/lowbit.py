@@ -84,6 +84,21 @@ class TestHQQ(_LowBitChecks, AlgorithmTesterBase):
     hyperparameters = {"bits": 4, "group_size": 32, "iters": 10}
 
 
+class TestHQQPrunaBfloat16(_LowBitChecks, AlgorithmTesterBase):
+    """Pruna's spelling: weight_bits and compute_dtype='torch.bfloat16' (the model computes in bfloat16)."""
+
+    algorithm = "hqq"
+    models = ["tiny_llama"]
+    reject_models = ["conv_only"]
+    hyperparameters = {"weight_bits": 4, "group_size": 32, "iters": 5, "compute_dtype": "torch.bfloat16"}
+    min_cosine = 0.97
+
+    def post_smash_hook(self, smashed, base, inputs):
+        assert smashed.model.model.norm.weight.dtype == torch.bfloat16  # cast before quantizing
+        assert smashed(**inputs).logits.dtype == torch.bfloat16
+        super().post_smash_hook(smashed, base, inputs)
+
+
 class _Calibrated(_LowBitChecks):
     reject_models = ["mlp", "conv_only", "not_a_module"]
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 import torch
 
 from slimkit.compression.quantization import QuantizedLayer
@@ -127,3 +128,26 @@ class TestLSQ(_TrainingQuantChecks, AlgorithmTesterBase):
         layer = smashed.model.get_submodule("classifier.3")
         assert float(layer.weight_zero_point) == 128.0  # signed weights
         assert float(layer.input_zero_point) == 0.0  # input follows a ReLU: unsigned
+
+
+class TestNaive(AlgorithmTesterBase):
+    """NNI's naive quantizer: no data, symmetric per-tensor 8-bit codes, the digits CNN still accurate."""
+
+    algorithm = "naive"
+    models = ["digits_cnn"]
+    reject_models = ["no_weights", "not_a_module"]
+    hyperparameters = {"bits": 8}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        expected = [n for n, m in base.named_modules() if isinstance(m, _LAYERS)]
+        frozen = {n: m for n, m in smashed.model.named_modules() if isinstance(m, QuantizedLayer)}
+        assert sorted(frozen) == sorted(expected) and sorted(smashed.applied[0]["state"]["layers"]) == sorted(frozen)
+        for name in expected:
+            layer, weight = frozen[name], base.get_submodule(name).weight.detach()
+            assert layer.weight_codes.dtype == torch.uint8 and set(layer.bits) == {"weight"}
+            assert float(layer.weight_zero_point) == 128.0 and layer.weight_scale.numel() == 1  # symmetric, per tensor
+            assert float(layer.weight_scale) == pytest.approx(float(weight.abs().max()) / 127.5, rel=1e-5)
+            assert (layer.weight() - weight).abs().max() <= float(layer.weight_scale) / 2 + 1e-6  # rounded, not cut
+        assert size_on_disk(smashed) < 0.45 * size_on_disk(base)
+        _, _, x_test, y_test = digits_split()
+        assert accuracy(smashed.model, x_test, y_test) >= accuracy(base, x_test, y_test) - 0.01

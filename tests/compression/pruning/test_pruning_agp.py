@@ -77,3 +77,33 @@ def test_agp_errors(mlp):
         AGPPruner(mlp, [{"sparsity": 0.5}], num_iterations=0)
     with pytest.raises(PruningConfigError, match="final sparsity 0.2 is below initial_sparsity 0.3"):
         AGPPruner(mlp, [{"sparsity": 0.2}], initial_sparsity=0.3)
+
+
+def test_nni1_epoch_keys_follow_nni1_schedule(mlp):
+    from slimkit.compression.pruning.agp import epoch_sparsity
+
+    config = {"sparsity": 0.8, "initial_sparsity": 0.0, "start_epoch": 0, "end_epoch": 4, "frequency": 1}
+    assert [round(epoch_sparsity(config, e), 4) for e in range(5)] == [0.0, 0.5630, 0.7704, 0.8, 0.8]  # span 3
+    assert epoch_sparsity({**config, "start_epoch": 2}, 1) is None  # nothing pruned before start_epoch
+    optimizer = torch.optim.SGD(mlp.parameters(), lr=0.0)
+    pruner = AGPPruner(mlp, [{"initial_sparsity": 0.0, "final_sparsity": 0.8, "start_epoch": 0, "end_epoch": 7,
+                              "frequency": 2, "op_names": ["fc1"]}], optimizer)
+    pruner.compress()
+    kept = []
+    for epoch in range(8):
+        pruner.update_epoch(epoch)
+        kept.append(round(1 - float(pruner.get_masks()["fc1"]["weight_mask"].mean()), 2))
+    assert kept == [0.0, 0.0, 0.56, 0.56, 0.77, 0.77, 0.8, 0.8]  # span 6: moves every 2 epochs
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"final_sparsity": 0.5, "sparsity": 0.5}, r"gives 'final_sparsity' and 'sparsity'"),
+    ({"final_sparsity": 0.5, "start_epoch": -1}, r"AGP start_epoch must be a whole number >= 0"),
+    ({"final_sparsity": 0.5, "frequency": 0, "end_epoch": 2}, r"AGP frequency must be a whole number >= 1"),
+    ({"final_sparsity": 0.5, "start_epoch": 3, "end_epoch": 1}, r"end_epoch 1 is before start_epoch 3"),
+    ({"final_sparsity": 0.2, "initial_sparsity": 0.5, "end_epoch": 2}, r"final sparsity 0.2 is below initial"),
+    ({"final_sparsity": 0.5, "start_epochs": 1}, r"unknown key 'start_epochs'\. Did you mean 'start_epoch'"),
+])
+def test_nni1_epoch_keys_are_validated(mlp, entry, message):
+    with pytest.raises(PruningConfigError, match=message):
+        AGPPruner(mlp, [{**entry, "op_names": ["fc1"]}])

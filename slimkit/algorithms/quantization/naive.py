@@ -1,0 +1,63 @@
+"""naive: NNI's naive quantizer, symmetric per-tensor weights (8 bits by default), no data and no training."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ConfigSpace import UniformIntegerHyperparameter
+
+from slimkit.algorithms.quantization._training import (
+    LAYER_TYPES,
+    build_config_list,
+    has_quantizable_layers,
+    replay_frozen,
+)
+from slimkit.compression.quantization import NaiveQuantizer, quantized_layer_specs
+from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import ListHyperparameter
+from slimkit.core.registry import register
+
+
+@register
+class Naive(SlimkitQuantizer):
+    """Naive weight quantization: each Linear/Conv weight rounded to a symmetric per-tensor grid, then frozen.
+
+    ``scale = max|w| / ((2**bits - 1) / 2)`` per layer, codes centred on ``2**(bits-1)`` (NNI's
+    ``NaiveQuantizer``, rounding to the nearest step). The frozen layers hold uint8 codes and one scale each
+    (about 4x smaller on disk than fp32 at 8 bits); the forward still runs in floating point. Activations are
+    not quantized. No data needed: the quickest quantizer, and the least accurate at low bit widths.
+    """
+
+    algorithm_name = "naive"
+    engine = NaiveQuantizer
+    references = {"NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Quantizer.html#naive-quantizer"}
+    save_fn = SaveFn.REPLAY
+    replay_on_meta = True  # replay builds empty frozen-code layers from the saved specs
+
+    def get_hyperparameters(self) -> list:
+        """Bit width and the layers left in full precision."""
+        return [
+            UniformIntegerHyperparameter("bits", 2, 8, default_value=8, meta={"desc": "Bit width of the weights."}),
+            ListHyperparameter("exclude", (), meta={"desc": "Layers kept in full precision: exact names or glob "
+                                                            "patterns, e.g. ['classifier.3']."}),
+        ]
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs a Linear or Conv layer."""
+        return has_quantizable_layers(model)
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return f"It quantizes {', '.join(LAYER_TYPES)} layers and the model has none."
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        config = build_config_list(model, ["weight"], {"weight": int(smash_config["bits"])}, smash_config["exclude"])
+        quantizer = NaiveQuantizer(model, config)
+        quantizer.compress()
+        quantizer.freeze()
+        smash_config.state["layers"] = quantized_layer_specs(model)
+        return model
+
+    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Rebuild the frozen layers; the saved codes and scales then load strictly."""
+        return replay_frozen(model, state)

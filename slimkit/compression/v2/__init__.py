@@ -1,0 +1,49 @@
+"""NNI 2.x's pruning face: the class names, signatures and return values NNI 2.x scripts use.
+
+``from slimkit.compression import L1NormPruner, ModelSpeedup, count_flops_params`` in place of
+``nni.compression.pytorch...``; ``_, masks = pruner.compress()`` returns NNI 2.x's masks
+``{layer: {"weight": mask, "bias": mask}}``, which ``ModelSpeedup(model, dummy_input, masks)`` accepts. Every
+class is one of slimkit's engines (the same algorithms the SmashConfig and experiment faces run) behind NNI
+2.x's constructor; ``ADMMPruner`` and ``MovementPruner`` look their engine up in the registry.
+"""
+
+from slimkit.compression.v2.base import V2Pruner, show_pruned_weights, to_v1_masks, v2_masks
+from slimkit.compression.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner
+from slimkit.compression.v2.config import canonical_config_list
+from slimkit.compression.v2.iterative import PRUNER_DICT, AGPPruner, LinearPruner, LotteryTicketPruner
+from slimkit.compression.v2.registry_adapters import ADMMPruner, MovementPruner
+from slimkit.compression.v2.speedup import ModelSpeedup
+from slimkit.compression.v2.tensorrt import ModelSpeedupTensorRT
+from slimkit.compression.v2.trace import rebuild, trace
+from slimkit.compression.v2.trained import (
+    ActivationAPoZRankPruner,
+    ActivationMeanRankPruner,
+    SlimPruner,
+    TaylorFOWeightPruner,
+)
+
+__all__ = [
+    "ADMMPruner",
+    "AGPPruner",
+    "ActivationAPoZRankPruner",
+    "ActivationMeanRankPruner",
+    "FPGMPruner",
+    "L1NormPruner",
+    "L2NormPruner",
+    "LevelPruner",
+    "LinearPruner",
+    "LotteryTicketPruner",
+    "ModelSpeedup",
+    "ModelSpeedupTensorRT",
+    "MovementPruner",
+    "PRUNER_DICT",
+    "SlimPruner",
+    "TaylorFOWeightPruner",
+    "V2Pruner",
+    "canonical_config_list",
+    "rebuild",
+    "show_pruned_weights",
+    "to_v1_masks",
+    "trace",
+    "v2_masks",
+]

@@ -1,0 +1,69 @@
+"""NNI 2.x's one-shot pruners that need only the weights.
+
+``LevelPruner``, ``L1NormPruner``, ``L2NormPruner``, ``FPGMPruner``.
+
+``pruner = L1NormPruner(model, config_list)``; ``_, masks = pruner.compress()``; ``pruner._unwrap_model()``;
+``ModelSpeedup(model, dummy_input, masks).speedup_model()`` then removes the pruned channels for real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torch import nn
+
+from slimkit.compression.pruning import one_shot
+from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.compression.v2.base import V2Pruner, check_mode
+
+__all__ = ["FPGMPruner", "L1NormPruner", "L2NormPruner", "LevelPruner"]
+
+_FILTER_MODES = ("normal", "dependency_aware")
+
+
+class LevelPruner(V2Pruner, one_shot.LevelPruner):
+    """Unstructured magnitude pruning (NNI 2.x signature): zero each selected layer's smallest weights.
+
+    ``LevelPruner(model, config_list, mode="normal", balance_gran=None)``. ``config_list`` takes
+    ``sparsity``/``sparsity_per_layer``, ``total_sparsity``, ``op_types``, ``op_names``, ``op_partial_names``,
+    ``exclude``. NNI's ``mode="balance"`` (block-balanced sparsity for sparse kernels) is not offered: it only
+    pays off with kernels slimkit does not ship.
+    """
+
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], mode: str = "normal",
+                 balance_gran: list[int] | None = None) -> None:
+        if mode == "balance" or balance_gran is not None:
+            raise PruningConfigError("LevelPruner(mode='balance', balance_gran=...) is not supported: block-balanced "
+                                     "sparsity needs sparse kernels slimkit does not ship. Use mode='normal' (plain "
+                                     "magnitude pruning) or a filter pruner such as L1NormPruner for real speed.")
+        check_mode("LevelPruner", mode, ("normal",))
+        super().__init__(model, self._v2_config(model, config_list, mode))
+
+
+class _NormPruner(V2Pruner):
+    """Shared constructor of the weight-norm filter pruners: ``(model, config_list, mode, dummy_input)``."""
+
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], mode: str = "normal",
+                 dummy_input: Any = None) -> None:
+        check_mode(type(self).__name__, mode, _FILTER_MODES)
+        translated = self._v2_config(model, config_list, mode)
+        super().__init__(model, translated, dependency_aware=mode == "dependency_aware",  # type: ignore[call-arg]
+                         dummy_input=dummy_input)
+
+
+class L1NormPruner(_NormPruner, one_shot.L1FilterPruner):
+    """Filter pruning by the L1 norm of each output channel's weights (NNI 2.x signature).
+
+    ``L1NormPruner(model, config_list, mode="normal", dummy_input=None)``; ``mode="dependency_aware"`` (with
+    ``dummy_input``) gives coupled layers (residual adds, depthwise convs) one shared channel choice so the
+    speedup removes them all.
+    """
+
+
+class L2NormPruner(_NormPruner, one_shot.L2FilterPruner):
+    """Filter pruning by the L2 norm of each output channel's weights (NNI 2.x signature; see L1NormPruner)."""
+
+
+class FPGMPruner(_NormPruner, one_shot.FPGMPruner):
+    """Filter pruning by geometric median: drop the most replaceable filters (NNI 2.x signature)."""

@@ -1,0 +1,112 @@
+"""NNI 2.x ``config_list`` keys on top of slimkit's pruning config.
+
+The keys are ``total_sparsity``, ``max_sparsity_per_layer`` and ``op_partial_names``:
+
+* ``sparsity`` / ``sparsity_per_layer``: every selected layer loses that fraction (as in NNI 1.x).
+* ``total_sparsity``: the selected layers *together* lose that fraction of their weights. In ``mode="global"``
+  the units (channels, or weights for level pruning) of all layers of the entry are ranked together; in
+  ``"normal"`` mode each layer gets it, as in NNI 2.x.
+* ``max_sparsity_per_layer``: a cap for global ranking, one number or ``{layer name: number}``.
+* ``op_partial_names``: substrings; every module whose qualified name contains one is selected (added to
+  ``op_names``).
+
+:func:`canonical_config_list` turns such a list into slimkit's form and returns the global groups separately.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.errors import closest
+
+V2_KEYS = ("total_sparsity", "max_sparsity_per_layer", "op_partial_names")
+
+
+@dataclass
+class GlobalGroup:
+    """The layers one ``total_sparsity`` entry ranks together, with the entry's caps."""
+
+    index: int
+    total_sparsity: float
+    max_sparsity_per_layer: float | dict[str, float] = 1.0
+    layers: list[str] = field(default_factory=list)
+
+    def cap(self, layer: str) -> float:
+        """The largest fraction ``layer`` may lose."""
+        if isinstance(self.max_sparsity_per_layer, Mapping):
+            return float(self.max_sparsity_per_layer.get(layer, 1.0))
+        return float(self.max_sparsity_per_layer)
+
+
+def _fraction(value: Any, where: str, upper_open: bool = True) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value and (
+        value < 1 if upper_open else 0 < value <= 1)
+    if not ok:
+        bound = "[0, 1)" if upper_open else "(0, 1]"
+        raise PruningConfigError(f"{where} must be a number in {bound}, got {value!r}.")
+    return float(value)
+
+
+def _partial_names(model: nn.Module, entry: Mapping[str, Any], index: int) -> list[str]:
+    parts = entry["op_partial_names"]
+    if isinstance(parts, str) or not isinstance(parts, Sequence) or not all(isinstance(p, str) for p in parts):
+        raise PruningConfigError(f"config_list[{index}]['op_partial_names'] must be a list of strings (parts of "
+                                 f"layer names), got {parts!r}.")
+    names = [name for name, _ in model.named_modules() if name]
+    found = []
+    for part in parts:
+        hits = [n for n in names if part in n]
+        if not hits:
+            raise PruningConfigError(f"config_list[{index}] op_partial_names entry {part!r} is part of no layer name."
+                                     f"{closest(part, names)} Layer names: {', '.join(names[:15])}"
+                                     f"{', ...' if len(names) > 15 else ''}.")
+        found += [n for n in hits if n not in found]
+    return found
+
+
+def _caps(value: Any, index: int) -> float | dict[str, float]:
+    where = f"config_list[{index}]['max_sparsity_per_layer']"
+    if isinstance(value, Mapping):
+        return {str(k): _fraction(v, f"{where}[{k!r}]", upper_open=False) for k, v in value.items()}
+    return _fraction(value, where, upper_open=False)
+
+
+def canonical_config_list(model: nn.Module, config_list: Any, mode: str) -> tuple[list[dict[str, Any]],
+                                                                                   list[GlobalGroup]]:
+    """The slimkit ``config_list`` for an NNI 2.x one, and the ``total_sparsity`` groups ranked together globally.
+
+    Global groups are returned only when ``mode == "global"``; otherwise ``total_sparsity`` is each layer's
+    sparsity (NNI 2.x's "normal" allocation) and ``max_sparsity_per_layer`` has nothing to cap.
+    """
+    if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence):
+        raise PruningConfigError("config_list must be a list of dicts, e.g. [{'total_sparsity': 0.5, 'op_types': "
+                                 f"['Conv2d']}}], got {type(config_list).__name__}.")
+    out: list[dict[str, Any]] = []
+    groups: list[GlobalGroup] = []
+    for index, given in enumerate(config_list):
+        if not isinstance(given, Mapping):
+            raise PruningConfigError(f"config_list[{index}] must be a dict like {{'sparsity': 0.5, 'op_types': "
+                                     f"['Conv2d']}}, got {type(given).__name__}.")
+        entry = copy.deepcopy(dict(given))
+        if "op_partial_names" in entry:
+            entry["op_names"] = list(dict.fromkeys([*entry.get("op_names", []), *_partial_names(model, entry, index)]))
+            del entry["op_partial_names"]
+        caps = _caps(entry.pop("max_sparsity_per_layer"), index) if "max_sparsity_per_layer" in entry else 1.0
+        if "total_sparsity" in entry:
+            clash = [k for k in ("sparsity", "sparsity_per_layer") if k in entry]
+            if clash:
+                raise PruningConfigError(f"config_list[{index}] gives both 'total_sparsity' and {clash[0]!r}: the "
+                                         "first is the selected layers' sparsity together, the second each layer's; "
+                                         "keep one.")
+            total = _fraction(entry.pop("total_sparsity"), f"config_list[{index}]['total_sparsity']")
+            entry["sparsity"] = total
+            if mode == "global" and not entry.get("exclude", False):
+                groups.append(GlobalGroup(index, total, caps))
+        out.append(entry)
+    return out, groups

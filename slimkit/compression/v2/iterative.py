@@ -1,0 +1,246 @@
+"""NNI 2.x's iterative pruners: ``LinearPruner``, ``AGPPruner``, ``LotteryTicketPruner``.
+
+Each runs ``total_iteration`` rounds. Round ``i`` prunes the model to that round's sparsity with the basic
+pruner ``pruning_algorithm`` names (masks only grow: units pruned earlier stay pruned), then optionally
+removes the channels (``speedup=True``), fine-tunes (``finetuner(model)``) and scores the model
+(``evaluator(model)``). ``get_best_result()`` returns ``(round, model, masks, score, config_list)`` of the best
+round (the last one without an evaluator). Schedules, for a final sparsity ``s`` over ``n`` rounds:
+linear ``s * i / n``; AGP ``s * (1 - (1 - i / n)^3)``; lottery ticket ``1 - (1 - s)^(i / n)``, with the
+weights rewound to their values before pruning after every round (``reset_weight=True``).
+Results stay in memory; nothing is written to ``log_dir``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from slimkit.compression.config_list import select_layers
+from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.compression.pruning.maskers import num_to_prune
+from slimkit.compression.v2.base import V2Masks, to_v1_masks
+from slimkit.compression.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner
+from slimkit.compression.v2.registry_adapters import ADMMPruner
+from slimkit.compression.v2.speedup import ModelSpeedup
+from slimkit.compression.v2.trace import rebuild
+from slimkit.compression.v2.trained import (
+    ActivationAPoZRankPruner,
+    ActivationMeanRankPruner,
+    SlimPruner,
+    TaylorFOWeightPruner,
+)
+from slimkit.errors import closest
+
+__all__ = ["AGPPruner", "LinearPruner", "LotteryTicketPruner", "PRUNER_DICT"]
+
+#: NNI 2.x's names of the basic pruners an iterative pruner runs each round
+PRUNER_DICT: dict[str, type] = {
+    "level": LevelPruner, "l1": L1NormPruner, "l2": L2NormPruner, "fpgm": FPGMPruner, "slim": SlimPruner,
+    "apoz": ActivationAPoZRankPruner, "mean_activation": ActivationMeanRankPruner, "taylorfo": TaylorFOWeightPruner,
+    "admm": ADMMPruner,
+}
+_SPARSITY_KEYS = ("sparsity", "sparsity_per_layer", "total_sparsity")
+_DEFAULT_TYPES = ("Conv1d", "Conv2d", "Conv3d", "Linear")  # what "default" selects for the filter pruners
+
+
+@dataclass
+class RoundResult:
+    """One round: its number, the masks it produced, the evaluator's score and the config it pruned with."""
+
+    task_id: int
+    masks: V2Masks
+    score: float | None
+    config_list: list[dict[str, Any]]
+
+
+class _IterativePruner:
+    """The scheduler shared by the three iterative pruners; subclasses define :meth:`ratio`."""
+
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], pruning_algorithm: str,
+                 total_iteration: int, log_dir: str = ".", keep_intermediate_result: bool = False,
+                 finetuner: Callable[[nn.Module], Any] | None = None, speedup: bool = False,
+                 dummy_input: Any = None, evaluator: Callable[[nn.Module], float] | None = None,
+                 pruning_params: Mapping[str, Any] | None = None, reset_weight: bool = False) -> None:
+        name = type(self).__name__
+        if not isinstance(model, nn.Module):
+            raise PruningConfigError(f"{name} needs a torch.nn.Module, got {type(model).__name__}.")
+        if pruning_algorithm not in PRUNER_DICT:
+            raise PruningConfigError(f"{name} pruning_algorithm {pruning_algorithm!r} is unknown."
+                                     f"{closest(str(pruning_algorithm), PRUNER_DICT)} Choose one of "
+                                     f"{', '.join(PRUNER_DICT)}.")
+        if isinstance(total_iteration, bool) or not isinstance(total_iteration, int) or total_iteration < 1:
+            raise PruningConfigError(f"{name} total_iteration must be a whole number >= 1, got {total_iteration!r}.")
+        if speedup and dummy_input is None:
+            raise PruningConfigError(f"{name}(speedup=True) needs dummy_input, an input the model accepts, to trace "
+                                     "which channels can be removed.")
+        if speedup and reset_weight:
+            raise PruningConfigError(f"{name}: reset_weight rewinds the weights of the unpruned model, which a speedup "
+                                     "has reshaped; use speedup=False (then speed up the best result once).")
+        for label, fn in (("finetuner", finetuner), ("evaluator", evaluator)):
+            if fn is not None and not callable(fn):
+                raise PruningConfigError(f"{name} {label} must be a function of the model, got {type(fn).__name__}.")
+        if not isinstance(config_list, Sequence) or isinstance(config_list, (str, bytes)) or not config_list:
+            raise PruningConfigError(f"{name} config_list must be a non-empty list of dicts, e.g. "
+                                     "[{'sparsity': 0.8, 'op_types': ['Conv2d']}].")
+        self.bound_model, self.config_list = model, [dict(c) for c in config_list]
+        self.pruning_algorithm, self.total_iteration = pruning_algorithm, total_iteration
+        self.log_dir, self.keep_intermediate_result = log_dir, keep_intermediate_result
+        self.finetuner, self.evaluator, self.speedup, self.dummy_input = finetuner, evaluator, speedup, dummy_input
+        self.pruning_params, self.reset_weight = dict(pruning_params or {}), reset_weight
+        self.results: list[RoundResult] = []
+        self._units: dict[str, int] = {}  # each layer's units before the first round (speedup shrinks them)
+        self._best: tuple[RoundResult, nn.Module] | None = None
+
+    def ratio(self, iteration: int, final: float) -> float:
+        """The sparsity of round ``iteration`` (1..n) for a final sparsity ``final``."""
+        raise NotImplementedError
+
+    def _round_config(self, iteration: int) -> list[dict[str, Any]]:
+        """The config of one round at that round's sparsity of the original layers.
+
+        After speedups a layer has fewer units than it started with, so each ``sparsity`` entry becomes one entry
+        per layer asking for the units still to go (``total_sparsity`` entries are ranked as a group: their share
+        is rescaled by the sparsity already removed).
+        """
+        out = []
+        chosen = select_layers(self.bound_model, self.config_list, _DEFAULT_TYPES, PruningConfigError) \
+            if self.speedup else {}
+        for index, entry in enumerate(self.config_list):
+            entry = copy.deepcopy(entry)
+            keys = [k for k in _SPARSITY_KEYS if k in entry]
+            if not keys or entry.get("exclude"):
+                out.append(entry)
+                continue
+            target = self.ratio(iteration, float(entry[keys[0]]))
+            if not self.speedup:
+                entry[keys[0]] = min(target, 0.99)
+            elif keys[0] == "total_sparsity":
+                done = self.ratio(iteration - 1, float(entry[keys[0]])) if iteration > 1 else 0.0
+                entry[keys[0]] = min(max((target - done) / (1.0 - done), 0.0), 0.99)
+            else:
+                for name in (n for n, i in chosen.items() if i == index):
+                    units = self.bound_model.get_submodule(name).weight.shape[0]
+                    original = self._units.setdefault(name, units)
+                    keep = original - num_to_prune(target, original)
+                    one = {k: v for k, v in entry.items() if k not in ("op_names", "op_partial_names", *keys)}
+                    out.append({**one, "op_names": [name], keys[0]: (max(units - keep, 0) + 0.5) / units})
+                continue
+            out.append(entry)
+        return out
+
+    def _params(self) -> dict[str, Any]:
+        params = dict(self.pruning_params)
+        if "traced_optimizer" in params:  # a fresh optimizer on the current (possibly shrunk) parameters
+            params["traced_optimizer"] = rebuild(params["traced_optimizer"], self.bound_model)
+        if self.pruning_algorithm in ("l1", "l2", "fpgm", "apoz", "mean_activation", "taylorfo") and \
+                self.dummy_input is not None and params.get("mode") == "dependency_aware":
+            params.setdefault("dummy_input", self.dummy_input)
+        return params
+
+    def compress(self) -> None:
+        """Run every round (see the module docstring); the results are in :meth:`get_best_result`."""
+        model = self.bound_model
+        rewind = copy.deepcopy(model.state_dict()) if self.reset_weight else None
+        masks: V2Masks = {}
+        for iteration in range(1, self.total_iteration + 1):
+            config = self._round_config(iteration)
+            pruner = PRUNER_DICT[self.pruning_algorithm](model, config, **self._params())
+            engine = getattr(pruner, "engine", pruner)
+            if masks and not self.speedup:  # continue from the last round's masks: pruned units stay pruned
+                known = {w.name: w for w in engine.get_modules_wrapper()}
+                for name, layer in to_v1_masks(masks).items():
+                    if name in known:
+                        engine._store_masks(known[name], {k: v for k, v in layer.items() if v is not None})
+            _, masks = pruner.compress()
+            if rewind is not None:
+                engine._unwrap_model()
+                model.load_state_dict(rewind)
+                engine._wrap_model()
+            score = self._finish_round(engine, masks)
+            result = RoundResult(iteration, masks, score, config)
+            if self.keep_intermediate_result or not self.results:
+                self.results.append(result)
+            else:
+                self.results[-1] = result
+            best = self._best[0] if self._best else None
+            if best is None or self.evaluator is None or (score is not None and best.score is not None and
+                                                          score >= best.score):
+                self._best = (result, model if self.speedup else copy.deepcopy(model))
+
+    def _finish_round(self, engine: Any, masks: V2Masks) -> float | None:
+        model = self.bound_model
+        if self.speedup:
+            engine.unwrap_model(apply_masks=True)
+            ModelSpeedup(model, self.dummy_input, masks).speedup_model()
+            if self.finetuner is not None:
+                self.finetuner(model)
+            return None if self.evaluator is None else float(self.evaluator(model))
+        if hasattr(engine, "restore_optimizer"):
+            engine.restore_optimizer()
+        if self.finetuner is not None:
+            self.finetuner(model)  # wrapped: pruned weights stay out of the forward pass
+        engine.unwrap_model(apply_masks=True)
+        return None if self.evaluator is None else float(self.evaluator(model))
+
+    def get_best_result(self) -> tuple[int, nn.Module, V2Masks, float | None, list[dict[str, Any]]]:
+        """``(round, model, masks, score, config_list)`` of the best round (the last one without an evaluator)."""
+        if self._best is None:
+            raise PruningConfigError(f"{type(self).__name__}.get_best_result() before compress(); call compress().")
+        result, model = self._best
+        return result.task_id, model, result.masks, result.score, result.config_list
+
+    def _wrap_model(self) -> None:
+        """NNI 2.x keeps this for compatibility; an iterative pruner wraps the model only inside each round."""
+
+    def _unwrap_model(self) -> None:
+        """NNI 2.x keeps this for compatibility; the model is unwrapped after every round."""
+
+
+class LinearPruner(_IterativePruner):
+    """Iterative pruning with a linear schedule: round ``i`` of ``n`` prunes to ``s * i / n``.
+
+    ``LinearPruner(model, config_list, pruning_algorithm, total_iteration, log_dir=".",
+    keep_intermediate_result=False, finetuner=None, speedup=False, dummy_input=None, evaluator=None,
+    pruning_params={})``.
+    """
+
+    def ratio(self, iteration: int, final: float) -> float:
+        """``final * i / n``."""
+        return final * iteration / self.total_iteration
+
+
+class AGPPruner(_IterativePruner):
+    """Iterative pruning on AGP's cubic schedule: round ``i`` of ``n`` prunes to ``s * (1 - (1 - i / n)^3)``.
+
+    Same arguments as :class:`LinearPruner`; large steps first, small ones as the model gets sparse.
+    """
+
+    def ratio(self, iteration: int, final: float) -> float:
+        """``final * (1 - (1 - i / n)^3)``."""
+        return final * (1.0 - (1.0 - iteration / self.total_iteration) ** 3)
+
+
+class LotteryTicketPruner(_IterativePruner):
+    """Iterative magnitude pruning with weight rewinding (Frankle & Carbin, 2019), NNI 2.x signature.
+
+    Round ``i`` of ``n`` prunes to ``1 - (1 - s)^(i / n)``; with ``reset_weight=True`` (default) the surviving
+    weights are rewound to their values before the first round, then ``finetuner`` trains the ticket.
+    """
+
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], pruning_algorithm: str,
+                 total_iteration: int, log_dir: str = ".", keep_intermediate_result: bool = False,
+                 finetuner: Callable[[nn.Module], Any] | None = None, speedup: bool = False,
+                 dummy_input: Any = None, evaluator: Callable[[nn.Module], float] | None = None,
+                 reset_weight: bool = True, pruning_params: Mapping[str, Any] | None = None) -> None:
+        super().__init__(model, config_list, pruning_algorithm, total_iteration, log_dir, keep_intermediate_result,
+                         finetuner, speedup, dummy_input, evaluator, pruning_params, reset_weight)
+
+    def ratio(self, iteration: int, final: float) -> float:
+        """``1 - (1 - final)^(i / n)``."""
+        return 1.0 - (1.0 - final) ** (iteration / self.total_iteration)
+
+

@@ -1,0 +1,49 @@
+"""``ModelSpeedup`` as NNI scripts use it: also for Network-Slimming masks, which sit on BatchNorm layers.
+
+A BatchNorm mask (what ``SlimPruner`` returns) says which channels of the *producer* before it go; this
+class turns such masks into masks of those producers before the speedup
+(:func:`~slimkit.compression.pruning.coupling.norm_producer_masks`), so ``ModelSpeedup(model, dummy_input,
+masks)`` works for every pruner's masks, as it does in NNI.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from slimkit.compression.pruning.coupling import has_norm_masks, norm_producer_masks
+from slimkit.compression.speedup import ModelSpeedup as _ModelSpeedup
+from slimkit.compression.speedup.masks import MaskDict, load_masks
+
+__all__ = ["ModelSpeedup"]
+
+
+def _slimkit_entry(entry: Any) -> Any:
+    """NNI 2.x's ``{"weight", "bias"}`` entry as slimkit's ``{"weight_mask", "bias_mask"}`` (others unchanged)."""
+    if isinstance(entry, Mapping) and "weight_mask" not in entry and "out_channels" not in entry and "weight" in entry:
+        return {"weight_mask": entry["weight"], "bias_mask": entry.get("bias")}
+    return entry
+
+
+class ModelSpeedup(_ModelSpeedup):
+    """:class:`slimkit.compression.speedup.ModelSpeedup` that also accepts masks on BatchNorm layers.
+
+    ``ModelSpeedup(model, dummy_input, masks_file).speedup_model()`` (NNI 2.x) or ``ModelSpeedup(model,
+    dummy_input, masks)``; the masks are a dict or a mask file (see the base class).
+    """
+
+    def __init__(self, model: nn.Module, dummy_input: Any, masks: MaskDict | str | os.PathLike | None = None,
+                 verify: bool = True, fold_constants: bool = True, **kwargs: Any) -> None:
+        source = masks if masks is not None else kwargs.get("masks_file")
+        if isinstance(model, nn.Module) and source is not None:
+            loaded = {name: _slimkit_entry(entry) for name, entry in load_masks(source).items()}
+            if has_norm_masks(model, loaded):
+                loaded = norm_producer_masks(model, dummy_input, loaded)
+            if masks is not None:
+                masks = loaded
+            else:
+                kwargs["masks_file"] = loaded
+        super().__init__(model, dummy_input, masks, verify, fold_constants, **kwargs)

@@ -1,0 +1,145 @@
+"""NNI 2.x's pruners that train or read data through the user's trainer.
+
+``SlimPruner``, ``ActivationAPoZRankPruner``, ``ActivationMeanRankPruner``, ``TaylorFOWeightPruner``.
+
+They take NNI 2.x's triple ``trainer(model, optimizer, criterion)`` (one epoch of the user's loop),
+``traced_optimizer`` (``slimkit.trace(torch.optim.SGD)(model.parameters(), ...)``; a plain optimizer works too,
+since slimkit's wrappers keep the layers' parameters) and ``criterion``. The optimizer is used only inside
+:meth:`compress`; afterwards its ``step`` is restored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.compression.pruning import data_pruners, one_shot
+from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.compression.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
+
+__all__ = ["ActivationAPoZRankPruner", "ActivationMeanRankPruner", "SlimPruner", "TaylorFOWeightPruner"]
+
+_DATA_MODES = ("normal", "global", "dependency_aware")
+
+
+def _positive_int(name: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PruningConfigError(f"{name} {key} must be a whole number >= 1, got {value!r}.")
+    return value
+
+
+def _no_evaluator(name: str, kwargs: Mapping[str, Any]) -> None:
+    if "evaluator" in kwargs:
+        raise PruningConfigError(f"{name}(evaluator=...) is NNI 2.9's newer form; slimkit takes the trainer form: "
+                                 f"{name}(model, config_list, trainer, traced_optimizer, criterion, ...).")
+    if kwargs:
+        raise PruningConfigError(f"{name} got unexpected argument(s) {', '.join(sorted(kwargs))}.")
+
+
+class SlimPruner(V2Pruner, one_shot.SlimPruner):
+    """Network Slimming with NNI 2.x's signature: train with an L1 penalty on BatchNorm scales, then prune.
+
+    ``SlimPruner(model, config_list, trainer, traced_optimizer, criterion, training_epochs, scale=0.0001,
+    mode="global")``. :meth:`compress` runs ``training_epochs`` epochs of ``trainer`` with
+    ``criterion + scale * sum(|gamma|)`` over the selected BatchNorm layers, then masks the channels with the
+    smallest ``|gamma|``: with ``mode="global"`` and ``total_sparsity`` ranked across all of them (capped by
+    ``max_sparsity_per_layer``), with ``"normal"`` per layer.
+    """
+
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
+                 traced_optimizer: Any = None, criterion: Callable[..., torch.Tensor] = None,
+                 training_epochs: int = 1, scale: float = 0.0001, mode: str = "global", **kwargs: Any) -> None:
+        _no_evaluator("SlimPruner", kwargs)
+        check_training_args("SlimPruner", trainer, traced_optimizer, criterion)
+        check_mode("SlimPruner", mode, ("normal", "global"))
+        self.training_epochs = _positive_int("SlimPruner", "training_epochs", training_epochs)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale < 0:
+            raise PruningConfigError(f"SlimPruner scale must be a number >= 0 (the L1 penalty weight), got {scale!r}.")
+        self.trainer, self.traced_optimizer, self.criterion, self.scale = trainer, traced_optimizer, criterion, scale
+        super().__init__(model, self._v2_config(model, config_list, mode), scope="layer")
+        self._trained = False
+
+    def _penalised(self, output: Any, target: Any) -> torch.Tensor:
+        loss = self.criterion(output, target)
+        return loss + self.scale * sum(w.module.weight.abs().sum() for w in self.modules_wrapper)
+
+    def compress(self) -> tuple[nn.Module, V2Masks]:  # type: ignore[override]
+        """Train with the sparsity penalty (once), then compute the masks; return ``(model, masks)``."""
+        if not self._trained:
+            for epoch in range(self.training_epochs):
+                call_trainer(self.trainer, self.bound_model, self.traced_optimizer, self._penalised, epoch)
+            self._trained = True
+        return super().compress()
+
+
+def _trainer_adapter(trainer: Callable[..., Any]) -> Callable[[nn.Module, Any, Any, int], Any]:
+    def run(model: nn.Module, optimizer: Any, criterion: Any, epoch: int) -> Any:
+        return call_trainer(trainer, model, optimizer, criterion, epoch)
+
+    return run
+
+
+class _DataV2(V2Pruner):
+    """NNI 2.x constructor of the data-ranked filter pruners."""
+
+    _nni_name = ""
+
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
+                 traced_optimizer: Any = None, criterion: Callable[..., torch.Tensor] = None,
+                 training_batches: int = 1, mode: str = "normal", dummy_input: Any = None, **extra: Any) -> None:
+        name = type(self).__name__
+        _no_evaluator(name, {k: v for k, v in extra.items() if k != "activation"})
+        check_training_args(name, trainer, traced_optimizer, criterion)
+        check_mode(name, mode, _DATA_MODES)
+        batches = _positive_int(name, "training_batches", training_batches)
+        options = {"activation": extra["activation"]} if "activation" in extra else {}
+        super().__init__(model, self._v2_config(model, config_list, mode),  # type: ignore[call-arg]
+                         optimizer=traced_optimizer, trainer=_trainer_adapter(trainer), criterion=criterion,
+                         statistics_batch_num=batches, dummy_input=dummy_input,
+                         dependency_aware=mode == "dependency_aware", **options)
+
+    def compress(self) -> tuple[nn.Module, V2Masks]:  # type: ignore[override]
+        """Run the trainer to collect statistics, compute the masks, release the optimizer."""
+        try:
+            return super().compress()
+        finally:
+            self.restore_optimizer()  # type: ignore[attr-defined]
+
+
+class ActivationAPoZRankPruner(_DataV2, data_pruners.ActivationAPoZRankFilterPruner):
+    """APoZ filter pruning with NNI 2.x's signature: drop the filters whose activations are most often zero.
+
+    ``ActivationAPoZRankPruner(model, config_list, trainer, traced_optimizer, criterion, training_batches,
+    activation="relu", mode="normal", dummy_input=None)``: :meth:`compress` runs one epoch of ``trainer`` and
+    collects the activations of its first ``training_batches`` batches.
+    """
+
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
+                 traced_optimizer: Any = None, criterion: Callable[..., torch.Tensor] = None,
+                 training_batches: int = 1, activation: str = "relu", mode: str = "normal",
+                 dummy_input: Any = None, **kwargs: Any) -> None:
+        super().__init__(model, config_list, trainer, traced_optimizer, criterion, training_batches, mode,
+                         dummy_input, activation=activation, **kwargs)
+
+
+class ActivationMeanRankPruner(_DataV2, data_pruners.ActivationMeanRankFilterPruner):
+    """Mean-activation filter pruning with NNI 2.x's signature (see ActivationAPoZRankPruner)."""
+
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
+                 traced_optimizer: Any = None, criterion: Callable[..., torch.Tensor] = None,
+                 training_batches: int = 1, activation: str = "relu", mode: str = "normal",
+                 dummy_input: Any = None, **kwargs: Any) -> None:
+        super().__init__(model, config_list, trainer, traced_optimizer, criterion, training_batches, mode,
+                         dummy_input, activation=activation, **kwargs)
+
+
+class TaylorFOWeightPruner(_DataV2, data_pruners.TaylorFOWeightFilterPruner):
+    """First-order Taylor filter pruning with NNI 2.x's signature.
+
+    ``TaylorFOWeightPruner(model, config_list, trainer, traced_optimizer, criterion, training_batches,
+    mode="normal", dummy_input=None)``: :meth:`compress` runs one epoch of ``trainer`` and accumulates
+    ``(sum of weight * grad)^2`` per filter over its first ``training_batches`` optimizer steps.
+    """
