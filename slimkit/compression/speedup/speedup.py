@@ -20,7 +20,8 @@ from .graph import ChannelGraph, tensors_in
 from .layers import subclass_problem, torch_base
 from .masks import LayerMask, MaskDict, normalize_masks
 from .planner import KeptChannels, Plan, make_plan
-from .shrink import Snapshot, shrink_module
+from .shared import retie, shared_parameters
+from .shrink import Snapshot, shrink_module, shrink_param
 from .tracer import _as_tree, trace_channels
 
 
@@ -148,19 +149,43 @@ def _apply_masks(modules: dict[str, nn.Module], masks: dict[str, LayerMask]) -> 
                 setattr(module, attr, nn.Parameter(p * m.to(p.device, p.dtype), requires_grad=p.requires_grad))
 
 
+def _param_owner(modules: Mapping[str, nn.Module], name: str) -> tuple[nn.Module, str] | None:
+    """(module, attribute) of the parameter ``name`` (a qualified parameter name), or None."""
+    owner, _, attr = name.rpartition(".")
+    module = modules.get(owner)
+    return (module, attr) if module is not None and module._parameters.get(attr) is not None else None
+
+
+def _touched(modules: Mapping[str, nn.Module], kept_channels: Mapping[str, Any]) -> list[nn.Module]:
+    """The modules a replay of ``kept_channels`` changes (layers, and the owners of shrunk parameters)."""
+    found = [modules[n] for n in kept_channels if n in modules]
+    return found + [p[0] for n in kept_channels if n not in modules and (p := _param_owner(modules, n))]
+
+
 def _shrink_all(model: nn.Module, kept_channels: Mapping[str, Any]) -> None:
     modules = dict(model.named_modules())
+    shared = shared_parameters(modules.items())
+
     def heads_last(name: str) -> bool:  # head counts are set after the projections shrink
         return isinstance(kept_channels[name], Mapping) and "heads" in kept_channels[name]
 
     order = sorted(kept_channels, key=heads_last)
     for name in order:
+        entry = kept_channels[name]
+        if name not in modules and isinstance(entry, Mapping) and "param_dim" in entry:
+            owner = _param_owner(modules, name)
+            if owner is None:
+                raise SpeedupError(f"kept_channels names parameter {name!r}, which the model does not have. Build the "
+                                   "same base architecture the record was made from before replaying it.")
+            shrink_param(name, owner[0], owner[1], entry)
+            continue
         if name not in modules:
             raise SpeedupError(
                 f"kept_channels names layer {name!r}, which the model does not have.{closest(name, modules)} Build the "
                 "same base architecture the record was made from before replaying it."
             )
-        shrink_module(name, modules[name], kept_channels[name])
+        shrink_module(name, modules[name], entry)
+    retie(shared)
 
 
 def apply_kept_channels(model: nn.Module, kept_channels: Mapping[str, Any]) -> nn.Module:
@@ -174,7 +199,7 @@ def apply_kept_channels(model: nn.Module, kept_channels: Mapping[str, Any]) -> n
                            f"{type(kept_channels).__name__}.")
     modules = dict(model.named_modules())
     _refuse_opaque_subclasses(modules, kept_channels)
-    snapshot = Snapshot([modules[n] for n in kept_channels if n in modules])
+    snapshot = Snapshot(_touched(modules, kept_channels))
     try:
         _shrink_all(model, kept_channels)
     except BaseException:
