@@ -25,17 +25,21 @@ __all__ = [
 Masks = dict[str, dict[str, "torch.Tensor | None"]]
 MASK_FORMAT = "slimkit-pruning-masks"
 MODEL_FORMAT = "slimkit-pruned-state-dict"
-_SUFFIXES = ("weight_mask", "bias_mask")
+_SUFFIXES = ("weight_mask", "bias_mask", "out_channels", "inner_channels")  # the last two: MoE experts modules
 
 
 def save_masks(masks: Masks, path: str | os.PathLike) -> Path:
-    """Save masks in :meth:`Pruner.get_masks` format: keys ``<layer>.weight_mask`` / ``<layer>.bias_mask``."""
+    """Save masks in :meth:`Pruner.get_masks` format: keys ``<layer>.weight_mask`` / ``<layer>.bias_mask``.
+
+    A MoE experts module's entry holds kept indices instead: ``out_channels`` (hidden rows) and
+    ``inner_channels`` (``[experts, kept]``).
+    """
     flat: dict[str, torch.Tensor] = {}
     for name, layer_masks in masks.items():
         for key in _SUFFIXES:
             value = layer_masks.get(key)
             if value is not None:
-                flat[f"{name}.{key}"] = value
+                flat[f"{name}.{key}"] = torch.as_tensor(value)
     return save_tensors_atomic(flat, path, MASK_FORMAT)
 
 
@@ -60,11 +64,13 @@ def load_masks(mask_path: str | os.PathLike) -> Masks:
         if suffix not in _SUFFIXES or not name:
             raise SaveLoadError(
                 f"Mask file {str(mask_path)!r} has an unexpected key {key!r}; keys must end in "
-                "'.weight_mask' or '.bias_mask'."
+                "'.weight_mask' or '.bias_mask' (MoE experts: '.out_channels', '.inner_channels')."
             )
         masks.setdefault(name, {"weight_mask": None, "bias_mask": None})[suffix] = tensor
     for name, layer_masks in masks.items():
-        if layer_masks["weight_mask"] is None:
+        if layer_masks.get("out_channels") is not None or layer_masks.get("inner_channels") is not None:
+            del layer_masks["weight_mask"], layer_masks["bias_mask"]
+        elif layer_masks["weight_mask"] is None:
             raise SaveLoadError(f"Mask file {str(mask_path)!r} has a bias_mask but no weight_mask for {name!r}.")
     return masks
 

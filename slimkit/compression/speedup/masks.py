@@ -50,7 +50,7 @@ def _experts_mask(name: str, module: nn.Module, entry: Mapping[str, Any]) -> Lay
             raise ConfigError(f"inner_channels for {name!r} must list the kept channels of each of its "
                               f"{spec.num_experts} experts; got {len(given)} lists.")
         inner = np.zeros((spec.num_experts, spec.intermediate), dtype=bool)
-        for e, idx in enumerate(given):
+        for e, idx in enumerate(list(given)):
             inner[e, _indices(name, "inner_channels", idx, spec.intermediate)] = True
     if entry.get("out_channels") is None and inner is None:
         raise ConfigError(f"Mask for MoE experts {name!r} needs 'out_channels' (hidden rows) or 'inner_channels' "

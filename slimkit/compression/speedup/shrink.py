@@ -15,6 +15,9 @@ from .errors import SpeedupError
 from .experts import experts_spec, shrink_experts
 from .layers import CONV_TYPES, is_conv1d, is_norm
 
+#: size attributes a module with per-channel parameters may keep for its forward (updated with the parameter)
+SIZE_ATTRS = ("hidden_dim", "hidden_size")
+
 
 class Snapshot:
     """Parameters, buffers and plain attributes of some modules, to restore them after a failed shrink."""
@@ -189,4 +192,8 @@ def shrink_param(name: str, module: nn.Module, attr: str, entry: Mapping[str, An
         raise SpeedupError(f"kept_channels[{name!r}] must name a parameter and a dim of it as {{'param_dim': d, "
                            f"'keep': [...]}}; got {entry!r:.120} for {type(module).__name__}.{attr}.")
     keep = _indices(name, "keep", entry.get("keep"), param.shape[dim])
+    old = param.shape[dim]
     _set(module, attr, _take(param, dim, keep))
+    for size_attr in SIZE_ATTRS:  # e.g. a MoE router reshaping its input with (-1, self.hidden_dim)
+        if getattr(module, size_attr, None) == old and not isinstance(getattr(module, size_attr), bool):
+            setattr(module, size_attr, len(keep))

@@ -81,12 +81,13 @@ class ModelSpeedup:
         modules = dict(self.model.named_modules())
         _refuse_opaque_subclasses(modules, plan.kept, graph, set(self.masks))
         snapshot = Snapshot(list(modules.values()))  # folding may also shift a norm that is not shrunk
+        shared = shared_parameters(modules.items())  # before masking replaces a tied weight on one side
         try:
             with torch.no_grad():
                 _apply_masks(modules, self.masks)
             folds = find_folds(self.model, self.dummy_input, plan.kept) if self.fold_constants else []
             apply_folds(self.model, folds, plan.kept)
-            _shrink_all(self.model, plan.kept)
+            _shrink_all(self.model, plan.kept, shared)
             if self.verify:
                 _verify(self.model, self.dummy_input, graph.output_shapes, plan.kept)
         except BaseException:
@@ -162,9 +163,9 @@ def _touched(modules: Mapping[str, nn.Module], kept_channels: Mapping[str, Any])
     return found + [p[0] for n in kept_channels if n not in modules and (p := _param_owner(modules, n))]
 
 
-def _shrink_all(model: nn.Module, kept_channels: Mapping[str, Any]) -> None:
+def _shrink_all(model: nn.Module, kept_channels: Mapping[str, Any], shared: list | None = None) -> None:
     modules = dict(model.named_modules())
-    shared = shared_parameters(modules.items())
+    shared = shared_parameters(modules.items()) if shared is None else shared
 
     def heads_last(name: str) -> bool:  # head counts are set after the projections shrink
         return isinstance(kept_channels[name], Mapping) and "heads" in kept_channels[name]
