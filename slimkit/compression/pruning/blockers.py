@@ -56,7 +56,7 @@ def explain(coupling: ChannelCoupling, name: str, selected: Iterable[str], dims:
     att = coupling.attention.get(name)
     if att is not None:
         if "heads" not in dims:
-            return Blocker(f"it is a q/k/v projection of attention block '{att.name}', pruned only by whole heads",
+            return Blocker("it is the q/k/v projection of an attention block, pruned only by whole heads",
                            f"add 'heads' to {hp['dims']}")
         missing = [p for p in att.projections() if p not in chosen]
         return Blocker(f"whole heads of '{att.name}' go only with all of its q/k/v projections, and {missing} "
@@ -73,13 +73,17 @@ def explain(coupling: ChannelCoupling, name: str, selected: Iterable[str], dims:
         return Blocker("its output channels are not produced as a Conv/Linear layer's rows")
     for group in sorted(groups):
         pins = _pins(coupling, group)
+        output = [p for p in pins if p.startswith("its channels reach the model output")]
+        if output:
+            return Blocker(output[0])
         if pins:
-            fix = "" if all(p.startswith("its channels reach the model output") for p in pins) else (
-                f"set {hp['speedup']} = False to keep its pruned channels as zeros instead")
-            return Blocker("; ".join(pins), fix)
+            return Blocker("; ".join(pins), f"set {hp['speedup']} = False to keep its pruned channels as zeros instead")
         dim = coupling.group_dim(group)
         if dim not in dims:
-            return Blocker(f"its channels belong to the '{dim}' dimension", f"add '{dim}' to {hp['dims']}")
+            feeders = [p for p in coupling.members(group)[0] if p in coupling.passive]
+            what = {"hidden": "the residual stream" + (f" fed by {feeders[0]!r}" if feeders else ""),
+                    "mlp": "channels inside a block", "heads": "attention heads"}[dim]
+            return Blocker(f"its channels are {what} (dimension '{dim}')", f"add '{dim}' to {hp['dims']}")
         for producer in coupling.members(group)[0]:
             if producer in coupling.prunable:
                 if producer not in chosen:

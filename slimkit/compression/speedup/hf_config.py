@@ -21,7 +21,8 @@ from torch import nn
 
 from .attention_spec import NUM_HEADS_ATTRS, NUM_KV_HEADS_ATTRS, attention_spec
 
-SIZE_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "head_dim")
+SIZE_FIELDS = ("hidden_size", "embedding_size", "pooler_hidden_size", "intermediate_size", "moe_intermediate_size",
+               "hidden_dim", "ffn_dim", "d_ff", "head_dim")
 HEAD_FIELDS = {"num_attention_heads": NUM_HEADS_ATTRS, "num_key_value_heads": NUM_KV_HEADS_ATTRS}
 
 
@@ -106,12 +107,12 @@ def record_sizes(model: nn.Module) -> tuple[dict[str, int], str]:
         if solved is not None and solved != getattr(new, field):
             setattr(new, field, solved)
             changed[field] = solved
-    if not changed:
-        return {}, ""
     rebuilt = _build(model, new)
     if rebuilt is None or _shapes(rebuilt) != target or _heads(rebuilt) != _heads(model):
         return {}, ("no single value per config field describes every block (blocks pruned unevenly, or a size "
                     "the config derives, such as head_dim = hidden_size / num_attention_heads, no longer holds)")
+    if not changed:
+        return {}, ""
     for field, value in changed.items():
         setattr(config, field, value)
     for module in model.modules():  # blocks given their own config copy share the updated one again

@@ -86,7 +86,7 @@ def make_plan(graph: ChannelGraph, masks: dict[str, LayerMask]) -> Plan:
             vote[space.ids], voted[space.ids] = rows, True
         elif space.votes:
             mask = masks.get(space.owner)
-            keep = mask.inner_keep if space.kind == "inner" else None if mask is None else mask.rows_keep
+            keep = None if mask is None else mask.inner_keep if space.kind == "inner" else mask.rows_keep
             vote[space.ids] |= True if keep is None else keep.reshape(-1)
             voted[space.ids] = True
     for rec in graph.leaves.values():
