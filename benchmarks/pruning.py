@@ -1,6 +1,11 @@
 """Channel pruning + speedup: slimkit vs Torch-Pruning at the same channel ratio and importance, in one run.
 
     .venv/bin/python benchmarks/pruning.py [--repeats 12] [--warmup 2] [--threads 2] [--batch 8] [--device cpu]
+                                           [--only all|cnn|transformers]
+
+Transformers (``--only transformers``; see ``benchmarks/pruning_transformers.py``): ViT-B/16- and
+BERT-base-shaped models pruned 50% by slimkit's default ``l1_filter`` (MLP channels, whole heads, hidden width)
+and by Torch-Pruning, at the same parameter count, timed in the same run on the CPU.
 
 ``--device cuda`` prunes on the CPU as usual, then times every variant on the GPU (each call ends with
 ``torch.cuda.synchronize()``); the digits part stays on the CPU.
@@ -45,6 +50,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved_latency, machine_line, print_table  # noqa: E402
+from pruning_transformers import run as run_transformers  # noqa: E402
 
 from slimkit import zoo  # noqa: E402
 from slimkit.evaluation import count_macs, count_parameters  # noqa: E402
@@ -209,12 +215,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--device", default="cpu", help="where the variants are timed: cpu (default) or cuda")
+    parser.add_argument("--only", default="all", choices=["all", "cnn", "transformers"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     gpu = f"; timed on {torch.cuda.get_device_name(args.device)}" if args.device.startswith("cuda") else ""
     print(f"Channel pruning + speedup vs Torch-Pruning; {machine_line(args.threads)}; "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}{gpu}")
 
+    if args.only == "transformers":
+        report(run_transformers(args))
+        return
     mobilenet = zoo.load("mobilenet_v2", batch_size=args.batch)
     benchmark_model("MobileNetV2 (ImageNet weights)", mobilenet.model.eval(), mobilenet.example_inputs,
                     "classifier.1", args, per_layer_at=None)
@@ -225,7 +235,6 @@ def main() -> None:
     dense, _, tuned = digits_recovery(args.epochs)
 
     tol = max(0.03, r18["noise"])
-    print("\nTargets")
     checks = [
         ("ResNet-18 50% >= 2.0x faster than dense", r18["speedup50"] >= 2.0, f"{r18['speedup50']:.2f}x"),
         ("ResNet-18 50% >= 3.5x fewer MACs", r18["macs50"] >= 3.5, f"{r18['macs50']:.2f}x"),
@@ -233,6 +242,13 @@ def main() -> None:
          r18["speedup50"] >= (1 - tol) * r18["tp_speedup50"], f"{r18['speedup50']:.2f}x vs {r18['tp_speedup50']:.2f}x"),
         ("digits 50% + fine-tune within 1 point of dense", tuned >= dense - 0.01, f"{tuned:.4f} vs {dense:.4f}"),
     ]
+    if args.only == "all":
+        checks += run_transformers(args)
+    report(checks)
+
+
+def report(checks: list[tuple[str, bool, str]]) -> None:
+    print("\nTargets")
     for what, ok, value in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {what}: {value}")
 

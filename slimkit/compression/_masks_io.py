@@ -23,16 +23,24 @@ __all__ = ["MASK_FORMAT", "Masks", "read_mask_file", "save_masks"]
 Masks = dict[str, dict[str, "torch.Tensor | None"]]
 MASK_FORMAT = "slimkit-pruning-masks"
 _SUFFIXES = ("weight_mask", "bias_mask")
+_EXPERT_SUFFIXES = ("out_channels", "inner_channels")  # MoE experts modules: kept indices, not masks
 
 
 def save_masks(masks: Mapping[str, Mapping[str, Any]], path: str | os.PathLike) -> Path:
-    """Save masks in :meth:`Pruner.get_masks` format: keys ``<layer>.weight_mask`` / ``<layer>.bias_mask``."""
+    """Save masks in :meth:`Pruner.get_masks` format: keys ``<layer>.weight_mask`` / ``<layer>.bias_mask``.
+
+    A MoE experts module's entry holds kept indices instead: ``out_channels`` (hidden rows) and
+    ``inner_channels`` (``[experts, kept]``).
+    """
     flat: dict[str, torch.Tensor] = {}
     for name, layer_masks in masks.items():
         for key in _SUFFIXES:
             value = layer_masks.get(key, layer_masks.get(key[: -len("_mask")]))  # NNI 2.x: "weight" / "bias"
             if value is not None:
                 flat[f"{name}.{key}"] = value
+        for key in _EXPERT_SUFFIXES:
+            if layer_masks.get(key) is not None:
+                flat[f"{name}.{key}"] = torch.as_tensor(layer_masks[key])
     return save_tensors_atomic(flat, path, MASK_FORMAT)
 
 
@@ -49,12 +57,14 @@ def _read_safetensors(path: Path) -> Masks:
     masks: Masks = {}
     for key, tensor in flat.items():
         name, _, suffix = key.rpartition(".")
-        if suffix not in _SUFFIXES or not name:
+        if suffix not in (*_SUFFIXES, *_EXPERT_SUFFIXES) or not name:
             raise SaveLoadError(f"Mask file {str(path)!r} has an unexpected key {key!r}; keys must end in "
-                                "'.weight_mask' or '.bias_mask'.")
+                                "'.weight_mask' or '.bias_mask' (MoE experts: '.out_channels', '.inner_channels').")
         masks.setdefault(name, {"weight_mask": None, "bias_mask": None})[suffix] = tensor
     for name, layer_masks in masks.items():
-        if layer_masks["weight_mask"] is None:
+        if any(layer_masks.get(k) is not None for k in _EXPERT_SUFFIXES):
+            del layer_masks["weight_mask"], layer_masks["bias_mask"]
+        elif layer_masks["weight_mask"] is None:
             raise SaveLoadError(f"Mask file {str(path)!r} has a bias_mask but no weight_mask for {name!r}.")
     return masks
 

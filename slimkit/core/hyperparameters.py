@@ -17,6 +17,7 @@ from ConfigSpace.hyperparameters import Hyperparameter
 __all__ = [
     "Boolean",
     "ConfigListHyperparameter",
+    "NameRatiosHyperparameter",
     "Hyperparameter",
     "ListHyperparameter",
     "TextHyperparameter",
@@ -48,6 +49,30 @@ class TextHyperparameter(Constant):
         return isinstance(value, str)
 
 
+class NameRatiosHyperparameter(Constant):
+    """A list of names from ``choices`` or a dict ``{name: ratio in [0, 1) or None}``; only validated."""
+
+    def __init__(self, name: str, choices: Sequence[str], default_value: Sequence[str],
+                 meta: Mapping[Hashable, Any] | None = None):
+        self.choices_allowed = tuple(choices)
+        super().__init__(name, tuple(default_value), meta=meta)
+
+    def legal_value(self, value: Any) -> bool:  # type: ignore[override]
+        """Accept distinct known names, or a non-empty dict of known names to a ratio or None."""
+        if isinstance(value, Mapping):
+            return bool(value) and all(k in self.choices_allowed for k in value) and all(
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1)
+                for v in value.values())
+        return (isinstance(value, (list, tuple)) and bool(value) and len(set(value)) == len(value)
+                and all(isinstance(v, str) and v in self.choices_allowed for v in value))
+
+    def describe(self) -> str:
+        """What the hyperparameter accepts, for error messages and the docs."""
+        names = ", ".join(repr(c) for c in self.choices_allowed)
+        return (f"a list of names from {names}, or a dict of those names to a ratio in [0, 1) (None: the "
+                f"sparsity), e.g. {{{self.choices_allowed[0]!r}: 0.5}}")
+
+
 def Boolean(name: str, default_value: bool, meta: Mapping[Hashable, Any] | None = None) -> CategoricalHyperparameter:  # noqa: N802
     """A True/False hyperparameter."""
     return CategoricalHyperparameter(name, choices=[True, False], default_value=default_value, meta=meta)
@@ -55,7 +80,7 @@ def Boolean(name: str, default_value: bool, meta: Mapping[Hashable, Any] | None 
 
 def is_legal(hp: Hyperparameter, value: Any) -> bool:
     """Whether ``value`` is allowed for ``hp`` (strict about bool vs int and int vs float)."""
-    if isinstance(hp, (ListHyperparameter, ConfigListHyperparameter, TextHyperparameter)):
+    if isinstance(hp, (ListHyperparameter, ConfigListHyperparameter, TextHyperparameter, NameRatiosHyperparameter)):
         return hp.legal_value(value)
     if isinstance(hp, UniformIntegerHyperparameter) and (isinstance(value, bool) or not isinstance(value, int)):
         return False
@@ -72,7 +97,7 @@ def is_legal(hp: Hyperparameter, value: Any) -> bool:
 
 def describe_allowed(hp: Hyperparameter) -> str:
     """Human-readable description of what ``hp`` accepts."""
-    if isinstance(hp, ConfigListHyperparameter):
+    if isinstance(hp, (ConfigListHyperparameter, NameRatiosHyperparameter)):
         return hp.describe()
     if isinstance(hp, ListHyperparameter):
         return "a list of strings"
@@ -95,6 +120,8 @@ def to_jsonable(value: Any) -> Any:
     """Convert numpy scalars and tuples so ``json.dumps`` accepts a hyperparameter value."""
     if isinstance(value, tuple):
         return [to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
         return value.item()
     return value

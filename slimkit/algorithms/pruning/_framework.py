@@ -6,138 +6,41 @@
    take ``config_list`` as given (NNI / Auptimizer form), and resolve it against the model (clear errors
    naming the real layers);
 2. with ``speedup`` on, trace the model once on the example inputs: ``"default"`` op types then mean the
-   layers whose channels the speedup can really remove (not the classifier feeding the model output, not
-   layers tied to embeddings or attention projections), and masks inside a coupled group (residual add,
-   gated MLP, depthwise conv) are made to agree (dependency-aware pruning);
+   layers whose channels the speedup can really remove in the dimensions ``dims`` names (``mlp``, ``heads``,
+   ``hidden``; not the classifier feeding the model output), and masks inside a coupled group (residual
+   stream, gated MLP, depthwise conv, attention heads) are made to agree (dependency-aware pruning);
 3. run the framework pruner (data-driven ones on ``cfg.data``), multiply the masks into the weights and
    unwrap the model;
 4. with ``speedup`` on, physically remove the pruned channels with ``ModelSpeedup`` and record
    ``kept_channels`` in the replay state, which ``replay()`` applies to a freshly built base model before
-   the saved weights load strictly (``save_fn=REPLAY``). With ``speedup`` off the zeros stay in the weights.
+   the saved weights load strictly (``save_fn=REPLAY``); a Hugging Face model's config gets the new sizes
+   when one value per field describes every block. With ``speedup`` off the zeros stay in the weights.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
 
-from slimkit.compression.pruning import AttentionHeadPruner, Pruner, PruningConfigError, resolve_config_list
+from slimkit.algorithms.pruning._selection import (
+    dims_hyperparameter,
+    dims_of,
+    effective_config_list,
+    nothing_left,
+    resolve_dummy_input,
+    selection_hyperparameters,
+)
+from slimkit.compression.pruning import DependencyAwarePruner, Pruner
 from slimkit.compression.pruning.coupling import ChannelCoupling
 from slimkit.compression.speedup import ModelSpeedup, SpeedupError, UnsupportedOpError, apply_kept_channels
+from slimkit.compression.speedup.hf_config import record_sizes
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import Boolean, ConfigListHyperparameter, ListHyperparameter
-from slimkit.data import split_batch
+from slimkit.core.hyperparameters import Boolean
 from slimkit.errors import ConfigError, DataError, SlimkitError
-from slimkit.utils import model_device, move_inputs
 
 Masks = dict[str, dict[str, Any]]
 LAYER_TYPES: tuple[type[nn.Module], ...] = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
-
-
-def selection_hyperparameters(default_sparsity: float, speedup: bool | None) -> list:
-    """Sparsity, layer selection, the raw ``config_list`` and (for structured pruners) ``speedup``."""
-    hps = [
-        UniformFloatHyperparameter("sparsity", 0.0, 0.99, default_value=default_sparsity,
-                                   meta={"desc": "Fraction of each selected layer's units (weights, filters or "
-                                                 "channels) to prune."}),
-        ListHyperparameter("op_types", ("default",),
-                           meta={"desc": "Layer class names to prune; 'default' = the types the pruner supports "
-                                         "(with speedup: those layers whose channels can really be removed)."}),
-        ListHyperparameter("op_names", (), meta={"desc": "Qualified layer names to prune (model.named_modules()); "
-                                                         "when given, only these layers are pruned."}),
-        ListHyperparameter("exclude", (), meta={"desc": "Layer names left dense."}),
-        ConfigListHyperparameter(
-            "config_list",
-            meta={"desc": "NNI-style config_list, e.g. [{'sparsity': 0.5, 'op_types': ['default']}, {'sparsity': "
-                          "0.7, 'op_names': ['conv2']}, {'exclude': True, 'op_names': ['fc']}]; when non-empty it "
-                          "replaces sparsity, op_types, op_names and exclude (later entries win per layer)."}),
-    ]
-    if speedup is not None:
-        hps.append(Boolean("speedup", speedup, meta={"desc": "Physically remove the pruned channels (smaller, "
-                                                             "faster layers) instead of keeping them as zeros."}))
-    return hps
-
-
-def resolve_dummy_input(name: str, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> Any:
-    """The example inputs, else the first train batch's inputs; a clear error when the config has neither."""
-    inputs = smash_config.example_inputs
-    if inputs is None and smash_config.data is not None:
-        try:
-            inputs = split_batch(next(iter(smash_config.data.train_dataloader(batch_size=8, shuffle=False))))[0]
-        except StopIteration as exc:
-            raise DataError(f"{name}: the train data is empty, so it gives no input to trace the model with.") from exc
-    if inputs is None:
-        raise ConfigError(
-            f"{name} with {name}_speedup=True runs the model once to find which channels it can remove, and this "
-            "SmashConfig has no input for that. Call cfg.add_example_inputs(inputs) with one batch the model "
-            f"accepts, or cfg.add_data(...); or set cfg['{name}_speedup'] = False to keep pruned channels as zeros."
-        )
-    return move_inputs(inputs, model_device(model))
-
-
-def _copy_entry(entry: Any) -> Any:
-    if not isinstance(entry, dict):
-        return entry
-    return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in entry.items()}
-
-
-def effective_config_list(
-    algo: FrameworkPruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper, coupling: ChannelCoupling | None
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """The config_list handed to the framework pruner, and the ``"default"`` layers left dense for the speedup."""
-    name = algo.algorithm_name
-    given = smash_config["config_list"]
-    if given:
-        config_list, source = [_copy_entry(e) for e in given], f"{name}_config_list"
-    else:
-        entry: dict[str, Any] = {"sparsity": float(smash_config["sparsity"])}
-        op_names, op_types = list(smash_config["op_names"]), list(smash_config["op_types"])
-        if op_names:
-            entry["op_names"] = op_names
-        if op_types != ["default"] or not op_names:
-            entry["op_types"] = op_types
-        config_list, source = [entry], f"{name}_sparsity/op_types/op_names/exclude"
-        if smash_config["exclude"]:
-            config_list.append({"exclude": True, "op_names": list(smash_config["exclude"])})
-    default_types, supported = algo.op_types(smash_config)
-    try:
-        resolved = resolve_config_list(model, config_list, default_types, supported,
-                                       algo.engine.extra_config_keys)
-    except PruningConfigError as exc:
-        raise PruningConfigError(f"{name}: {exc} (config_list {config_list} from {source})") from exc
-    if coupling is None:
-        return config_list, []
-    by_default = [n for n, c in resolved.items() if "op_names" not in c
-                  and "default" in c.get("op_types", ["default"]) and c["op_type"] not in c.get("op_types", ())]
-    keep = coupling.shrinkable(resolved, algo.norms_decide)
-    dropped = [n for n in by_default if n not in keep]
-    if dropped:
-        config_list.append({"exclude": True, "op_names": dropped})
-    return config_list, dropped
-
-
-def merge_masks(first: Masks, second: Masks) -> Masks:
-    """Union of two mask dicts; a layer in both gets the product of its masks."""
-    merged = {name: dict(masks) for name, masks in first.items()}
-    for name, masks in second.items():
-        into = merged.setdefault(name, {})
-        for key, mask in masks.items():
-            old = into.get(key)
-            if old is None:
-                into[key] = mask
-            elif mask is not None:
-                into[key] = mask * old
-    return merged
-
-
-def head_masks(model: nn.Module, sparsity: float, importance: str) -> Masks:
-    """Prune whole attention heads (kv-head groups under GQA) of every attention block; masks go into weights."""
-    pruner = AttentionHeadPruner(model, [{"sparsity": sparsity, "op_types": ["default"]}], importance=importance)
-    pruner.compress()
-    pruner.unwrap_model(apply_masks=True)
-    return pruner.get_masks()
 
 
 class FrameworkPruner(SlimkitPruner):
@@ -158,14 +61,20 @@ class FrameworkPruner(SlimkitPruner):
     engine_defaults: ClassVar[dict[str, Any]] = {"dependency_aware": True}
 
     def get_hyperparameters(self) -> list:
-        """Selection, config_list, speedup, then the pruner's own hyperparameters."""
+        """Selection, config_list, speedup, dims, then the pruner's own hyperparameters."""
         hps = selection_hyperparameters(self.default_sparsity, True if self.structured else None)
+        if self.dimensional:
+            hps.append(dims_hyperparameter())
         if self.head_importance:
             hps.append(Boolean("heads", False, meta={
-                "desc": "Also prune whole attention heads (kv-head groups under GQA) of Llama/BERT-style blocks at "
-                        f"the same sparsity, ranked by the {self.head_importance.upper()} norm of their q/k/v/o "
-                        "weights."}))
+                "desc": "Kept for older configs: True adds 'heads' to dims (whole attention heads, kv-head groups "
+                        "under GQA); dims includes it by default."}))
         return hps + self.extra_hyperparameters()
+
+    @property
+    def dimensional(self) -> bool:
+        """Whether the pruner takes ``dims`` (a dependency-aware filter pruner)."""
+        return self.structured and not self.norms_decide and issubclass(self.engine, DependencyAwarePruner)
 
     def extra_hyperparameters(self) -> list:
         """The pruner's own hyperparameters (none by default)."""
@@ -202,16 +111,18 @@ class FrameworkPruner(SlimkitPruner):
         speedup = self.uses_speedup(smash_config)
         dummy = resolve_dummy_input(name, model, smash_config) if speedup else None
         coupling = ChannelCoupling(model, dummy) if speedup else None
-        config_list, dropped = effective_config_list(self, model, smash_config, coupling)
-        pruner = self.build_pruner(model, config_list, smash_config)
         heads = bool(self.head_importance) and bool(smash_config["heads"])
-        if not pruner.get_modules_wrapper() and not heads:
-            raise ConfigError(
-                f"{name}: no layer is left to prune with config_list {config_list}. The 'default' layers {dropped} "
-                "cannot be shrunk (their channels reach the model output or are tied to layers that are not "
-                f"pruned); name layers in {name}_op_names or {name}_config_list to prune them anyway, or set "
-                f"cfg['{name}_speedup'] = False to keep the masks as zeros."
-            )
+        dims = dims_of(smash_config, heads) if self.dimensional else None
+        if heads and coupling is not None and not coupling.graph.attention:
+            raise ConfigError(f"{name}_heads=True, but the speedup found no attention block in this model; it knows "
+                              "blocks with q/k/v(/o) projections (separate or fused) and a head size (Llama, BERT, "
+                              f"ViT, GPT-2, Phi-3, ...). Leave cfg['{name}_heads'] False.")
+        config_list, dropped = effective_config_list(self, model, smash_config, coupling, dims)
+        pruner = self.build_pruner(model, config_list, smash_config)
+        if not pruner.get_modules_wrapper():
+            raise nothing_left(name, config_list, dropped)
+        if coupling is not None and isinstance(pruner, DependencyAwarePruner):
+            pruner.use_coupling(coupling, dims)
         try:
             self.run_pruner(pruner, model, smash_config)
         except (RuntimeError, TypeError, ValueError) as exc:
@@ -222,20 +133,21 @@ class FrameworkPruner(SlimkitPruner):
                 "dataset's batches must be (inputs, targets) the model accepts; add matching data with "
                 "cfg.add_data(...)."
             ) from exc
-        if coupling is not None and not self.norms_decide:
+        if coupling is not None and not self.norms_decide and not isinstance(pruner, DependencyAwarePruner):
             coupling.reconcile(pruner, lock=False, balance=True, min_layers=2)
         model = pruner.unwrap_model(apply_masks=True)
         masks: Masks = pruner.get_masks()
         state = smash_config.state
-        state.update(config_list=config_list, left_dense=dropped, pruned_layers=sorted(masks), kept_channels={})
-        if heads:
-            extra = head_masks(model, float(smash_config["sparsity"]), str(self.head_importance))
-            state["head_pruned_layers"] = sorted(extra)
-            masks = merge_masks(masks, extra)
+        state.update(config_list=config_list, left_dense=sorted(dropped), pruned_layers=sorted(masks), kept_channels={})
+        if dropped:
+            state["left_dense_why"] = {n: b.reason for n, b in dropped.items()}
         if speedup:
             if self.norms_decide:
                 masks = coupling.producer_masks(masks)
             state["kept_channels"], state["speedup_warnings"] = self._speedup(model, dummy, masks)
+            state["config_sizes"], why = record_sizes(model)
+            if why:
+                state["config_sizes_kept_because"] = why
         return model
 
     def _speedup(self, model: nn.Module, dummy: Any, masks: Masks) -> tuple[dict[str, Any], list[str]]:
@@ -254,7 +166,12 @@ class FrameworkPruner(SlimkitPruner):
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Shrink a freshly built base model to the recorded kept channels (weights then load strictly)."""
         kept = state.get("kept_channels") or {}
-        return apply_kept_channels(model, kept) if kept else model
+        if not kept:
+            return model
+        apply_kept_channels(model, kept)
+        if state.get("config_sizes"):
+            record_sizes(model)
+        return model
 
 
 def count_zero_fraction(model: nn.Module, names: list[str]) -> float:

@@ -19,8 +19,8 @@ class ChannelEnergy(FrameworkPruner):
     their input channel carrying it, ``W[:, k]`` their weights on it), over ``batches`` train batches of
     ``cfg.data``: what the readers' outputs lose when it goes. In a gated MLP (Llama, Qwen, Mistral) that is the
     input of ``down_proj``, ``act(gate) * up``, so the activation and the gate count, which statistics of
-    each projection's own output miss. Selection and speedup as ``l1_filter`` (on a Llama the default layers
-    are the MLP's gate/up projections, pruned together with ``down_proj``'s columns).
+    each projection's own output miss. Selection, ``dims`` and speedup as ``l1_filter``; a MoE expert's
+    intermediate channels are ranked on the tokens the router sent to it.
     """
 
     algorithm_name = "channel_energy"

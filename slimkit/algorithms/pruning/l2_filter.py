@@ -12,7 +12,8 @@ class L2Filter(FrameworkPruner):
     """Filter pruning by L2 norm: each selected Conv/Linear layer loses the output channels with the smallest norm.
 
     Same selection, dependency-aware masks and speedup as ``l1_filter``; the Euclidean norm weighs large
-    weights more than the L1 norm does. ``heads=True`` also removes whole attention heads (L2-ranked).
+    weights more than the L1 norm does. ``dims`` as in ``l1_filter`` (heads are ranked by the L2 norms of their
+    q/k/v rows).
     """
 
     algorithm_name = "l2_filter"

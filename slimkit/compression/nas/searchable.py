@@ -97,6 +97,7 @@ def find_width_groups(model: nn.Module, example_inputs: Any) -> tuple[list[Width
             candidates[key] = WidthGroup(space.owner.replace(".", "_"), len(classes), [])
         candidates[key].producers.append(space.owner)
     bad: dict[bytes, str] = {}
+    followed = {int(r): p.name for p in graph.params.values() for r in roots[p.ids].tolist()}
     owners: dict[int, set[bytes]] = {}
     for k in candidates:
         for r in np.frombuffer(k, dtype=roots.dtype).tolist():
@@ -107,6 +108,8 @@ def find_width_groups(model: nn.Module, example_inputs: Any) -> tuple[list[Width
             bad[key] = "its output channels are tied to each other"
         elif coupling.pinned_classes.intersection(classes.tolist()):
             bad[key] = "its channels reach the model output or an op the speedup cannot shrink"
+        elif followed.keys() & set(classes.tolist()):
+            bad[key] = f"parameter {followed[next(iter(followed.keys() & set(classes.tolist())))]} follows its channels"
         elif any(len(owners[r]) > 1 for r in classes.tolist()) or any(
                 p not in group.producers for p in graph.owners_of(classes, roots)):
             bad[key] = "its channels are tied to other layers' channels in another order"

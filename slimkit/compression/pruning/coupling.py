@@ -10,7 +10,9 @@ cancel out. :class:`ChannelCoupling` is the one place that turns the trace into 
   layers' filter importances and the group prunes ``num_to_prune(s, classes)`` of them at the smallest
   sparsity among its layers. :class:`~slimkit.compression.pruning.group.GroupFilterPruner` and the smash
   filter pruners both use it.
-* :meth:`ChannelCoupling.shrinkable` keeps the layers whose channels the speedup can really remove.
+* :meth:`ChannelCoupling.shrinkable` keeps the layers whose channels the speedup can really remove, in the
+  dimensions asked for (:mod:`~slimkit.compression.pruning.dims`: ``mlp``, ``heads``, ``hidden``);
+  :func:`~slimkit.compression.pruning.blockers.explain` says why the others cannot be.
 * :meth:`ChannelCoupling.producer_masks` turns BatchNorm masks (Network Slimming) into masks on the layers
   that produce those channels, which is what the speedup shrinks; :func:`norm_producer_masks` does the same
   for a whole mask dict given a model and an input (the experiment layer's ``apply_speedup`` uses it).
@@ -18,10 +20,8 @@ cancel out. :class:`ChannelCoupling` is the one place that turns the trace into 
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,21 +31,12 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from slimkit.compression._union_find import UnionFind
 from slimkit.compression.pruning.compressor import Pruner
-from slimkit.compression.pruning.maskers import StructuredWeightMasker, channel_masks, lowest_indices, num_to_prune
+from slimkit.compression.pruning.dims import DIMS, Dims
+from slimkit.compression.pruning.reconcile import ChannelGroupPlan, reconcile
 from slimkit.compression.speedup.tracer import trace_channels
 
 _PRUNABLE_KINDS = ("conv", "linear")
-
-
-@dataclass
-class ChannelGroupPlan:
-    """One group of coupled layers: its members, coupled channels, how many can go and how many went."""
-
-    layers: list[str]
-    channels: int
-    prunable: int
-    pruned: int
-    sparsity: float
+_PASSIVE_KINDS = ("embedding", "experts")
 
 
 def _tracked(ids: np.ndarray, roots: np.ndarray) -> np.ndarray:
@@ -58,21 +49,32 @@ class ChannelCoupling:
 
     def __init__(self, model: nn.Module, dummy_input: Any) -> None:
         self.graph = graph = trace_channels(model, dummy_input)
+        self._modules = dict(model.named_modules())  # before a pruner wraps any layer
         self._roots = roots = graph.uf.roots()
         #: producer name -> class root of each output channel; prunable producers are Conv/Linear leaves
         self.producers: dict[str, np.ndarray] = {}
         self.prunable: set[str] = set()
+        #: producers a pruner does not wrap but masks with the hidden channels (embeddings, MoE experts)
+        self.passive: set[str] = set()
+        outputs = {att.o for att in graph.attention.values() if att.o}  # an attention block's output projection
         for space in graph.spaces.values():
+            if space.kind in ("param", "inner"):
+                continue
             name = space.owner if space.kind == "out" else f"{space.owner}#{space.kind}"
             self.producers[name] = roots[space.ids]
             leaf = graph.leaves.get(space.owner)
-            if space.kind == "out" and leaf is not None and leaf.kind in _PRUNABLE_KINDS:
+            if space.kind == "out" and (leaf is not None and leaf.kind in _PRUNABLE_KINDS or space.owner in outputs):
                 self.prunable.add(name)
+            elif space.kind == "out" and leaf is not None and leaf.kind in _PASSIVE_KINDS:
+                self.passive.add(name)
+        #: q/k/v projection -> its attention block (whole heads are pruned through them)
+        self.attention = {p: att for att in graph.attention.values() for p in att.projections()}
+        self.experts = [name for name, rec in graph.leaves.items() if rec.kind == "experts"]
         #: depthwise convs (their channels are their input's) and norms: class root per channel, -1 untracked
         self.depthwise: dict[str, np.ndarray] = {}
         self.norms: dict[str, np.ndarray] = {}
         for name, rec in graph.leaves.items():
-            if rec.kind == "depthwise" and rec.out_ids is not None:
+            if rec.kind in ("depthwise", "grouped_conv") and rec.out_ids is not None:
                 self.depthwise[name] = _tracked(rec.out_ids, roots)
             elif rec.kind == "norm" and rec.in_ids is not None:
                 self.norms[name] = _tracked(rec.in_ids, roots)
@@ -92,11 +94,18 @@ class ChannelCoupling:
         #: class roots the speedup must keep (model outputs, ops it cannot shrink)
         self.pinned_classes = {int(r) for pin in graph.pins for r in np.unique(roots[pin.ids])}
         self.pinned = {self._find(r) for r in self.pinned_classes}
+        #: groups that are a residual stream: joined by a residual add, or fed by an embedding / experts module
+        self.hidden = {self._find(int(r)) for ids in graph.residual for r in np.unique(roots[ids[ids >= 0]])}
+        self.hidden |= {g for name in self.passive for g in self.groups.get(name, ())}
 
     # --- groups ---------------------------------------------------------------------------------------------
     def members(self, group: int) -> tuple[list[str], list[str], list[str]]:
         """(producers, depthwise convs, norms) whose channels belong to ``group``."""
         return self._members.get(group, ([], [], []))
+
+    def group_of(self, root: int) -> int:
+        """The group of the channel class ``root``."""
+        return self._find(root)
 
     def layer_classes(self, name: str) -> np.ndarray | None:
         """Class root of each output channel of Conv/Linear/depthwise layer ``name`` (-1 untracked), else None."""
@@ -129,84 +138,70 @@ class ChannelCoupling:
             channels, positions = (np.asarray(v, dtype=np.int64) for v in zip(*pairs, strict=True))
             if rec.kind == "attention":  # an attention block reads its input through its q/k/v projections
                 att = self.graph.attention[name]
-                for proj in (att.q, att.k, att.v):
-                    found.append((proj, rec.module.get_submodule(proj[len(name) + 1:] if name else proj), channels,
-                                  positions))
+                for proj in att.projections():
+                    found.append((proj, self._modules[proj], channels, positions))
             else:
                 found.append((name, rec.module, channels, positions))
         return found
 
-    def _group_ok(self, group: int, selected: set[str], norms_decide: bool) -> bool:
+    def group_dim(self, group: int) -> str:
+        """``"hidden"`` for a residual stream, ``"heads"`` for an attention block's context, else ``"mlp"``."""
+        if group in self.hidden:
+            return "hidden"
+        return "heads" if any(p.endswith("#heads") for p in self.members(group)[0]) else "mlp"
+
+    def layer_dim(self, name: str) -> str | None:
+        """The dimension pruning ``name``'s output channels cuts (None: not a layer the coupling can prune)."""
+        if name in self.attention:
+            return "heads"
+        groups = self.groups.get(name)
+        if not groups or (name not in self.prunable and name not in self.depthwise):
+            return None
+        return "hidden" if any(self.group_dim(g) == "hidden" for g in groups) else "mlp"
+
+    def _group_ok(self, group: int, selected: set[str], norms_decide: bool, dims: Iterable[str] = DIMS) -> bool:
         producers, _, norms = self.members(group)
-        if group in self.pinned or not all(p in self.prunable for p in producers):
+        passive_ok = "hidden" in dims and not norms_decide
+        if group in self.pinned or not all(p in self.prunable or (passive_ok and p in self.passive)
+                                           for p in producers):
             return False
         if norms_decide:
             return bool(norms) and all(n in selected for n in norms)
-        return all(p in selected for p in producers)
+        return self.group_dim(group) in dims and all(p in selected for p in producers if p in self.prunable)
 
-    def shrinkable(self, selected: Iterable[str], norms_decide: bool = False) -> set[str]:
-        """The layers of ``selected`` whose channels the speedup can really remove.
+    def heads_ok(self, name: str, selected: set[str]) -> bool:
+        """Whether ``name``'s attention block can lose whole heads: all its q/k/v projections are selected."""
+        att = self.attention.get(name)
+        return att is not None and all(p in selected for p in att.projections())
+
+    def shrinkable(self, selected: Iterable[str], norms_decide: bool = False, dims: Iterable[str] = DIMS) -> set[str]:
+        """The layers of ``selected`` whose channels the speedup can really remove, in the dimensions ``dims``.
 
         Filter pruners (``norms_decide=False``) select Conv/Linear layers: a layer qualifies when every producer
-        of its group is a selected Conv/Linear and nothing pins the group. Slim (``norms_decide=True``) selects
-        norms: every norm reading the group must be selected, and its producers must be Conv/Linear.
+        of its group is a selected Conv/Linear (or, for ``"hidden"``, an embedding or MoE experts module), nothing
+        pins the group and its dimension is in ``dims``; attention q/k/v projections qualify for ``"heads"``
+        when all three are selected. Slim (``norms_decide=True``) selects norms: every norm reading the group
+        must be selected, and its producers must be Conv/Linear.
         """
-        chosen = set(selected)
-        table = self.norms if norms_decide else self.prunable | set(self.depthwise)
-        return {n for n in chosen if n in table and self.groups.get(n)
-                and all(self._group_ok(g, chosen, norms_decide) for g in self.groups[n])}
+        chosen, dims = set(selected), set(dims)
+        if norms_decide:
+            return {n for n in chosen if n in self.norms and self.groups.get(n)
+                    and all(self._group_ok(g, chosen, True) for g in self.groups[n])}
+        out = {n for n in chosen if "heads" in dims and self.heads_ok(n, chosen)}
+        table = self.prunable | set(self.depthwise)
+        return out | {n for n in chosen if n in table and self.groups.get(n)
+                      and all(self._group_ok(g, chosen, False, dims) for g in self.groups[n])}
 
     # --- masks --------------------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def reconcile(self, pruner: Pruner, *, lock: bool, balance: bool, min_layers: int = 1) -> list[ChannelGroupPlan]:
+    def reconcile(self, pruner: Pruner, *, lock: bool, balance: bool, min_layers: int = 1,
+                  dims: Dims | None = None) -> list[ChannelGroupPlan]:
         """Give every group of coupled wrapped layers one channel decision and install its masks.
 
-        Groups are the wrapped Conv/Linear/depthwise layers connected by shared channel classes. ``lock=True``
-        plans from scratch: channels that are pinned or also produced by a layer outside the group are never
-        masked, and channels already masked go first. ``lock=False`` revises per-layer masks: a group touching
-        such foreign channels keeps its masks (the speedup reports what it cannot remove), and the other
-        groups are re-scored from their weights. ``balance=True`` divides each layer's importances by their
-        mean so every layer weighs the same. Groups of fewer than ``min_layers`` layers are left alone.
+        See :func:`slimkit.compression.pruning.reconcile.reconcile` (``dims``: which groups to cut, and at which
+        ratio; embeddings and MoE experts feeding a ``"hidden"`` group are masked with it, in
+        ``pruner.extra_masks``).
         """
-        masker = pruner.masker
-        if not isinstance(masker, StructuredWeightMasker):
-            return []
-        wrappers = {w.name: (i, w) for i, w in enumerate(pruner.get_modules_wrapper())}
-        located = {n: c for n in wrappers if (c := self.layer_classes(n)) is not None}
-        foreign = {int(r) for name, classes in self.producers.items() if name not in located for r in classes}
-        locked = foreign | self.pinned_classes if lock else set()
-        plans = []
-        for layers in _components(located):
-            classes = np.unique(np.concatenate([located[n][located[n] >= 0] for n in layers]))
-            if len(layers) < min_layers or (not lock and foreign.intersection(classes.tolist())):
-                continue
-            if not lock:  # score the weights themselves, not the per-layer decision already in the masks
-                for name in layers:
-                    wrappers[name][1].weight_mask.fill_(1)
-            score = torch.zeros(len(classes), dtype=torch.float64)
-            for name in layers:
-                idx, wrapper = wrappers[name]
-                importance = masker.get_channel_importance(wrapper, idx).detach().double().flatten().cpu()
-                already = wrapper.weight_mask.detach().reshape(wrapper.weight_mask.shape[0], -1).sum(1) == 0
-                importance = importance.masked_fill(already.cpu(), -math.inf)
-                if balance:
-                    finite = importance[importance.isfinite()]
-                    importance = importance / (finite.abs().mean().clamp_min(1e-12) if finite.numel() else 1.0)
-                rows = located[name]
-                where = torch.from_numpy(np.searchsorted(classes, rows[rows >= 0]))
-                score.index_add_(0, where, importance[torch.from_numpy(np.flatnonzero(rows >= 0))])
-            candidates = [i for i, c in enumerate(classes.tolist()) if c not in locked]
-            sparsity = min(float(wrappers[n][1].config["sparsity"]) for n in layers)
-            k = min(num_to_prune(sparsity, len(classes)), len(candidates))
-            order = lowest_indices(score[candidates], k)
-            dropped = {int(classes[candidates[i]]) for i in order.tolist()}
-            plans.append(ChannelGroupPlan(layers, len(classes), len(candidates), len(dropped), sparsity))
-            pruner.apply_masks({
-                name: channel_masks(wrappers[name][1], torch.tensor([float(r not in dropped) for r in
-                                                                     located[name].tolist()]))
-                for name in layers
-            })
-        return plans
+        return reconcile(self, pruner, lock=lock, balance=balance, min_layers=min_layers, dims=dims)
 
     def producer_masks(self, norm_masks: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, torch.Tensor]]:
         """Speedup masks (``{"out_channels": kept}``) for the producers of channels that pruned norms removed.
@@ -261,19 +256,3 @@ def norm_producer_masks(model: nn.Module, dummy_input: Any, masks: Mapping[str, 
     for name, entry in coupling.producer_masks(norm).items():
         out.setdefault(name, entry)
     return out
-
-
-def _components(classes: Mapping[str, np.ndarray]) -> list[list[str]]:
-    """Group layer names that share at least one channel class (in the mapping's order)."""
-    names = list(classes)
-    layers = UnionFind()
-    owner: dict[int, int] = {}
-    for i, name in enumerate(names):
-        layers.find(i)
-        for c in np.unique(classes[name]).tolist():
-            if c >= 0:
-                layers.union_all([owner.setdefault(c, i), i])
-    comps: dict[int, list[str]] = {}
-    for i, name in enumerate(names):
-        comps.setdefault(layers.find(i), []).append(name)
-    return list(comps.values())

@@ -21,6 +21,7 @@ from slimkit.compression.pruning.dependency import DependencyAwarePruner
 from slimkit.compression.pruning.maskers import StructuredWeightMasker
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+from slimkit.compression.speedup.layers import is_linear, out_dim, out_major
 from slimkit.data.batches import split_batch
 from slimkit.errors import DataError
 from slimkit.utils import main_tensor, run_model
@@ -35,7 +36,7 @@ class _DataDrivenPruner(DependencyAwarePruner):
     the summed data statistics; see :mod:`slimkit.compression.pruning.dependency`.
     """
 
-    default_op_types = ("Conv2d", "Linear")
+    default_op_types = ("Conv2d", "Linear", "Conv1D")
     supported_op_types = FILTER_OP_TYPES
 
     def __init__(
@@ -49,6 +50,7 @@ class _DataDrivenPruner(DependencyAwarePruner):
         statistics_batch_num: int = 1,
         dummy_input: Any = None,
         dependency_aware: bool = False,
+        dims: Any = None,
     ) -> None:
         if isinstance(statistics_batch_num, bool) or not isinstance(statistics_batch_num, int) or (
             statistics_batch_num < 1
@@ -60,7 +62,7 @@ class _DataDrivenPruner(DependencyAwarePruner):
         self.criterion = criterion
         self.dataloader = dataloader
         self.statistics_batch_num = statistics_batch_num
-        self._init_dependency(model, dependency_aware, dummy_input)
+        self._init_dependency(model, dependency_aware, dummy_input, dims)
         super().__init__(model, config_list, optimizer, dummy_input)
         self._setup()
 
@@ -98,7 +100,8 @@ class _DataDrivenPruner(DependencyAwarePruner):
                     self.statistics_pending = self.statistics_batch_num
                     self._start_collecting()
                 return self.bound_model
-            self._collect_statistics()
+            with self.expert_statistics():
+                self._collect_statistics()
         return super().compress()
 
     statistics_pending: int = 0
@@ -152,7 +155,8 @@ class TaylorFOWeightFilterPruner(_DataDrivenPruner):
             if grad is None:
                 continue
             weight = wrapper.module.weight.detach() * wrapper.weight_mask
-            score = (weight * grad).float().reshape(weight.shape[0], -1).sum(dim=1).pow(2)
+            score = out_major(wrapper.module, (weight * grad).float()).reshape(grad.shape[out_dim(wrapper.module)],
+                                                                               -1).sum(dim=1).pow(2)
             wrapper.contribution = score if wrapper.contribution is None else wrapper.contribution + score
             wrapper.contribution_batches += 1
 
@@ -255,6 +259,7 @@ class _ActivationRankPruner(_DataDrivenPruner):
         statistics_batch_num: int = 1,
         dummy_input: Any = None,
         dependency_aware: bool = False,
+        dims: Any = None,
     ) -> None:
         if isinstance(activation, str) and activation not in _ACTIVATIONS:
             raise PruningConfigError(
@@ -263,7 +268,7 @@ class _ActivationRankPruner(_DataDrivenPruner):
         self.activation = _ACTIVATIONS[activation] if isinstance(activation, str) else activation
         super().__init__(
             model, config_list, optimizer, trainer, criterion, dataloader, statistics_batch_num, dummy_input,
-            dependency_aware,
+            dependency_aware, dims,
         )
 
     def _setup(self) -> None:
@@ -273,7 +278,7 @@ class _ActivationRankPruner(_DataDrivenPruner):
     def _collector(self, wrapper: PrunerModuleWrapper, inputs: tuple, output: Any) -> None:
         if len(wrapper.collected_activation) >= self.statistics_batch_num or not isinstance(output, torch.Tensor):
             return
-        channel_dim = -1 if isinstance(wrapper.module, nn.Linear) else 1
+        channel_dim = -1 if is_linear(wrapper.module) else 1
         act = self.activation(output.detach()).float().movedim(channel_dim, 0)
         act = act.reshape(act.shape[0], -1)
         wrapper.collected_activation.append((act == 0).sum(dim=1).float() if self.count_zeros else act.sum(dim=1))

@@ -1,4 +1,4 @@
-"""Dependency-aware filter pruning (NNI's ``dependency_aware=True, dummy_input=...``).
+"""Dependency-aware filter pruning (NNI's ``dependency_aware=True, dummy_input=...``), by dimension.
 
 Filter pruners rank each layer on its own. When layers are coupled (a residual add joins their outputs, a
 depthwise conv follows an expansion, a concatenation feeds one depthwise conv, a gate multiplies two
@@ -6,25 +6,42 @@ projections), the speedup can only remove a channel that *every* coupled produce
 chosen masks mostly cancel out and the model barely shrinks. With ``dependency_aware=True`` the pruner traces
 the model once on ``dummy_input``, groups the selected layers by shared channels, scores each coupled channel
 by the sum of its members' importances (the pruner's own criterion: L1, L2, FPGM, APoZ, mean activation,
-Taylor) and masks the lowest-scoring channels in every member at once, at the smallest sparsity among them.
-Attention blocks the tracer recognises prune whole key/value-head groups: when a block's q, k and v
-projections are all selected, each group is scored by the summed importance of its q/k/v rows.
-The masks are then exactly what :class:`~slimkit.compression.speedup.ModelSpeedup` removes. The decisions are
-made by :meth:`ChannelCoupling.reconcile <slimkit.compression.pruning.coupling.ChannelCoupling.reconcile>`.
+Taylor, channel energy) and masks the lowest-scoring channels in every member at once.
+
+``dims`` (see :mod:`~slimkit.compression.pruning.dims`) says what may be cut and at which ratio: ``"mlp"``
+(channels inside blocks, and each MoE expert's intermediate channels), ``"heads"`` (whole key/value-head
+groups of the attention blocks whose q/k/v projections are all selected, scored by the summed importance of
+their rows) and ``"hidden"`` (the residual stream: with it the embeddings and MoE experts modules that feed
+it are masked too, in :attr:`DependencyAwarePruner.extra_masks`, which :meth:`get_masks` includes). Without a
+ratio a dimension is cut at the smallest sparsity among its layers. The masks are exactly what
+:class:`~slimkit.compression.speedup.ModelSpeedup` removes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.coupling import ChannelCoupling, ChannelGroupPlan
-from slimkit.compression.pruning.maskers import StructuredWeightMasker, channel_masks, lowest_indices, num_to_prune
+from slimkit.compression.pruning.coupling import ChannelCoupling
+from slimkit.compression.pruning.dims import Dims, parse_dims, ratio_for
+from slimkit.compression.pruning.experts import RoutedEnergy, weight_importance
+from slimkit.compression.pruning.io import Masks
+from slimkit.compression.pruning.maskers import (
+    L1FilterPrunerMasker,
+    StructuredWeightMasker,
+    channel_masks,
+    lowest_indices,
+    num_to_prune,
+)
+from slimkit.compression.pruning.reconcile import ChannelGroupPlan
 
 __all__ = ["DependencyAwarePruner"]
 
@@ -41,8 +58,9 @@ class DependencyAwarePruner(Pruner):
 
     dependency_aware: bool = False
     coupling: ChannelCoupling | None = None
+    dims: Dims | None = None
 
-    def _init_dependency(self, model: nn.Module, dependency_aware: bool, dummy_input: Any) -> None:
+    def _init_dependency(self, model: nn.Module, dependency_aware: bool, dummy_input: Any, dims: Any = None) -> None:
         """Validate the flag and, when it is on, trace ``model`` on ``dummy_input`` for the channel coupling."""
         name = type(self).__name__
         if not isinstance(dependency_aware, bool):
@@ -56,12 +74,48 @@ class DependencyAwarePruner(Pruner):
                 "layers' channels are coupled; pass dummy_input=torch.randn(1, C, H, W) or the model's example "
                 "inputs, or set dependency_aware=False to rank every layer on its own."
             )
+        self.dims = parse_dims(dims, f"{name} dims") if dims is not None else None
+        if self.dims is not None and not dependency_aware:
+            raise PruningConfigError(f"{name} dims needs dependency_aware=True (and dummy_input): the dimensions "
+                                     "are found by tracing the model.")
         self.dependency_aware = dependency_aware
         self.groups: list[ChannelGroupPlan] = []
         self.skipped: list[str] = []
+        self.extra_masks: Masks = {}
+        self._routed: RoutedEnergy | None = None
         self.coupling = ChannelCoupling(model, dummy_input) if dependency_aware and isinstance(model, nn.Module) \
             else None
         self.graph = None if self.coupling is None else self.coupling.graph
+
+    def use_coupling(self, coupling: ChannelCoupling, dims: Any = None) -> None:
+        """Turn dependency-aware pruning on with a trace already made (the smash pruners share theirs)."""
+        self.dependency_aware, self.coupling, self.graph = True, coupling, coupling.graph
+        self.dims = parse_dims(dims, f"{type(self).__name__} dims") if dims is not None else None
+
+    def _active(self, dim: str) -> bool:
+        return self.dims is None or dim in self.dims
+
+    def _ratio(self, dim: str, names: list[str]) -> float:
+        fallback = [float(w.config["sparsity"]) for w in self.modules_wrapper if w.name in names] or [
+            float(w.config["sparsity"]) for w in self.modules_wrapper] or [0.0]
+        return ratio_for(self.dims or {}, dim, min(fallback))
+
+    @contextlib.contextmanager
+    def expert_statistics(self) -> Iterator[None]:
+        """While data flows, record each MoE expert's routed activations (for its intermediate channels)."""
+        modules = self._expert_modules()
+        if not modules:
+            yield
+            return
+        self._routed = RoutedEnergy(modules)
+        with self._routed:
+            yield
+
+    def _expert_modules(self) -> dict[str, nn.Module]:
+        if self.coupling is None or not self._active("mlp"):
+            return {}
+        excluded = {n for e in self.config_list if e.get("exclude") for n in e.get("op_names", ())}
+        return {n: self.coupling.graph.leaves[n].module for n in self.coupling.experts if n not in excluded}
 
     @torch.no_grad()
     def update_mask(self) -> None:
@@ -80,36 +134,71 @@ class DependencyAwarePruner(Pruner):
                 f"{type(self).__name__}: {self.skipped} did not run on dummy_input as Conv/Linear producers (or "
                 "are attention projections whose q/k/v are not all selected), so they were left unpruned.",
                 UserWarning, stacklevel=2)
-        self.groups = self.coupling.reconcile(self, lock=True, balance=False) + heads
+        self.groups = self.coupling.reconcile(self, lock=True, balance=False, dims=self.dims) + heads
+        self.groups += self._prune_experts()
         for wrapper in self.modules_wrapper:
             wrapper.if_calculated = True
 
     def _prune_heads(self) -> list[ChannelGroupPlan]:
-        """Mask whole key/value-head groups of every traced attention block whose q, k and v are all wrapped.
+        """Mask whole key/value-head groups of every traced attention block whose q/k/v layers are all wrapped.
 
         The output projection keeps its rows (they are the residual stream, decided with its other producers);
         the speedup removes the pruned heads' columns from it.
         """
-        if not isinstance(self.masker, StructuredWeightMasker):
+        if not isinstance(self.masker, StructuredWeightMasker) or not self._active("heads"):
             return []
         wrappers = {w.name: (i, w) for i, w in enumerate(self.modules_wrapper)}
         plans = []
         for att in self.coupling.graph.attention.values():
-            names = [att.q, att.k, att.v]
+            names = att.projections()
             if not all(n in wrappers for n in names):
                 continue
-            rows = (att.group_size * att.head_dim, att.head_dim, att.head_dim)  # rows per kv group in q, k, v
             score = torch.zeros(att.num_kv_heads, dtype=torch.float64)
-            for name, per_group in zip(names, rows, strict=True):
+            for name, group in att.row_groups().items():
                 idx, wrapper = wrappers[name]
                 importance = self.masker.get_channel_importance(wrapper, idx).detach().double().flatten().cpu()
-                score += importance.reshape(att.num_kv_heads, per_group).sum(1)
-            sparsity = min(float(wrappers[n][1].config["sparsity"]) for n in names)
+                score.index_add_(0, torch.from_numpy(group), importance)
+            sparsity = self._ratio("heads", names)
             pruned = num_to_prune(sparsity, att.num_kv_heads)
-            keep = torch.ones(att.num_kv_heads)
-            keep[lowest_indices(score, pruned)] = 0
-            self.apply_masks({name: channel_masks(wrappers[name][1], keep.repeat_interleave(per_group))
-                              for name, per_group in zip(names, rows, strict=True)})
+            keep = np.ones(att.num_kv_heads, dtype=bool)
+            keep[lowest_indices(score, pruned).numpy()] = False
+            rows = att.rows(keep)
+            self.apply_masks({name: channel_masks(wrappers[name][1], torch.tensor(
+                np.isin(np.arange(len(group)), rows[name]), dtype=torch.float32))
+                for name, group in att.row_groups().items()})
             members = names + ([att.o] if att.o in wrappers else [])  # o loses the heads' columns in the speedup
-            plans.append(ChannelGroupPlan(members, att.num_kv_heads, att.num_kv_heads, pruned, sparsity))
+            plans.append(ChannelGroupPlan(members, att.num_kv_heads, att.num_kv_heads, pruned, sparsity, "heads"))
         return plans
+
+    def _prune_experts(self) -> list[ChannelGroupPlan]:
+        """Each MoE expert keeps the same number of its most important intermediate channels."""
+        plans = []
+        p = 1 if isinstance(self.masker, L1FilterPrunerMasker) else 2
+        for name, module in self._expert_modules().items():
+            routed = self._routed.importance(name) if self._routed is not None else None
+            importance = routed if routed is not None else weight_importance(module, p)
+            experts, inner = importance.shape
+            sparsity = self._ratio("mlp", [])
+            k = num_to_prune(sparsity, inner)
+            kept = torch.stack([torch.sort(torch.argsort(row, stable=True)[k:]).values for row in importance])
+            entry = self.extra_masks.setdefault(name, {})
+            entry["inner_channels"] = kept
+            plans.append(ChannelGroupPlan([name], experts * inner, experts * inner, experts * k, sparsity, "mlp"))
+        return plans
+
+    def get_masks(self) -> Masks:
+        """The wrapped layers' masks, plus those of embeddings and MoE experts the dimensions cut."""
+        masks = super().get_masks()
+        for name, entry in self.extra_masks.items():
+            masks[name] = {k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in entry.items()}
+        return masks
+
+    def unwrap_model(self, apply_masks: bool = False) -> nn.Module:
+        """As :meth:`Pruner.unwrap_model`; ``apply_masks=True`` also zeroes the embedding columns cut."""
+        if apply_masks:
+            with torch.no_grad():
+                for name, entry in self.extra_masks.items():
+                    if entry.get("weight_mask") is not None:
+                        weight = self.bound_model.get_submodule(name).weight
+                        weight.mul_(entry["weight_mask"].to(weight))
+        return super().unwrap_model(apply_masks)

@@ -32,6 +32,7 @@ from slimkit.compression.pruning.coupling import ChannelCoupling
 from slimkit.compression.pruning.data_pruners import Trainer, _DataDrivenPruner
 from slimkit.compression.pruning.maskers import StructuredWeightMasker
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+from slimkit.compression.speedup.layers import is_linear, out_dim, out_major
 from slimkit.data.batches import split_batch
 from slimkit.errors import DataError
 from slimkit.utils import run_model
@@ -42,14 +43,14 @@ __all__ = ["ChannelEnergyPruner", "ChannelEnergyPrunerMasker"]
 def _channels_last(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
     """``[positions, channels]`` view of a Conv/Linear input (channels on the last dim for Linear, dim 1 for conv)."""
     x = x.detach().float()
-    if not isinstance(module, nn.Linear):
+    if not is_linear(module):
         x = x.movedim(1, -1)
     return x.reshape(-1, x.shape[-1])
 
 
 def _column_energy(module: nn.Module) -> torch.Tensor:
     """``||W[:, k]||^2`` per input channel ``k`` of a Conv/Linear layer (every filter and kernel position)."""
-    weight = module.weight.detach().float()
+    weight = out_major(module, module.weight.detach().float())
     return weight.transpose(0, 1).reshape(weight.shape[1], -1).pow(2).sum(dim=1)
 
 
@@ -104,6 +105,7 @@ class ChannelEnergyPruner(_DataDrivenPruner):
         statistics_batch_num: int = 1,
         dummy_input: Any = None,
         dependency_aware: bool = False,
+        dims: Any = None,
     ) -> None:
         if dummy_input is None and dataloader is not None:
             first = next(iter(dataloader), None)
@@ -115,15 +117,18 @@ class ChannelEnergyPruner(_DataDrivenPruner):
             )
         self._channels = ChannelCoupling(model, dummy_input)
         super().__init__(model, config_list, optimizer, trainer, criterion, dataloader, statistics_batch_num,
-                         dummy_input, dependency_aware)
+                         dummy_input, dependency_aware, dims)
 
-    def _init_dependency(self, model: nn.Module, dependency_aware: bool, dummy_input: Any) -> None:
+    def _init_dependency(self, model: nn.Module, dependency_aware: bool, dummy_input: Any, dims: Any = None) -> None:
         super()._init_dependency(model, False, None)  # the trace made in __init__ serves both purposes
         if not isinstance(dependency_aware, bool):
             raise PruningConfigError(f"ChannelEnergyPruner dependency_aware must be True or False, got "
                                      f"{dependency_aware!r}.")
+        if dims is not None and not dependency_aware:
+            raise PruningConfigError("ChannelEnergyPruner dims needs dependency_aware=True: the dimensions are found "
+                                     "by tracing the model.")
         if dependency_aware:
-            self.dependency_aware, self.coupling, self.graph = True, self._channels, self._channels.graph
+            self.use_coupling(self._channels, dims)
 
     def _setup(self) -> None:
         limit = self.statistics_batch_num
@@ -137,7 +142,7 @@ class ChannelEnergyPruner(_DataDrivenPruner):
 
     def channel_energy(self, wrapper: PrunerModuleWrapper) -> torch.Tensor:
         """Importance of each output channel of ``wrapper``'s layer (after :meth:`compress` collected data)."""
-        channels = wrapper.weight_mask.shape[0]
+        channels = wrapper.weight_mask.shape[out_dim(wrapper.module)]
         score = torch.zeros(channels, dtype=torch.float64)
         read = np.zeros(channels, dtype=bool)
         for name, module, idx, positions in self.readers.get(wrapper.name, []):

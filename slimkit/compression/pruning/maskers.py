@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+from slimkit.compression.speedup.layers import out_dim, out_major
 
 MaskDict = dict[str, "torch.Tensor | None"]
 
@@ -31,8 +32,12 @@ def lowest_indices(importance: torch.Tensor, k: int) -> torch.Tensor:
     return torch.argsort(importance, stable=True)[:k]
 
 
-def _channel_view(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.detach().float().reshape(tensor.shape[0], -1)
+def _channel_view(tensor: torch.Tensor, module: nn.Module | None = None) -> torch.Tensor:
+    """``[out_channels, -1]`` view of a weight-shaped tensor (``Conv1D`` stores its weight transposed)."""
+    tensor = tensor.detach().float()
+    if module is not None:
+        tensor = out_major(module, tensor)
+    return tensor.reshape(tensor.shape[0], -1)
 
 
 class WeightMasker:
@@ -86,23 +91,29 @@ class StructuredWeightMasker(WeightMasker):
     def calc_mask(self, sparsity: float, wrapper: PrunerModuleWrapper, wrapper_idx: int | None = None) -> MaskDict:
         """Zero the filters with the lowest importance, ``num_to_prune(s, out_channels)`` of them."""
         importance = self.get_channel_importance(wrapper, wrapper_idx).detach().float().flatten()
-        channels = wrapper.weight_mask.shape[0]
+        channels = wrapper.weight_mask.shape[out_dim(wrapper.module)]
         if importance.numel() != channels:
             raise RuntimeError(
                 f"{type(self).__name__} returned {importance.numel()} importances for {channels} channels "
                 f"of layer {wrapper.name!r}."
             )
-        already = _channel_view(wrapper.weight_mask).sum(dim=1) == 0
+        already = _channel_view(wrapper.weight_mask, wrapper.module).sum(dim=1) == 0
         importance = importance.masked_fill(already, -math.inf)
         keep = torch.ones(channels, device=importance.device)
         keep[lowest_indices(importance, num_to_prune(sparsity, channels))] = 0
         return channel_masks(wrapper, keep)
 
 
+def _masked_filters(wrapper: PrunerModuleWrapper) -> torch.Tensor:
+    """``[out_channels, -1]`` masked weights of the wrapped layer."""
+    return _channel_view(wrapper.module.weight, wrapper.module) * _channel_view(wrapper.weight_mask, wrapper.module)
+
+
 def channel_masks(wrapper: PrunerModuleWrapper, keep: torch.Tensor) -> MaskDict:
     """Masks for ``wrapper`` keeping the output channels where ``keep`` (shape ``[C]``) is 1."""
     weight_mask = wrapper.weight_mask
-    shape = (-1,) + (1,) * (weight_mask.dim() - 1)
+    shape = [1] * weight_mask.dim()
+    shape[out_dim(wrapper.module)] = -1
     keep = keep.to(device=weight_mask.device, dtype=weight_mask.dtype)
     new_weight = torch.ones_like(weight_mask) * keep.reshape(shape)
     new_bias = None
@@ -116,7 +127,7 @@ class L1FilterPrunerMasker(StructuredWeightMasker):
 
     def get_channel_importance(self, wrapper: PrunerModuleWrapper, wrapper_idx: int | None) -> torch.Tensor:
         """Sum of ``|w|`` per filter."""
-        return (_channel_view(wrapper.module.weight) * _channel_view(wrapper.weight_mask)).abs().sum(dim=1)
+        return (_masked_filters(wrapper)).abs().sum(dim=1)
 
 
 class L2FilterPrunerMasker(StructuredWeightMasker):
@@ -124,7 +135,7 @@ class L2FilterPrunerMasker(StructuredWeightMasker):
 
     def get_channel_importance(self, wrapper: PrunerModuleWrapper, wrapper_idx: int | None) -> torch.Tensor:
         """Euclidean norm per filter."""
-        return (_channel_view(wrapper.module.weight) * _channel_view(wrapper.weight_mask)).norm(dim=1)
+        return (_masked_filters(wrapper)).norm(dim=1)
 
 
 class FPGMPrunerMasker(StructuredWeightMasker):
@@ -136,7 +147,7 @@ class FPGMPrunerMasker(StructuredWeightMasker):
 
     def get_channel_importance(self, wrapper: PrunerModuleWrapper, wrapper_idx: int | None) -> torch.Tensor:
         """Sum of distances from each filter to every other filter."""
-        filters = _channel_view(wrapper.module.weight) * _channel_view(wrapper.weight_mask)
+        filters = _masked_filters(wrapper)
         return torch.cdist(filters.unsqueeze(0), filters.unsqueeze(0)).squeeze(0).sum(dim=1)
 
 

@@ -19,7 +19,7 @@ from slimkit.compression.pruning.maskers import (
     SlimPrunerMasker,
 )
 
-FILTER_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear")
+FILTER_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear", "Conv1D")
 LEVEL_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear")
 
 
@@ -56,10 +56,11 @@ class WeightFilterPruner(DependencyAwarePruner):
     """Base of the filter pruners that rank by weights alone: prune output channels (dim 0) of Conv/Linear.
 
     ``dependency_aware=True`` (with ``dummy_input``) gives coupled layers one shared channel decision, so the
-    sparsity after ``ModelSpeedup`` is the sparsity asked for; see :mod:`slimkit.compression.pruning.dependency`.
+    sparsity after ``ModelSpeedup`` is the sparsity asked for, and ``dims`` (``["mlp", "heads", "hidden"]`` or
+    ``{"hidden": 0.3, ...}``) what is cut; see :mod:`slimkit.compression.pruning.dependency`.
     """
 
-    default_op_types = ("Conv2d", "Linear")
+    default_op_types = ("Conv2d", "Linear", "Conv1D")
     supported_op_types = FILTER_OP_TYPES
     masker_class = L1FilterPrunerMasker
 
@@ -70,8 +71,9 @@ class WeightFilterPruner(DependencyAwarePruner):
         optimizer: torch.optim.Optimizer | None = None,
         dependency_aware: bool = False,
         dummy_input: Any = None,
+        dims: Any = None,
     ) -> None:
-        self._init_dependency(model, dependency_aware, dummy_input)
+        self._init_dependency(model, dependency_aware, dummy_input, dims)
         super().__init__(model, config_list, optimizer, dummy_input)
 
 

@@ -1,7 +1,9 @@
 """The channel graph: which output channels of which layers are tied together, and who consumes them.
 
-Every output channel of a producing layer (Conv, Linear, Embedding, an attention block's heads) gets a
-global integer id. Ops that tie channels (residual adds, multiplications, contractions) merge ids in a
+Every output channel of a producing layer (Conv, Linear, Embedding, an attention block's heads, a MoE
+experts module) gets a global integer id; so does every channel of a per-channel parameter that a module
+uses directly in its forward (a layer scale, a class token): those *follow* their channels, they never keep
+one alive. Ops that tie channels (residual adds, multiplications, contractions) merge ids in a
 union-find; a merged class of ids is removed only as a whole. Consumers (the input side of Conv/Linear)
 and followers (norms) remember which id each of their channels carries, so shrinking a producer shrinks
 them too. Pins mark ids that must stay (model outputs, ops the speedup cannot shrink).
@@ -26,7 +28,14 @@ class Space:
 
     owner: str
     ids: np.ndarray
-    kind: str = "out"  # "out" (a layer's output channels) or "heads" (an attention block's context)
+    #: "out" (a layer's output channels), "heads" (an attention block's context), "param" (a per-channel
+    #: parameter: follows, never votes), "inner" (a MoE experts module's intermediate channels, per expert)
+    kind: str = "out"
+
+    @property
+    def votes(self) -> bool:
+        """Whether the space's producer decides which of its channels stay (params only follow)."""
+        return self.kind != "param"
 
 
 @dataclass
@@ -52,8 +61,23 @@ class LeafRecord:
 
 
 @dataclass
+class ParamRecord:
+    """A parameter a traced-through module uses in its forward; ``dim`` carries its channels."""
+
+    name: str  # qualified parameter name, e.g. "encoder.layer.0.layer_scale"
+    module: nn.Module
+    attr: str
+    dim: int
+    ids: np.ndarray
+
+
+@dataclass
 class AttentionRecord:
-    """A recognised multi-head attention block (q/k/v[/o] projections, optional grouped kv heads)."""
+    """A recognised multi-head attention block (q/k/v[/o] projections, optional grouped kv heads).
+
+    With a fused projection (``qkv``: one Linear/Conv1D whose rows are q, then k, then v) ``q``, ``k`` and
+    ``v`` all name that layer and ``fused`` is True.
+    """
 
     name: str
     q: str
@@ -64,11 +88,33 @@ class AttentionRecord:
     num_kv_heads: int
     head_dim: int
     heads_space: Space | None = None  # the context ids when no o-projection sits inside the block
+    fused: bool = False
 
     @property
     def group_size(self) -> int:
         """Query heads per kv head."""
         return self.num_heads // self.num_kv_heads
+
+    def projections(self) -> list[str]:
+        """The distinct layers holding the q/k/v rows."""
+        return [self.q] if self.fused else [self.q, self.k, self.v]
+
+    def rows(self, keep_kv: np.ndarray) -> dict[str, list[int]]:
+        """Rows of each q/k/v layer that stay when the kv-head groups ``keep_kv`` (bool per group) stay."""
+        d, g, h, hk = self.head_dim, self.group_size, self.num_heads, self.num_kv_heads
+        q = [i for j in np.flatnonzero(keep_kv).tolist() for i in range(j * g * d, (j + 1) * g * d)]
+        kv = [i for j in np.flatnonzero(keep_kv).tolist() for i in range(j * d, (j + 1) * d)]
+        if self.fused:
+            return {self.q: q + [h * d + i for i in kv] + [(h + hk) * d + i for i in kv]}
+        return {self.q: q, self.k: kv, self.v: kv}
+
+    def row_groups(self) -> dict[str, np.ndarray]:
+        """kv-head group of every q/k/v row, per layer."""
+        d, g, hk = self.head_dim, self.group_size, self.num_kv_heads
+        q, kv = np.repeat(np.arange(hk), g * d), np.repeat(np.arange(hk), d)
+        if self.fused:
+            return {self.q: np.concatenate([q, kv, kv])}
+        return {self.q: q, self.k: kv, self.v: kv}
 
 
 @dataclass
@@ -90,6 +136,8 @@ class ChannelGraph:
     leaves: dict[str, LeafRecord] = field(default_factory=dict)
     attention: dict[str, AttentionRecord] = field(default_factory=dict)
     pins: list[Pin] = field(default_factory=list)
+    params: dict[str, ParamRecord] = field(default_factory=dict)
+    residual: list[np.ndarray] = field(default_factory=list)  # ids joined by a residual add
     calls: list[ModuleCall] = field(default_factory=list)
     inner: dict[str, str] = field(default_factory=dict)  # module run inside an unanalysed module -> that module
     output_shapes: list[tuple[int, ...]] = field(default_factory=list)
@@ -113,7 +161,7 @@ class ChannelGraph:
         """Names of the producers whose ids share a class with ``ids``."""
         roots = self.uf.roots() if roots is None else roots
         wanted = set(roots[ids[ids >= 0]].tolist())
-        return sorted({s.owner for s in self.spaces.values() if wanted.intersection(roots[s.ids].tolist())})
+        return sorted({s.owner for s in self.spaces.values() if s.votes and wanted.intersection(roots[s.ids].tolist())})
 
 
 def compact(shadow: torch.Tensor) -> torch.Tensor:

@@ -2,17 +2,40 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 CONV_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-ATTENTION_NAMES = (("q_proj", "k_proj", "v_proj", "o_proj"), ("query", "key", "value", None))
-HEAD_DIM_ATTRS = ("head_dim", "attention_head_size", "head_size")
-NUM_HEADS_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head")
-NUM_KV_HEADS_ATTRS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads")
-INNER_SIZE_ATTRS = ("all_head_size", "inner_dim")
+
+
+def is_conv1d(module: nn.Module) -> bool:
+    """A GPT-style ``Conv1D`` (transformers): a Linear whose weight is stored transposed, ``[in, out]``."""
+    weight = getattr(module, "weight", None)
+    return (type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.dim() == 2
+            and getattr(module, "nf", None) == weight.shape[1] and set(own_params(module)) <= {"weight", "bias"})
+
+
+def is_linear(module: nn.Module) -> bool:
+    """``nn.Linear`` (or a subclass) or a GPT-style ``Conv1D``."""
+    return isinstance(module, nn.Linear) or is_conv1d(module)
+
+
+def linear_io(module: nn.Module) -> tuple[int, int]:
+    """(out_features, in_features) of a Linear or Conv1D."""
+    if is_conv1d(module):
+        return module.weight.shape[1], module.weight.shape[0]
+    return module.out_features, module.in_features
+
+
+def out_dim(module: nn.Module) -> int:
+    """The weight dim that holds the output channels: 1 for ``Conv1D``, 0 otherwise."""
+    return 1 if is_conv1d(module) else 0
+
+
+def out_major(module: nn.Module, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` (shaped like the weight) with the output channels first (a transposed view for ``Conv1D``)."""
+    return tensor.t() if is_conv1d(module) else tensor
 
 
 def own_params(module: nn.Module) -> dict[str, nn.Parameter]:
@@ -56,7 +79,12 @@ def torch_base(module: nn.Module) -> str:
 
 
 def norm_channel_dim(module: nn.Module) -> int:
-    """The activation dim a norm's parameters follow: 1 for BatchNorm/GroupNorm, the last dim otherwise."""
+    """The activation dim a norm's parameters follow: 1 for BatchNorm/GroupNorm, the last dim otherwise.
+
+    A LayerNorm declared ``data_format="channels_first"`` (ConvNeXt's) normalises dim 1.
+    """
+    if getattr(module, "data_format", None) == "channels_first":
+        return 1
     return 1 if isinstance(module, (_BatchNorm, nn.GroupNorm)) else -1
 
 
@@ -67,75 +95,3 @@ def norm_problem(module: nn.Module) -> str:
     if isinstance(module, nn.GroupNorm) and module.num_groups not in (1, module.num_channels):
         return f"GroupNorm with {module.num_groups} groups needs whole groups of channels"
     return ""
-
-
-@dataclass
-class AttentionSpec:
-    """The projections and head layout of a recognised attention block."""
-
-    q: str
-    k: str
-    v: str
-    o: str | None
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-
-
-def attention_spec(module: nn.Module) -> AttentionSpec | None:
-    """Recognise a Hugging Face style attention block whose forward reshapes with ``(-1, head_dim)``.
-
-    It needs Linear q/k/v projections (and optionally o) as children, a head-size attribute, no
-    parameters of its own, and no other parametrised child except per-head-dim norms (q_norm/k_norm).
-    """
-    if own_params(module):
-        return None
-    for names in ATTENTION_NAMES:
-        children = [getattr(module, n, None) if n else None for n in names]
-        if not all(isinstance(c, nn.Linear) for c in children[:3]):
-            continue
-        if names[3] and not isinstance(children[3], nn.Linear):
-            continue
-        q, k, v = children[:3]
-        head_dim = next((getattr(module, a) for a in HEAD_DIM_ATTRS if isinstance(getattr(module, a, None), int)),
-                        None)
-        if head_dim is None:
-            heads = next((getattr(module, a) for a in NUM_HEADS_ATTRS if isinstance(getattr(module, a, None), int)),
-                         None)
-            head_dim = q.out_features // heads if heads else None
-        if not head_dim or q.out_features % head_dim or k.out_features % head_dim:
-            return None
-        if v.out_features != k.out_features:
-            return None
-        nh, nkv = q.out_features // head_dim, k.out_features // head_dim
-        if nh % nkv:
-            return None
-        known = {n for n in names if n}
-        for child_name, child in module.named_children():
-            if child_name in known or not any(True for _ in child.parameters()):
-                continue
-            if not (is_norm(child) and own_params(child)["weight"].numel() == head_dim):
-                return None
-        return AttentionSpec(names[0], names[1], names[2], names[3], nh, nkv, head_dim)
-    return None
-
-
-def leaf_kind(module: nn.Module) -> str | None:
-    """The unit the tracer handles ``module`` as, or None to trace through its forward."""
-    if isinstance(module, CONV_TYPES):
-        if module.groups == 1:
-            return "conv"
-        if module.groups == module.in_channels:
-            return "depthwise"
-        return "grouped_conv"
-    if isinstance(module, nn.Linear):
-        return "linear"
-    if isinstance(module, nn.Embedding):
-        return "embedding"
-    if is_norm(module):
-        return "norm"
-    if attention_spec(module) is not None:
-        return "attention"
-    if own_params(module):
-        return "unknown"
-    return None

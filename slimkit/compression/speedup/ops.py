@@ -17,7 +17,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from .graph import channel_vector, compact, ids_along, tensors_in, varying_dims
-from .ops_math import ALONG_DIM, MATMUL, REDUCE, matmul, reduce, sdpa
+from .ops_math import ALONG_DIM, MATMUL, REDUCE, linear, matmul, prelu, reduce, sdpa
 
 if TYPE_CHECKING:
     from .tracer import ChannelTracer
@@ -32,6 +32,7 @@ ELEMENTWISE = set(
     masked_fill_ lerp eq ne gt lt ge le __eq__ __ne__ __gt__ __lt__ __ge__ __le__ isnan isinf
     """.split()
 )
+ADDS = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "__sub__", "__rsub__", "__isub__"}
 FIRST_ONLY = {"to", "type_as", "type", "float", "half", "double", "bfloat16", "cpu", "cuda", "detach",
               "detach_", "clone", "contiguous", "data", "requires_grad_", "__get__"}
 RESHAPE = {"view", "reshape", "flatten", "unflatten", "view_as", "reshape_as", "squeeze", "unsqueeze",
@@ -80,6 +81,10 @@ def handle(tr: ChannelTracer, func: Any, args: tuple, kwargs: dict, out: Any) ->
         return matmul(tr, name, args[0], args[1], outs[0])
     if name == "scaled_dot_product_attention":
         return sdpa(tr, name, args, kwargs, outs[0])
+    if name == "linear":
+        return linear(tr, name, args, kwargs, outs[0])
+    if name == "prelu":
+        return prelu(tr, name, args, kwargs, outs[0])
     tr.pin_all(tensors_in((args, kwargs)), name, "the speedup does not know how channels flow through it")
 
 
@@ -99,6 +104,8 @@ def _elementwise(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, outs: 
     if any(varying_dims(s) for s, ok in zip(tracked, is_aligned, strict=True) if not ok):
         tr.pin_all(operands, name, "it combines channels laid out along different dims")
     merged = aligned[0].expand(small)
+    if name in ADDS and len(aligned) > 1:  # a residual add: these channels are a residual stream
+        tr.graph.residual.append(torch.unique(merged).cpu().numpy())
     for s in aligned[1:]:
         s = s.expand(small)
         tr.graph.uf.union_arrays(merged.reshape(-1).cpu().numpy(), s.reshape(-1).cpu().numpy())
@@ -167,12 +174,28 @@ def _select(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs: dict, 
     if got is None:
         return
     src = tr.get(tensors_in(args)[0])
-    if src is not None:
+    if src is not None and not (name == "chunk" and _pair_chunks(tr, src, got)):
         before = set(torch.unique(compact(src)).tolist()) - {-1}
         if any(set(torch.unique(compact(g)).tolist()) - {-1} != before for g in got):
             tr.pin_shadow(src, name, "it selects channels by position, which moves when channels are removed")
     for w, g in zip(tensors_in(out), got, strict=True):
         tr.put(w, g)
+
+
+def _pair_chunks(tr: ChannelTracer, src: torch.Tensor, parts: list[torch.Tensor]) -> bool:
+    """``chunk`` cuts the channel dim into equal parts: tie channel i of every part so all parts lose alike.
+
+    Returns False (the caller pins) unless the parts split one channel dim into equal, fully tracked pieces.
+    """
+    dims = varying_dims(src)
+    if len(dims) != 1 or len(parts) < 2:
+        return False
+    vectors = [channel_vector(p, dims[0]) for p in parts]
+    if any(v is None or len(v) != len(vectors[0]) or bool((v < 0).any()) for v in vectors):
+        return False
+    for v in vectors[1:]:
+        tr.graph.uf.union_arrays(vectors[0], v)
+    return True
 
 
 def _concat(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:

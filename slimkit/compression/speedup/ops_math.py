@@ -105,3 +105,43 @@ def sdpa(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, out: torch.Ten
             tr.pin_all([v], name, "value channels vary across heads")
         else:
             tr.put(out, ids_along(vv, out, -1))
+
+
+def linear(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+    """``F.linear(x, weight)`` with a parameter a traced-through module owns (a MoE router's ``[E, H]`` weight).
+
+    The weight's tracked dim must be its input dim (dim 1): those ids are tied to ``x``'s last-dim channels and
+    the output carries none. Anything else is pinned.
+    """
+    x, w = (list(args) + [kwargs.get("input"), kwargs.get("weight")])[:2]
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    sx, sw = tr.get(x), tr.get(w)
+    if bias is not None and tr.get(bias) is not None or w is None or w.dim() != 2:
+        tr.pin_all([x, w, bias], name, "its weight's output rows carry channels")
+        return
+    if sw is not None and varying_dims(sw) != [1]:
+        tr.pin_all([x, w], name, "its weight's output rows carry channels")
+        return
+    vx = channel_vector(sx, -1) if sx is not None and x.dim() - 1 in varying_dims(sx) else None
+    if (sx is not None and vx is None) or (sw is None) != (vx is None) or (sx is not None and set(
+            varying_dims(sx)) - {x.dim() - 1}):
+        tr.pin_all([x, w], name, "it contracts channels against a matrix no layer produces")
+        return
+    if vx is not None:
+        tr.graph.uf.union_arrays(vx, channel_vector(sw, 1))
+
+
+def prelu(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+    """``F.prelu(x, weight)``: a per-channel weight along dim 1 follows x's channels."""
+    x, w = (list(args) + [kwargs.get("input"), kwargs.get("weight")])[:2]
+    sx, sw = tr.get(x), tr.get(w)
+    if sx is None or x.dim() < 2 or (sw is not None and w.numel() != x.shape[1]):
+        tr.pin_all([x, w], name, "its weight does not follow the channels along dim 1")
+        return
+    vx = channel_vector(sx, 1)
+    if vx is None or set(varying_dims(sx)) - {1} or (sw is None and w.numel() > 1):
+        tr.pin_all([x, w], name, "its weight does not follow the channels along dim 1")
+        return
+    if sw is not None:
+        tr.graph.uf.union_arrays(vx, sw.reshape(-1).cpu().numpy())
+    tr.put(out, ids_along(vx, out, 1))

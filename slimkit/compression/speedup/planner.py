@@ -1,10 +1,12 @@
 """Deciding which channels survive: reconcile masks within coupled groups, honour pins, list the result.
 
 Rules, in order:
-1. Every producer votes per output channel: a masked layer keeps the rows its mask keeps, an unmasked
-   layer keeps all (it was excluded from pruning). A depthwise conv votes only when it has a mask (its
-   channels are its input's). An attention block votes per kv-head group: a group goes when every
-   masked q/k/v row of it is zero (and no unmasked projection keeps it).
+1. Every producer votes per output channel: a masked layer keeps the rows its mask keeps (an embedding its
+   columns, a MoE experts module the hidden rows of ``down_proj`` and each expert's intermediate channels),
+   an unmasked layer keeps all (it was excluded from pruning). A depthwise or grouped conv votes only when
+   it has a mask (its channels are its input's). An attention block votes per kv-head group: a group goes
+   when every masked q/k/v row of it is zero (and no unmasked projection keeps it). Per-channel
+   parameters of traced-through modules never vote: they follow their channels.
 2. A class of coupled channels (residual add, elementwise product, concat pieces...) is removed only
    when no vote keeps any member: the union of kept channels.
 3. Pinned channels stay. If a mask wanted one removed and the pin comes from an op the speedup cannot
@@ -15,16 +17,16 @@ Rules, in order:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from .errors import UnsupportedOpError
 from .graph import ChannelGraph
+from .kept import PRUNABLE, KeptChannels, kept_channels
 from .masks import LayerMask
 
-PRUNABLE = {"conv", "depthwise", "grouped_conv", "linear"}
-KeptChannels = dict[str, dict[str, Any]]  # {layer: {"out": [...], "in": [...]}} (+ "add_bias", heads)
+MASKABLE = PRUNABLE | {"embedding", "experts"}
+FOLLOWS_INPUT = {"depthwise", "grouped_conv"}
 
 
 @dataclass
@@ -40,9 +42,9 @@ def _check_mask_names(graph: ChannelGraph, masks: dict[str, LayerMask], warnings
     children = {getattr(a, p): a for a in graph.attention.values() for p in ("q", "k", "v", "o") if getattr(a, p)}
     for name in masks:
         rec = graph.leaves.get(name)
-        if rec is not None and rec.kind not in PRUNABLE:
-            raise UnsupportedOpError(type(rec.module).__name__, name, [name],
-                                     "only Conv and Linear output channels can be pruned")
+        if rec is not None and rec.kind not in MASKABLE:
+            raise UnsupportedOpError(type(rec.module).__name__, name, [name], "only the output channels of Conv, "
+                                     "Linear, Embedding and MoE experts layers can be pruned")
         if rec is None and name not in children:
             owner = graph.inner.get(name)
             if owner is not None:
@@ -56,11 +58,10 @@ def _attention_votes(graph: ChannelGraph, masks: dict[str, LayerMask], warnings:
     """Per attention block, which kv-head groups the masks keep."""
     out = {}
     for att in graph.attention.values():
-        h, hk, d, g = att.num_heads, att.num_kv_heads, att.head_dim, att.group_size
-        rows = {p: masks[getattr(att, p)].rows_keep if getattr(att, p) in masks else np.ones(
-            (h if p == "q" else hk) * d, dtype=bool) for p in ("q", "k", "v")}
-        keep = rows["q"].reshape(h, d).any(1).reshape(hk, g).any(1)
-        keep = keep | rows["k"].reshape(hk, d).any(1) | rows["v"].reshape(hk, d).any(1)
+        keep = np.zeros(att.num_kv_heads, dtype=bool)
+        for layer, group in att.row_groups().items():
+            rows = masks[layer].rows_keep if layer in masks else np.ones(len(group), dtype=bool)
+            np.logical_or.at(keep, group, rows)
         if not keep.any():
             warnings.append(f"{att.name}: every attention head was pruned; keeping kv-head group 0.")
             keep[0] = True
@@ -83,17 +84,21 @@ def make_plan(graph: ChannelGraph, masks: dict[str, LayerMask]) -> Plan:
             if not np.isin(roots, np.unique(roots[space.ids])).sum() == len(space.ids):
                 rows[:] = True  # the heads' channels are tied to other layers: keep them all
             vote[space.ids], voted[space.ids] = rows, True
-        else:
+        elif space.votes:
             mask = masks.get(space.owner)
-            vote[space.ids] |= True if mask is None else mask.rows_keep
+            keep = None if mask is None else mask.inner_keep if space.kind == "inner" else mask.rows_keep
+            vote[space.ids] |= True if keep is None else keep.reshape(-1)
             voted[space.ids] = True
     for rec in graph.leaves.values():
-        if rec.kind == "depthwise" and rec.name in masks:
+        if rec.kind in FOLLOWS_INPUT and rec.name in masks:
             ok = rec.out_ids >= 0
             np.logical_or.at(vote, rec.out_ids[ok], masks[rec.name].rows_keep[ok])
             voted[rec.out_ids[ok]] = True
     class_keep = np.zeros(n, dtype=bool)
-    np.logical_or.at(class_keep, roots, vote | ~voted)
+    follows = np.zeros(n, dtype=bool)  # parameter ids: they neither keep nor drop a class
+    for space in graph.spaces.values():
+        follows[space.ids] |= not space.votes
+    np.logical_or.at(class_keep, roots, vote | (~voted & ~follows))
     class_voted = np.zeros(n, dtype=bool)
     np.logical_or.at(class_voted, roots, voted)
     class_keep |= ~class_voted
@@ -110,12 +115,13 @@ def make_plan(graph: ChannelGraph, masks: dict[str, LayerMask]) -> Plan:
         class_keep[roots[pin.ids]] = True
     keep_id = class_keep[roots]
     for space in graph.spaces.values():  # never leave a layer with no channels
-        if not keep_id[space.ids].any():
+        if space.votes and not keep_id[space.ids].any():
             warnings.append(f"{space.owner}: every channel was pruned; keeping channel 0 so the layer still works.")
             class_keep[roots[space.ids[0]]] = True
             keep_id = class_keep[roots]
     _round_up_heads(graph, keep_id)
-    kept = _kept_channels(graph, keep_id, groups)
+    _even_experts(graph, keep_id, warnings)
+    kept = kept_channels(graph, keep_id, groups)
     _explain(graph, masks, kept, roots, output_roots, warnings)
     return Plan(kept, keep_id, warnings)
 
@@ -128,6 +134,22 @@ def _layer_ids(graph: ChannelGraph, name: str) -> np.ndarray | None:
     return rec.out_ids[rec.out_ids >= 0] if rec is not None and rec.out_ids is not None else None
 
 
+def _even_experts(graph: ChannelGraph, keep_id: np.ndarray, warnings: list[str]) -> None:
+    """3-D expert weights need the same intermediate size in every expert: keep the strongest extra channels."""
+    for space in graph.spaces.values():
+        if space.kind != "inner":
+            continue
+        experts = len(space.ids) // graph.leaves[space.owner].module.down_proj.shape[2]
+        keep = keep_id[space.ids].reshape(experts, -1)
+        most = int(keep.sum(1).max())
+        if int(keep.sum(1).min()) != most:
+            warnings.append(f"{space.owner}: experts keep {sorted(set(keep.sum(1).tolist()))} intermediate channels; "
+                            f"every expert keeps {most} (its 3-D weights need one size).")
+            for row in keep:
+                row[np.flatnonzero(~row)[: most - int(row.sum())]] = True
+            keep_id[space.ids] = keep.reshape(-1)
+
+
 def _round_up_heads(graph: ChannelGraph, keep_id: np.ndarray) -> None:
     for att in graph.attention.values():
         if att.heads_space is not None:
@@ -135,52 +157,10 @@ def _round_up_heads(graph: ChannelGraph, keep_id: np.ndarray) -> None:
             keep_id[att.heads_space.ids] = np.repeat(heads, att.group_size * att.head_dim)
 
 
-def _kept(ids: np.ndarray, keep_id: np.ndarray) -> list[int]:
-    return [i for i, x in enumerate(ids.tolist()) if x < 0 or keep_id[x]]
-
-
-def _kept_channels(graph: ChannelGraph, keep_id: np.ndarray, groups: dict[str, np.ndarray]) -> KeptChannels:
-    kept: KeptChannels = {}
-
-    def add(name: str, out: list[int], n_out: int, inn: list[int], n_in: int) -> None:
-        if len(out) < n_out or len(inn) < n_in:
-            kept[name] = {"out": out, "in": inn}
-
-    for rec in graph.leaves.values():
-        m = rec.module
-        if rec.kind in PRUNABLE:
-            add(rec.name, _kept(rec.out_ids, keep_id), len(rec.out_ids), _kept(rec.in_ids, keep_id), len(rec.in_ids))
-        elif rec.kind == "embedding":
-            rows = list(range(m.num_embeddings))
-            add(rec.name, _kept(rec.out_ids, keep_id), len(rec.out_ids), rows, len(rows))
-        elif rec.kind == "norm":
-            ch = _kept(rec.in_ids, keep_id)
-            add(rec.name, ch, len(rec.in_ids), ch, len(rec.in_ids))
-        elif rec.kind == "attention":
-            att = graph.attention[rec.name]
-            g_keep = groups[att.name]
-            if att.heads_space is not None:
-                g_keep = keep_id[att.heads_space.ids].reshape(att.num_kv_heads, -1).any(1)
-            d, inn = att.head_dim, _kept(rec.in_ids, keep_id)
-            kv = [j for j in range(att.num_kv_heads) if g_keep[j]]
-            heads = [h for h in range(att.num_heads) if g_keep[h // att.group_size]]
-            q_rows = [h * d + i for h in heads for i in range(d)]
-            kv_rows = [j * d + i for j in kv for i in range(d)]
-            n_in = len(rec.in_ids)
-            add(att.q, q_rows, att.num_heads * d, inn, n_in)
-            add(att.k, kv_rows, att.num_kv_heads * d, inn, n_in)
-            add(att.v, kv_rows, att.num_kv_heads * d, inn, n_in)
-            if att.o is not None:
-                add(att.o, _kept(rec.out_ids, keep_id), len(rec.out_ids), q_rows, att.num_heads * d)
-            if len(heads) < att.num_heads:
-                kept[att.name] = {"heads": heads, "kv_heads": kv}
-    return kept
-
-
 def _explain(graph: ChannelGraph, masks: dict[str, LayerMask], kept: KeptChannels, roots: np.ndarray,
              output_roots: set[int], warnings: list[str]) -> None:
     """Warn for every mask whose removals were not all carried out (the 'model is not smaller' question)."""
-    heads = {p for a in graph.attention.values() for p in (a.q, a.k, a.v)}
+    heads = {p for a in graph.attention.values() for p in a.projections()}
     for name, mask in masks.items():
         wanted = int((~mask.rows_keep).sum())
         rows = len(mask.rows_keep)

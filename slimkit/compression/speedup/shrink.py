@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -9,8 +10,13 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from .attention_spec import HEAD_DIM_ATTRS, INNER_SIZE_ATTRS, NUM_HEADS_ATTRS, NUM_KV_HEADS_ATTRS
 from .errors import SpeedupError
-from .layers import CONV_TYPES, HEAD_DIM_ATTRS, INNER_SIZE_ATTRS, NUM_HEADS_ATTRS, NUM_KV_HEADS_ATTRS, is_norm
+from .experts import experts_spec, shrink_experts
+from .layers import CONV_TYPES, is_conv1d, is_norm
+
+#: size attributes a module with per-channel parameters may keep for its forward (updated with the parameter)
+SIZE_ATTRS = ("hidden_dim", "hidden_size")
 
 
 class Snapshot:
@@ -80,6 +86,8 @@ def shrink_module(name: str, module: nn.Module, entry: Mapping[str, Any]) -> Non
                            f"attention block); got {entry!r:.120}.")
     if "heads" in entry:
         return _shrink_attention(name, module, entry)
+    if experts_spec(module) is not None:
+        return shrink_experts(name, module, entry)
     kind = type(module).__name__
     if isinstance(module, CONV_TYPES):
         out = _indices(name, "out", entry["out"], module.out_channels)
@@ -93,14 +101,26 @@ def shrink_module(name: str, module: nn.Module, entry: Mapping[str, Any]) -> Non
                                    f"the rows of the kept 'in' channels ({mult} per channel).")
             weight = _take(module.weight, 0, out)
             module.groups = len(inn)
-        else:
-            if len(out) != module.out_channels or len(inn) != module.in_channels:
-                raise SpeedupError(f"{name!r} is a grouped convolution (groups={module.groups}); it cannot be shrunk.")
-            return
+        else:  # grouped: whole groups go, each group's filters read its own input channels
+            width, per_group = module.in_channels // module.groups, module.out_channels // module.groups
+            groups = sorted({int(i) // width for i in inn})
+            if len(inn) != len(groups) * width or [int(o) for o in out] != [g * per_group + r for g in groups
+                                                                          for r in range(per_group)]:
+                raise SpeedupError(f"kept_channels[{name!r}]: a grouped convolution (groups={module.groups}) keeps "
+                                   "whole groups; 'in' and 'out' must be the channels of the same kept groups.")
+            weight = _take(module.weight, 0, out)
+            module.groups = len(groups)
         _set(module, "weight", weight)
         _set(module, "bias", _take(module.bias, 0, out))
         _add_bias(name, module, entry, len(out))
         module.out_channels, module.in_channels = len(out), len(inn)
+        return
+    if is_conv1d(module):  # transformers' Conv1D: weight [in, out], sizes in nx / nf
+        out = _indices(name, "out", entry["out"], module.weight.shape[1])
+        inn = _indices(name, "in", entry["in"], module.weight.shape[0])
+        _set(module, "weight", _take(module.weight, 1, out).index_select(0, inn.to(module.weight.device)))
+        _set(module, "bias", _take(module.bias, 0, out))
+        module.nf, module.nx = len(out), len(inn)
         return
     if isinstance(module, nn.Linear):
         out = _indices(name, "out", entry["out"], module.out_features)
@@ -153,3 +173,27 @@ def _shrink_attention(name: str, module: nn.Module, entry: Mapping[str, Any]) ->
         for a in attrs:
             if value is not None and isinstance(getattr(module, a, None), int):
                 setattr(module, a, value)
+    config = getattr(module, "config", None)  # a forward may read the head counts from the model config
+    counts = {"num_attention_heads": len(heads), "num_key_value_heads": len(kv)}
+    if config is not None and any(isinstance(getattr(config, k, None), int) and getattr(config, k) != v
+                                  for k, v in counts.items()):
+        own = copy.copy(config)  # this block's own config: other blocks may keep other head counts
+        for key, value in counts.items():
+            if isinstance(getattr(own, key, None), int):
+                setattr(own, key, value)
+        module.config = own
+
+
+def shrink_param(name: str, module: nn.Module, attr: str, entry: Mapping[str, Any]) -> None:
+    """Shrink the per-channel parameter ``attr`` of ``module`` to ``{"param_dim": d, "keep": [...]}``."""
+    param = module._parameters.get(attr)
+    dim = entry.get("param_dim")
+    if param is None or not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim < param.dim():
+        raise SpeedupError(f"kept_channels[{name!r}] must name a parameter and a dim of it as {{'param_dim': d, "
+                           f"'keep': [...]}}; got {entry!r:.120} for {type(module).__name__}.{attr}.")
+    keep = _indices(name, "keep", entry.get("keep"), param.shape[dim])
+    old = param.shape[dim]
+    _set(module, attr, _take(param, dim, keep))
+    for size_attr in SIZE_ATTRS:  # e.g. a MoE router reshaping its input with (-1, self.hidden_dim)
+        if getattr(module, size_attr, None) == old and not isinstance(getattr(module, size_attr), bool):
+            setattr(module, size_attr, len(keep))

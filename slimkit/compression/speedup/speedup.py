@@ -20,7 +20,8 @@ from .graph import ChannelGraph, tensors_in
 from .layers import subclass_problem, torch_base
 from .masks import LayerMask, MaskDict, normalize_masks
 from .planner import KeptChannels, Plan, make_plan
-from .shrink import Snapshot, shrink_module
+from .shared import retie, shared_parameters
+from .shrink import Snapshot, shrink_module, shrink_param
 from .tracer import _as_tree, trace_channels
 
 
@@ -87,12 +88,13 @@ class ModelSpeedup:
         modules = dict(self.model.named_modules())
         _refuse_opaque_subclasses(modules, plan.kept, graph, set(self.masks))
         snapshot = Snapshot(list(modules.values()))  # folding may also shift a norm that is not shrunk
+        shared = shared_parameters(modules.items())  # before masking replaces a tied weight on one side
         try:
             with torch.no_grad():
                 _apply_masks(modules, self.masks)
             folds = find_folds(self.model, self.dummy_input, plan.kept) if self.fold_constants else []
             apply_folds(self.model, folds, plan.kept)
-            _shrink_all(self.model, plan.kept)
+            _shrink_all(self.model, plan.kept, shared)
             if self.verify:
                 _verify(self.model, self.dummy_input, graph.output_shapes, plan.kept)
         except BaseException:
@@ -177,19 +179,43 @@ def _apply_masks(modules: dict[str, nn.Module], masks: dict[str, LayerMask]) -> 
                 setattr(module, attr, nn.Parameter(p * m.to(p.device, p.dtype), requires_grad=p.requires_grad))
 
 
-def _shrink_all(model: nn.Module, kept_channels: Mapping[str, Any]) -> None:
+def _param_owner(modules: Mapping[str, nn.Module], name: str) -> tuple[nn.Module, str] | None:
+    """(module, attribute) of the parameter ``name`` (a qualified parameter name), or None."""
+    owner, _, attr = name.rpartition(".")
+    module = modules.get(owner)
+    return (module, attr) if module is not None and module._parameters.get(attr) is not None else None
+
+
+def _touched(modules: Mapping[str, nn.Module], kept_channels: Mapping[str, Any]) -> list[nn.Module]:
+    """The modules a replay of ``kept_channels`` changes (layers, and the owners of shrunk parameters)."""
+    found = [modules[n] for n in kept_channels if n in modules]
+    return found + [p[0] for n in kept_channels if n not in modules and (p := _param_owner(modules, n))]
+
+
+def _shrink_all(model: nn.Module, kept_channels: Mapping[str, Any], shared: list | None = None) -> None:
     modules = dict(model.named_modules())
+    shared = shared_parameters(modules.items()) if shared is None else shared
+
     def heads_last(name: str) -> bool:  # head counts are set after the projections shrink
         return isinstance(kept_channels[name], Mapping) and "heads" in kept_channels[name]
 
     order = sorted(kept_channels, key=heads_last)
     for name in order:
+        entry = kept_channels[name]
+        if name not in modules and isinstance(entry, Mapping) and "param_dim" in entry:
+            owner = _param_owner(modules, name)
+            if owner is None:
+                raise SpeedupError(f"kept_channels names parameter {name!r}, which the model does not have. Build the "
+                                   "same base architecture the record was made from before replaying it.")
+            shrink_param(name, owner[0], owner[1], entry)
+            continue
         if name not in modules:
             raise SpeedupError(
                 f"kept_channels names layer {name!r}, which the model does not have.{closest(name, modules)} Build the "
                 "same base architecture the record was made from before replaying it."
             )
-        shrink_module(name, modules[name], kept_channels[name])
+        shrink_module(name, modules[name], entry)
+    retie(shared)
 
 
 def apply_kept_channels(model: nn.Module, kept_channels: Mapping[str, Any]) -> nn.Module:
@@ -203,7 +229,7 @@ def apply_kept_channels(model: nn.Module, kept_channels: Mapping[str, Any]) -> n
                            f"{type(kept_channels).__name__}.")
     modules = dict(model.named_modules())
     _refuse_opaque_subclasses(modules, kept_channels)
-    snapshot = Snapshot([modules[n] for n in kept_channels if n in modules])
+    snapshot = Snapshot(_touched(modules, kept_channels))
     try:
         _shrink_all(model, kept_channels)
     except BaseException:

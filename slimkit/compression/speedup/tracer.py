@@ -8,6 +8,10 @@ too. Forward hooks alone see module calls but not the functional ops between the
 run: module hooks record the call order and shapes and handle known layers as units, and a
 ``TorchFunctionMode`` sees every torch function called between layers, so whatever runs, traces.
 
+A module with parameters of its own that is not a known layer is traced through too: each parameter it uses
+directly (a layer scale, a class token, a position table) gets ids along its channel dim, and the ops that
+combine it with an activation tie them, so it is shrunk with those channels (it never keeps one alive).
+
 What it cannot see: arithmetic done outside torch (NumPy, Python numbers taken with ``.item()``), and
 control flow that takes another branch for other inputs (only the dummy input's path is analysed). Ops
 it does not understand are never guessed at: the channels reaching them are kept, and a mask that wants
@@ -29,10 +33,11 @@ from slimkit.utils import run_model
 
 from . import ops
 from .errors import SpeedupError
-from .graph import AttentionRecord, ChannelGraph, LeafRecord, ModuleCall, channel_vector, compact, ids_along, tensors_in
-from .layers import attention_spec, leaf_kind, norm_channel_dim, norm_problem
-
-CHANNEL_DIM = {"conv": 1, "depthwise": 1, "grouped_conv": 1, "linear": -1, "attention": -1}
+from .graph import ChannelGraph, LeafRecord, ModuleCall, channel_vector, compact, tensors_in
+from .kinds import leaf_kind
+from .layers import own_params
+from .leaves import follow_params, handle_leaf
+from .shared import tie_shared_weights
 
 
 class ChannelTracer(TorchFunctionMode):
@@ -114,6 +119,12 @@ class ChannelTracer(TorchFunctionMode):
                 if self._leaf_stack:
                     self.graph.inner.setdefault(name, self._leaf_stack[0])
                 self._leaf_stack.append(name)
+            elif not self._leaf_stack and own_params(module):
+                self._busy = True
+                try:
+                    follow_params(self, name, module)
+                finally:
+                    self._busy = False
 
         return hook
 
@@ -129,7 +140,7 @@ class ChannelTracer(TorchFunctionMode):
                         others = [t for t in tensors_in((args, kwargs)) if t is not x]
                         self.pin_all(others, type(module).__name__, "an extra tensor input of a layer")
                         try:
-                            self._leaf(name, kind, module, x, y)
+                            handle_leaf(self, name, kind, module, x, y)
                         except Exception as exc:  # keep the channels of a layer we could not analyse
                             self.pin_all([x, y], type(module).__name__, f"analysing the layer failed: {exc}")
                             if y is not None:
@@ -144,7 +155,8 @@ class ChannelTracer(TorchFunctionMode):
         return hook
 
     # -- layers ----------------------------------------------------------------------------------------
-    def _input_ids(self, name: str, x: torch.Tensor | None, dim: int, size: int) -> np.ndarray:
+    def input_ids(self, name: str, x: torch.Tensor | None, dim: int, size: int) -> np.ndarray:
+        """Ids along ``dim`` of a layer's input (all -1 when none are tracked; pins when they cannot be read)."""
         s = self.get(x)
         if s is None or x is None or x.dim() == 0 or x.shape[dim] != size:
             if s is not None:
@@ -156,7 +168,8 @@ class ChannelTracer(TorchFunctionMode):
             return np.full(size, -1, dtype=np.int64)
         return vec
 
-    def _record(self, name: str, kind: str, module: nn.Module, in_ids: np.ndarray | None) -> LeafRecord:
+    def record(self, name: str, kind: str, module: nn.Module, in_ids: np.ndarray | None) -> LeafRecord:
+        """The layer's record (made on its first call); a second call's input must carry the same channels."""
         rec = self.graph.leaves.get(name)
         if rec is None:
             rec = self.graph.leaves[name] = LeafRecord(name, kind, module, in_ids=in_ids)
@@ -165,64 +178,6 @@ class ChannelTracer(TorchFunctionMode):
             mixed = (rec.in_ids >= 0) != (in_ids >= 0)
             self.graph.pin(np.concatenate([rec.in_ids[mixed], in_ids[mixed]]), type(module).__name__,
                            name, "the layer is called on inputs with different channel sources")
-        return rec
-
-    def _leaf(self, name: str, kind: str, module: nn.Module, x: torch.Tensor | None, y: torch.Tensor | None) -> None:
-        g = self.graph
-        if kind == "unknown":
-            self._record(name, kind, module, None)
-            self.pin_all([x], type(module).__name__, "a module with its own parameters that the speedup "
-                         "cannot shrink")
-            return
-        if kind == "embedding":
-            rec = self._record(name, kind, module, None)
-            rec.out_ids = g.new_space(name, module.embedding_dim).ids
-        elif kind == "norm":
-            dim = norm_channel_dim(module)
-            size = module.weight.numel() if getattr(module, "weight", None) is not None else x.shape[dim]
-            rec = self._record(name, kind, module, self._input_ids(name, x, dim, size))
-            rec.out_ids = rec.in_ids
-            problem = norm_problem(module)
-            if problem:
-                g.pin(rec.in_ids, type(module).__name__, name, problem)
-            if y is not None and x is not None and y.shape == x.shape:
-                self.put(y, self.get(x))
-            return
-        elif kind == "attention":
-            rec = self._attention(name, module, x)
-        else:
-            dim = CHANNEL_DIM[kind]
-            size = module.in_features if kind == "linear" else module.in_channels
-            rec = self._record(name, kind, module, self._input_ids(name, x, dim, size))
-            if kind == "depthwise":
-                rec.out_ids = np.repeat(rec.in_ids, module.out_channels // module.in_channels)
-            else:
-                size = module.out_features if kind == "linear" else module.out_channels
-                rec.out_ids = g.new_space(name, size).ids
-            if kind == "grouped_conv":
-                detail = f"grouped convolution with groups={module.groups} ties channels in groups"
-                g.pin(rec.in_ids, "Conv(groups>1)", name, detail)
-                g.pin(rec.out_ids, "Conv(groups>1)", name, detail)
-        if y is not None and rec.out_ids is not None and y.dim() and y.shape[CHANNEL_DIM.get(kind, -1)] == len(
-            rec.out_ids
-        ):
-            self.put(y, ids_along(rec.out_ids, y, CHANNEL_DIM.get(kind, -1)))
-
-    def _attention(self, name: str, module: nn.Module, x: torch.Tensor | None) -> LeafRecord:
-        spec = attention_spec(module)
-        size = getattr(module, spec.q).in_features
-        rec = self._record(name, "attention", module, self._input_ids(name, x, -1, size))
-        att = self.graph.attention.get(name)
-        if att is None:
-            full = {n: f"{name}.{n}" if name else n for n in (spec.q, spec.k, spec.v, spec.o) if n}
-            att = AttentionRecord(name, full[spec.q], full[spec.k], full[spec.v], full.get(spec.o), spec.num_heads,
-                                  spec.num_kv_heads, spec.head_dim)
-            self.graph.attention[name] = att
-        if spec.o is not None:
-            rec.out_ids = self.graph.new_space(att.o, getattr(module, spec.o).out_features).ids
-        else:
-            att.heads_space = self.graph.new_space(name, spec.num_heads * spec.head_dim, kind="heads")
-            rec.out_ids = att.heads_space.ids
         return rec
 
     def pin_outputs(self, output: Any) -> None:
@@ -259,20 +214,6 @@ def _primary_output(out: Any) -> torch.Tensor | None:
     return None
 
 
-def _pin_shared_weights(graph: ChannelGraph) -> None:
-    """A weight tied between layers (e.g. embeddings and lm_head) cannot be sliced two ways: keep its channels."""
-    users: dict[int, list[str]] = {}
-    for rec in graph.leaves.values():
-        for p in rec.module.parameters():
-            users.setdefault(id(p), []).append(rec.name)
-    for names in users.values():
-        for name in names if len(names) > 1 else ():
-            rec = graph.leaves[name]
-            others = [n for n in names if n != name]
-            for ids in (rec.in_ids, rec.out_ids):
-                graph.pin(ids, "shared weight", name, f"it shares a weight with {others}")
-
-
 def trace_channels(model: nn.Module, dummy_input: Any) -> ChannelGraph:
     """Run ``model`` once on ``dummy_input`` (eval mode, no grad) and return its channel graph."""
     if not isinstance(model, nn.Module):
@@ -286,7 +227,7 @@ def trace_channels(model: nn.Module, dummy_input: Any) -> ChannelGraph:
         with torch.no_grad(), tracer:
             output = run_model(model, dummy_input)
         tracer.pin_outputs(output)
-        _pin_shared_weights(graph)
+        tie_shared_weights(graph)
     except SlimkitError:
         raise
     except Exception as exc:  # the user's forward failed: say so, with the original error

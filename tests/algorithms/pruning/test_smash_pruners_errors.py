@@ -104,8 +104,8 @@ def test_unsupported_op_names_the_op_and_the_smashconfig_fix():
 
 def test_nothing_left_to_prune_is_an_error():
     model, x = zoo.load("mlp")
-    with pytest.raises(ConfigError, match=r"l1_filter: no layer is left to prune.*'default' layers \['fc3'\] cannot "
-                                          r"be shrunk \(their channels reach the model output"):
+    with pytest.raises(ConfigError, match=r"l1_filter: no layer is left to prune. The 'default' layers cannot be "
+                                          r"shrunk:\n  \['fc3'\]: its channels reach the model output"):
         smash(model, _cfg("l1_filter", x, exclude=["fc1", "fc2"]), verbose=False)
     smashed = smash(model, _cfg("l1_filter", x, exclude=["fc2"]), verbose=False)  # fc1 alone can still shrink
     small = smashed.model
@@ -123,7 +123,7 @@ def test_slim_global_scope_needs_one_sparsity(digits):
 
 def test_heads_need_attention_blocks(digits):
     model, x = digits
-    with pytest.raises(ConfigError, match="found no attention block"):
+    with pytest.raises(ConfigError, match="l1_filter_heads=True, but the speedup found no attention block"):
         smash(model, _cfg("l1_filter", x, heads=True), verbose=False)
 
 

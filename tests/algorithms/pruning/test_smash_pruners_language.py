@@ -26,7 +26,7 @@ def _splits() -> tuple[DictDataset, DictDataset, DictDataset]:
 @pytest.mark.parametrize("algo", ["taylor_fo_weight", "activation_apoz_rank"])
 def test_token_batches_rank_the_mlp_channels(algo):
     model, inputs = zoo.load("tiny_llama")
-    cfg = SmashConfig({algo: {"sparsity": 0.25, "batches": 2, "batch_size": 4}}, device="cpu")
+    cfg = SmashConfig({algo: {"sparsity": 0.25, "batches": 2, "batch_size": 4, "dims": ["mlp"]}}, device="cpu")
     cfg.add_example_inputs(inputs)
     cfg.add_data(_splits(), collate_fn=_token_collate)
     smashed = smash(model, cfg, verbose=False)

@@ -36,8 +36,9 @@ def check_shrunk(smashed, base, inputs, shapes: dict, params: tuple[float, float
     assert macs[0] <= m_ratio <= macs[1], m_ratio
     kept = _state(smashed)["kept_channels"]
     for name, entry in kept.items():  # the replay record describes the shrunk model
-        if "out" in entry and hasattr(smashed.model.get_submodule(name), "weight"):
-            assert smashed.model.get_submodule(name).weight.shape[0] == len(entry["out"])
+        module = smashed.model.get_submodule(name) if "out" in entry else None
+        if hasattr(module, "weight"):  # an embedding's "out" are its columns
+            assert module.weight.shape[int(isinstance(module, torch.nn.Embedding))] == len(entry["out"])
 
 
 def check_digits_half(smashed, base, inputs) -> None:
@@ -78,7 +79,7 @@ class TestL1FilterHeads(AlgorithmTesterBase):
     algorithm = "l1_filter"
     models = ["tiny_llama"]
     reject_models = REJECT
-    hyperparameters = {"sparsity": 0.5, "heads": True}
+    hyperparameters = {"sparsity": 0.5, "heads": True, "dims": ["mlp"]}  # the older heads flag adds "heads"
 
     def post_smash_hook(self, smashed, base, inputs):
         shapes = {}
@@ -99,21 +100,28 @@ class TestL1FilterHeads(AlgorithmTesterBase):
         assert out.shape == (inputs["input_ids"].shape[0], inputs["input_ids"].shape[1] + 2)
 
 
-class TestL2Filter(AlgorithmTesterBase):
+class TestL2FilterMobileNet(AlgorithmTesterBase):
     algorithm = "l2_filter"
-    models = ["tiny_bert", "mobilenet_v2"]
+    models = ["mobilenet_v2"]
     reject_models = REJECT
     hyperparameters = {"sparsity": 0.5}
 
     def post_smash_hook(self, smashed, base, inputs):
-        if base.slimkit_zoo_name == "mobilenet_v2":
-            shapes = {f"features.{i}.conv.0.0": (base.features[i].conv[0][0].out_channels // 2, None)
-                      for i in range(2, 18)}
-            for name, (out, _) in shapes.items():
-                assert smashed.model.get_submodule(name).out_channels == out, name
-            check_shrunk(smashed, base, inputs, {"features.18.0": (640, 160), "classifier.1": (1000, 640)},
-                         (0.3, 0.4), (0.25, 0.3))
-            return
+        shapes = {f"features.{i}.conv.0.0": (base.features[i].conv[0][0].out_channels // 2, None)
+                  for i in range(2, 18)}
+        for name, (out, _) in shapes.items():
+            assert smashed.model.get_submodule(name).out_channels == out, name
+        check_shrunk(smashed, base, inputs, {"features.18.0": (640, 160), "classifier.1": (1000, 640)},
+                     (0.3, 0.4), (0.25, 0.3))
+
+
+class TestL2Filter(AlgorithmTesterBase):
+    algorithm = "l2_filter"
+    models = ["tiny_bert"]
+    reject_models = REJECT
+    hyperparameters = {"sparsity": 0.5, "dims": ["mlp"]}  # the MLP channels (and the pooler's) only
+
+    def post_smash_hook(self, smashed, base, inputs):
         shapes = {"bert.pooler.dense": (32, 64), "classifier": (2, 32)}
         for i in range(2):
             shapes |= {f"bert.encoder.layer.{i}.intermediate.dense": (64, 64),
@@ -130,7 +138,7 @@ class TestL2FilterHeads(AlgorithmTesterBase):
     algorithm = "l2_filter"
     models = ["tiny_bert"]
     reject_models = REJECT
-    hyperparameters = {"sparsity": 0.5, "heads": True}
+    hyperparameters = {"sparsity": 0.5, "dims": ["mlp", "heads"]}
 
     def post_smash_hook(self, smashed, base, inputs):
         for i in range(2):
@@ -147,15 +155,21 @@ class TestFPGM(AlgorithmTesterBase):
     algorithm = "fpgm"
     models = ["resnet_tiny", "tiny_llama"]
     reject_models = REJECT
-    hyperparameters = {"sparsity": 0.5}
+    hyperparameters = {"sparsity": 0.5, "dims": ["mlp", "hidden"]}  # ResNet: all of it; Llama: see the hook
 
     def post_smash_hook(self, smashed, base, inputs):
-        if base.slimkit_zoo_name == "tiny_llama":
+        if base.slimkit_zoo_name == "tiny_llama":  # hidden 64 -> 32 everywhere, MLP 128 -> 64, heads kept
+            shapes = {}
             for i in range(2):
-                mlp = smashed.model.model.layers[i].mlp
-                assert (mlp.gate_proj.out_features, mlp.up_proj.out_features, mlp.down_proj.in_features) == (64,) * 3
-            assert count_parameters(smashed.model) == count_parameters(base) - 2 * 64 * 3 * 64
-            assert count_macs(smashed.model, inputs) < 0.75 * count_macs(base, inputs)
+                layer = f"model.layers.{i}"
+                shapes |= {f"{layer}.mlp.gate_proj": (64, 32), f"{layer}.mlp.down_proj": (32, 64),
+                           f"{layer}.self_attn.q_proj": (64, 32), f"{layer}.self_attn.k_proj": (32, 32),
+                           f"{layer}.self_attn.o_proj": (32, 64)}
+            check_shrunk(smashed, base, inputs, shapes | {"lm_head": (256, 32)}, (0.3, 0.4), (0.35, 0.45))
+            per_layer = 64 * 32 + 2 * 32 * 32 + 32 * 64 + 3 * 64 * 32 + 2 * 32  # q, k + v, o, MLP, two norms
+            assert count_parameters(smashed.model) == 2 * per_layer + 2 * 256 * 32 + 32
+            config = smashed.model.config
+            assert (config.hidden_size, config.intermediate_size, config.num_attention_heads) == (32, 64, 4)
             return
         check_shrunk(smashed, base, inputs, RESNET_SHAPES, (0.24, 0.29), (0.24, 0.29))
         filters = base.layer1[0].conv1.weight.flatten(1)  # uncoupled: the 8 filters farthest from the others stay
@@ -305,7 +319,7 @@ class TestChannelEnergyLlama(AlgorithmTesterBase):
     algorithm = "channel_energy"
     models = ["tiny_llama"]
     reject_models = REJECT
-    hyperparameters = {"sparsity": 0.5, "batches": 2, "batch_size": 4}
+    hyperparameters = {"sparsity": 0.5, "batches": 2, "batch_size": 4, "dims": ["mlp"]}
 
     @classmethod
     def prepare_config(cls, cfg):

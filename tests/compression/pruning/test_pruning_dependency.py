@@ -137,7 +137,7 @@ def test_group_pruners_are_the_flagged_filter_pruners(resnet):
 def test_llama_attention_prunes_whole_kv_groups_and_gated_mlp_channels(tiny_llama):
     ids = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(0))
     pruner = L1FilterPruner(tiny_llama, [{"sparsity": 0.5, "op_types": ["Linear"]}], dependency_aware=True,
-                            dummy_input={"input_ids": ids})
+                            dummy_input={"input_ids": ids}, dims=["mlp", "heads"])  # hidden: norms see fewer
     pruner.compress()
     assert pruner.skipped == []
     plans = {tuple(g.layers): (g.channels, g.pruned) for g in pruner.groups}

@@ -68,16 +68,39 @@ def half(module: nn.Module) -> dict:
     return row_mask(module, list(range(module.weight.shape[0] // 2)))
 
 
-def test_channel_chunk_names_op_layer_and_exclude_entry():
-    model = ChunkNet().eval()
+def test_chunk_ties_channel_i_of_every_part(tmp_path):
+    model = ChunkNet().eval()  # the two halves of the chunk are paired: channel i goes with channel i + 4
+    conv = model.features["3"]["conv"]
+    small, speedup = run_speedup(model, X, {"features.3.conv": row_mask(conv, [0, 1, 4, 5])})
+    assert speedup.kept_channels["features.3.conv"]["out"] == [0, 1, 4, 5]
+    assert small.head.in_channels == 2
+    fresh = ChunkNet().eval()
+    with pytest.warns(UserWarning, match=r"mask removes 4 of 8 output channels; 0 removed"):
+        _, speedup = run_speedup(fresh, X, {"features.3.conv": row_mask(fresh.features["3"]["conv"], [0, 1, 2, 3])})
+    assert speedup.kept_channels == {}
+
+
+class SliceNet(nn.Module):
+    """Takes the first 3 channels of conv by a fixed offset."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(x)[:, :3])
+
+
+def test_fixed_offset_slice_names_op_layer_and_exclude_entry():
+    model = SliceNet().eval()
     with pytest.raises(UnsupportedOpError) as info:
-        conv = model.features["3"]["conv"]  # the product ties channel i to i + 4: drop 2, 3, 6, 7
-        ModelSpeedup(model, X, {"features.3.conv": row_mask(conv, [0, 1, 4, 5])}).speedup_model()
+        ModelSpeedup(model, X, {"conv": half(model.conv)}).speedup_model()
     err = info.value
-    assert isinstance(err, SlimkitError) and err.op == "chunk" and err.layers == ["features.3.conv"]
-    assert "{'exclude': True, 'op_names': ['features.3.conv']}" in str(err)
-    assert "flow into `chunk`" in str(err) and "selects channels by position" in str(err)
-    assert model.features["3"]["conv"].out_channels == 8  # nothing was changed
+    assert isinstance(err, SlimkitError) and err.op == "__getitem__" and err.layers == ["conv"]
+    assert "{'exclude': True, 'op_names': ['conv']}" in str(err)
+    assert "flow into `__getitem__`" in str(err) and "selects channels by position" in str(err)
+    assert model.conv.out_channels == 8  # nothing was changed
 
 
 def test_unpruned_unsupported_ops_are_fine():
@@ -92,17 +115,45 @@ def test_mean_over_channels_is_refused():
         ModelSpeedup(model, X, {"conv": half(model.conv)}).speedup_model()
 
 
-@pytest.mark.parametrize(("middle", "op"), [(nn.PReLU(8), "PReLU"), (nn.Conv2d(8, 8, 3, padding=1, groups=2),
-                                                                      "Conv(groups>1)")])
-def test_unknown_module_and_grouped_conv_are_refused(middle, op):
-    model = ModuleNet(middle).eval()
+class Scaled(nn.Module):
+    """A module of our own with a per-channel parameter used through a function the speedup does not know."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.rand(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("nchw,c->nchw", x, self.scale)
+
+
+def test_unknown_function_in_a_module_with_parameters_is_refused():
+    model = ModuleNet(Scaled()).eval()
     with pytest.raises(UnsupportedOpError) as info:
         ModelSpeedup(model, X, {"conv": half(model.conv)}).speedup_model()
-    assert info.value.op == op and info.value.location == "middle"
+    assert info.value.op == "einsum" and info.value.location == "middle"
     assert info.value.exclude == {"exclude": True, "op_names": ["conv"]}
 
 
-def test_mask_on_a_layer_inside_an_unknown_module():
+@pytest.mark.parametrize("middle", [nn.PReLU(8), Scaled(), nn.Conv2d(8, 8, 3, padding=1, groups=2)])
+def test_per_channel_parameters_and_grouped_convs_shrink(middle, tmp_path):
+    if isinstance(middle, Scaled):
+        middle.forward = lambda x: x * middle.scale.view(-1, 1, 1)  # a layer scale on NCHW channels
+    model = ModuleNet(middle).eval()
+    with torch.no_grad():
+        model.conv.weight[4:] = 0  # the mask's zeros, so the masked model is the reference
+        model.conv.bias[4:] = 0
+        ref = model(X)
+    small, speedup = run_speedup(model, X, {"conv": half(model.conv)})
+    assert speedup.kept_channels["conv"]["out"] == [0, 1, 2, 3] and small.out.in_channels == 4
+    with torch.no_grad():
+        torch.testing.assert_close(small(X), ref)
+    if isinstance(middle, nn.Conv2d):  # the first of its two groups stays whole
+        assert (small.middle.groups, small.middle.in_channels, small.middle.out_channels) == (1, 4, 4)
+    else:
+        assert next(iter(small.middle.parameters())).shape == (4,)
+
+
+def test_a_layer_inside_a_module_with_a_scalar_parameter_is_pruned():
     class Wrapper(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -113,8 +164,8 @@ def test_mask_on_a_layer_inside_an_unknown_module():
             return self.inner(x) * self.scale
 
     model = nn.Sequential(Wrapper(), nn.Conv2d(8, 2, 1)).eval()
-    with pytest.raises(UnsupportedOpError, match=r"`Wrapper` at '0'.*treats as one unit.*'op_names': \['0.inner'\]"):
-        ModelSpeedup(model, X, {"0.inner": half(model[0].inner)}).speedup_model()
+    small, _ = run_speedup(model, X, {"0.inner": half(model[0].inner)})
+    assert small[0].inner.out_channels == 4 and small[1].in_channels == 4
 
 
 def test_unknown_mask_name_suggests_real_layers():
@@ -214,9 +265,9 @@ def test_tied_weights_are_refused():
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.out(self.b(torch.relu(self.a(x))))
 
-    model = Tied().eval()
-    with pytest.raises(UnsupportedOpError, match=r"`shared weight` at 'a'.*shares a weight with \['b'\]"):
-        ModelSpeedup(model, torch.randn(2, 8), {"a": half(model.a)}).speedup_model()
+    model = Tied().eval()  # b reads a's channels with the weight a applies to the input: they stay
+    with pytest.raises(UnsupportedOpError, match=r"`shared weight` at 'b'.*shares a weight with \['a'\]"):
+        ModelSpeedup(model, torch.randn(2, 8), {"a": half(model.a), "b": half(model.b)}).speedup_model()
 
 
 def test_a_model_still_wrapped_by_a_pruner_is_refused():
