@@ -31,6 +31,10 @@ class LowBitQuantizer(SlimkitQuantizer):
         """Swap the recorded layers for empty packed ones; the saved codes then load strictly."""
         return support.replay(model, state)
 
+    def stream_finish(self, smash_config: SmashConfigPrefixWrapper, summary: dict[str, Any]) -> None:
+        """Record the packed layers' specs of a streaming run, as ``_apply`` does."""
+        support.record(smash_config, summary["specs"])
+
 
 class CalibratedLowBitQuantizer(LowBitQuantizer):
     """Base of the low-bit quantizers that run calibration text through a language model block by block."""

@@ -9,6 +9,7 @@ from ConfigSpace import UniformIntegerHyperparameter
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.compression.quantization.lowbit import quantize_model_hqq
+from slimkit.compression.quantization.lowbit.blockwise import BlockStep, hqq_step
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
@@ -41,3 +42,8 @@ class HQQ(LowBitQuantizer):
                                    smash_config["optimize_scale"], tuple(smash_config["exclude"]))
         support.record(smash_config, specs)
         return model
+
+    def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
+        """HQQ one layer at a time, for a model streamed block by block."""
+        return hqq_step(smash_config["bits"], smash_config["group_size"], smash_config["iters"],
+                        smash_config["optimize_scale"])
