@@ -1,7 +1,7 @@
 """slimkit: make PyTorch models smaller and faster — offline, on a CPU, with honest measurements."""
 
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
-from slimkit.engine import SmashedModel, smash
+from slimkit.engine import SmashedModel, smash, smash_folder
 from slimkit.experiment import BasicConfig, aup_args, create_compressor, print_result
 
 __version__ = "0.1.0"
@@ -16,4 +16,5 @@ __all__ = [
     "create_compressor",
     "print_result",
     "smash",
+    "smash_folder",
 ]

@@ -150,8 +150,9 @@ class SlimkitAlgorithm(ABC):
         """Record the replay state of a streaming smash in ``smash_config.state`` (as ``_apply`` would).
 
         ``summary["specs"]`` holds the specs the block steps returned, ``summary["writer"]`` what the output
-        writer reported (file names, sizes, types).
+        writer reported (file names, sizes, types), ``summary["model"]`` the skeleton.
         """
+        return None
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Rebuild the algorithm's structural change on a fresh base model before weights load (``REPLAY``)."""

@@ -25,7 +25,7 @@ def _float_dtype(model: torch.nn.Module) -> str | None:
 
 
 def _unsaved_buffer_dtypes(model: torch.nn.Module) -> dict[str, str]:
-    """dtype of each floating buffer that is not in the state dict (rotary ``inv_freq``...): a rebuild restores it."""
+    """The dtype of each floating buffer not in the state dict (rotary ``inv_freq``...), restored by a rebuild."""
     try:
         saved = set(model.state_dict(keep_vars=True))
     except Exception:  # noqa: BLE001 - a custom state_dict hook may fail on odd modules: nothing to record then
@@ -159,8 +159,9 @@ def _restore_buffer_dtypes(model: torch.nn.Module, dtypes: dict[str, str]) -> No
         except AttributeError:
             continue
         buffer = module._buffers.get(leaf)
-        if isinstance(buffer, torch.Tensor) and buffer.is_floating_point() and str(buffer.dtype).split(".")[-1] != dtype:
-            module._buffers[leaf] = buffer.to(getattr(torch, dtype))
+        wanted = getattr(torch, dtype)
+        if isinstance(buffer, torch.Tensor) and buffer.is_floating_point() and buffer.dtype != wanted:
+            module._buffers[leaf] = buffer.to(wanted)
 
 
 def _build_recipe(spec: dict[str, Any], kind: Any) -> torch.nn.Module:

@@ -52,4 +52,4 @@ class AWQ(CalibratedLowBitQuantizer):
         """AWQ on each block's calibration inputs, for a model streamed block by block."""
         return awq_step(support.read_calibration_ids(model, smash_config), smash_config["bits"],
                         smash_config["group_size"], smash_config["sym"], smash_config["n_grid"],
-                        smash_config["clip_search"])
+                        smash_config["clip_search"], tuple(smash_config["exclude"]))

@@ -57,4 +57,5 @@ class GPTQ(CalibratedLowBitQuantizer):
         """GPTQ on each block's calibration inputs, for a model streamed block by block."""
         return gptq_step(support.read_calibration_ids(model, smash_config), smash_config["bits"],
                          smash_config["group_size"], smash_config["sym"], smash_config["act_order"],
-                         float(smash_config["damp"]), smash_config["block_size"], smash_config["clip_search"])
+                         float(smash_config["damp"]), smash_config["block_size"], smash_config["clip_search"],
+                         tuple(smash_config["exclude"]))

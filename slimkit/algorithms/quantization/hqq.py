@@ -46,4 +46,4 @@ class HQQ(LowBitQuantizer):
     def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
         """HQQ one layer at a time, for a model streamed block by block."""
         return hqq_step(smash_config["bits"], smash_config["group_size"], smash_config["iters"],
-                        smash_config["optimize_scale"])
+                        smash_config["optimize_scale"], tuple(smash_config["exclude"]))

@@ -36,4 +36,5 @@ class RTN(LowBitQuantizer):
 
     def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
         """RTN one layer at a time, for a model streamed block by block."""
-        return rtn_step(smash_config["bits"], smash_config["group_size"], smash_config["sym"])
+        return rtn_step(smash_config["bits"], smash_config["group_size"], smash_config["sym"],
+                        tuple(smash_config["exclude"]))

@@ -20,8 +20,12 @@ from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
 from slimkit.compression.quantization.lowbit.layers import weight_of
 from slimkit.compression.quantization.lowbit.quantize import _AWQ, _GPTQ, Specs, _Collector, _swap
 from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
+from slimkit.core.selection import matches
+from slimkit.core.weights import CONV1D, LINEAR, find_targets
+from slimkit.errors import ConfigError
 
-__all__ = ["BlockStep", "CalibratedStep", "LayerStep", "awq_step", "gptq_step", "hqq_step", "rtn_step"]
+__all__ = ["BlockStep", "CalibratedStep", "LayerStep", "awq_step", "gptq_step", "hqq_step", "release_caches",
+           "rtn_step"]
 
 
 class BlockStep:
@@ -35,8 +39,22 @@ class BlockStep:
     batch_size: int = 1
     #: the quantizer's name, for messages
     method: str = ""
+    #: layers kept in full precision (exact names or glob patterns, as the algorithm's ``exclude``)
+    exclude: tuple[str, ...] = ()
     bits: int
     group_size: int
+
+    def targets(self, model: nn.Module) -> list[str]:
+        """The layers this step quantizes, in module order (works on a meta-device skeleton).
+
+        They are the Linear and Conv1D targets of :mod:`slimkit.core.weights` that are supported and not excluded.
+        """
+        found = [t.name for t in find_targets(model, (LINEAR, CONV1D))
+                 if t.unsupported is None and not matches(t.name, self.exclude)]
+        if not found:
+            raise ConfigError(f"No layer to quantize: every nn.Linear is excluded by {list(self.exclude)}. "
+                              "Loosen the 'exclude' patterns.")
+        return found
 
     def __call__(self, model: nn.Module, prefix: str, block: nn.Module, names: list[str],
                  inputs: InputStore | None = None, advance: bool = False) -> Specs:
@@ -52,8 +70,9 @@ class LayerStep(BlockStep):
     """A data-free quantizer (RTN, HQQ): each layer on its own weight, no forward pass."""
 
     def __init__(self, quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-                 bits: int, group_size: int, method: str) -> None:
+                 bits: int, group_size: int, method: str, exclude: tuple[str, ...] = ()) -> None:
         self.quantize, self.bits, self.group_size, self.method = quantize, bits, group_size, method
+        self.exclude = tuple(exclude)
 
     @torch.no_grad()
     def __call__(self, model, prefix, block, names, inputs=None, advance=False) -> Specs:  # noqa: D102
@@ -70,8 +89,10 @@ class CalibratedStep(BlockStep):
 
     calibrated = True
 
-    def __init__(self, worker: _Collector, calibration_ids: torch.Tensor, method: str, batch_size: int = 1) -> None:
+    def __init__(self, worker: _Collector, calibration_ids: torch.Tensor, method: str, exclude: tuple[str, ...] = (),
+                 batch_size: int = 1) -> None:
         self.worker, self.calibration_ids, self.method, self.batch_size = worker, calibration_ids, method, batch_size
+        self.exclude = tuple(exclude)
         self.bits, self.group_size = worker.bits, worker.group_size
 
     def __call__(self, model, prefix, block, names, inputs=None, advance=False) -> Specs:  # noqa: D102
@@ -92,27 +113,39 @@ class CalibratedStep(BlockStep):
                          self.bits, self.group_size) for n in names}
 
 
-def rtn_step(bits: int = 4, group_size: int = 128, sym: bool = False) -> LayerStep:
+def rtn_step(bits: int = 4, group_size: int = 128, sym: bool = False,
+             exclude: tuple[str, ...] = ("lm_head",)) -> LayerStep:
     """RTN, one layer at a time (as :func:`~.quantize.quantize_model_rtn`)."""
-    return LayerStep(functools.partial(quantize_rtn, bits=bits, group_size=group_size, sym=sym), bits, group_size, "rtn")
+    quantize = functools.partial(quantize_rtn, bits=bits, group_size=group_size, sym=sym)
+    return LayerStep(quantize, bits, group_size, "rtn", exclude)
 
 
-def hqq_step(bits: int = 4, group_size: int = 128, iters: int = 20, optimize_scale: bool = False) -> LayerStep:
+def hqq_step(bits: int = 4, group_size: int = 128, iters: int = 20, optimize_scale: bool = False,
+             exclude: tuple[str, ...] = ("lm_head",)) -> LayerStep:
     """HQQ, one layer at a time (as :func:`~.quantize.quantize_model_hqq`)."""
-    return LayerStep(functools.partial(quantize_hqq, bits=bits, group_size=group_size, iters=iters,
-                                       optimize_scale=optimize_scale), bits, group_size, "hqq")
+    quantize = functools.partial(quantize_hqq, bits=bits, group_size=group_size, iters=iters,
+                                 optimize_scale=optimize_scale)
+    return LayerStep(quantize, bits, group_size, "hqq", exclude)
 
 
 def gptq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False,
               act_order: bool = True, damp: float = 0.01, block_size: int = 128, clip_search: bool = True,
-              batch_size: int = 1) -> CalibratedStep:
+              exclude: tuple[str, ...] = ("lm_head",), batch_size: int = 1) -> CalibratedStep:
     """GPTQ on one block's calibration inputs (as :func:`~.quantize.quantize_model_gptq`)."""
-    return CalibratedStep(_GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search), calibration_ids,
-                          "gptq", batch_size)
+    worker = _GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search)
+    return CalibratedStep(worker, calibration_ids, "gptq", exclude, batch_size)
 
 
 def awq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False,
-             n_grid: int = 10, clip_search: bool = True, batch_size: int = 1) -> CalibratedStep:
+             n_grid: int = 10, clip_search: bool = True, exclude: tuple[str, ...] = ("lm_head",),
+             batch_size: int = 1) -> CalibratedStep:
     """AWQ on one block's calibration inputs (as :func:`~.quantize.quantize_model_awq`)."""
-    return CalibratedStep(_AWQ(bits, group_size, sym, n_grid, clip_search), calibration_ids, "awq", batch_size)
+    return CalibratedStep(_AWQ(bits, group_size, sym, n_grid, clip_search), calibration_ids, "awq", exclude,
+                          batch_size)
 
+
+def release_caches(module: nn.Module) -> None:
+    """Drop the kernel layouts packed layers cache on themselves (CPU plan, CUDA int4 weight) before freeing."""
+    for m in module.modules():
+        m.__dict__.pop("_native_plan", None)
+        m.__dict__.pop("_tinygemm", None)

@@ -52,15 +52,14 @@ def _inverse_cholesky(box: list[torch.Tensor], damp: float) -> torch.Tensor:
     each is 822 MB). Should the second factorisation fail, ``H`` is recovered from its inverse for the next try.
     """
     h = box.pop()
-    diag = torch.diagonal(h)
-    base = diag.clone()
+    base = torch.diagonal(h).clone()
     diag_mean = float(base.mean())
     for attempt in range(8):
-        diag.copy_(base + damp * (10**attempt) * max(diag_mean, 1e-8))
+        torch.diagonal(h).copy_(base + damp * (10**attempt) * max(diag_mean, 1e-8))
         lower, info = torch.linalg.cholesky_ex(h)
         if int(info) != 0:
             continue
-        del h, diag
+        h = None  # freed: only its factor is needed from here
         inverse = torch.cholesky_inverse(lower)
         del lower
         upper, info = torch.linalg.cholesky_ex(inverse, upper=True)
@@ -69,7 +68,6 @@ def _inverse_cholesky(box: list[torch.Tensor], damp: float) -> torch.Tensor:
         del upper
         h = torch.linalg.inv(inverse)  # rare: the damped H back from its inverse, for a stronger damping
         del inverse
-        diag = torch.diagonal(h)
     raise ConfigError(
         f"GPTQ: the Hessian stays singular even with damp={damp * 10**7:g}; the calibration inputs are degenerate. "
         "Use more (or more varied) calibration samples."
