@@ -8,7 +8,10 @@ from typing import Any
 import torch
 
 from slimkit.config.smash_config import SmashConfig
-from slimkit.engine import SmashedModel, smash
+from slimkit.core import registry
+from slimkit.engine import SmashedModel, smash, smash_folder
+from slimkit.engine.stream.memory import format_bytes
+from slimkit.engine.stream.plan import parse_dtype
 from slimkit.errors import ConfigError
 from slimkit.utils import main_tensor, model_device, move_inputs, run_model
 
@@ -85,17 +88,19 @@ def run(
     repeats: int = 10,
     warmup: int = 3,
     data: str | None = None,
+    dtype: str | None = None,
 ) -> int:
     """Smash ``model_name``, print the before/after table, save, reload and check outputs. Returns an exit code.
 
     The recipe gets what its algorithms need from the zoo model (example inputs, tokenizer, and its own offline
-    data when an algorithm trains or calibrates; ``data`` names another ``slimkit.data`` id).
+    data when an algorithm trains or calibrates; ``data`` names another ``slimkit.data`` id). ``dtype`` loads a
+    Hugging Face folder in that dtype (default: as stored).
     """
     from slimkit.evaluation import compare
     from slimkit.zoo.sources import load_source
 
     print(f"slimkit: loading model {model_name!r} (offline)", flush=True)
-    loaded = load_source(model_name)
+    loaded = load_source(model_name, dtype=parse_dtype(dtype))
     if loaded.example_inputs is None:
         if config is None or config.example_inputs is None:
             raise ConfigError(f"{model_name} came without example inputs, which measuring needs; pass "
@@ -136,3 +141,26 @@ def run(
         return 0
     print(f"slimkit: RELOAD MISMATCH: reloaded outputs differ from the smashed model (max |diff| = {diff:g})")
     return 1
+
+
+def run_streaming(folder: str | Path, config: SmashConfig, output: str | Path, data: str | None = None,
+                  dtype: str | None = None, memory_budget: str | None = None, overwrite: bool = False) -> int:
+    """`slimkit smash` on a model folder too large to hold: stream it block by block into ``output``.
+
+    The recipe gets the folder's tokenizer and, when an algorithm calibrates, ``data`` (default PyDocText). No
+    before/after table (that needs both models in memory): the run prints its progress, peak memory and files.
+    """
+    folder = Path(folder)
+    if config.tokenizer is None and any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        config.add_tokenizer(str(folder))
+    needs_data = any(registry.get(n).dataset_required for n in config.get_active_algorithms())
+    if needs_data and config.data is None:
+        config.add_data(data or "PyDocText")
+    result = smash_folder(folder, config, output, stream=True, dtype=dtype, memory_budget=memory_budget,
+                          overwrite=overwrite)
+    files = ", ".join(sorted(p.name for p in Path(output).iterdir()))
+    print(f"slimkit: saved to {output} ({format_bytes(result.output_bytes)}: {files}); blocks {result.blocks}"
+          + (f" (resumed after block {result.resumed_at})" if result.resumed_at else "")
+          + f"; peak RSS {format_bytes(result.peak_rss_bytes)}; "
+          f"load it with SmashedModel.from_pretrained({str(output)!r})")
+    return 0

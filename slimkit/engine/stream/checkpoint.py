@@ -21,11 +21,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from slimkit.errors import ConfigError
+from slimkit.zoo.sources import SHARD_INDEX, safetensors_files
 
 __all__ = ["Checkpoint", "TensorInfo", "DTYPES"]
 
-INDEX_FILE = "model.safetensors.index.json"
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 #: safetensors dtype names -> torch dtypes (those a causal LM checkpoint holds)
 DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -103,31 +102,14 @@ class Checkpoint:
                               "*.safetensors).")
         if not (folder / "config.json").is_file():
             raise ConfigError(f"{folder} has no config.json, so it is not a Hugging Face model folder.")
-        index = folder / INDEX_FILE
-        if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-                names = sorted(set(weight_map.values()))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise ConfigError(f"{index} is not a valid shard index ({exc}).") from exc
-            missing = [n for n in names if not (folder / n).is_file()]
-            if missing:
-                raise ConfigError(f"{index} lists shards that are not in {folder}: {', '.join(missing[:5])}. "
-                                  "Copy the whole model folder.")
-            return [folder / n for n in names]
-        files = sorted(folder.glob("*.safetensors"))
-        if files:
-            return files
-        pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
-        if pickles:
-            raise ConfigError(
-                f"{folder} holds its weights only as PyTorch pickle files ({', '.join(pickles[:4])}), which slimkit "
-                "never unpickles (loading a pickle can run arbitrary code). Convert the folder once to safetensors, "
-                "if you trust the files: python -c \"from transformers import AutoModelForCausalLM as M; "
-                f"M.from_pretrained('{folder}', use_safetensors=False).save_pretrained('{folder}-safetensors')\" "
-                "and pass the new folder."
-            )
-        raise ConfigError(f"{folder} has no *.safetensors weights (and no {INDEX_FILE}).")
+        files = safetensors_files(folder)
+        if not files:
+            raise ConfigError(f"{folder} has no *.safetensors weights (and no {SHARD_INDEX}).")
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise ConfigError(f"{folder / SHARD_INDEX} lists shards that are not in {folder}: "
+                              f"{', '.join(missing[:5])}. Copy the whole model folder.")
+        return files
 
     def _entry(self, file: Path, name: str, entry: Any) -> TensorInfo:
         try:

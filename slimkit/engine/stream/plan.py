@@ -23,7 +23,7 @@ from slimkit.engine.stream.memory import format_bytes
 from slimkit.engine.stream.skeleton import Blocks, Skeleton, build_model
 from slimkit.errors import ConfigError
 
-__all__ = ["Plan", "exporters", "make_plan", "parse_dtype", "streamable_algorithms"]
+__all__ = ["Plan", "config_streams", "exporters", "make_plan", "parse_dtype", "streamable_algorithms"]
 
 _DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
                 "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -51,6 +51,13 @@ def streamable_algorithms() -> list[str]:
 def exporters() -> list[str]:
     """Algorithms that choose the output format of a streaming run (declare ``stream_format``)."""
     return [n for n in registry.names() if registry.get(n).stream_format is not None]
+
+
+def config_streams(smash_config: SmashConfig) -> bool:
+    """Whether every active algorithm of ``smash_config`` can take part in a streaming run (one quantizer)."""
+    names = smash_config.get_active_algorithms()
+    steps = [n for n in names if n in streamable_algorithms()]
+    return len(steps) == 1 and all(n in steps or n in exporters() for n in names)
 
 
 @dataclass

@@ -230,8 +230,10 @@ def run_plan(plan: Plan, output: str | Path, activation_budget: int, progress: b
         return StreamResult(output, plan.format, len(plan.blocks.modules), len(plan.blocks.modules), 0.0,
                             memory.peak_rss_bytes(), sum(f.stat().st_size for f in output.iterdir() if f.is_file()))
     stage = staging_folder(output)
-    record, _ = RunRecord.open(stage, fingerprint)
+    record, resumed = RunRecord.open(stage, fingerprint)
     stage.mkdir(parents=True, exist_ok=True)
+    if not resumed:
+        record.save(stage)  # first: the staging folder says whose it is before anything else is in it
     resumed_at = record.blocks_done
     options = plan.algorithms[plan.format_owner][2] if plan.format_owner is not None else None
     writer = WRITERS[plan.format](stage, WriteContext(plan.model, plan.config.tokenizer, options))

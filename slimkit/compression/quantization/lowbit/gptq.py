@@ -20,7 +20,7 @@ import torch
 
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, n_groups
 from slimkit.compression.quantization.lowbit.packing import check_bits
-from slimkit.compression.quantization.lowbit.rtn import group_mask, grouped, search_params
+from slimkit.compression.quantization.lowbit.rtn import group_mask, grouped, row_slices, search_params
 from slimkit.errors import ConfigError
 
 
@@ -142,7 +142,7 @@ def quantize_gptq(
             g = col // group_size
             if not known[g]:  # first column of its group (columns run in order without act_order)
                 width = min(group_size, in_f - col)
-                rest = torch.cat([block[:, i:], weight[:, end:]], dim=1)[:, :width]
+                rest = torch.cat([block[:, i : i + width], weight[:, end : end + max(0, width - (end - col))]], dim=1)
                 s, z = search_params(rest, bits, sym, importance=importance[col : col + width], grid=grid)
                 scales[:, g], zeros[:, g] = s, z
                 known[g] = True
@@ -153,5 +153,7 @@ def quantize_gptq(
             err = (column - (q - z) * s) / hblock[i, i]
             block[:, i:].sub_(err.unsqueeze(1) * hblock[i, i:].unsqueeze(0))
             errors[:, i] = err
-        weight[:, end:].sub_(errors @ hinv[start:end, end:])
+        for cols in row_slices(in_f - end, out_f):  # the lazy update in column slices: bounded temporaries
+            lo, hi = end + cols.start, end + cols.stop
+            weight[:, lo:hi].sub_(errors @ hinv[start:end, lo:hi])
     return codes, scales.to(SCALE_DTYPE), zeros.to(SCALE_DTYPE)

@@ -1,0 +1,102 @@
+"""A streaming run killed at any moment continues from its last finished block and writes the same bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slimkit.engine.writers import SlimkitWriter
+from tests.engine.stream.conftest import stream
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _child(folder: Path, out: Path, algorithm: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "tests.engine.stream._child", str(folder), str(out), algorithm],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _blocks_done(out: Path) -> int:
+    try:
+        return json.loads((out.parent / f"{out.name}.partial" / "run.json").read_text())["blocks_done"]
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def test_sigkill_at_a_random_block_then_the_same_call_resumes_to_identical_files(llama_folder, gptq_streamed,
+                                                                                tmp_path):
+    out = tmp_path / "out"
+    kill_at = random.randrange(1, 8)
+    child = _child(llama_folder, out, "gptq")
+    deadline = time.monotonic() + 600
+    while _blocks_done(out) < kill_at and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert child.poll() is None, f"the child ended before block {kill_at}: {child.communicate()[1][-2000:]}"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    done = _blocks_done(out)
+    assert done >= kill_at and not (out / "model.safetensors").exists()
+    result = stream(llama_folder, out, "gptq")
+    assert result.resumed_at == done, f"killed after block {kill_at}"
+    assert (out / "model.safetensors").read_bytes() == (gptq_streamed / "model.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_crash_around_a_block_write_resumes_to_identical_files(llama_folder, gptq_streamed, tmp_path, monkeypatch,
+                                                                 when):
+    """The process dies just before a block's file is staged, or after it but before the run record says so."""
+    out, crash_at = tmp_path / "out", f"block-{random.randrange(1, 8):05d}"
+    original = SlimkitWriter.write
+
+    class Crash(BaseException):
+        pass
+
+    def write(self, key, *args):
+        if key == crash_at and when == "before":
+            raise Crash
+        original(self, key, *args)
+        if key == crash_at:
+            raise Crash
+
+    monkeypatch.setattr(SlimkitWriter, "write", write)
+    with pytest.raises(Crash):
+        stream(llama_folder, out, "gptq")
+    monkeypatch.setattr(SlimkitWriter, "write", original)
+    result = stream(llama_folder, out, "gptq")
+    assert result.resumed_at == int(crash_at.split("-")[1])
+    assert (out / "model.safetensors").read_bytes() == (gptq_streamed / "model.safetensors").read_bytes()
+
+
+def test_another_config_on_an_unfinished_run_is_refused(llama_folder, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+
+    def crash(self, key, *args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SlimkitWriter, "write", crash)
+    with pytest.raises(KeyboardInterrupt):
+        stream(llama_folder, out, "rtn")
+    monkeypatch.undo()
+    with pytest.raises(Exception, match=r"unfinished run of another model or configuration.*hyperparameters") as info:
+        stream(llama_folder, out, "hqq")
+    assert "out.partial" in str(info.value)
+
+
+def test_peak_memory_of_a_fresh_process_stays_far_under_the_model(llama_folder, tmp_path):
+    child = _child(llama_folder, tmp_path / "out", "gptq")
+    stdout, stderr = child.communicate(timeout=900)
+    assert child.returncode == 0, stderr[-3000:]
+    figures = json.loads(stdout.strip().splitlines()[-1])
+    model_bytes = sum(f.stat().st_size for f in llama_folder.glob("*.safetensors"))
+    grew = figures["peak"] - figures["rss_before"]
+    assert grew < model_bytes / 2, f"the run grew the resident set by {grew / 1e6:.1f} MB; the model is " \
+                                   f"{model_bytes / 1e6:.1f} MB"
