@@ -86,3 +86,15 @@ def gptq_streamed(llama_folder, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("gptq") / "out"
     stream(llama_folder, out, "gptq")
     return out
+
+
+@pytest.fixture(scope="session")
+def byte_llama_folder(tmp_path_factory) -> Path:
+    """A small Llama with tied embeddings and the zoo's byte tokenizer saved beside it (vocabulary 256)."""
+    from slimkit.zoo._hf import byte_tokenizer
+
+    folder = write_folder(tmp_path_factory.mktemp("byte_llama") / "model", shards=2, vocab_size=256, hidden_size=128,
+                          intermediate_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                          tie_word_embeddings=True, bos_token_id=1, eos_token_id=0, pad_token_id=0)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
