@@ -120,4 +120,5 @@ def _in_memory(folder: Path, smash_config: SmashConfig, output: Path, dtype: str
     smashed = smash(model, smash_config, copy_model=False, verbose=verbose)
     smashed.save_pretrained(output)
     size = sum(f.stat().st_size for f in output.rglob("*") if f.is_file())
-    return StreamResult(output, "slimkit", 0, 0, time.perf_counter() - start, memory.peak_rss_bytes(), size)
+    return StreamResult(output, "slimkit", 0, 0, time.perf_counter() - start, memory.peak_rss_bytes(), size,
+                        streamed=False)

@@ -57,6 +57,8 @@ class StreamResult:
     #: calibration inputs kept in RAM and spilled to disk (bytes)
     inputs_ram_bytes: int = 0
     inputs_disk_bytes: int = 0
+    #: False when the model was small enough to be smashed in memory instead
+    streamed: bool = True
 
 
 def staging_folder(output: Path) -> Path:
