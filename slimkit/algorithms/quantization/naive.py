@@ -6,6 +6,7 @@ from typing import Any
 
 from ConfigSpace import UniformIntegerHyperparameter
 
+from slimkit.algorithms.quantization._targets import record_coverage
 from slimkit.algorithms.quantization._training import (
     LAYER_TYPES,
     build_config_list,
@@ -16,6 +17,7 @@ from slimkit.compression.quantization import NaiveQuantizer, quantized_layer_spe
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.core.registry import register
+from slimkit.core.weights import find_targets
 
 
 @register
@@ -51,11 +53,14 @@ class Naive(SlimkitQuantizer):
         return f"It quantizes {', '.join(LAYER_TYPES)} layers and the model has none."
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = find_targets(model)  # before wrapping: what coverage is measured against
         config = build_config_list(model, ["weight"], {"weight": int(smash_config["bits"])}, smash_config["exclude"])
         quantizer = NaiveQuantizer(model, config)
         quantizer.compress()
         quantizer.freeze()
         smash_config.state["layers"] = quantized_layer_specs(model)
+        weights = [n for n, spec in smash_config.state["layers"].items() if "weight" in spec["bits"]]
+        record_coverage(smash_config.state, targets, weights, tuple(smash_config["exclude"]))
         return model
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
