@@ -16,8 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slimkit.compression.pruning import LevelPruner
+from slimkit.compression.pruning import LevelPruner, Pruner
 from slimkit.compression.pruning.agp import agp_engine
+from slimkit.compression.pruning.config import BASE_CONFIG_KEYS
+from slimkit.compression.quantization import Quantizer
+from slimkit.compression.quantization.config import QUANT_CONFIG_KEYS
 from slimkit.core import registry
 from slimkit.core.contract import SlimkitAlgorithm
 from slimkit.errors import AlgorithmNotFoundError, ConfigError
@@ -109,6 +112,29 @@ def get_compressor_spec(name: Any, kind: str | None = None) -> CompressorSpec:
                           f"type {kind!r}; set 'type': {cls.kind()!r} or pick a {kind} compressor: "
                           f"{', '.join(available_compressors(kind))}.")
     return CompressorSpec(cls.algorithm_name, cls.kind(), cls)
+
+
+def config_list_keys(spec: CompressorSpec) -> tuple[str, ...] | None:
+    """The ``config_list`` keys the compressor's engine reads (``None`` when it has no engine or does not say)."""
+    engine = spec.engine
+    if isinstance(engine, type) and issubclass(engine, Pruner):
+        extra = tuple(getattr(engine, "extra_config_keys", ()))
+        return (*BASE_CONFIG_KEYS, *extra, *(("final_sparsity",) if "start_epoch" in extra else ()), "expand_op_names")
+    if isinstance(engine, type) and issubclass(engine, Quantizer):
+        return (*QUANT_CONFIG_KEYS, *getattr(engine, "extra_config_keys", ()), "expand_op_names")
+    return None
+
+
+def check_config_list_keys(spec: CompressorSpec, config_list: Any, path: str = "compression.config_list") -> None:
+    """Refuse a key the engine would not read, at validation time (not when the script runs)."""
+    allowed = config_list_keys(spec)
+    if allowed is None or not isinstance(config_list, list):
+        return
+    for index, entry in enumerate(config_list):
+        for key in entry if isinstance(entry, Mapping) else ():
+            if key not in allowed:
+                raise ConfigError(f"{path}[{index}]: {key!r} is not a key {spec.name!r} reads; it reads "
+                                  f"{', '.join(_ranked(str(key), list(allowed)))} (closest first).")
 
 
 def check_compressor_kwargs(spec: CompressorSpec, kwargs: Mapping[str, Any]) -> None:

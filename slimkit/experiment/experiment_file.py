@@ -23,7 +23,7 @@ from typing import Any
 
 from slimkit.errors import ConfigError
 from slimkit.experiment.basic_config import read_mapping
-from slimkit.experiment.compressors import KINDS, get_compressor_spec
+from slimkit.experiment.compressors import KINDS, check_config_list_keys, get_compressor_spec
 from slimkit.experiment.proposers import (
     ALL_FIELDS,
     MULTI_FIDELITY,
@@ -171,6 +171,7 @@ def _compression(raw: Mapping[str, Any], expand: bool) -> tuple[dict[str, Any], 
         raise ConfigError(f"compression.compressor: {exc}") from None
     if "config_list" not in block:
         raise ConfigError("compression.config_list: missing; add e.g. [{'sparsity': 0.5, 'op_types': ['Conv2d']}].")
+    check_config_list_keys(spec, block["config_list"])
     default = getattr(spec.engine, "default_config_list", None)  # e.g. naive: [] means 8-bit Conv/Linear weights
     params = [] if block["config_list"] == [] and default else config_list_params(block["config_list"], expand)
     return {**block, "type": spec.kind, "framework": "torch"}, params

@@ -45,9 +45,12 @@ NNI_NAMES = {
     "taylor_fo_weight_filter": "taylor_fo_weight",
     "torch_structured": "l2_filter",
     "torch_dynamic": "int8_dynamic",
-    "deepcache": "step_cache",
-    "text_to_text_lora": "finetune",
 }
+
+
+@pytest.mark.parametrize(("alias", "canonical"), [("deepcache", "step_cache"), ("text_to_text_lora", "finetune")])
+def test_pruna_names_outside_compression_resolve_too(alias, canonical):
+    assert registry.resolve(alias) == canonical and SmashConfig([alias]).get_active_algorithms() == [canonical]
 
 
 def test_near_names_are_errors_that_name_the_closest_algorithm():

@@ -123,6 +123,10 @@ def test_top_level_field_errors(tmp_path, changes, message):
     (None, {"framework": "tensorflow"}, r"compression\.framework: 'tensorflow' is not supported"),
     (None, {"config_lists": []}, r"compression: 'config_lists' is not a field\. .*: config_list"),
     (None, {"config_list": []}, r"compression\.config_list: must be a non-empty list of dicts"),
+    ({"sparsity": 0.5, "start_epoch": 0}, {}, r"compression\.config_list\[1\]: 'start_epoch' is not a key "
+                                              r"'l1_filter' reads; it reads "),
+    (None, {"compressor": "agp", "config_list": [{"final_sparsity": 0.5, "end_epochs": 2}]},
+     r"config_list\[0\]: 'end_epochs' is not a key 'agp' reads; it reads end_epoch, "),
 ])
 def test_compression_block_errors_name_the_path(tmp_path, entry, block, message):
     with pytest.raises(ConfigError, match=message):
