@@ -153,11 +153,13 @@ class DependencyAwarePruner(Pruner):
             names = att.projections()
             if not all(n in wrappers for n in names):
                 continue
-            score = torch.zeros(att.num_kv_heads, dtype=torch.float64)
-            for name, group in att.row_groups().items():
-                idx, wrapper = wrappers[name]
-                importance = self.masker.get_channel_importance(wrapper, idx).detach().double().flatten().cpu()
-                score.index_add_(0, torch.from_numpy(group), importance)
+            score = self.head_importance(att)
+            if score is None:  # the criterion on the q/k/v rows of each group
+                score = torch.zeros(att.num_kv_heads, dtype=torch.float64)
+                for name, group in att.row_groups().items():
+                    idx, wrapper = wrappers[name]
+                    importance = self.masker.get_channel_importance(wrapper, idx).detach().double().flatten().cpu()
+                    score.index_add_(0, torch.from_numpy(group), importance)
             sparsity = self._ratio("heads", names)
             pruned = num_to_prune(sparsity, att.num_kv_heads)
             keep = np.ones(att.num_kv_heads, dtype=bool)
@@ -169,6 +171,10 @@ class DependencyAwarePruner(Pruner):
             members = names + ([att.o] if att.o in wrappers else [])  # o loses the heads' columns in the speedup
             plans.append(ChannelGroupPlan(members, att.num_kv_heads, att.num_kv_heads, pruned, sparsity, "heads"))
         return plans
+
+    def head_importance(self, att: Any) -> torch.Tensor | None:
+        """A per kv-group score of the pruner's own (None: sum the criterion over the group's q/k/v rows)."""
+        return None
 
     def _prune_experts(self) -> list[ChannelGroupPlan]:
         """Each MoE expert keeps the same number of its most important intermediate channels."""

@@ -139,6 +139,39 @@ class ChannelEnergyPruner(_DataDrivenPruner):
         self.set_wrappers_attribute("output_moment", None)
         for wrapper in self.modules_wrapper:
             wrapper.output_moment = _SecondMoment(limit)
+        #: per attention block: the layer reading its heads' context (its output projection)
+        self.head_readers = {}
+        for att in self._channels.graph.attention.values():
+            if att.o is not None:
+                self.head_readers[att.name] = (att.o, self._channels._modules[att.o])
+            else:
+                readers = self._channels.consumers(f"{att.name}#heads")
+                if len(readers) == 1 and np.array_equal(readers[0][3], np.arange(len(readers[0][3]))):
+                    self.head_readers[att.name] = readers[0][:2]
+        for name, _ in self.head_readers.values():
+            self.reader_moments.setdefault(name, _SecondMoment(limit))
+
+    def head_importance(self, att: Any) -> torch.Tensor | None:
+        """Per kv-head group: the energy its heads deliver to the output projection.
+
+        ``sum E[c^2] * ||W_o[:, c]||^2`` over its context channels ``c`` (None without statistics).
+        """
+        reader = self.head_readers.get(att.name)
+        per_input = None if reader is None else self._reader_energy(*reader)
+        if per_input is None or per_input.numel() != att.num_heads * att.head_dim:
+            return None
+        return per_input.reshape(att.num_kv_heads, -1).sum(1)
+
+    def _reader_energy(self, name: str, module: nn.Module) -> torch.Tensor | None:
+        """``E[x_k^2] * ||W[:, k]||^2`` per input channel of reader ``name``, computed once per reader.
+
+        A residual stream has one reader list shared by every block's output projection.
+        """
+        cache = self.__dict__.setdefault("_energy_cache", {})  # (reset by _collect_statistics)
+        if name not in cache:
+            moment = self.reader_moments[name].mean()
+            cache[name] = None if moment is None else moment.cpu().double() * _column_energy(module).cpu().double()
+        return cache[name]
 
     def channel_energy(self, wrapper: PrunerModuleWrapper) -> torch.Tensor:
         """Importance of each output channel of ``wrapper``'s layer (after :meth:`compress` collected data)."""
@@ -146,10 +179,10 @@ class ChannelEnergyPruner(_DataDrivenPruner):
         score = torch.zeros(channels, dtype=torch.float64)
         read = np.zeros(channels, dtype=bool)
         for name, module, idx, positions in self.readers.get(wrapper.name, []):
-            moment = self.reader_moments[name].mean()
-            if moment is None:
+            per_input = self._reader_energy(name, module)
+            if per_input is None:
                 continue
-            energy = (moment.cpu().double() * _column_energy(module).cpu().double())[torch.from_numpy(positions)]
+            energy = per_input[torch.from_numpy(positions)]
             score.index_add_(0, torch.from_numpy(idx), energy)
             read[idx] = True
         if read.all():
@@ -163,8 +196,10 @@ class ChannelEnergyPruner(_DataDrivenPruner):
         return score.to(wrapper.weight_mask.device)
 
     def _collect_statistics(self) -> None:
+        self._energy_cache: dict[str, torch.Tensor | None] = {}  # new statistics: recompute the readers' energy
         handles = []
         modules = {name: module for readers in self.readers.values() for name, module, *_ in readers}
+        modules.update(dict(self.head_readers.values()))
         for name, module in modules.items():
             moment = self.reader_moments[name]
             handles.append(module.register_forward_pre_hook(

@@ -107,3 +107,28 @@ def test_moe_experts_rank_their_channels_on_the_tokens_routed_to_them():
     _speedup(small, inputs, masks)
     moe = small.model.layers[0].mlp
     assert moe.experts.gate_up_proj.shape == (4, 128, 64) and moe.gate.weight.shape == (4, 64)
+
+
+def test_channel_energy_ranks_heads_by_what_they_deliver_to_the_output_projection():
+    model, _ = build("phi3")
+    batches = _token_batches()
+    seen: dict[int, list[torch.Tensor]] = {0: [], 1: []}
+    handles = [model.model.layers[i].self_attn.o_proj.register_forward_pre_hook(
+        lambda mod, args, i=i: seen[i].append(args[0].detach().reshape(-1, 64))) for i in seen]
+    with torch.no_grad():
+        for x, _ in batches:
+            model(**x)
+    for handle in handles:
+        handle.remove()
+    strongest = {}
+    for i, parts in seen.items():  # energy per context channel, summed per kv group (2 query heads x 16)
+        weight = model.model.layers[i].self_attn.o_proj.weight.detach().double()
+        energy = torch.cat(parts).double().pow(2).mean(0) * weight.pow(2).sum(0)
+        strongest[i] = int(energy.reshape(2, 32).sum(1).argmax())
+    pruner = ChannelEnergyPruner(model, [{"sparsity": 0.5, "op_types": ["Linear"]}, {"exclude": True,
+                                                                                   "op_names": ["lm_head"]}],
+                                 dataloader=batches, statistics_batch_num=3, dependency_aware=True, dims=["heads"])
+    pruner.compress()
+    for i in seen:
+        rows = pruner.get_masks()[f"model.layers.{i}.self_attn.qkv_proj"]["weight_mask"].any(1)
+        assert rows[64:96].reshape(2, 16).all(1).tolist() == [g == strongest[i] for g in range(2)]
