@@ -9,13 +9,15 @@ records and a load compares, so bit flips and weights from another save are caug
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import safetensors
 import torch
 
 from slimkit.core import registry
@@ -28,6 +30,8 @@ BASE_KINDS = ("zoo", "hf", "factory", "user")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 #: a rebuilt model may need this many times the weights file's bytes (int8 from float64) plus a fixed slack
 BUDGET_FACTOR, BUDGET_SLACK = 8, 64 * 2**20
+TENSOR_SLACK = 1024  # a rebuilt model may register this many tensors more than 8x those the file holds
+MAX_MODULES = 500_000  # a meta build past this many modules is a crafted record (the largest real models hold ~100k)
 _IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
 
 
@@ -115,8 +119,9 @@ def check_budget(build: Callable[[], Any] | None, user_model: Any, replays: list
     Replays that need real weight values cannot run on meta and are skipped (they only shrink a model). An
     architecture that cannot be built on meta is not budgeted (the real build follows and is checked there).
     """
+    held = weights.stat().st_size
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _growth_limit(BUDGET_FACTOR * held + BUDGET_SLACK, weights):
             if isinstance(user_model, torch.nn.Module):
                 skeleton = _meta_copy(user_model)
             elif build is not None and user_model is None:
@@ -137,13 +142,62 @@ def check_budget(build: Callable[[], Any] | None, user_model: Any, replays: list
             raise SaveLoadError(f"{field}: the replay state does not fit the rebuilt model: {exc}") from exc
         except Exception:  # needs real values: skipped on meta
             continue
-    size, held = _nbytes(skeleton), weights.stat().st_size
+    size = _nbytes(skeleton)
     if size > BUDGET_FACTOR * held + BUDGET_SLACK:
-        raise SaveLoadError(
-            f"The save describes a model of {size / 2**20:.1f} MiB (its 'base' recipe and 'applied' replay state) "
-            f"but {weights} holds only {held / 2**20:.1f} MiB: the record was edited or is corrupt, and loading "
-            "it would allocate memory the file never held. Save the model again."
-        )
+        raise _too_big(f"a model of {size / 2**20:.1f} MiB", held, weights)
+
+
+def _too_big(what: str, held: int | str, weights: Path) -> SaveLoadError:
+    holds = held if isinstance(held, str) else f"{held / 2**20:.1f} MiB"
+    return SaveLoadError(
+        f"The save describes {what} (its 'base' recipe and 'applied' replay state) but {weights} holds only "
+        f"{holds}: the record was edited or is corrupt, and loading it would allocate memory the "
+        "file never held. Save the model again."
+    )
+
+
+def _tensor_count(weights: Path) -> float:
+    """How many tensors the safetensors file holds (infinite when its header cannot be read: no limit then)."""
+    try:
+        with safetensors.safe_open(str(weights), framework="pt") as f:
+            return len(list(f.keys()))
+    except Exception:  # an unreadable header is reported by the weight loading that follows
+        return float("inf")
+
+
+@contextlib.contextmanager
+def _growth_limit(limit: float, weights: Path) -> Iterator[None]:
+    """Stop a (meta) build as soon as its registered tensors pass ``limit`` bytes or its modules ``MAX_MODULES``.
+
+    A crafted config (a million layers) would otherwise spend minutes and gigabytes of Python objects before the
+    size check after the build could refuse it.
+    """
+    held = weights.stat().st_size
+    count = {"bytes": 0, "modules": 0, "tensors": 0}
+    n_file = _tensor_count(weights)
+    most_tensors = BUDGET_FACTOR * n_file + TENSOR_SLACK
+
+    def on_tensor(module: torch.nn.Module, name: str, t: torch.Tensor | None) -> None:
+        count["bytes"] += t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+        count["tensors"] += 1
+        if count["bytes"] > limit:
+            raise _too_big(f"a model of more than {count['bytes'] / 2**20:.1f} MiB", held, weights)
+        if count["tensors"] > most_tensors:
+            raise _too_big(f"a model of more than {most_tensors} tensors", f"{n_file} tensors", weights)
+
+    def on_module(module: torch.nn.Module, name: str, child: torch.nn.Module | None) -> None:
+        count["modules"] += 1
+        if count["modules"] > MAX_MODULES:
+            raise _too_big(f"a model of more than {MAX_MODULES} modules", held, weights)
+
+    handles = [torch.nn.modules.module.register_module_parameter_registration_hook(on_tensor),
+               torch.nn.modules.module.register_module_buffer_registration_hook(on_tensor),
+               torch.nn.modules.module.register_module_module_registration_hook(on_module)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def known_algorithms(payload: dict[str, Any], file: Path) -> list[dict[str, Any]]:
