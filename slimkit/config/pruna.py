@@ -44,7 +44,7 @@ class PrunaConfigFace:
             return
         if hyperparameters is not None:
             raise ConfigError("add(name, hyperparameters): give one algorithm name with its hyperparameters, e.g. "
-                              "cfg.add('hqq', {'weight_bits': 4}); for several use cfg.add({'hqq': {...}, ...}).")
+                              "add('hqq', {'weight_bits': 4}); for several use add({'hqq': {...}, ...}).")
         if isinstance(request, (list, tuple)):
             for name in request:
                 if not isinstance(name, str):

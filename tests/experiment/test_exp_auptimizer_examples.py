@@ -97,6 +97,7 @@ def _check_automatic(result, expect: int) -> None:
     assert any(best.glob("digits_compressed*.safetensors"))  # save_model: the kept trial's model exported
 
 
+@pytest.mark.slow
 def test_automatic_example_hyperband(workdir):
     path = _small(workdir, "exp_auto_fpgm_hyperband.json", n_samples=2, n_parallel=1, max_iter=3, random_seed=0)
     _check_automatic(run_experiment(path, automatic=True, quiet=True), 2)
