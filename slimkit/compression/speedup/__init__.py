@@ -9,10 +9,17 @@ what the masked one did (exactly, but near the zero-padded borders of convs). ``
 replays the recorded shrink on a fresh base model so a saved pruned model can be rebuilt and loaded
 strictly. ``channel_dependency_report`` shows the groups before you prune.
 
+Besides Conv/Linear/norms it shrinks transformers' GPT-style ``Conv1D`` (a transposed Linear), embeddings
+(their columns), attention blocks by whole heads (separate or fused q/k/v, GQA-consistent), MoE experts
+stored as 3-D parameters (each expert its own intermediate channels), grouped convs by whole groups, and
+per-channel parameters a module uses directly (layer scales, class tokens, position tables) with the
+channels they touch; a weight tied between an embedding and a head is sliced alike and tied again.
+
 Limits: only the path the dummy input takes is analysed; channels must sit in dim 1 (convs, norms over
-NCHW) or the last dim (Linear, LayerNorm); grouped (non-depthwise) convs, tied weights, unknown modules
-with their own parameters and ops whose result depends on the channel count keep their channels, and a
-mask that wants them removed raises UnsupportedOpError with the config_list entry that avoids it.
+NCHW) or the last dim (Linear, LayerNorm); ops whose result depends on the channel count (a mean over
+channels, a slice at a fixed offset, an unknown function) keep their channels, and a mask that wants them
+removed raises UnsupportedOpError with the config_list entry that avoids it. Norms over a pruned hidden
+width compute their statistics over the kept channels (the shrunk model then differs from the masked one).
 """
 
 from .errors import SpeedupError, UnsupportedOpError

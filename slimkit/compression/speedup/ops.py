@@ -231,6 +231,8 @@ def _spatial(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, outs: list
     pad = args[1] if len(args) > 1 else kwargs.get("pad", ())
     if s is None:
         return
+    if name == "pad" and _pad_keeps_channels(tr, s, x, pad, outs):
+        return
     if set(varying_dims(s)) - {1} or (name == "pad" and len(pad) // 2 > x.dim() - 2):
         tr.pin_shadow(s, name, "it is expected to keep dims 0 and 1 (batch, channels) apart from the others")
         return
@@ -238,3 +240,17 @@ def _spatial(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, outs: list
     for o in outs:
         if o.dim() == x.dim() and o.shape[1] == x.shape[1]:
             tr.put(o, ids_along(vec, o, 1))
+
+
+def _pad_keeps_channels(tr: ChannelTracer, s: torch.Tensor, x: torch.Tensor, pad: Any,
+                        outs: list[torch.Tensor]) -> bool:
+    """``F.pad`` that leaves the one channel dim unpadded (e.g. a channels-last window pad): ids carried over."""
+    dims = varying_dims(s)
+    if len(dims) != 1 or not isinstance(pad, (tuple, list)) or len(outs) != 1:
+        return False
+    padded = {x.dim() - 1 - i for i in range(len(pad) // 2) if pad[2 * i] or pad[2 * i + 1]}
+    vec = channel_vector(s, dims[0])
+    if dims[0] in padded or vec is None or outs[0].shape[dims[0]] != x.shape[dims[0]]:
+        return False
+    tr.put(outs[0], ids_along(vec, outs[0], dims[0]))
+    return True
