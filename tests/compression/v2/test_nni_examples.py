@@ -111,6 +111,7 @@ def test_lsq_example_stops_at_tensorrt(tmp_path):
     ("activation_pruning_torch.py", ["--pruner", "apoz"]),
     ("activation_pruning_torch.py", ["--pruner", "mean"]),
     ("level_pruning_torch.py", []),
+    ("admm_pruning_torch.py", []),
 ])
 def test_pruning_examples(tmp_path, script, args):
     out = _ok(_run(tmp_path, f"pruning/{script}", *args, "--pretrain-epochs", "1", "--fine-tune-epochs", "1"))
