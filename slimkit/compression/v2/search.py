@@ -74,9 +74,11 @@ def search_config_list(who: str, model: nn.Module, config_list: Any, cap_key: st
     ``total_sparsity`` becomes ``sparsity``, a numeric ``max_sparsity_per_layer`` becomes ``cap_key`` (per-layer
     dict caps are refused, with the way to write them).
     """
+    if not isinstance(config_list, (list, tuple)):
+        return canonical_config_list(model, config_list, "normal")[0]  # refuses it, saying what to write
     caps: dict[int, float] = {}
     plain = []
-    for index, entry in enumerate(config_list if isinstance(config_list, Sequence) else []):
+    for index, entry in enumerate(config_list):
         if isinstance(entry, Mapping) and "max_sparsity_per_layer" in entry:
             cap = entry["max_sparsity_per_layer"]
             if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0.0 < float(cap) <= 1.0:
@@ -86,7 +88,7 @@ def search_config_list(who: str, model: nn.Module, config_list: Any, cap_key: st
             caps[index] = float(cap)
             entry = {k: v for k, v in entry.items() if k != "max_sparsity_per_layer"}
         plain.append(entry)
-    translated, _ = canonical_config_list(model, plain if plain else config_list, "normal")
+    translated, _ = canonical_config_list(model, plain, "normal")
     for index, cap in caps.items():
         if cap < 1.0:
             translated[index][cap_key] = cap
@@ -118,6 +120,8 @@ class _SearchScheduler:
 
     def compress(self) -> None:
         """Search, then fine-tune / unwrap / speed up / score the chosen allocation (see :meth:`get_best_result`)."""
+        if self._best is not None:
+            raise PruningConfigError(f"{type(self).__name__}.compress() already ran; read get_best_result().")
         engine = self.engine
         engine.compress()
         masks = v2_masks(engine)

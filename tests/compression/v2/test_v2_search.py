@@ -47,7 +47,11 @@ def test_simulated_annealing_scheduler(net, batches):
     x = batches[0][0][:1]
     pruner = SimulatedAnnealingPruner(net, CONFIG, evaluator=_accuracy(batches), cool_down_rate=0.5,
                                       pruning_algorithm="l1", finetuner=tuned.append, speedup=True, dummy_input=x)
+    with pytest.raises(PruningConfigError, match=r"get_best_result\(\) before compress\(\)"):
+        pruner.get_best_result()
     assert pruner.compress() is None
+    with pytest.raises(PruningConfigError, match=r"compress\(\) already ran"):
+        pruner.compress()
     task_id, model, masks, score, config_list = pruner.get_best_result()
     assert task_id == len(pruner.engine.history) > 0 and tuned == [model]  # the chosen allocation fine-tuned once
     assert score == pytest.approx(_accuracy(batches)(model))
@@ -104,6 +108,7 @@ def test_amc_scheduler(net, batches):
     (lambda m, x: SimulatedAnnealingPruner(m, [{"op_types": ["Conv2d"], "total_sparsity": 0.5,
                                                 "max_sparsity_per_layer": {"conv1": 0.5}}], lambda _: 1.0),
      "one entry per layer"),
+    (lambda m, x: SimulatedAnnealingPruner(m, "conv1", lambda _: 1.0), "config_list must be a list of dicts"),
     (lambda m, x: AMCPruner(2, m, CONFIG, x, lambda _: 1.0, target="params"), "budgets FLOPs"),
     (lambda m, x: AMCPruner(2, m, [{"op_types": ["Conv2d"]}], x, lambda _: 1.0), "needs 'total_sparsity'"),
     (lambda m, x: AMCPruner(2, m, CONFIG, None, lambda _: 1.0), "needs dummy_input"),
