@@ -57,9 +57,10 @@ PUBLIC = {
                 "SmashedModel", "__version__", "aup_args", "aup_save_model", "compression", "create_compressor",
                 "print_result", "smash", "trace"],
     "slimkit.compression.v2": [
-        "ADMMPruner", "AGPPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner", "FPGMPruner",
-        "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner", "LotteryTicketPruner", "ModelSpeedup",
-        "ModelSpeedupTensorRT", "MovementPruner", "PRUNER_DICT", "SlimPruner", "TaylorFOWeightPruner", "V2Pruner",
+        "ADMMPruner", "AGPPruner", "AMCPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner",
+        "AutoCompressPruner", "FPGMPruner", "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner",
+        "LotteryTicketPruner", "ModelSpeedup", "ModelSpeedupTensorRT", "MovementPruner", "PRUNER_DICT",
+        "SimulatedAnnealingPruner", "SlimPruner", "TaylorFOWeightPruner", "V2Pruner",
         "canonical_config_list", "rebuild", "show_pruned_weights", "to_v1_masks", "trace", "v2_masks"
     ],
     "slimkit.core": ["GROUPS", "KIND_OF_GROUP", "SaveFn", "SlimkitAlgorithm", "SlimkitBatcher", "SlimkitCacher",

@@ -4,8 +4,9 @@ This namespace is what NNI 2.x scripts import (``from slimkit.compression import
 count_flops_params, QAT_Quantizer`` in place of ``nni.compression.pytorch...`` and
 ``nni.algorithms.compression.pytorch.quantization``). Where NNI 1.x and 2.x use one class name with two
 signatures (``LevelPruner``, ``FPGMPruner``, ``SlimPruner``, ``AGPPruner``, ``ADMMPruner``, ``MovementPruner``,
-``LotteryTicketPruner``), the name here is NNI 2.x's (:mod:`slimkit.compression.v2`) and the 1.x engine stays in
-:mod:`slimkit.compression.pruning`, as in NNI itself. ``create_compressor`` is Auptimizer's
+``LotteryTicketPruner``, ``SimulatedAnnealingPruner``, ``AutoCompressPruner``, ``AMCPruner``), the name here is
+NNI 2.x's (:mod:`slimkit.compression.v2`) and the 1.x engine stays in :mod:`slimkit.compression.pruning`, as in
+NNI itself. ``create_compressor`` is Auptimizer's
 ``aup.compression.create_compressor`` (``import slimkit as aup``). ``ModelSpeedup`` also takes
 ``SlimPruner``'s BatchNorm masks. ``ModelSpeedupTensorRT`` exists only to say which slimkit engine does that job.
 """
@@ -35,6 +36,8 @@ from slimkit.compression.v2 import (
     ActivationMeanRankPruner,
     ADMMPruner,
     AGPPruner,
+    AMCPruner,
+    AutoCompressPruner,
     FPGMPruner,
     L1NormPruner,
     L2NormPruner,
@@ -44,6 +47,7 @@ from slimkit.compression.v2 import (
     ModelSpeedup,
     ModelSpeedupTensorRT,
     MovementPruner,
+    SimulatedAnnealingPruner,
     SlimPruner,
     TaylorFOWeightPruner,
     trace,
@@ -58,11 +62,13 @@ def create_compressor(model: Any, config: Any, *args: Any, **kwargs: Any) -> Any
 
 
 _FACE = [
-    "ADMMPruner", "AGPPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner", "BNNQuantizer",
+    "ADMMPruner", "AGPPruner", "AMCPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner",
+    "AutoCompressPruner", "BNNQuantizer",
     "DoReFaQuantizer", "FPGMPruner", "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner",
     "LotteryTicketPruner", "LsqQuantizer", "ModelSpeedup", "ModelSpeedupTensorRT", "MovementPruner", "NaiveQuantizer",
     "ObserverQuantizer", "QATQuantizer",
-    "QAT_Quantizer", "QuantGrad", "QuantType", "Quantizer", "SlimPruner", "TaylorFOWeightPruner",
+    "QAT_Quantizer", "QuantGrad", "QuantType", "Quantizer", "SimulatedAnnealingPruner", "SlimPruner",
+    "TaylorFOWeightPruner",
     "count_flops_params", "create_compressor", "load_calibration", "set_quant_scheme_dtype", "trace",
 ]
 __all__ = sorted(set(_pruning_all) | set(_speedup_all) | set(_FACE))  # noqa: PLE0605

@@ -92,8 +92,15 @@ class Compressor(EngineCalls):
         """The JSON-ready record of what the speedup kept (``None`` before :meth:`apply_speedup`)."""
         return self._kept
 
-    def compress(self) -> nn.Module:
-        """Compute the masks (one-shot pruners) or arm the training hooks (iterative ones); return the model."""
+    def compress(self, *args: Any, **kwargs: Any) -> nn.Module:
+        """Compute the masks (one-shot pruners) or arm the training hooks (iterative ones); return the model.
+
+        Arguments go to the engine's own ``compress``, for the pruners that take some: the sensitivity pruner's
+        ``compress(eval_args=[model], finetune_args=[model])`` (what its evaluator and finetuner receive, and
+        their ``eval_kwargs`` / ``finetune_kwargs``).
+        """
+        if args or kwargs:
+            self._check_compress_arguments(args, kwargs)
         if self.speedup_applied:
             raise ConfigError("compress() after apply_speedup(): the model is already shrunk and detached from the "
                               "pruner. Create a new compressor on the shrunk model to compress it further.")
@@ -101,7 +108,7 @@ class Compressor(EngineCalls):
             self.smashed = self._smash()
             self._model = self.smashed.model
         else:
-            self._model = self.engine.compress()
+            self._model = self.engine.compress(*args, **kwargs)
         self._compressed = True
         return self._model
 

@@ -1,14 +1,17 @@
 """The calls Auptimizer's scripts make on a compressor besides compress / speedup / export.
 
-``compressor.update_epoch(epoch)`` and ``compressor.step()`` reach the engine's schedule (AGP's epochs, a
-quantizer's step counter); ``get_prune_iterations()`` / ``prune_iteration_start()`` drive iterative pruners
-that have rounds; ``compressor.count_flops_params((1, 1, 28, 28))`` counts the current model (wrapped, sped
-up or smashed) with :func:`slimkit.evaluation.flops.count_flops_params`. ``export_model(..., **config)``: the
-job config a script received may be passed along, as Auptimizer's example scripts do.
+``compressor.compress(eval_args=..., finetune_args=...)`` reaches the engine's ``compress`` (the sensitivity
+pruner's arguments); ``compressor.update_epoch(epoch)`` and ``compressor.step()`` reach the engine's schedule
+(AGP's epochs, a quantizer's step counter); ``get_prune_iterations()`` / ``prune_iteration_start()`` drive
+iterative pruners that have rounds; ``compressor.count_flops_params((1, 1, 28, 28))`` counts the current model
+(wrapped, sped up or smashed) with :func:`slimkit.evaluation.flops.count_flops_params`.
+``export_model(..., **config)``: the job config a script received may be passed along, as Auptimizer's example
+scripts do.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -38,6 +41,21 @@ class EngineCalls:
             raise ConfigError(f"{method}() is not something {self.name!r} ({type(self.engine).__name__}) does; "
                               "it belongs to iterative pruners such as lottery_ticket.")
         return function(*args)
+
+    def _check_compress_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Refuse compress() arguments the engine's ``compress`` does not take, naming the ones it does."""
+        given = ", ".join([*(type(a).__name__ for a in args), *(f"{k}=..." for k in kwargs)])
+        if self.engine is None:
+            raise ConfigError(f"compress({given}): {self.name!r} runs through smash and its compress() takes no "
+                              "arguments; give its settings to create_compressor instead.")
+        signature = inspect.signature(self.engine.compress)
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError:
+            accepted = [n for n in signature.parameters if n != "self"]
+            raise ConfigError(f"compress({given}): {self.name!r} ({type(self.engine).__name__}) takes "
+                              + (f"only {', '.join(accepted)}" if accepted else "no arguments")
+                              + " in compress(); its other settings go to create_compressor(...).") from None
 
     def update_epoch(self, epoch: int) -> None:
         """Tell the engine epoch ``epoch`` starts (AGP's epoch schedule moves its masks then)."""

@@ -45,7 +45,7 @@ def _small(workdir: Path, name: str, **changes) -> Path:
 
 
 def test_every_example_file_validates():
-    assert len(ONE_TIME) == 19 and len(AUTOMATIC) == 16
+    assert len(ONE_TIME) == 26 and len(AUTOMATIC) == 18
     for name in FILES:
         exp = load_experiment(FIXTURES / name, automatic=name.startswith("exp_auto_"))
         assert exp.script is not None and exp.script.is_file()
@@ -57,6 +57,12 @@ def test_every_example_file_validates():
     resolved = {load_experiment(FIXTURES / n, automatic="auto" in n).compression["compressor"] for n in FILES}
     assert {"activation_apoz_rank_filter", "activation_mean_rank_filter", "taylor_fo_weight_filter"} <= spellings
     assert {"activation_apoz_rank_filter", "taylor_fo_weight_filter", "naive"} <= resolved  # kept as written
+    search = {"admm", "amc", "auto_compress", "lottery_ticket", "net_adapt", "sensitivity", "simulated_annealing"}
+    assert search <= spellings and search <= resolved  # the search-driven pruners' examples
+    auto_lottery = load_experiment(FIXTURES / "exp_auto_lottery_ticket.json", automatic=True)
+    assert [p.name for p in auto_lottery.params] == ["config_list[0].prune_iterations", "config_list[0].sparsity"]
+    auto_admm = load_experiment(FIXTURES / "exp_auto_admm.json", automatic=True)  # one sparsity per op name
+    assert [p.name for p in auto_admm.params] == ["config_list[0].sparsity@conv1", "config_list[0].sparsity@conv2"]
     hyperband = load_experiment(FIXTURES / "exp_auto_fpgm_hyperband.json", automatic=True)
     assert hyperband.proposer_options == {"max_iter": 81, "eta": 3, "skip_last": 0, "engine": "random"}
     assert load_experiment(FIXTURES / "exp_auto_fpgm_bohb.json", automatic=True).proposer_options["num_samples"] == 4

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from slimkit import zoo
+from slimkit.errors import ConfigError
 from slimkit.evaluation import count_macs
 from slimkit.experiment import (
     create_compressor,
@@ -161,8 +162,9 @@ def test_lottery_ticket_as_auptimizer_calls_it(data, tmp_path):
     config = _block("lottery_ticket", [{"prune_iterations": 2, "sparsity": 0.8, "op_types": ["Conv2d"]}])
     compressor = create_compressor(model, config, optimizer=optimizer, lr_scheduler=scheduler)
     model = compressor.compress()
-    for _ in compressor.engine.get_prune_iterations():
-        compressor.engine.prune_iteration_start()
+    assert list(compressor.get_prune_iterations()) == [0, 1, 2]  # the compressor forwards Auptimizer's calls
+    for _ in compressor.get_prune_iterations():
+        compressor.prune_iteration_start()
         for x, y in train[:3]:
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
@@ -170,6 +172,48 @@ def test_lottery_ticket_as_auptimizer_calls_it(data, tmp_path):
     for name in LAYERS:
         weight = model.get_submodule(name).module.weight
         assert abs(float((weight == 0).float().mean()) - 0.8) < 0.01  # unstructured: the paper's level masks
+    assert compressor.engine.curr_prune_iteration == 2
+    with pytest.raises(Exception, match="all 2 pruning rounds have run"):
+        compressor.prune_iteration_start()
+
+
+def test_sensitivity_compress_takes_eval_and_finetune_args(data):
+    """Auptimizer's mnist_sensitivity.py: ``compressor.compress(eval_args=[model], finetune_args=[model])``."""
+    test = (data[1][0][:200], data[1][1][:200])
+    model = zoo.load("digits_cnn").model
+    seen = {"eval": [], "finetune": []}
+
+    def evaluator(m, scale=1.0):
+        seen["eval"].append((m, scale))
+        return _accuracy(test)(m) * scale
+
+    def finetuner(m, steps):
+        seen["finetune"].append((m, steps))
+
+    config = _block("sensitivity", [{"sparsity": 0.4, "max_sparsity_per_layer": 0.5, "op_types": ["Conv2d"]}])
+    compressor = create_compressor(model, config, finetuner=finetuner, evaluator=evaluator, sparsity_per_iter=0.2)
+    out = compressor.compress(eval_args=[model], eval_kwargs={"scale": 2.0}, finetune_args=[model, 3])
+    assert out is model and compressor.engine.overall_sparsity(compressor.engine.allocation) >= 0.4
+    assert seen["eval"] and all(m is model and scale == 2.0 for m, scale in seen["eval"])
+    assert seen["finetune"] == [(model, 3), (model, 3)]  # one short fine-tune per iteration (0.2 + 0.2)
+    model.eval()
+    assert compressor.engine.best_score == pytest.approx(2.0 * _accuracy(test)(model))  # eval_kwargs reached it
+
+
+def test_compress_arguments_the_engine_does_not_take_are_refused():
+    config = _block("l1_filter", [{"sparsity": 0.5, "op_types": ["Conv2d"]}])
+    compressor = create_compressor(zoo.load("digits_cnn").model, config)
+    with pytest.raises(ConfigError, match=r"compress\(eval_args=...\): 'l1_filter' \(L1FilterPruner\) takes no "
+                                          "arguments"):
+        compressor.compress(eval_args=[compressor.model])
+    sensitivity = create_compressor(zoo.load("digits_cnn").model, _block("sensitivity", [{"sparsity": 0.5}]),
+                                    evaluator=lambda m: 1.0)
+    with pytest.raises(ConfigError, match="takes only eval_args, eval_kwargs, finetune_args, finetune_kwargs"):
+        sensitivity.compress(evaluator_args=[1])
+    quantizer = create_compressor(zoo.load("digits_cnn").model, {"compression": {
+        "framework": "torch", "type": "quantization", "compressor": "int8_dynamic", "config_list": []}})
+    with pytest.raises(ConfigError, match="runs through smash and its compress\\(\\) takes no arguments"):
+        quantizer.compress(1)
 
 
 ADMM_SCRIPT = """#!/usr/bin/env python

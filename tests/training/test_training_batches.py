@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import slimkit.training
-from slimkit.compression.pruning import data_pruners
+from slimkit.compression.pruning import data_driven
 from slimkit.data import LABEL_KEYS, move_batch, split_batch
 from slimkit.errors import DataError
 from slimkit.evaluation import accuracy
@@ -20,7 +20,7 @@ XX = (X, X)
 
 
 def test_one_split_batch_everywhere():
-    assert slimkit.training.split_batch is split_batch is data_pruners.split_batch
+    assert slimkit.training.split_batch is split_batch is data_driven.split_batch
 
 
 @pytest.mark.parametrize(("batch", "inputs", "targets"), [

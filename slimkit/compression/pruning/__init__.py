@@ -9,6 +9,12 @@ Typical use::
     masks = pruner.get_masks()  # {layer name: {"weight_mask": ..., "bias_mask": ...}} for ModelSpeedup
 """
 
+from slimkit.compression.pruning.activation_rank import (
+    ActivationAPoZRankFilterPruner,
+    ActivationAPoZRankFilterPrunerMasker,
+    ActivationMeanRankFilterPruner,
+    ActivationMeanRankFilterPrunerMasker,
+)
 from slimkit.compression.pruning.admm import ADMMPruner
 from slimkit.compression.pruning.agp import AGPPruner, agp_sparsity
 from slimkit.compression.pruning.allocation import AllocationPruner
@@ -19,14 +25,6 @@ from slimkit.compression.pruning.channel_macs import ChannelMacs
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError, resolve_config_list
 from slimkit.compression.pruning.coupling import ChannelCoupling
-from slimkit.compression.pruning.data_pruners import (
-    ActivationAPoZRankFilterPruner,
-    ActivationAPoZRankFilterPrunerMasker,
-    ActivationMeanRankFilterPruner,
-    ActivationMeanRankFilterPrunerMasker,
-    TaylorFOWeightFilterPruner,
-    TaylorFOWeightFilterPrunerMasker,
-)
 from slimkit.compression.pruning.ddpg import DDPGAgent
 from slimkit.compression.pruning.dependency import DependencyAwarePruner
 from slimkit.compression.pruning.energy import ChannelEnergyPruner, ChannelEnergyPrunerMasker
@@ -53,6 +51,7 @@ from slimkit.compression.pruning.net_adapt import NetAdaptPruner
 from slimkit.compression.pruning.one_shot import FPGMPruner, L1FilterPruner, L2FilterPruner, LevelPruner, SlimPruner
 from slimkit.compression.pruning.sensitivity import SensitivityPruner
 from slimkit.compression.pruning.simulated_annealing import SimulatedAnnealingPruner
+from slimkit.compression.pruning.taylor_fo import TaylorFOWeightFilterPruner, TaylorFOWeightFilterPrunerMasker
 from slimkit.compression.pruning.utils import format_sensitivity_table, plot_sensitivity, sensitivity_analysis
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 

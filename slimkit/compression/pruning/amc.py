@@ -48,11 +48,12 @@ class AMCPruner(AllocationPruner):
     discount=1.0, bsize=64, rmsize=100, tau=0.01, init_delta=0.5, delta_decay=0.99, train_episode=800,
     output_dir=None, seed=None, base_algo="l1", dummy_input=None)``. ``evaluator(val_loader, model)`` (NNI's
     form, when ``val_loader`` is given) or ``evaluator(model)`` scores an episode. ``config_list`` selects the
-    layers (``sparsity`` there, when given, caps the layer's sparsity; AMC sets it). The NNI arguments
-    ``suffix``, ``model_type``, ``dataset``, ``n_calibration_batches``, ``n_points_per_layer``,
-    ``window_length``, ``max_episode_length``, ``debug`` and ``epsilon`` are accepted and have no effect here
-    (the model is traced, and no channel reconstruction is done); passing one warns. After :meth:`compress`:
-    ``allocation``, ``best_macs`` and ``history`` (one entry per episode).
+    layers (``sparsity`` there, when given, caps the layer's sparsity; AMC sets it); a selected layer whose
+    channels the speedup cannot remove (the classifier, whose outputs are the model's) is left unpruned, with a
+    warning. The NNI arguments ``suffix``, ``model_type``, ``dataset``, ``n_calibration_batches``,
+    ``n_points_per_layer``, ``window_length``, ``max_episode_length``, ``debug`` and ``epsilon`` are accepted and
+    have no effect here (the model is traced, and no channel reconstruction is done); passing one warns. After
+    :meth:`compress`: ``allocation``, ``best_macs`` and ``history`` (one entry per episode).
     """
 
     def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]],
@@ -107,6 +108,15 @@ class AMCPruner(AllocationPruner):
 
     def _select_layers(self) -> list[tuple[str, nn.Module, dict[str, Any]]]:
         layers = Pruner._select_layers(self)
+        shrinkable = self.channel_macs.coupling.shrinkable([name for name, _, _ in layers])
+        kept = [name for name, _, _ in layers if name not in shrinkable]
+        if kept:  # e.g. the classifier of "op_types": ["Conv2d", "Linear"]: pruning it would drop classes
+            warnings.warn(f"AMCPruner leaves {kept} unpruned: the speedup cannot remove their channels (they reach "
+                          "the model output or are tied to layers that are not selected).", UserWarning, stacklevel=4)
+            layers = [entry for entry in layers if entry[0] in shrinkable]
+        if not layers:
+            raise PruningConfigError(f"AMCPruner: none of the selected layers {kept} has channels the speedup can "
+                                     "remove; select the Conv/Linear layers inside the model (not its output layer).")
         for _, _, config in layers:
             config["max_sparsity_per_layer"] = min(float(config["sparsity"]), 1.0 - self.lbound)
         self.target_sparsity = 0.0

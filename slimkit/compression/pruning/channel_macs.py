@@ -45,6 +45,8 @@ class ChannelMacs:
             for handle in handles:
                 handle.remove()
         coupling = ChannelCoupling(model, dummy_input)
+        #: the channel tracer (which layers the speedup can shrink)
+        self.coupling = coupling
         self.layers = list(self.full) if layers is None else list(layers)
         #: reader -> [(producer, share of the reader's inputs that carry the producer's channels)]
         self.reads: dict[str, list[tuple[str, float]]] = {}

@@ -29,7 +29,7 @@ from torch import nn
 
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.coupling import ChannelCoupling
-from slimkit.compression.pruning.data_pruners import Trainer, _DataDrivenPruner
+from slimkit.compression.pruning.data_driven import Trainer, _DataDrivenPruner
 from slimkit.compression.pruning.maskers import StructuredWeightMasker
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 from slimkit.compression.speedup.layers import is_linear, out_dim, out_major

@@ -4,7 +4,9 @@
 ``nni.compression.pytorch...``; ``_, masks = pruner.compress()`` returns NNI 2.x's masks
 ``{layer: {"weight": mask, "bias": mask}}``, which ``ModelSpeedup(model, dummy_input, masks)`` accepts. Every
 class is one of slimkit's engines (the same algorithms the SmashConfig and experiment faces run) behind NNI
-2.x's constructor; ``ADMMPruner`` and ``MovementPruner`` look their engine up in the registry.
+2.x's constructor; ``ADMMPruner`` and ``MovementPruner`` look their engine up in the registry;
+``SimulatedAnnealingPruner``, ``AutoCompressPruner`` and ``AMCPruner`` are NNI 2.x's schedulers (``compress()``
+then ``get_best_result()``) over the search engines.
 """
 
 from slimkit.compression.v2.base import V2Pruner, show_pruned_weights, to_v1_masks, v2_masks
@@ -12,6 +14,7 @@ from slimkit.compression.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner,
 from slimkit.compression.v2.config import canonical_config_list
 from slimkit.compression.v2.iterative import PRUNER_DICT, AGPPruner, LinearPruner, LotteryTicketPruner
 from slimkit.compression.v2.registry_adapters import ADMMPruner, MovementPruner
+from slimkit.compression.v2.search import AMCPruner, AutoCompressPruner, SimulatedAnnealingPruner
 from slimkit.compression.v2.speedup import ModelSpeedup
 from slimkit.compression.v2.tensorrt import ModelSpeedupTensorRT
 from slimkit.compression.v2.trace import rebuild, trace
@@ -25,8 +28,10 @@ from slimkit.compression.v2.trained import (
 __all__ = [
     "ADMMPruner",
     "AGPPruner",
+    "AMCPruner",
     "ActivationAPoZRankPruner",
     "ActivationMeanRankPruner",
+    "AutoCompressPruner",
     "FPGMPruner",
     "L1NormPruner",
     "L2NormPruner",
@@ -37,6 +42,7 @@ __all__ = [
     "ModelSpeedupTensorRT",
     "MovementPruner",
     "PRUNER_DICT",
+    "SimulatedAnnealingPruner",
     "SlimPruner",
     "TaylorFOWeightPruner",
     "V2Pruner",

@@ -36,7 +36,7 @@ def _engine(algorithm: str, nni_name: str) -> type:
     return engine
 
 
-def _trainer3(trainer: Callable[..., Any]) -> Callable[..., Any]:
+def trainer_without_epoch(trainer: Callable[..., Any]) -> Callable[..., Any]:
     """The user's NNI 2.x ``trainer(model, optimizer, criterion)`` under slimkit's engine calling convention."""
     def run(model: nn.Module, optimizer: Any, criterion: Any, epoch: int = 0) -> Any:
         return trainer(model, optimizer, criterion)
@@ -96,7 +96,7 @@ class ADMMPruner(_RegistryPruner):
             raise PruningConfigError(f"ADMMPruner granularity must be 'fine-grained' or 'coarse-grained', got "
                                      f"{granularity!r}.")
         super().__init__(model, config_list, {
-            "trainer": _trainer3(trainer), "optimizer": traced_optimizer, "criterion": criterion,
+            "trainer": trainer_without_epoch(trainer), "optimizer": traced_optimizer, "criterion": criterion,
             "num_iterations": iterations, "iterations": iterations, "training_epochs": training_epochs,
             "base_algo": "level" if granularity == "fine-grained" else "l1", "granularity": granularity})
 
@@ -116,6 +116,6 @@ class MovementPruner(_RegistryPruner):
                  training_epochs: int = 1, warm_up_step: int = 0, cool_down_beginning_step: int | None = None) -> None:
         check_training_args("MovementPruner", trainer, traced_optimizer, criterion)
         super().__init__(model, config_list, {
-            "trainer": _trainer3(trainer), "optimizer": traced_optimizer, "criterion": criterion,
+            "trainer": trainer_without_epoch(trainer), "optimizer": traced_optimizer, "criterion": criterion,
             "training_epochs": training_epochs, "warm_up_step": warm_up_step,
             "cool_down_beginning_step": cool_down_beginning_step})

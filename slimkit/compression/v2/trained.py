@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.pruning import data_pruners, one_shot
+from slimkit.compression.pruning import activation_rank, one_shot, taylor_fo
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
 
@@ -109,7 +109,7 @@ class _DataV2(V2Pruner):
             self.restore_optimizer()  # type: ignore[attr-defined]
 
 
-class ActivationAPoZRankPruner(_DataV2, data_pruners.ActivationAPoZRankFilterPruner):
+class ActivationAPoZRankPruner(_DataV2, activation_rank.ActivationAPoZRankFilterPruner):
     """APoZ filter pruning with NNI 2.x's signature: drop the filters whose activations are most often zero.
 
     ``ActivationAPoZRankPruner(model, config_list, trainer, traced_optimizer, criterion, training_batches,
@@ -125,7 +125,7 @@ class ActivationAPoZRankPruner(_DataV2, data_pruners.ActivationAPoZRankFilterPru
                          dummy_input, activation=activation, **kwargs)
 
 
-class ActivationMeanRankPruner(_DataV2, data_pruners.ActivationMeanRankFilterPruner):
+class ActivationMeanRankPruner(_DataV2, activation_rank.ActivationMeanRankFilterPruner):
     """Mean-activation filter pruning with NNI 2.x's signature (see ActivationAPoZRankPruner)."""
 
     def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
@@ -136,7 +136,7 @@ class ActivationMeanRankPruner(_DataV2, data_pruners.ActivationMeanRankFilterPru
                          dummy_input, activation=activation, **kwargs)
 
 
-class TaylorFOWeightPruner(_DataV2, data_pruners.TaylorFOWeightFilterPruner):
+class TaylorFOWeightPruner(_DataV2, taylor_fo.TaylorFOWeightFilterPruner):
     """First-order Taylor filter pruning with NNI 2.x's signature.
 
     ``TaylorFOWeightPruner(model, config_list, trainer, traced_optimizer, criterion, training_batches,

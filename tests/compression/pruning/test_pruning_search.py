@@ -192,3 +192,17 @@ def test_amc_errors(convnet, digit_batches):
         AMCPruner(convnet, CONV, evaluate, dummy_input=digit_batches[0][0], flops_ratio=1.5)
     with pytest.raises(PruningConfigError, match="not 'level'"):
         AMCPruner(convnet, CONV, evaluate, dummy_input=digit_batches[0][0], base_algo="level")
+
+
+def test_amc_leaves_the_output_layer_unpruned(digit_batches):
+    """Auptimizer's exp_amc selects ``op_types: [Conv2d, Linear]``: the classifier's outputs are the classes."""
+    model, x = DigitsCNN().eval(), digit_batches[0][0]
+    with pytest.warns(UserWarning, match=r"leaves \['classifier.3'\] unpruned"):
+        pruner = AMCPruner(model, [{"op_types": ["Conv2d", "Linear"]}], _accuracy(digit_batches), dummy_input=x,
+                           flops_ratio=0.5, warmup=1, train_episode=1, hidden1=8, hidden2=8)
+    assert pruner.layer_names == ["features.0", "features.4", "features.8", "classifier.1"]
+    pruner.compress()
+    assert set(pruner.get_masks()) == set(pruner.layer_names)
+    with pytest.raises(PruningConfigError, match="none of the selected layers \\['classifier.3'\\]"), \
+            pytest.warns(UserWarning):
+        AMCPruner(DigitsCNN(), [{"op_names": ["classifier.3"]}], _accuracy(digit_batches), dummy_input=x)

@@ -111,6 +111,7 @@ def test_lsq_example_stops_at_tensorrt(tmp_path):
     ("activation_pruning_torch.py", ["--pruner", "apoz"]),
     ("activation_pruning_torch.py", ["--pruner", "mean"]),
     ("level_pruning_torch.py", []),
+    ("admm_pruning_torch.py", []),
 ])
 def test_pruning_examples(tmp_path, script, args):
     out = _ok(_run(tmp_path, f"pruning/{script}", *args, "--pretrain-epochs", "1", "--fine-tune-epochs", "1"))
@@ -128,3 +129,13 @@ def test_iterative_pruning_example(tmp_path, pruner):
     out = _ok(_run(tmp_path, "pruning/iterative_pruning_torch.py", "--pruner", pruner, "--pretrain-epochs", "1",
                    "--total-iteration", "2"))
     assert out.count("Accuracy:") == 2  # after pre-training and on the best result
+
+
+@pytest.mark.slow
+def test_simulated_annealing_example(tmp_path):
+    out = _ok(_run(tmp_path, "pruning/simulated_anealing_pruning_torch.py", "--pretrain-epochs", "1",
+                   "--cool-down-rate", "0.5", train=64, test=64))
+    accuracies = re.findall(r"Accuracy: ([\d.]+)%", out)
+    # pre-training, the start state and 3 perturbations (temperature 100 -> 50 -> 25 -> 12.5 < 20), the chosen
+    # allocation after its fine-tune (scored inside compress), the script's own evaluation of get_best_result()'s
+    assert len(accuracies) == 1 + 4 + 1 + 1 and accuracies[-1] == accuracies[-2]
