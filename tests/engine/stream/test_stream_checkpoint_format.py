@@ -1,0 +1,77 @@
+"""Streaming into compressed-tensors / GPTQ checkpoints: the same folder the in-memory export writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+
+from slimkit import SmashConfig, SmashedModel, smash, smash_folder
+from slimkit.engine.writers import RUN_FILE
+from slimkit.errors import ConfigError
+
+pytest.importorskip("compressed_tensors")
+
+
+def _tensors(folder):
+    out = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(str(file)))
+    return out
+
+
+def _in_memory_export(folder, out, cfg, fmt):
+    model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    cfg.add_tokenizer(str(folder))
+    smashed = smash(model, cfg, copy_model=False, verbose=False)
+    smashed.save_pretrained(out, format=fmt)
+    return smashed
+
+
+@pytest.mark.parametrize(("fmt", "sym"), [("compressed-tensors", True), ("compressed-tensors", False),
+                                          ("gptq", False)])
+def test_streamed_checkpoint_equals_the_in_memory_export(byte_llama_folder, tmp_path, fmt, sym):
+    recipe = {"rtn": {"bits": 4, "group_size": 32, "sym": sym}}
+    result = smash_folder(byte_llama_folder, SmashConfig(recipe), tmp_path / "streamed", stream=True,
+                          save_format=fmt, progress=False, verbose=False)
+    assert result.format == fmt and result.blocks == 3
+    smashed = _in_memory_export(byte_llama_folder, tmp_path / "memory", SmashConfig(recipe), fmt)
+    streamed, memory = tmp_path / "streamed", tmp_path / "memory"
+    names = {p.name for p in streamed.iterdir()}
+    assert names - {RUN_FILE} == {p.name for p in memory.iterdir()}  # same files, plus the run record
+    assert "smash_config.json" not in names  # not a slimkit save: transformers and vLLM open it as theirs
+    assert json.loads((streamed / "config.json").read_text()) == json.loads((memory / "config.json").read_text())
+    a, b = _tensors(streamed), _tensors(memory)
+    assert a.keys() == b.keys()
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []
+    if fmt == "compressed-tensors":
+        assert ("model.layers.0.mlp.up_proj.weight_zero_point" in a) is not sym
+    card = (streamed / "README.md").read_text()
+    assert fmt in card and "rtn" in card
+    reloaded = SmashedModel.from_pretrained(streamed)  # the import path: packed layers, no re-quantizing
+    ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(reloaded(ids).logits, smashed(ids).logits)
+
+
+def test_a_recipe_the_format_cannot_hold_is_refused_before_anything_is_written(byte_llama_folder, tmp_path):
+    with pytest.raises(ConfigError, match="hqq fits each group's zero point as a fraction"):
+        smash_folder(byte_llama_folder, SmashConfig({"hqq": {"bits": 4, "group_size": 32}}), tmp_path / "out",
+                     stream=True, save_format="compressed-tensors", progress=False, verbose=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_a_finished_checkpoint_is_recognised_and_another_config_refused(byte_llama_folder, tmp_path):
+    out = tmp_path / "out"
+    recipe = {"rtn": {"bits": 4, "group_size": 32}}
+    smash_folder(byte_llama_folder, SmashConfig(recipe), out, stream=True, save_format="gptq", progress=False,
+                 verbose=False)
+    again = smash_folder(byte_llama_folder, SmashConfig(recipe), out, stream=True, save_format="gptq",
+                         progress=False, verbose=False)
+    assert again.resumed_at == 3
+    with pytest.raises(ConfigError, match="already holds a saved model of another model or configuration"):
+        smash_folder(byte_llama_folder, SmashConfig({"rtn": {"bits": 8, "group_size": 32}}), out, stream=True,
+                     save_format="gptq", progress=False, verbose=False)
