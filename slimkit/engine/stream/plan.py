@@ -17,13 +17,13 @@ import torch
 from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
 from slimkit.core.contract import SlimkitAlgorithm, SmashConfigPrefixWrapper
-from slimkit.core.weights import EXPERTS, Target, find_targets, select, weight_of
+from slimkit.core.weights import EXPERTS, Target, find_targets, weight_of
 from slimkit.engine.interop import check_recipe
 from slimkit.engine.smash import check_config
 from slimkit.engine.stream.checkpoint import Checkpoint
 from slimkit.engine.stream.memory import format_bytes
 from slimkit.engine.stream.skeleton import Blocks, Skeleton, build_model
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, ModelNotSupportedError
 
 __all__ = ["Plan", "config_streams", "exporters", "make_plan", "parse_dtype", "streamable_algorithms"]
 
@@ -156,7 +156,15 @@ def make_plan(folder: str | Path, smash_config: SmashConfig, dtype: str | torch.
                           "'float32' to choose the model's dtype.")
     device = torch.device(smash_config.device)
     compute = torch.float32 if device.type == "cpu" else out_dtype  # CPU matmuls in bf16/fp16 are slow (no AMX)
-    skeleton = Skeleton(build_model(checkpoint.folder, compute), checkpoint)
+    model = build_model(checkpoint.folder, compute)
+    found = find_targets(model)  # every target, found before quantizing: what the coverage record is measured against
+    experts = [t.name for t in found if t.kind == EXPERTS]
+    if experts:
+        raise ModelNotSupportedError(
+            f"Streaming quantizes dense layers only, and {type(model).__name__} holds mixture-of-experts weights "
+            f"({', '.join(experts[:3])}{' ...' if len(experts) > 3 else ''}) that it would leave in full precision. "
+            "Smash it in memory (stream=False, --no-stream), which quantizes the experts one by one.")
+    skeleton = Skeleton(model, checkpoint)
     if smash_config.tokenizer is None and any((checkpoint.folder / f).is_file()
                                               for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         smash_config.add_tokenizer(str(checkpoint.folder))
@@ -186,13 +194,6 @@ def make_plan(folder: str | Path, smash_config: SmashConfig, dtype: str | torch.
     blocks = skeleton.blocks()
     step_owner, step = steps[0]
     targets = step.targets(skeleton.model)
-    found = find_targets(skeleton.model)
-    experts = [t.name for t in select(found, (EXPERTS,), step.exclude)]
-    if experts:
-        raise ConfigError(f"{step.method} streams dense layers only, and this model holds mixture-of-experts weights "
-                          f"({', '.join(experts[:3])}{' ...' if len(experts) > 3 else ''}) that it would leave in full "
-                          "precision. Smash it in memory (stream=False, --no-stream), which quantizes the experts "
-                          "one by one.")
     block_bytes = [checkpoint.nbytes([skeleton.source.get(n, n) for n in skeleton.names_under(blocks.prefix(i))],
                                      compute) for i in range(len(blocks.modules))]
     owner, fmt = formats[0] if formats else (None, save_format)
