@@ -1,7 +1,7 @@
 """Streaming quantization of Llama-shaped checkpoints (1B, 3B, 8B) in bounded memory: peak RSS and wall time.
 
     .venv/bin/python benchmarks/stream_llm.py [--sizes 1b 3b 8b] [--methods rtn gptq] [--samples 8]
-        [--work DIR] [--keep] [--gguf] [--threads 2]
+        [--gptq-blocks K] [--work DIR] [--keep] [--gguf] [--threads 2]
 
 For each size, a random-initialised Llama of that shape is written as bf16 safetensors shards (2 GB each, with
 ``model.safetensors.index.json``), tensor by tensor and in row chunks, so writing it never holds the model either;
@@ -12,8 +12,8 @@ stops gptq after K blocks (they all have the same size, so the peak is the run's
 reports the process's peak resident set (VmHWM, imports included) and the wall time; the table prints both per
 size and method, with the model's own size beside them. ``--gguf`` also writes the rtn result as GGUF (llama_cpp,
 Q8_0 embedding) and has llama.cpp load it and generate 8 tokens. Checkpoints and outputs are deleted afterwards
-unless ``--keep``. Shapes (Llama 3.x): 1B hidden 2048 x 16 layers, ffn 8192, 32/8 heads, tied; 3B 3072 x 28,
-ffn 8192, 24/8, tied; 8B 4096 x 32, ffn 14336, 32/8, untied; vocabulary 128256.
+(staging folders of partial runs too) unless ``--keep``. Shapes (Llama 3.x): 1B hidden 2048 x 16 layers, ffn 8192,
+32/8 heads, tied; 3B 3072 x 28, ffn 8192, 24/8, tied; 8B 4096 x 32, ffn 14336, 32/8, untied; vocabulary 128256.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def main() -> None:
     for size in args.sizes:
         config = llama_config(size)
         model_bytes = 2 * sum(int(torch.Size(s).numel()) for s in tensor_shapes(config).values())
-        free = shutil.disk_usage(work).free
+        free = shutil.disk_usage(work).free  # checkpoint + output (about a third) + its staged pieces
         if free < 2.2 * model_bytes:
             raise SystemExit(f"{size}: {model_bytes / 1e9:.1f} GB checkpoint + outputs need about "
                              f"{2.2 * model_bytes / 1e9:.0f} GB free in {work}; only {free / 1e9:.0f} GB are.")
@@ -224,7 +224,9 @@ def main() -> None:
         runs = [(m, False) for m in args.methods] + ([("rtn", True)] if args.gguf else [])
         for method, gguf in runs:
             out = work / f"out-{size}-{method}{'-gguf' if gguf else ''}"
+            staging = out.parent / f"{out.name}.partial"  # a partial run (--gptq-blocks) leaves its staging folder
             shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)
             stop = args.gptq_blocks if method == "gptq" and not gguf else 0
             figures = run_child(folder, method, out, args.samples, args.threads, gguf, stop)
             target = TARGETS.get((size, method)) if not gguf else None
@@ -243,6 +245,7 @@ def main() -> None:
             print(" | ".join(rows[-1]), flush=True)
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
+                shutil.rmtree(staging, ignore_errors=True)
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
     print_table(["size", "checkpoint GB (bf16)", "method", "blocks", "peak RSS GB", "target GB", "wall s", "output GB",
