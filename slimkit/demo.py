@@ -9,6 +9,7 @@ import torch
 
 from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
+from slimkit.core.coverage import coverage_summary
 from slimkit.engine import SmashedModel, smash, smash_folder
 from slimkit.engine.interop import check_recipe, foreign_format, import_checkpoint
 from slimkit.engine.model_card import measurement_record
@@ -194,6 +195,9 @@ def run_streaming(folder: str | Path, config: SmashConfig, output: str | Path, d
         config.add_data(data or "PyDocText")
     result = smash_folder(folder, config, output, stream=True, dtype=dtype, memory_budget=memory_budget,
                           overwrite=overwrite, save_format=save_format)
+    for name, record in result.coverage.items():
+        for line in coverage_summary(record):
+            print(f"slimkit: {name}: {line}", flush=True)
     files = ", ".join(sorted(p.name for p in Path(output).iterdir()))
     print(f"slimkit: saved to {output} ({format_bytes(result.output_bytes)}: {files}); blocks {result.blocks}"
           + (f" (resumed after block {result.resumed_at})" if result.resumed_at else "")

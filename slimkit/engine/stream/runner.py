@@ -19,7 +19,7 @@ import errno
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,8 @@ class StreamResult:
     inputs_disk_bytes: int = 0
     #: False when the model was small enough to be smashed in memory instead
     streamed: bool = True
+    #: what each weight quantizer quantized and left (``{algorithm: coverage record}``), as ``SmashedModel.coverage``
+    coverage: dict[str, Any] = field(default_factory=dict)
 
 
 def staging_folder(output: Path) -> Path:
@@ -93,6 +95,7 @@ class _Run:
         self.model = plan.model
         self.store: SpillingStore | None = None
         self.pieces = plan.skeleton.pieces(plan.blocks)
+        self.coverage: dict[str, Any] = {}
 
     def piece_key(self, index: int) -> str:
         return f"piece-{index:03d}"
@@ -190,6 +193,8 @@ class _Run:
             share = 1.0 if i == plan.step_owner else 0.0  # the whole run is the quantizer's work
             applied.append({"name": name, "group": algo.group, "save_fn": algo.save_fn.value, "state": view.state,
                             "seconds": round(seconds * share, 3), "cpu_seconds": round(cpu_seconds * share, 3)})
+            if isinstance(view.state.get("coverage"), dict):
+                self.coverage[name] = view.state["coverage"]
         base = describe_base(self.model)
         base["dtype"] = str(plan.dtype).split(".")[-1]
         base.pop("packed", None)  # the layers this run packed are the quantizer's replay state, not the architecture
@@ -264,4 +269,4 @@ def run_plan(plan: Plan, output: str | Path, activation_budget: int, progress: b
     shutil.rmtree(stage, ignore_errors=True)
     return StreamResult(output, plan.format, len(plan.blocks.modules), resumed_at, time.perf_counter() - start,
                         memory.peak_rss_bytes(), size, store.ram_bytes if store else 0,
-                        store.disk_bytes if store else 0)
+                        store.disk_bytes if store else 0, coverage=run.coverage)

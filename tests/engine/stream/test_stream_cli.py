@@ -19,6 +19,7 @@ def test_stream_flag_runs_gptq_with_the_folders_tokenizer_and_pydoc_text(byte_ll
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "streaming" in printed and f"saved to {out}" in printed and "peak RSS" in printed
+    assert "slimkit: gptq: quantized 21 layers" in printed  # 3 blocks x 7 Linear layers; lm_head kept by design
     saved = json.loads((out / "smash_config.json").read_text())
     assert saved["data"] == "PyDocText" and (out / "tokenizer").is_dir()
     model = SmashedModel.from_pretrained(out)
