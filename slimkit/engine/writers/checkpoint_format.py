@@ -50,6 +50,7 @@ class CheckpointFormatWriter(ModelWriter):
         self.out = self.stage / f"{self.format}-out"
         self._files: list[str] = []
         self._bytes = 0
+        self._records: dict[str, dict] = {}  # packed layer -> its grid, read back from the staged pieces by finish
 
     def _piece(self, key: str) -> tuple[Path, Path]:
         return self.folder / f"{key}.safetensors", self.folder / f"{key}.json"
@@ -58,8 +59,8 @@ class CheckpointFormatWriter(ModelWriter):
     def write(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:  # noqa: D102
         packed = {f"{prefix}.{n}" if prefix and n else (prefix or n): m for n, m in module.named_modules()
                   if isinstance(m, PackedLinear)}
-        record = {}
-        provisional = {}
+        record: dict[str, dict[str, Any]] = {}
+        provisional: dict[str, WeightScheme] = {}
         for name, layer in packed.items():
             layer_problems(layer, name, self.format)
             if self.format == GPTQ:
@@ -126,11 +127,10 @@ class CheckpointFormatWriter(ModelWriter):
                 flush()
         flush()
         self._files = writer.close(hf_config(model, qconfig))
-        self._schemes_seen = {n: s.describe() for n, s in schemes.items()}
         self._records = records
         self._bytes = sum(f.stat().st_size for f in self.out.iterdir() if f.is_file())
         return {"files": list(self._files), "bytes": self._bytes, "quantization_config": qconfig,
-                "schemes": self._schemes_seen}
+                "schemes": {n: s.describe() for n, s in schemes.items()}}
 
     def payload(self) -> dict[str, Any]:  # noqa: D102
         return {"weights_format": self.format, "weights_file": self._files[0] if self._files else None}

@@ -75,3 +75,22 @@ def test_a_finished_checkpoint_is_recognised_and_another_config_refused(byte_lla
     with pytest.raises(ConfigError, match="already holds a saved model of another model or configuration"):
         smash_folder(byte_llama_folder, SmashConfig({"rtn": {"bits": 8, "group_size": 32}}), out, stream=True,
                      save_format="gptq", progress=False, verbose=False)
+
+
+def test_a_checkpoint_larger_than_one_shard_gets_shards_and_an_index(byte_llama_folder, tmp_path, monkeypatch):
+    from slimkit.engine.writers import CompressedTensorsWriter
+
+    monkeypatch.setattr(CompressedTensorsWriter, "max_shard_bytes", 200_000)  # the embedding alone is 131 kB
+    recipe = {"rtn": {"bits": 4, "group_size": 32}}
+    smash_folder(byte_llama_folder, SmashConfig(recipe), tmp_path / "streamed", stream=True,
+                 save_format="compressed-tensors", progress=False, verbose=False)
+    _in_memory_export(byte_llama_folder, tmp_path / "memory", SmashConfig(recipe), "compressed-tensors")
+    streamed = tmp_path / "streamed"
+    shards = sorted(p.name for p in streamed.glob("*.safetensors"))
+    assert len(shards) > 1 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
+    index = json.loads((streamed / "model.safetensors.index.json").read_text())
+    a, b = _tensors(streamed), _tensors(tmp_path / "memory")
+    assert set(index["weight_map"]) == set(a) == set(b)
+    assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in a.values())
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    SmashedModel.from_pretrained(streamed)  # the importer reads the index
