@@ -27,6 +27,7 @@ from slimkit.compression.formats import COMPRESSED_TENSORS, GPTQ, CheckpointWrit
 from slimkit.compression.formats import gptq as gptq_format
 from slimkit.compression.formats.scheme import layer_problems, own_scheme, unify_schemes
 from slimkit.compression.formats.writer import DEFAULT_SHARD_BYTES, checkpoint_blocks, hf_config, quantization_config
+from slimkit.compression.quantization.lowbit.layers import replace_module
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
 from slimkit.engine.model_card import build_card
@@ -67,7 +68,8 @@ class CheckpointFormatWriter(ModelWriter):
                 gptq_format.check_packable(layer, name)
             scheme = own_scheme(layer)
             record[name] = {"bits": scheme.bits, "group_size": scheme.group_size, "sym": scheme.sym,
-                            "layer_group_size": layer.group_size, "single_group": layer.scales.shape[1] == 1}
+                            "layer_group_size": layer.group_size, "single_group": layer.scales.shape[1] == 1,
+                            "spec": layer.spec()}
             provisional[name] = WeightScheme(layer.bits, layer.group_size, False)  # zero points always staged
         tensors: dict[str, torch.Tensor] = {}
         for block in checkpoint_blocks(module, self.format, provisional, prefix, self.dtype, frozenset(tied)):
@@ -94,6 +96,7 @@ class CheckpointFormatWriter(ModelWriter):
         keys = order if order is not None else sorted(p.stem for p in self.folder.glob("*.safetensors"))
         schemes, sizes, records = self._schemes(keys)
         model = self.context.model
+        _packed_on_meta(model, records)
         ignore = [n for n, m in model.named_modules() if n and isinstance(m, nn.Linear)]
         config = self.context.config
         act_order, damp = False, None
@@ -184,6 +187,20 @@ class CheckpointFormatWriter(ModelWriter):
         smashed = SimpleNamespace(model=model, base_spec=extra.get("base") or {}, applied=applied,
                                   algorithms=[a["name"] for a in applied], smash_config=smash_config)
         return build_card(smashed, self.format)
+
+
+def _packed_on_meta(model: nn.Module, records: dict[str, dict]) -> None:
+    """Put an empty meta-device PackedLinear where a recorded layer is still a Linear in the skeleton.
+
+    A resumed run quantized only the blocks after its resume point in this process; the skeleton must show every
+    packed layer for the float-layer list (``ignore``) and the model card, as the in-memory model does.
+    """
+    for name, record in records.items():
+        if not isinstance(model.get_submodule(name), PackedLinear):
+            spec = record["spec"]
+            replace_module(model, name, PackedLinear(spec["in_features"], spec["out_features"], spec["bits"],
+                                                     spec["group_size"], bias=spec["bias"],
+                                                     input_scale=spec["input_scale"], device="meta"))
 
 
 def _data_bytes(file: Path) -> int:

@@ -94,3 +94,31 @@ def test_a_checkpoint_larger_than_one_shard_gets_shards_and_an_index(byte_llama_
     assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in a.values())
     assert all(torch.equal(a[k], b[k]) for k in a)
     SmashedModel.from_pretrained(streamed)  # the importer reads the index
+
+
+def test_a_crashed_checkpoint_run_resumes_to_identical_files(byte_llama_folder, tmp_path, monkeypatch):
+    from slimkit.engine.writers import GPTQWriter
+
+    recipe = {"rtn": {"bits": 4, "group_size": 32}}
+
+    def run(out):
+        return smash_folder(byte_llama_folder, SmashConfig(recipe), out, stream=True, save_format="gptq",
+                            progress=False, verbose=False)
+
+    run(tmp_path / "whole")
+    original = GPTQWriter.write
+
+    def crash(self, key, *args):
+        original(self, key, *args)
+        if key == "block-00001":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(GPTQWriter, "write", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "out")
+    monkeypatch.setattr(GPTQWriter, "write", original)
+    assert run(tmp_path / "out").resumed_at == 1  # block 1 was staged but not recorded: redone, same bytes
+    for name in ("model.safetensors", "config.json"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    card = (tmp_path / "out" / "README.md").read_text()  # block 0, packed by the first process, is counted
+    assert "21 layer(s): 4-bit, groups of 32, asymmetric" in card and "kept in float: lm_head\n" in card
