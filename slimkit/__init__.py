@@ -4,7 +4,7 @@ from slimkit import compression
 from slimkit.compression.v2.trace import trace
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
 from slimkit.data.pruna import PrunaDataModule
-from slimkit.engine import SmashedModel, smash
+from slimkit.engine import SmashedModel, smash, smash_folder
 from slimkit.experiment import BasicConfig, aup_args, aup_save_model, create_compressor, print_result
 
 PrunaModel = SmashedModel  # Pruna's name for a smashed model: PrunaModel.from_pretrained(path)
@@ -25,5 +25,6 @@ __all__ = [
     "create_compressor",
     "print_result",
     "smash",
+    "smash_folder",
     "trace",
 ]

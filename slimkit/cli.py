@@ -30,6 +30,7 @@ EPILOG = """examples:
   slimkit smash --config my_config.json --output out/
   slimkit smash --model smollm2-135m --algorithm gptq --format compressed-tensors   # opens in transformers, vLLM
   slimkit smash --model ct_folder/ --algorithm llama_cpp   # a compressed-tensors/GPTQ checkpoint -> GGUF
+  slimkit smash --model ./Llama-3-8B --algorithm gptq --output out/   # streams block by block when it is large
   slimkit algorithms --group quantizer
   slimkit zoo
   slimkit run experiment.json                     # one job with the file's fixed values
@@ -100,13 +101,41 @@ def _build_config(args: argparse.Namespace):
     return cfg
 
 
+def _stream_decision(args: argparse.Namespace, cfg: Any, output: str | None) -> bool:
+    """Whether `slimkit smash` streams: forced by --stream/--no-stream, else when the folder would not fit."""
+    from slimkit.engine.stream import estimate_in_memory_bytes, should_stream
+    from slimkit.engine.stream.memory import available_bytes, format_bytes
+    from slimkit.engine.stream.plan import config_streams
+
+    folder = Path(str(args.model)).expanduser()
+    is_folder = folder.is_dir() and (folder / "config.json").is_file()
+    if args.stream:
+        if not is_folder or cfg is None or output is None:
+            raise ConfigError("--stream needs a local Hugging Face model folder (config.json + *.safetensors) as "
+                              "--model, an --algorithm (e.g. gptq) and a save (drop --no-save).")
+        return True
+    if args.stream is False or not is_folder or cfg is None or output is None or not config_streams(cfg):
+        return False
+    if not should_stream(folder, args.dtype):
+        return False
+    print(f"slimkit: {folder} would need about {format_bytes(estimate_in_memory_bytes(folder, args.dtype))} in "
+          f"memory ({format_bytes(available_bytes())} available): streaming it block by block (--no-stream to "
+          "load it whole)", flush=True)
+    return True
+
+
 def _cmd_smash(args: argparse.Namespace) -> int:
     from slimkit import demo
 
     default_name = Path(str(args.model).rstrip("/")).name.replace(":", "_") or "model"
     output = None if args.no_save else (args.output or f"smashed/{default_name}")
-    return demo.run(args.model, _build_config(args), output, threads=args.threads, repeats=args.repeats,
-                    warmup=args.warmup, data=args.data, save_format=args.format)
+    cfg = _build_config(args)
+    if _stream_decision(args, cfg, output):
+        return demo.run_streaming(Path(str(args.model)).expanduser(), cfg, output, data=args.data, dtype=args.dtype,
+                                  memory_budget=args.memory_budget, overwrite=args.overwrite,
+                                  save_format=args.format)
+    return demo.run(args.model, cfg, output, threads=args.threads, repeats=args.repeats,
+                    warmup=args.warmup, data=args.data, save_format=args.format, dtype=args.dtype)
 
 
 def _cmd_algorithms(args: argparse.Namespace) -> int:
@@ -221,6 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="torch threads while timing (default 2)")
     p.add_argument("--repeats", type=int, default=10, help="timed forward passes per model (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up passes per model (default 3)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                   help="dtype of a model folder's weights (default: as stored); bf16/fp16 models are calibrated in "
+                        "float32 on the CPU and saved in this dtype")
+    stream = p.add_mutually_exclusive_group()
+    stream.add_argument("--stream", dest="stream", action="store_true", default=None,
+                        help="quantize a model folder block by block from its safetensors shards (memory: the "
+                             "largest block, not the model; resumable). Default: when it would not fit comfortably")
+    stream.add_argument("--no-stream", dest="stream", action="store_false", help="load the whole model in memory")
+    p.add_argument("--memory-budget", metavar="SIZE", default=None,
+                   help="streaming: memory the run may use, e.g. 6GB (refused when one block does not fit; the rest "
+                        "holds calibration inputs before they spill to disk)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="streaming: replace an earlier save of another model or config in --output")
     p.set_defaults(func=_cmd_smash)
 
     p = sub.add_parser("algorithms", help="list algorithms with groups, devices, requirements and hyperparameters")

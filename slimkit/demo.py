@@ -8,9 +8,13 @@ from typing import Any
 import torch
 
 from slimkit.config.smash_config import SmashConfig
-from slimkit.engine import SmashedModel, smash
+from slimkit.core import registry
+from slimkit.core.coverage import coverage_summary
+from slimkit.engine import SmashedModel, smash, smash_folder
 from slimkit.engine.interop import check_recipe, foreign_format, import_checkpoint
 from slimkit.engine.model_card import measurement_record
+from slimkit.engine.stream.memory import format_bytes
+from slimkit.engine.stream.plan import parse_dtype
 from slimkit.errors import ConfigError
 from slimkit.utils import main_tensor, model_device, move_inputs, run_model
 from slimkit.zoo import ZooModel
@@ -80,14 +84,17 @@ def task_metrics(loaded: Any, base: Any, smashed: Any) -> dict[str, tuple[float,
     return {}
 
 
-def load_model(model_name: str) -> ZooModel:
-    """The model ``--model`` names; another tool's compressed-tensors / GPTQ folder loads onto packed layers."""
+def load_model(model_name: str, dtype: str | None = None) -> ZooModel:
+    """The model ``--model`` names; another tool's compressed-tensors / GPTQ folder loads onto packed layers.
+
+    ``dtype`` loads a Hugging Face folder in that dtype (default: as stored).
+    """
     from slimkit.zoo._hf import random_tokens
     from slimkit.zoo.sources import load_source
 
     fmt = foreign_format(model_name)
     if fmt is None:
-        return load_source(model_name)
+        return load_source(model_name, dtype=parse_dtype(dtype))
     model, cfg = import_checkpoint(model_name)[:2]
     print(f"slimkit: imported a {fmt} checkpoint onto packed layers (no re-quantization)", flush=True)
     vocab = int(model.config.vocab_size)
@@ -106,13 +113,14 @@ def run(
     warmup: int = 3,
     data: str | None = None,
     save_format: str = "slimkit",
+    dtype: str | None = None,
 ) -> int:
     """Smash ``model_name``, print the before/after table, save, reload and check outputs. Returns an exit code.
 
     The recipe gets what its algorithms need from the zoo model (example inputs, tokenizer, and its own offline
     data when an algorithm trains or calibrates; ``data`` names another ``slimkit.data`` id). ``save_format``
     ``"compressed-tensors"`` or ``"gptq"`` saves a checkpoint other runtimes open; a recipe that format cannot
-    hold is refused before anything runs.
+    hold is refused before anything runs. ``dtype`` loads a Hugging Face folder in that dtype (default: as stored).
     """
     from slimkit.evaluation import compare
 
@@ -121,7 +129,7 @@ def run(
     if save_format != "slimkit":
         check_recipe(config, save_format)
     print(f"slimkit: loading model {model_name!r} (offline)", flush=True)
-    loaded = load_model(model_name)
+    loaded = load_model(model_name, dtype=dtype)
     if loaded.meta.get("format") and config is None:
         raise ConfigError(f"{model_name} is already quantized ({loaded.meta['format']}); name what to do with it, "
                           "e.g. `--algorithm llama_cpp` to compile it to GGUF.")
@@ -166,3 +174,33 @@ def run(
         return 0
     print(f"slimkit: RELOAD MISMATCH: reloaded outputs differ from the smashed model (max |diff| = {diff:g})")
     return 1
+
+
+def run_streaming(folder: str | Path, config: SmashConfig, output: str | Path, data: str | None = None,
+                  dtype: str | None = None, memory_budget: str | None = None, overwrite: bool = False,
+                  save_format: str = "slimkit") -> int:
+    """`slimkit smash` on a model folder too large to hold: stream it block by block into ``output``.
+
+    The recipe gets the folder's tokenizer and, when an algorithm calibrates, ``data`` (default PyDocText). No
+    before/after table (that needs both models in memory): the run prints its progress, peak memory and files.
+    ``save_format`` ``"compressed-tensors"`` / ``"gptq"`` writes a checkpoint transformers and vLLM open.
+    """
+    folder = Path(folder)
+    if save_format != "slimkit":
+        check_recipe(config, save_format)
+    if config.tokenizer is None and any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        config.add_tokenizer(str(folder))
+    needs_data = any(registry.get(n).dataset_required for n in config.get_active_algorithms())
+    if needs_data and config.data is None:
+        config.add_data(data or "PyDocText")
+    result = smash_folder(folder, config, output, stream=True, dtype=dtype, memory_budget=memory_budget,
+                          overwrite=overwrite, save_format=save_format)
+    for name, record in result.coverage.items():
+        for line in coverage_summary(record):
+            print(f"slimkit: {name}: {line}", flush=True)
+    files = ", ".join(sorted(p.name for p in Path(output).iterdir()))
+    print(f"slimkit: saved to {output} ({format_bytes(result.output_bytes)}: {files}); blocks {result.blocks}"
+          + (f" (resumed after block {result.resumed_at})" if result.resumed_at else "")
+          + f"; peak RSS {format_bytes(result.peak_rss_bytes)}; "
+          f"load it with SmashedModel.from_pretrained({str(output)!r})")
+    return 0

@@ -115,6 +115,9 @@ class SlimkitAlgorithm(ABC):
     #: Other tools' names for algorithms slimkit does not have but that this one comes closest to (Pruna's
     #: ``hqq_diffusers`` -> ``hqq``). They are not aliases: using one is an error that names this algorithm.
     near_names: ClassVar[tuple[str, ...]] = ()
+    #: The output format a streaming smash (a model read from its files one decoder block at a time) writes when
+    #: this algorithm is active, e.g. ``"gguf"`` for an exporter whose result is that file; None: no say.
+    stream_format: ClassVar[str | None] = None
 
     def get_hyperparameters(self) -> list[Hyperparameter]:
         """Return the algorithm's ConfigSpace hyperparameters (each with ``meta={"desc": ...}``)."""
@@ -139,6 +142,24 @@ class SlimkitAlgorithm(ABC):
     def apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         """Apply the algorithm (entry point used by smash and by reload)."""
         return self._apply(model, smash_config)
+
+    def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        """The per-block worker of a streaming smash, or None when the algorithm cannot run one block at a time.
+
+        ``model`` is the skeleton (architecture with parameters on the meta device, read-only here). A quantizer
+        returns a :class:`slimkit.compression.quantization.lowbit.blockwise.BlockStep`; an algorithm that only
+        chooses the output (``stream_format``) returns None and still takes part.
+        """
+        return None
+
+    def stream_finish(self, smash_config: SmashConfigPrefixWrapper, summary: dict[str, Any]) -> None:
+        """Record the replay state of a streaming smash in ``smash_config.state`` (as ``_apply`` would).
+
+        ``summary["specs"]`` holds the specs the block steps returned, ``summary["writer"]`` what the output
+        writer reported (file names, sizes, types), ``summary["model"]`` the skeleton, ``summary["targets"]`` the
+        skeleton's :class:`slimkit.core.weights.Target` list found before quantizing (for the coverage record).
+        """
+        return None
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Rebuild the algorithm's structural change on a fresh base model before weights load (``REPLAY``)."""

@@ -188,3 +188,8 @@ def load_flat_state_dict(
     tied = _tied_parameters(model)
     model.load_state_dict(state, strict=strict, assign=True)
     _retie(tied)
+
+
+def alias_entry(key: str, target: str) -> dict[str, torch.Tensor]:
+    """The flattened entry saying that ``key`` is the same tensor as ``target`` (a tied weight stored once)."""
+    return {f"{key}.__alias__": torch.tensor(list(target.encode()), dtype=torch.uint8)}

@@ -2,5 +2,6 @@
 
 from slimkit.engine.smash import check_config, smash
 from slimkit.engine.smashed_model import SmashedModel
+from slimkit.engine.stream import StreamResult, smash_folder
 
-__all__ = ["SmashedModel", "check_config", "smash"]
+__all__ = ["SmashedModel", "StreamResult", "check_config", "smash", "smash_folder"]

@@ -26,6 +26,16 @@ def _float_dtype(model: torch.nn.Module) -> str | None:
     return None
 
 
+def _unsaved_buffer_dtypes(model: torch.nn.Module) -> dict[str, str]:
+    """The dtype of each floating buffer not in the state dict (rotary ``inv_freq``...), restored by a rebuild."""
+    try:
+        saved = set(model.state_dict(keep_vars=True))
+    except Exception:  # noqa: BLE001 - a custom state_dict hook may fail on odd modules: nothing to record then
+        return {}
+    return {name: str(b.dtype).split(".")[-1] for name, b in model.named_buffers()
+            if name not in saved and b.is_floating_point()}
+
+
 def describe_base(model: torch.nn.Module) -> dict[str, Any]:
     """JSON-able recipe for rebuilding ``model``'s architecture.
 
@@ -38,6 +48,9 @@ def describe_base(model: torch.nn.Module) -> dict[str, Any]:
     packed = {n: m.spec() for n, m in model.named_modules() if isinstance(m, PackedLinear)}
     if packed:  # a model that arrived with packed layers (an imported checkpoint): part of its architecture
         spec["packed"] = packed
+    buffers = _unsaved_buffer_dtypes(model)
+    if buffers:
+        spec["buffer_dtypes"] = buffers
     zoo_name = getattr(model, "slimkit_zoo_name", None)
     if zoo_name:
         return {**spec, "kind": "zoo", "name": zoo_name, "kwargs": dict(getattr(model, "slimkit_zoo_kwargs", {}) or {})}
@@ -78,6 +91,25 @@ def meta_parameters() -> Iterator[None]:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    """Inside the block, new floating tensors default to ``dtype`` (None: unchanged), as transformers' loader does.
+
+    Building a model this way (rather than casting it afterwards) leaves the tensors its code creates in an
+    explicit dtype as they are: rotary ``inv_freq`` buffers stay float32 in a bfloat16 model, exactly as
+    ``from_pretrained(dtype=...)`` makes them. Process-wide while the block runs.
+    """
+    if dtype is None:
+        yield
+        return
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def meta_tensors(model: nn.Module) -> list[str]:
     """Names of the parameters and buffers of ``model`` that are still on the meta device (have no data)."""
     named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
@@ -103,21 +135,41 @@ def rebuild_base(spec: dict[str, Any], model: Any = None, on_meta: bool = False,
     if kind == "factory":
         return rebuild_from_factory(str(spec.get("factory")), trust_code)
     built = None
+    # a Hugging Face model is built in its dtype (as from_pretrained does), so buffers its code keeps in float32
+    # (rotary inv_freq) stay float32; casting the built model would round them and change its outputs
+    dtype = getattr(torch, spec["dtype"]) if spec.get("dtype") else None
+    build_dtype = dtype if kind == "hf" and dtype is not None and dtype.is_floating_point else None
     if on_meta and kind in REBUILT_KINDS:
         try:
-            with meta_parameters():
+            with meta_parameters(), default_dtype(build_dtype):
                 built = _build_recipe(spec, kind)
         except SaveLoadError:
             raise
         except Exception:  # init code that needs real weights: build in full (an assign-load still fits it)
             built = None
     if built is None:
-        built = _build_recipe(spec, kind)
-    if spec.get("dtype"):
-        built = built.to(getattr(torch, spec["dtype"]))
+        with default_dtype(build_dtype):
+            built = _build_recipe(spec, kind)
+    if dtype is not None and build_dtype is None:
+        built = built.to(dtype)
+    _restore_buffer_dtypes(built, spec.get("buffer_dtypes") or {})
     if spec.get("packed"):
         built = replay_layers(built, spec["packed"])
     return built.eval()
+
+
+def _restore_buffer_dtypes(model: torch.nn.Module, dtypes: dict[str, str]) -> None:
+    """Give the unsaved buffers the dtypes they had when the model was smashed (see :func:`describe_base`)."""
+    for name, dtype in dtypes.items():
+        owner, _, leaf = name.rpartition(".")
+        try:
+            module = model.get_submodule(owner) if owner else model
+        except AttributeError:
+            continue
+        buffer = module._buffers.get(leaf)
+        wanted = getattr(torch, dtype)
+        if isinstance(buffer, torch.Tensor) and buffer.is_floating_point() and buffer.dtype != wanted:
+            module._buffers[leaf] = buffer.to(wanted)
 
 
 def _build_recipe(spec: dict[str, Any], kind: Any) -> torch.nn.Module:

@@ -71,6 +71,9 @@ def _check_base(base: Any, file: Path) -> None:
         raise _fail(file, "base", f"an object whose 'kind' is one of {BASE_KINDS}", base)
     if base.get("dtype") is not None and base["dtype"] not in FLOAT_DTYPES:
         raise _fail(file, "base.dtype", f"null or one of {FLOAT_DTYPES}", base["dtype"])
+    dtypes = base.get("buffer_dtypes", {})
+    if not isinstance(dtypes, dict) or any(not isinstance(k, str) or v not in FLOAT_DTYPES for k, v in dtypes.items()):
+        raise _fail(file, "base.buffer_dtypes", f"an object mapping buffer names to one of {FLOAT_DTYPES}", dtypes)
     kind = base["kind"]
     if kind == "zoo" and (not isinstance(base.get("name"), str) or not isinstance(base.get("kwargs", {}), dict)):
         raise _fail(file, "base", "a zoo recipe: a string 'name' and an object 'kwargs'", base)

@@ -12,6 +12,7 @@ tokenizer, task, offline data). The model is tagged with how to rebuild it, so a
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 from pathlib import Path
@@ -64,8 +65,40 @@ def _from_factory(spec: str) -> ZooModel:
     return zoo_model
 
 
-def _from_hf_folder(folder: Path) -> ZooModel:
+SHARD_INDEX = "model.safetensors.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def safetensors_files(folder: Path) -> list[Path]:
+    """The safetensors weight files of a Hugging Face folder (its shard index's, else every ``*.safetensors``).
+
+    A folder holding only PyTorch pickle files (``pytorch_model.bin``, ``*.pt``) is refused with the command that
+    converts it: slimkit never unpickles weights. Returns ``[]`` when the folder holds no weights at all.
+    """
+    index = folder / SHARD_INDEX
+    if index.is_file():
+        try:
+            return [folder / n for n in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"{index} is not a valid shard index ({exc}).") from exc
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        return files
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise ConfigError(
+            f"{folder} holds its weights only as PyTorch pickle files ({', '.join(pickles[:4])}), which slimkit "
+            "never unpickles (loading a pickle can run arbitrary code). Convert the folder once to safetensors, if "
+            "you trust the files: python -c \"from transformers import AutoModelForCausalLM as M; "
+            f"M.from_pretrained('{folder}', use_safetensors=False).save_pretrained('{folder}-safetensors')\" "
+            "and pass the new folder.")
+    return []
+
+
+def _from_hf_folder(folder: Path, dtype: Any = None) -> ZooModel:
     transformers = transformers_module(f"model folder {folder}")
+    if not safetensors_files(folder):
+        raise ConfigError(f"{folder} has no *.safetensors weights (and no {SHARD_INDEX}).")
     try:
         config = transformers.AutoConfig.from_pretrained(str(folder))
     except Exception as exc:  # transformers raises OSError/ValueError/KeyError for unusable folders
@@ -75,7 +108,7 @@ def _from_hf_folder(folder: Path) -> ZooModel:
     if cls is None:
         raise ConfigError(f"{folder}/config.json names architecture {architecture!r}, which this transformers does "
                           "not have; add 'architectures' to config.json or pass a factory (package.module:fn).")
-    model = cls.from_pretrained(str(folder)).eval()
+    model = cls.from_pretrained(str(folder), dtype=dtype or "auto", use_safetensors=True).eval()
     tokenizer = None
     if any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
@@ -87,11 +120,12 @@ def _from_hf_folder(folder: Path) -> ZooModel:
                     meta={"architecture": architecture})
 
 
-def load_source(source: str | os.PathLike) -> ZooModel:
+def load_source(source: str | os.PathLike, dtype: Any = None) -> ZooModel:
     """The model ``source`` names: a zoo name, a local Hugging Face folder, or ``package.module:factory``.
 
     A factory returns an ``nn.Module``, a ``(module, example_inputs)`` pair, or a ``ZooModel``; typing its
-    name is the opt-in to run it. Unknown sources list the three forms.
+    name is the opt-in to run it. Unknown sources list the three forms. ``dtype`` (a torch dtype) loads a
+    Hugging Face folder in that dtype (default: the one it is stored in).
     """
     text = str(source)
     if text in names():
@@ -100,7 +134,7 @@ def load_source(source: str | os.PathLike) -> ZooModel:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ConfigError(f"{path} has no config.json, so it is not a Hugging Face model folder.")
-        return _from_hf_folder(path)
+        return _from_hf_folder(path, dtype)
     if is_factory(text):
         return _from_factory(text)
     raise ConfigError(f"Unknown model {text!r}: give a zoo name ({', '.join(names())}), a local Hugging Face "

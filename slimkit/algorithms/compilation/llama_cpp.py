@@ -43,6 +43,7 @@ class LlamaCpp(SlimkitCompiler):
     run_on_cuda = False
     save_fn = SaveFn.ARTIFACTS
     extra = "llamacpp"
+    stream_format = "gguf"  # a streamed smash writes the GGUF tensor by tensor (slimkit.engine.writers)
     compatible_algorithms = {"quantizer": ["rtn", "hqq", "gptq", "awq", "half"], "cacher": [], "batcher": []}
 
     def get_hyperparameters(self) -> list:
@@ -88,6 +89,13 @@ class LlamaCpp(SlimkitCompiler):
         smash_config.state.update(gguf_file=GGUF_FILE, gguf_bytes=summary["bytes"], n_ctx=n_ctx,
                                   file_type=summary["file_type"], architecture=summary["architecture"])
         return module
+
+    def stream_finish(self, smash_config: SmashConfigPrefixWrapper, summary: dict[str, Any]) -> None:
+        """Record the GGUF a streaming run wrote (as ``_apply`` does for the file it exports)."""
+        written = summary["writer"]
+        smash_config.state.update(gguf_file=GGUF_FILE, gguf_bytes=written["bytes"],
+                                  n_ctx=min(int(smash_config["n_ctx"]), int(written["context_limit"])),
+                                  file_type=written["file_type"], architecture=written["architecture"])
 
     def save_artifacts(self, model: Any, directory: Path, state: dict[str, Any]) -> None:
         """Copy the GGUF file the model runs into ``directory``."""

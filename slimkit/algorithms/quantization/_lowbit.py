@@ -29,6 +29,13 @@ class LowBitQuantizer(TargetsMixin, SlimkitQuantizer):
         """Swap the recorded layers for empty packed ones; the saved codes then load strictly."""
         return support.replay(model, state)
 
+    def stream_finish(self, smash_config: SmashConfigPrefixWrapper, summary: dict[str, Any]) -> None:
+        """Record the packed layers' specs and the coverage of a streaming run, as ``_apply`` does.
+
+        ``summary["targets"]`` are the skeleton's targets found before quantizing (:func:`model_targets`).
+        """
+        support.record(smash_config, summary["specs"], summary["targets"])
+
 
 class CalibratedLowBitQuantizer(LowBitQuantizer):
     """Base of the low-bit quantizers that run calibration text through a language model block by block."""

@@ -10,6 +10,7 @@ from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
 from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_awq
+from slimkit.compression.quantization.lowbit.blockwise import BlockStep, awq_step
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
@@ -55,3 +56,10 @@ class AWQ(CalibratedLowBitQuantizer):
                                    clip_search=smash_config["clip_search"], fold_only=smash_config["fold_only"])
         support.record(smash_config, specs, targets)
         return model
+
+    def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
+        """AWQ on each block's calibration inputs, for a model streamed block by block."""
+        return awq_step(support.read_calibration_ids(model, smash_config), smash_config["bits"],
+                        smash_config["group_size"], smash_config["sym"], smash_config["n_grid"],
+                        smash_config["clip_search"], tuple(smash_config["exclude"]),
+                        fold_only=smash_config["fold_only"])

@@ -10,6 +10,7 @@ from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
 from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_gptq
+from slimkit.compression.quantization.lowbit.blockwise import BlockStep, gptq_step
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
@@ -54,3 +55,10 @@ class GPTQ(CalibratedLowBitQuantizer):
                                     tuple(smash_config["exclude"]), clip_search=smash_config["clip_search"])
         support.record(smash_config, specs, targets)
         return model
+
+    def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
+        """GPTQ on each block's calibration inputs, for a model streamed block by block."""
+        return gptq_step(support.read_calibration_ids(model, smash_config), smash_config["bits"],
+                         smash_config["group_size"], smash_config["sym"], smash_config["act_order"],
+                         float(smash_config["damp"]), smash_config["block_size"], smash_config["clip_search"],
+                         tuple(smash_config["exclude"]))

@@ -11,9 +11,11 @@ from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_hqq
+from slimkit.compression.quantization.lowbit.blockwise import BlockStep, hqq_step
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+from slimkit.errors import ConfigError
 
 #: ``compute_dtype`` values (Pruna spells them ``"torch.bfloat16"``) -> torch dtype (``None``: the model's own)
 COMPUTE_DTYPES = {"model": None, "torch.float32": torch.float32, "torch.float16": torch.float16,
@@ -66,3 +68,16 @@ class HQQ(LowBitQuantizer):
         """Cast to the compute dtype (if one was chosen), then swap in the empty packed layers."""
         _cast(model, smash_config["compute_dtype"])
         return super().replay(model, smash_config, state)
+
+    def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
+        """HQQ one layer at a time, for a model streamed block by block.
+
+        A streaming run keeps the checkpoint's dtype (or the one passed as ``dtype=`` / ``--dtype``), so a
+        ``compute_dtype`` that would cast the model is refused with that advice.
+        """
+        if COMPUTE_DTYPES[smash_config["compute_dtype"]] is not None:
+            raise ConfigError(f"hqq_compute_dtype={smash_config['compute_dtype']!r} casts the whole model, which a "
+                              "streaming run does not do; leave it at 'model' and choose the model's dtype with "
+                              "smash_folder(..., dtype='bfloat16') (--dtype bfloat16).")
+        return hqq_step(smash_config["bits"], smash_config["group_size"], smash_config["iters"],
+                        smash_config["optimize_scale"], tuple(smash_config["exclude"]))

@@ -8,6 +8,7 @@ from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_rtn
+from slimkit.compression.quantization.lowbit.blockwise import BlockStep, rtn_step
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
@@ -35,3 +36,8 @@ class RTN(LowBitQuantizer):
                                    tuple(smash_config["exclude"]))
         support.record(smash_config, specs, targets)
         return model
+
+    def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
+        """RTN one layer at a time, for a model streamed block by block."""
+        return rtn_step(smash_config["bits"], smash_config["group_size"], smash_config["sym"],
+                        tuple(smash_config["exclude"]))

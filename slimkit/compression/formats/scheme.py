@@ -90,18 +90,44 @@ def _problems(layer: PackedLinear, fmt: str) -> list[str]:
     return problems
 
 
+def layer_problems(layer: PackedLinear, name: str, fmt: str) -> None:
+    """A FormatError naming ``layer`` when ``fmt`` cannot hold it exactly (see :func:`layer_scheme`); else nothing."""
+    problems = _problems(layer, fmt)
+    if problems:
+        raise FormatError(f"{name}: {fmt} cannot hold this layer exactly: it has {'; '.join(problems)}. "
+                          f"{supported_text(fmt)}")
+
+
 def _scheme(layer: PackedLinear) -> WeightScheme:
     groups = layer.scales.shape[1]
     group_size = None if groups == 1 and layer.in_features % layer.group_size else layer.group_size
     return WeightScheme(layer.bits, group_size, bool((layer.zeros.float() == (1 << (layer.bits - 1))).all()))
 
 
+def own_scheme(layer: PackedLinear) -> WeightScheme:
+    """The layer's grid on its own; :func:`unify_schemes` then makes the model's layers agree."""
+    return _scheme(layer)
+
+
+def unify_schemes(schemes: dict[str, WeightScheme], group_sizes: dict[str, int],
+                  single_group: dict[str, bool]) -> dict[str, WeightScheme]:
+    """One zero rule and one group rule for all layers (``schemes`` from :func:`own_scheme`).
+
+    With several group sizes (per-channel, or mixed) a layer whose row is one group is written per-channel; when
+    any layer is asymmetric, all are (zero points written for every layer). ``group_sizes`` are the layers'
+    ``group_size`` attributes, ``single_group`` whether each has one group per row.
+    """
+    if len(set(group_sizes.values())) > 1:
+        schemes = {n: WeightScheme(s.bits, None if single_group[n] else s.group_size, s.sym)
+                   for n, s in schemes.items()}
+    if not all(s.sym for s in schemes.values()):
+        schemes = {n: WeightScheme(s.bits, s.group_size, False) for n, s in schemes.items()}
+    return schemes
+
+
 def layer_scheme(layer: PackedLinear, name: str, fmt: str) -> WeightScheme:
     """The scheme of ``layer`` if format ``fmt`` holds it exactly, else a FormatError naming the layer and the fix."""
-    problems = _problems(layer, fmt)
-    if problems:
-        raise FormatError(f"{name}: {fmt} cannot hold this layer exactly: it has {'; '.join(problems)}. "
-                          f"{supported_text(fmt)}")
+    layer_problems(layer, name, fmt)
     return _scheme(layer)
 
 
@@ -132,14 +158,9 @@ def model_schemes(model: nn.Module, fmt: str) -> dict[str, WeightScheme]:
         parts = [f"{problem} ({', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''})"
                  for problem, names in by_problem.items()]
         raise FormatError(f"{fmt} cannot hold these layers exactly: {'; '.join(parts)}. {supported_text(fmt)}")
-    schemes = {name: _scheme(layer) for name, layer in layers.items()}
-    sizes = {layer.group_size for layer in layers.values()}
-    if len(sizes) > 1:  # per-channel (group_size = each row's length) or mixed: single-group layers are channel
-        schemes = {n: WeightScheme(s.bits, None if layers[n].scales.shape[1] == 1 else s.group_size, s.sym)
-                   for n, s in schemes.items()}
-    if not all(s.sym for s in schemes.values()):
-        schemes = {n: WeightScheme(s.bits, s.group_size, False) for n, s in schemes.items()}
-    return schemes
+    return unify_schemes({name: _scheme(layer) for name, layer in layers.items()},
+                         {n: layer.group_size for n, layer in layers.items()},
+                         {n: layer.scales.shape[1] == 1 for n, layer in layers.items()})
 
 
 def signed_codes(layer: PackedLinear) -> torch.Tensor:

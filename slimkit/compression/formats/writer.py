@@ -81,6 +81,21 @@ class CheckpointWriter:
         self._shards.append(list(self._buffer))
         self._buffer, self._buffer_bytes = {}, 0
 
+    def add_shard(self, file: str | os.PathLike, names: list[str], nbytes: int) -> None:
+        """Take a finished safetensors ``file`` holding tensors ``names`` (``nbytes`` of data) as the next shard.
+
+        For writers that assemble shards on disk (a streaming run concatenates its staged pieces) instead of
+        buffering tensors with :meth:`write_block`; the file is moved into the folder.
+        """
+        self._flush()
+        repeated = self._seen.intersection(names)
+        if repeated:
+            raise FormatError(f"Checkpoint tensor {sorted(repeated)[0]!r} written twice.")
+        self._seen.update(names)
+        os.replace(file, self.folder / f".shard-{len(self._shards):05d}.safetensors")
+        self._shards.append(list(names))
+        self._total += int(nbytes)
+
     def close(self, config: dict[str, Any]) -> list[str]:
         """Write the last shard, the index (several shards) and ``config.json``; return the weight file names."""
         self._flush()
@@ -101,16 +116,21 @@ def _prefixed(prefix: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.
     return {f"{prefix}.{k}" if prefix else k: v for k, v in tensors.items()}
 
 
-def checkpoint_blocks(model: nn.Module, fmt: str,
-                      schemes: dict[str, WeightScheme]) -> Iterator[dict[str, torch.Tensor]]:
+def checkpoint_blocks(model: nn.Module, fmt: str, schemes: dict[str, WeightScheme], prefix: str = "",
+                      dtype: torch.dtype | None = None,
+                      skip: frozenset[str] = frozenset()) -> Iterator[dict[str, torch.Tensor]]:
     """One block of checkpoint tensors per module: packed layers in ``fmt``'s layout, float modules as they are.
 
     Tied parameters (an lm_head sharing the embedding) are written once, under their first name. Non-persistent
-    buffers (rotary tables) are left out, as transformers does.
+    buffers (rotary tables) are left out, as transformers does. ``model`` may be one piece of a model (a decoder
+    block) at dotted ``prefix``: names then start with it, ``schemes`` and ``skip`` (full tensor names left out, e.g.
+    a weight tied to one another piece holds) use full names, and ``dtype`` is the whole model's float dtype.
     """
     seen: set[int] = set()
-    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    for name, module in model.named_modules():
+    if dtype is None:
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    for local, module in model.named_modules():
+        name = f"{prefix}.{local}" if prefix and local else (prefix or local)
         if isinstance(module, PackedLinear):
             if fmt == COMPRESSED_TENSORS:
                 yield _prefixed(name, ct.layer_tensors(module, schemes[name], ct.scale_dtype_for(dtype)))
@@ -122,7 +142,7 @@ def checkpoint_blocks(model: nn.Module, fmt: str,
         local = {}
         persistent = {k for k in module._buffers if k not in module._non_persistent_buffers_set}
         for key, tensor in [*module._parameters.items(), *((k, module._buffers[k]) for k in persistent)]:
-            if tensor is None or id(tensor) in seen:
+            if tensor is None or id(tensor) in seen or f"{name}.{key}" in skip:
                 continue
             seen.add(id(tensor))
             local[key] = tensor
@@ -191,12 +211,25 @@ def plan(model: nn.Module, fmt: str, act_order: bool = False, damp: float | None
     check_format(fmt)
     schemes = model_schemes(model, fmt)
     check_architecture(model, schemes)
-    ignore = plain_linears(model)
-    if fmt == COMPRESSED_TENSORS:
-        return schemes, ct.build_config(schemes, ignore, act_order)
     layers = {n: m for n, m in model.named_modules() if isinstance(m, PackedLinear)}
+    if fmt == GPTQ:
+        for name, layer in layers.items():
+            gptq.check_packable(layer, name)
+    qconfig = quantization_config(fmt, schemes, {n: m.group_size for n, m in layers.items()}, plain_linears(model),
+                                  act_order, damp)
+    return schemes, qconfig
+
+
+def quantization_config(fmt: str, schemes: dict[str, WeightScheme], group_sizes: dict[str, int], ignore: list[str],
+                        act_order: bool = False, damp: float | None = None) -> dict[str, Any]:
+    """``fmt``'s ``quantization_config`` for the packed layers ``schemes`` and the float Linear layers ``ignore``.
+
+    ``group_sizes`` are the packed layers' ``group_size``; a FormatError when GPTQ's one scheme cannot describe them.
+    """
+    if fmt == COMPRESSED_TENSORS:
+        return ct.build_config(schemes, ignore, act_order)
     distinct = set(schemes.values())
-    sizes = {layers[n].group_size for n, s in schemes.items()}
+    sizes = {group_sizes[n] for n in schemes}
     if len(distinct) > 1 and len(sizes) == 1 and len({(s.bits, s.sym) for s in distinct}) == 1:
         # one group size, but rows shorter than it form a single group: GPTQ's g_idx expresses both
         first = next(iter(distinct))
@@ -205,9 +238,7 @@ def plan(model: nn.Module, fmt: str, act_order: bool = False, damp: float | None
         raise FormatError(f"gptq's config holds one bits/group_size/sym for every layer, but the layers use "
                           f"{', '.join(sorted(s.describe() for s in distinct))}; export to compressed-tensors "
                           "(one config group per scheme) instead.")
-    for name, layer in layers.items():
-        gptq.check_packable(layer, name)
-    return schemes, gptq.build_config(next(iter(distinct)), ignore, act_order, damp)
+    return gptq.build_config(next(iter(distinct)), ignore, act_order, damp)
 
 
 def export_checkpoint(model: nn.Module, folder: str | os.PathLike, fmt: str, tokenizer: Any = None,
@@ -238,4 +269,4 @@ def export_checkpoint(model: nn.Module, folder: str | os.PathLike, fmt: str, tok
 
 
 __all__ = ["CheckpointWriter", "GPTQ", "check_architecture", "checkpoint_blocks", "export_checkpoint", "hf_config",
-           "plan"]
+           "plan", "quantization_config"]

@@ -207,6 +207,54 @@ def _input_sharing(
     return shared, producers
 
 
+class InputStore:
+    """The recorded calls of one block, item by item (:meth:`get` / :meth:`put`); a list of them in memory here.
+
+    The streaming path subclasses it to keep some hidden states on disk; :func:`process_block` only uses these
+    three methods, so the in-memory and the streaming runs compute the same thing.
+    """
+
+    def __init__(self, items: list[BlockInputs]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def get(self, index: int) -> BlockInputs:
+        """Item ``index`` (its hidden state as ``args[0]``)."""
+        return self.items[index]
+
+    def put(self, index: int, hidden: torch.Tensor) -> None:
+        """Replace item ``index``'s hidden state (by the block's output: the next block's input)."""
+        self.items[index].args[0] = hidden
+
+
+@torch.no_grad()
+def process_block(model: nn.Module, prefix: str, block: nn.Module, names: list[str], inputs: InputStore,
+                  quantizer: BlockQuantizer, advance: bool = True) -> None:
+    """Calibrate and quantize the targets ``names`` of one block, then (``advance``) turn its inputs into outputs.
+
+    The block runs on every stored input with hooks handing each target's input to ``quantizer``; the quantizer
+    replaces the layers; the quantized block then runs once more to produce the next block's inputs.
+    """
+    if names:
+        shared, producers = _input_sharing(block, prefix, names, lambda: run_block(block, inputs.get(0)))
+        handles = [model.get_submodule(n).register_forward_pre_hook(
+            lambda m, args, kwargs, n=n: quantizer.observe_call(n, m, args, kwargs), with_kwargs=True)
+            for n in names]
+        try:
+            for i in range(len(inputs)):
+                run_block(block, inputs.get(i))
+        finally:
+            for h in handles:
+                h.remove()
+        quantizer.quantize_block(model, prefix, block, names, shared, producers,
+                                 probe=lambda: run_block(block, inputs.get(0)))
+    if advance:
+        for i in range(len(inputs)):
+            inputs.put(i, run_block(block, inputs.get(i)))
+
+
 @torch.no_grad()
 def run_blockwise(model: nn.Module, ids: torch.Tensor, targets: list[str], quantizer: BlockQuantizer,
                   batch_size: int = 1) -> list[str]:
@@ -214,26 +262,11 @@ def run_blockwise(model: nn.Module, ids: torch.Tensor, targets: list[str], quant
     blocks_name, blocks = find_blocks(model)
     device = next(model.parameters()).device
     batches = [ids[i : i + batch_size].to(device) for i in range(0, ids.shape[0], batch_size)]
-    inputs = capture_block_inputs(model, blocks[0], batches)
+    inputs = InputStore(capture_block_inputs(model, blocks[0], batches))
     inside: set[str] = set()
     for index, block in enumerate(blocks):
         prefix = f"{blocks_name}.{index}" if blocks_name else str(index)
         names = [n for n in targets if n.startswith(prefix + ".")]
         inside.update(names)
-        if names:
-            shared, producers = _input_sharing(block, prefix, names, lambda b=block: run_block(b, inputs[0]))
-            handles = [model.get_submodule(n).register_forward_pre_hook(
-                lambda m, args, kwargs, n=n: quantizer.observe_call(n, m, args, kwargs), with_kwargs=True)
-                for n in names]
-            try:
-                for item in inputs:
-                    run_block(block, item)
-            finally:
-                for h in handles:
-                    h.remove()
-            quantizer.quantize_block(model, prefix, block, names, shared, producers,
-                                     probe=lambda b=block: run_block(b, inputs[0]))
-        if index + 1 < len(blocks):
-            for item in inputs:
-                item.args[0] = run_block(block, item)
+        process_block(model, prefix, block, names, inputs, quantizer, advance=index + 1 < len(blocks))
     return [n for n in targets if n not in inside]

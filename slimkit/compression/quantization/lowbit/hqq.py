@@ -20,7 +20,14 @@ import torch
 
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, row_groups
 from slimkit.compression.quantization.lowbit.packing import check_bits
-from slimkit.compression.quantization.lowbit.rtn import group_mask, grouped, minmax_params, storable_scale
+from slimkit.compression.quantization.lowbit.rtn import (
+    ROW_CHUNK_ELEMENTS,
+    group_mask,
+    grouped,
+    minmax_params,
+    row_slices,
+    storable_scale,
+)
 
 
 def shrink_lp(x: torch.Tensor, beta: float, p: float) -> torch.Tensor:
@@ -48,6 +55,10 @@ def quantize_hqq(
     maxq = float((1 << check_bits(bits)) - 1)
     out_f, in_f = w.shape
     group_size = row_groups(group_size, in_f)
+    if w.numel() > ROW_CHUNK_ELEMENTS and out_f > 1:  # a slice of rows at a time: bounded temporaries, same result
+        parts = [quantize_hqq(w[rows], bits, group_size, iters, p, beta, kappa, optimize_scale)
+                 for rows in row_slices(out_f, in_f)]
+        return tuple(torch.cat(t) for t in zip(*parts, strict=True))  # type: ignore[return-value]
     wg = grouped(w.detach().float(), group_size)
     mask = group_mask(in_f, group_size, w.device).to(wg.dtype)
     count = mask.sum(-1).clamp(min=1)

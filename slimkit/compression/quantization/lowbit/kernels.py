@@ -12,6 +12,8 @@
 - CPU, longer inputs (prefill): the C kernel dequantises the weight in one vectorised pass into planar column
   order, the input's columns are permuted to match, and one dense matmul follows (~5x faster than dequantising
   with torch ops; 1.5-2.2x fp32 time at 32-128 tokens on SmolLM2-sized layers).
+- CPU, bf16/fp16 activations: cast to float32 explicitly, one of the paths above, output cast back (bf16
+  matmuls are several times slower than float32 on CPUs without AMX).
 - CPU, small batches when the C kernel is unavailable (no compiler, ``SLIMKIT_NATIVE=0``): the packed bytes
   are masked into bit planes (no shifts: each plane's power of two moves to the input side) and cast to float
   once, unscaled; one matmul against a block-diagonal copy of the input (one row per token and group) gives
@@ -46,6 +48,8 @@ def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
     if x.device.type == "cuda" and x.numel() // max(x.shape[-1], 1) <= CUDA_SMALL_BATCH:
         return _cuda_int4(layer, x)
     rows = x.numel() // max(x.shape[-1], 1)
+    if x.is_cpu and x.dtype in HALF_DTYPES and rows and not x.requires_grad:
+        return _half_on_cpu(layer, x)
     if x.is_cpu and x.dtype == torch.float32 and rows:
         if rows <= native.MAX_ROWS:
             out = native.layer_matmul(layer, x)  # decode: the hot path, kept free of reshapes
@@ -59,6 +63,23 @@ def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
     if x.device.type == "cpu" and x.dtype == torch.float32 and rows <= CPU_SMALL_BATCH:
         return _cpu_planes(layer, x)
     return None
+
+
+#: activation dtypes the CPU paths take through an explicit float32 cast
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _half_on_cpu(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16 activations on the CPU: cast to float32, run the float32 path, cast the output back.
+
+    CPUs without AMX/AVX512-BF16 run bf16 matmuls several times slower than float32 (Zen 3: ~8x), so an explicit
+    cast of the activations (not of the weights) is the fast way; the cost is two elementwise casts per layer.
+    """
+    xf = x.float()
+    out = packed_matmul(layer, xf)
+    if out is None:
+        out = F.linear(xf, layer.dequantize(torch.float32), None if layer.bias is None else layer.bias.float())
+    return out.to(x.dtype)
 
 
 # ---------------------------------------------------------------------------------------------- CPU planes

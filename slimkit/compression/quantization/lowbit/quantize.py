@@ -115,9 +115,12 @@ class _GPTQ(_Collector):
         self._last = None
         for group in self.groups(names, shared):
             modules = [model.get_submodule(n) for n in group]
-            w = torch.cat([weight_of(m) for m in modules], dim=0)
-            q, s, z = quantize_gptq(w, self.hessians[group[0]].h, self.bits, self.group_size, self.sym,
-                                    self.act_order, self.damp, self.block_size, self.clip_search)
+            # the Hessian (and a concatenated weight) are handed over, not copied: each is freed once used
+            own = len(modules) > 1
+            w = torch.cat([weight_of(m) for m in modules], dim=0) if own else weight_of(modules[0])
+            q, s, z = quantize_gptq(w, self._take(group), self.bits, self.group_size, self.sym, self.act_order,
+                                    self.damp, self.block_size, self.clip_search, overwrite_w=own, overwrite_h=True)
+            del w
             row = 0
             for n, m in zip(group, modules, strict=True):
                 rows = weight_of(m).shape[0]
@@ -125,6 +128,12 @@ class _GPTQ(_Collector):
                                       self.bits, self.group_size)
                 row += rows
         self.hessians.clear()
+
+    def _take(self, group: list[str]) -> torch.Tensor:
+        """The group's float32 Hessian (its first layer's), removed from the table: no reference stays here."""
+        accumulators = [self.hessians.pop(n) for n in group if n in self.hessians]
+        h, accumulators[0].h = accumulators[0].h, torch.empty(0)
+        return h
 
 
 class _AWQ(_Collector):

@@ -16,6 +16,16 @@ import torch
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, SCALE_MIN, n_groups, row_groups
 from slimkit.compression.quantization.lowbit.packing import check_bits
 
+#: a weight with more elements than this is quantized a slice of rows at a time: every step here works per row, so
+#: the result is the same, and the temporaries of a 14336 x 4096 matrix stay near this size (float32: 64 MB)
+ROW_CHUNK_ELEMENTS = 2**24
+
+
+def row_slices(rows: int, row_elements: int) -> list[slice]:
+    """Slices of ``rows`` holding at most :data:`ROW_CHUNK_ELEMENTS` elements each (at least one row)."""
+    step = max(1, ROW_CHUNK_ELEMENTS // max(row_elements, 1))
+    return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
+
 
 def storable_scale(scale: torch.Tensor) -> torch.Tensor:
     """``scale`` rounded to its float16 storage type (kept within float16's range), returned as float32."""
@@ -78,6 +88,11 @@ def search_params(
     the Hessian diagonal or the mean squared activation of each input column); clipping a few extreme weights
     buys a finer grid for all the others.
     """
+    if w.dim() > 1 and w.numel() > ROW_CHUNK_ELEMENTS and w.shape[0] > 1:  # bounded temporaries, same result
+        imp = None if importance is None else importance.expand_as(w)
+        parts = [search_params(w[rows], bits, sym, mask, None if imp is None else imp[rows], grid, min_shrink)
+                 for rows in row_slices(w.shape[0], w[0].numel())]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     weight = torch.ones_like(w) if importance is None else importance.expand_as(w)
     if mask is not None:
         weight = weight * mask
@@ -124,6 +139,9 @@ def quantize_rtn(
     """
     out_f, in_f = w.shape
     group_size = row_groups(group_size, in_f)
+    if w.numel() > ROW_CHUNK_ELEMENTS and out_f > 1:  # a slice of rows at a time: bounded temporaries, same result
+        parts = [quantize_rtn(w[rows], bits, group_size, sym, importance, grid) for rows in row_slices(out_f, in_f)]
+        return tuple(torch.cat(t) for t in zip(*parts, strict=True))  # type: ignore[return-value]
     wg = grouped(w.float(), group_size)
     mask = group_mask(in_f, group_size, w.device)
     if grid > 1:

@@ -98,3 +98,14 @@ def test_replay_swaps_in_empty_packed_layers_without_a_dense_weight():
 def test_bad_group_size_is_refused():
     with pytest.raises(ConfigError, match="group_size must be a positive int; got 0"):
         PackedLinear(8, 8, 4, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_half_activations_run_the_float32_path_with_an_explicit_cast(make_layer, dtype, rows):
+    layer = make_layer(4, 48, 64, 32)
+    x = torch.randn(rows, 64).to(dtype)
+    with torch.no_grad():
+        out = layer(x)
+        assert out.dtype == dtype
+        assert torch.equal(out, layer(x.float()).to(dtype))  # the same float32 computation, cast back

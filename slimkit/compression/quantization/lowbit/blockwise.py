@@ -1,0 +1,145 @@
+"""One decoder block at a time: the low-bit quantizers as steps a streaming run drives block by block.
+
+A step quantizes the target layers of ONE block of a model in place and returns their replay specs. It runs
+exactly the code of the in-memory quantizers (:mod:`.quantize`): RTN and HQQ layer by layer, GPTQ and AWQ
+through :func:`~.calibration.process_block` with the same workers, so a model streamed block by block from its
+files gets the same packed tensors as the model quantized in memory, given the same calibration inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from slimkit.compression.quantization.lowbit.calibration import InputStore, process_block
+from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
+from slimkit.compression.quantization.lowbit.layers import KINDS, require_targets, weight_of
+from slimkit.compression.quantization.lowbit.quantize import _AWQ, _GPTQ, Specs, _Collector, _swap
+from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
+
+__all__ = ["BlockStep", "CalibratedStep", "LayerStep", "awq_step", "gptq_step", "hqq_step", "release_caches",
+           "rtn_step"]
+
+
+class BlockStep:
+    """Quantize the targets of one block (``__call__``) and the targets outside every block (:meth:`outside`)."""
+
+    #: whether the step needs the block's calibration inputs (then the run keeps them and advances them)
+    calibrated: bool = False
+    #: ``[n, seq_len]`` calibration token ids (calibrated steps), else None
+    calibration_ids: torch.Tensor | None = None
+    #: calibration samples per forward
+    batch_size: int = 1
+    #: the quantizer's name, for messages
+    method: str = ""
+    #: layers kept in full precision (exact names or glob patterns, as the algorithm's ``exclude``)
+    exclude: tuple[str, ...] = ()
+    bits: int
+    group_size: int
+
+    def targets(self, model: nn.Module) -> list[str]:
+        """The layers this step quantizes, in module order (works on a meta-device skeleton).
+
+        The same selection as the in-memory quantizers (:func:`slimkit.core.weights.select` over the dense kinds:
+        Linear and subclasses, Conv1D; supported, not excluded); a ConfigError naming the layer types found when
+        none is left.
+        """
+        return [t.name for t in require_targets(model, self.exclude, KINDS, self.method)]
+
+    def __call__(self, model: nn.Module, prefix: str, block: nn.Module, names: list[str],
+                 inputs: InputStore | None = None, advance: bool = False) -> Specs:
+        """Quantize ``names`` (full dotted names inside ``block``, which sits at ``prefix`` in ``model``)."""
+        raise NotImplementedError
+
+    def outside(self, model: nn.Module, names: list[str]) -> Specs:
+        """Quantize targets outside the blocks (e.g. an ``lm_head`` the user did not exclude)."""
+        raise NotImplementedError
+
+
+class LayerStep(BlockStep):
+    """A data-free quantizer (RTN, HQQ): each layer on its own weight, no forward pass."""
+
+    def __init__(self, quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                 bits: int, group_size: int, method: str, exclude: tuple[str, ...] = ()) -> None:
+        self.quantize, self.bits, self.group_size, self.method = quantize, bits, group_size, method
+        self.exclude = tuple(exclude)
+
+    @torch.no_grad()
+    def __call__(self, model, prefix, block, names, inputs=None, advance=False) -> Specs:  # noqa: D102
+        return self.outside(model, names)
+
+    @torch.no_grad()
+    def outside(self, model: nn.Module, names: list[str]) -> Specs:  # noqa: D102
+        return {n: _swap(model, n, *self.quantize(weight_of(model.get_submodule(n))), self.bits, self.group_size)
+                for n in names}
+
+
+class CalibratedStep(BlockStep):
+    """A quantizer fed by the block's calibration inputs (GPTQ, AWQ): :func:`process_block` with its worker."""
+
+    calibrated = True
+
+    def __init__(self, worker: _Collector, calibration_ids: torch.Tensor, method: str, exclude: tuple[str, ...] = (),
+                 batch_size: int = 1) -> None:
+        self.worker, self.calibration_ids, self.method, self.batch_size = worker, calibration_ids, method, batch_size
+        self.exclude = tuple(exclude)
+        self.bits, self.group_size = worker.bits, worker.group_size
+
+    def __call__(self, model, prefix, block, names, inputs=None, advance=False) -> Specs:  # noqa: D102
+        if inputs is None:
+            raise ValueError(f"{self.method} quantizes a block from its calibration inputs; none were given.")
+        process_block(model, prefix, block, names, inputs, self.worker, advance)
+        return {n: self.worker.specs.pop(n) for n in names}
+
+    @torch.no_grad()
+    def outside(self, model: nn.Module, names: list[str]) -> Specs:
+        """Round-to-nearest, as the in-memory run does: there are no calibrated inputs outside the blocks."""
+        if names:
+            warnings.warn(f"{self.method}: layers outside the transformer blocks ({', '.join(names)}) have no "
+                          "calibrated inputs here and were quantized with round-to-nearest.", RuntimeWarning,
+                          stacklevel=2)
+        sym = self.worker.sym
+        return {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), self.bits, self.group_size, sym),
+                         self.bits, self.group_size) for n in names}
+
+
+def rtn_step(bits: int = 4, group_size: int = 128, sym: bool = False,
+             exclude: tuple[str, ...] = ("lm_head",)) -> LayerStep:
+    """RTN, one layer at a time (as :func:`~.quantize.quantize_model_rtn`)."""
+    quantize = functools.partial(quantize_rtn, bits=bits, group_size=group_size, sym=sym)
+    return LayerStep(quantize, bits, group_size, "rtn", exclude)
+
+
+def hqq_step(bits: int = 4, group_size: int = 128, iters: int = 20, optimize_scale: bool = False,
+             exclude: tuple[str, ...] = ("lm_head",)) -> LayerStep:
+    """HQQ, one layer at a time (as :func:`~.quantize.quantize_model_hqq`)."""
+    quantize = functools.partial(quantize_hqq, bits=bits, group_size=group_size, iters=iters,
+                                 optimize_scale=optimize_scale)
+    return LayerStep(quantize, bits, group_size, "hqq", exclude)
+
+
+def gptq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False,
+              act_order: bool = True, damp: float = 0.01, block_size: int = 128, clip_search: bool = True,
+              exclude: tuple[str, ...] = ("lm_head",), batch_size: int = 1) -> CalibratedStep:
+    """GPTQ on one block's calibration inputs (as :func:`~.quantize.quantize_model_gptq`)."""
+    worker = _GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search)
+    return CalibratedStep(worker, calibration_ids, "gptq", exclude, batch_size)
+
+
+def awq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False,
+             n_grid: int = 10, clip_search: bool = True, exclude: tuple[str, ...] = ("lm_head",),
+             batch_size: int = 1, fold_only: bool = False) -> CalibratedStep:
+    """AWQ on one block's calibration inputs (as :func:`~.quantize.quantize_model_awq`)."""
+    return CalibratedStep(_AWQ(bits, group_size, sym, n_grid, clip_search, fold_only), calibration_ids, "awq",
+                          exclude, batch_size)
+
+
+def release_caches(module: nn.Module) -> None:
+    """Drop the kernel layouts packed layers cache on themselves (CPU plan, CUDA int4 weight) before freeing."""
+    for m in module.modules():
+        m.__dict__.pop("_native_plan", None)
+        m.__dict__.pop("_tinygemm", None)

@@ -1,0 +1,224 @@
+"""compressed-tensors and GPTQ checkpoints, written piece by piece: the streaming face of the interop export.
+
+Each piece (embedding, decoder block, head) is turned into the format's tensors by the same code as the in-memory
+export (:func:`slimkit.compression.formats.checkpoint_blocks`: packed layers in the format's layout, float modules
+as they are) and staged as its own safetensors file, with a small JSON record of its packed layers' grids. A layer
+the format cannot hold exactly is refused as soon as it is quantized. ``finish`` decides the model's schemes the
+way the in-memory export does (one zero rule, one group rule: :func:`~slimkit.compression.formats.scheme.
+unify_schemes`), concatenates the staged pieces into shards in bounded memory (zero points left out where the
+schemes are symmetric), and hands them to :class:`~slimkit.compression.formats.CheckpointWriter`, which names
+them, writes the index and ``config.json``. The published folder is what ``save_pretrained(DIR, format=...)``
+writes: transformers and vLLM open it, and so does ``SmashedModel.from_pretrained``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.compression.formats import COMPRESSED_TENSORS, GPTQ, CheckpointWriter, WeightScheme
+from slimkit.compression.formats import gptq as gptq_format
+from slimkit.compression.formats.scheme import layer_problems, own_scheme, unify_schemes
+from slimkit.compression.formats.writer import DEFAULT_SHARD_BYTES, checkpoint_blocks, hf_config, quantization_config
+from slimkit.compression.quantization.lowbit.layers import replace_module
+from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
+from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
+from slimkit.engine.model_card import build_card
+from slimkit.engine.writers.base import RUN_FILE, ModelWriter, WriteContext, register_writer
+from slimkit.engine.writers.slimkit_format import concat_safetensors, tensor_names
+
+__all__ = ["CheckpointFormatWriter", "CompressedTensorsWriter", "GPTQWriter"]
+
+#: local name of the compressed-tensors zero points, left out for symmetric schemes
+_ZERO_POINT = "weight_zero_point"
+
+
+class CheckpointFormatWriter(ModelWriter):
+    """A Hugging Face folder in another tool's quantized layout (``format``: compressed-tensors or gptq)."""
+
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES
+
+    def __init__(self, stage: Path, context: WriteContext) -> None:
+        super().__init__(stage, context)
+        self.dtype = context.dtype or torch.float32
+        self.out = self.stage / f"{self.format}-out"
+        self._files: list[str] = []
+        self._bytes = 0
+        self._records: dict[str, dict] = {}  # packed layer -> its grid, read back from the staged pieces by finish
+
+    def _piece(self, key: str) -> tuple[Path, Path]:
+        return self.folder / f"{key}.safetensors", self.folder / f"{key}.json"
+
+    @torch.no_grad()
+    def write(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:  # noqa: D102
+        packed = {f"{prefix}.{n}" if prefix and n else (prefix or n): m for n, m in module.named_modules()
+                  if isinstance(m, PackedLinear)}
+        record: dict[str, dict[str, Any]] = {}
+        provisional: dict[str, WeightScheme] = {}
+        for name, layer in packed.items():
+            layer_problems(layer, name, self.format)
+            if self.format == GPTQ:
+                gptq_format.check_packable(layer, name)
+            scheme = own_scheme(layer)
+            record[name] = {"bits": scheme.bits, "group_size": scheme.group_size, "sym": scheme.sym,
+                            "layer_group_size": layer.group_size, "single_group": layer.scales.shape[1] == 1,
+                            "spec": layer.spec()}
+            provisional[name] = WeightScheme(layer.bits, layer.group_size, False)  # zero points always staged
+        tensors: dict[str, torch.Tensor] = {}
+        for block in checkpoint_blocks(module, self.format, provisional, prefix, self.dtype, frozenset(tied)):
+            tensors.update(block)
+        data, index = self._piece(key)
+        write_json_atomic(index, record)
+        save_tensors_atomic(tensors, data, fmt="pt")  # written last: the piece counts as written once it exists
+
+    def written(self, key: str) -> bool:  # noqa: D102
+        data, index = self._piece(key)
+        return data.is_file() and index.is_file()
+
+    def _schemes(self, keys: list[str]) -> tuple[dict[str, WeightScheme], dict[str, int], dict[str, dict]]:
+        records: dict[str, dict] = {}
+        for key in keys:
+            records.update(json.loads(self._piece(key)[1].read_text()))
+        own = {n: WeightScheme(r["bits"], r["group_size"], r["sym"]) for n, r in records.items()}
+        sizes = {n: int(r["layer_group_size"]) for n, r in records.items()}
+        schemes = unify_schemes(own, sizes, {n: bool(r["single_group"]) for n, r in records.items()})
+        return schemes, sizes, records
+
+    def finish(self, order: list[str] | None = None) -> dict[str, Any]:
+        """Shards from the staged pieces (``order``: their keys), the index and ``config.json`` in the stage."""
+        keys = order if order is not None else sorted(p.stem for p in self.folder.glob("*.safetensors"))
+        schemes, sizes, records = self._schemes(keys)
+        model = self.context.model
+        _packed_on_meta(model, records)
+        ignore = [n for n, m in model.named_modules() if n and isinstance(m, nn.Linear)]
+        config = self.context.config
+        act_order, damp = False, None
+        if config is not None and "gptq" in config.get_active_algorithms():
+            hps = config.hyperparameters_of("gptq")
+            act_order, damp = bool(hps.get("act_order")), hps.get("damp")
+        qconfig = quantization_config(self.format, schemes, sizes, ignore, act_order, damp)
+        skip = frozenset(f"{n}.{_ZERO_POINT}" for n, s in schemes.items() if s.sym) \
+            if self.format == COMPRESSED_TENSORS else frozenset()
+        if self.out.exists():  # an earlier finish interrupted: assemble again
+            shutil.rmtree(self.out)
+        writer = CheckpointWriter(self.out, self.max_shard_bytes).open()
+        group: list[Path] = []
+        group_bytes = 0
+
+        def flush() -> None:
+            nonlocal group, group_bytes
+            if not group:
+                return
+            names = [n for f in group for n in tensor_names(f) if n not in skip]
+            target = self.stage / f".{self.format}-shard.safetensors"
+            concat_safetensors(group, target, {"format": "pt"}, skip)
+            writer.add_shard(target, names, _data_bytes(target))
+            group, group_bytes = [], 0
+
+        for key in keys:  # shards fill as the in-memory writer's do: flushed once they reach max_shard_bytes
+            data = self._piece(key)[0]
+            group.append(data)
+            group_bytes += data.stat().st_size
+            if group_bytes >= self.max_shard_bytes:
+                flush()
+        flush()
+        self._files = writer.close(hf_config(model, qconfig))
+        self._records = records
+        self._bytes = sum(f.stat().st_size for f in self.out.iterdir() if f.is_file())
+        return {"files": list(self._files), "bytes": self._bytes, "quantization_config": qconfig,
+                "schemes": {n: s.describe() for n, s in schemes.items()}}
+
+    def payload(self) -> dict[str, Any]:  # noqa: D102
+        return {"weights_format": self.format, "weights_file": self._files[0] if self._files else None}
+
+    def outputs(self) -> list[Path]:  # noqa: D102
+        return sorted(self.out.iterdir())
+
+    def publish(self, output: Path, smash_config: Any, extra: dict[str, Any]) -> None:
+        """Move the folder into ``output`` with the tokenizer, generation config, model card and run record.
+
+        No ``smash_config.json`` (that would make it a slimkit save): the run's record, which a resumed or
+        repeated run compares, goes to ``slimkit_stream.json``.
+        """
+        model = self.context.model
+        with atomic_directory(output, replace=True) as tmp:
+            for file in self.outputs():
+                os.replace(file, tmp / file.name)
+            self._generation_config(tmp)
+            tokenizer = self.context.tokenizer
+            if tokenizer is not None and callable(getattr(tokenizer, "save_pretrained", None)):
+                tokenizer.save_pretrained(str(tmp))
+            (tmp / "README.md").write_text(self._card(model, smash_config, extra))
+            write_json_atomic(tmp / RUN_FILE, {"stream": extra.get("stream"), "format": self.format,
+                                               "applied": extra.get("applied"), "base": extra.get("base"),
+                                               "smash_config": smash_config.to_dict()})
+
+    def _generation_config(self, folder: Path) -> None:
+        """The source folder's generation config (as ``from_pretrained`` would have read it), else the model's."""
+        generation = getattr(self.context.model, "generation_config", None)
+        source = self.context.source
+        if source is not None and (Path(source) / "generation_config.json").is_file():
+            import transformers
+
+            generation = transformers.GenerationConfig.from_pretrained(str(source))
+        if generation is not None and callable(getattr(generation, "to_json_file", None)):
+            generation.to_json_file(str(folder / "generation_config.json"))
+
+    def _card(self, model: nn.Module, smash_config: Any, extra: dict[str, Any]) -> str:
+        """The model card of the in-memory export; the packed layers' grids come from the staged records.
+
+        The skeleton's packed layers hold no tensors (meta device), so each gets a one-value stand-in for its
+        zero points (the middle code when its grid is symmetric) for the card to read.
+        """
+        modules = dict(model.named_modules())
+        for name, record in self._records.items():
+            layer = modules.get(name)
+            if isinstance(layer, PackedLinear):
+                mid = 1 << (int(record["bits"]) - 1)
+                layer._buffers["zeros"] = torch.full((1, 1), mid if record["sym"] else 0, dtype=SCALE_DTYPE)
+        applied = list(extra.get("applied") or [])
+        smashed = SimpleNamespace(model=model, base_spec=extra.get("base") or {}, applied=applied,
+                                  algorithms=[a["name"] for a in applied], smash_config=smash_config)
+        return build_card(smashed, self.format)
+
+
+def _packed_on_meta(model: nn.Module, records: dict[str, dict]) -> None:
+    """Put an empty meta-device PackedLinear where a recorded layer is still a Linear in the skeleton.
+
+    A resumed run quantized only the blocks after its resume point in this process; the skeleton must show every
+    packed layer for the float-layer list (``ignore``) and the model card, as the in-memory model does.
+    """
+    for name, record in records.items():
+        if not isinstance(model.get_submodule(name), PackedLinear):
+            spec = record["spec"]
+            replace_module(model, name, PackedLinear(spec["in_features"], spec["out_features"], spec["bits"],
+                                                     spec["group_size"], bias=spec["bias"],
+                                                     input_scale=spec["input_scale"], device="meta"))
+
+
+def _data_bytes(file: Path) -> int:
+    """Bytes of tensor data in a safetensors file (its size less the header)."""
+    with open(file, "rb") as handle:
+        header = int.from_bytes(handle.read(8), "little")
+    return file.stat().st_size - 8 - header
+
+
+@register_writer
+class CompressedTensorsWriter(CheckpointFormatWriter):
+    """compressed-tensors ``pack-quantized`` (the layout llm-compressor writes; transformers and vLLM read it)."""
+
+    format = COMPRESSED_TENSORS
+
+
+@register_writer
+class GPTQWriter(CheckpointFormatWriter):
+    """The AutoGPTQ / GPTQModel layout (``qweight``, ``qzeros``, ``scales``, ``g_idx``)."""
+
+    format = GPTQ

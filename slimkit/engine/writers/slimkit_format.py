@@ -1,0 +1,132 @@
+"""slimkit's own save format, written piece by piece: one ``model.safetensors`` + ``smash_config.json``.
+
+Each piece is staged as its own safetensors file (tensors flattened as the in-memory save does, tied weights as
+``__alias__`` entries). ``finish`` concatenates them into one ``model.safetensors`` without loading any tensor:
+it writes the merged header, then copies each tensor's bytes in bounded chunks while computing the SHA-256 the
+save records (``weights_sha256``). The result loads with ``SmashedModel.from_pretrained`` like any save.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from slimkit.core.io import atomic_file, save_tensors_atomic
+from slimkit.core.tensors import alias_entry, flatten_state_dict
+from slimkit.engine.serialization import FORMAT_VERSION, WEIGHTS_FILE
+from slimkit.engine.writers.base import ModelWriter, register_writer
+
+__all__ = ["SlimkitWriter", "concat_safetensors"]
+
+_CHUNK = 16 * 2**20
+
+
+def _header(file: Path) -> tuple[dict[str, Any], int]:
+    with open(file, "rb") as handle:
+        size = struct.unpack("<Q", handle.read(8))[0]
+        return json.loads(handle.read(size)), 8 + size
+
+
+def tensor_names(file: Path) -> list[str]:
+    """The tensor names of a safetensors ``file`` in storage order (reads the header only)."""
+    parsed, _ = _header(file)
+    return sorted((k for k in parsed if k != "__metadata__"), key=lambda k: parsed[k]["data_offsets"][0])
+
+
+def concat_safetensors(files: list[Path], target: Path, metadata: dict[str, str],
+                       skip: frozenset[str] | set[str] = frozenset()) -> str:
+    """Write the tensors of ``files`` (in order) into one safetensors file ``target`` atomically; return its SHA-256.
+
+    Memory stays at one copy buffer whatever the sizes. A name found in two files is an error; names in ``skip``
+    are left out.
+    """
+    entries: list[tuple[str, dict[str, Any], Path, int]] = []
+    header: dict[str, Any] = {"__metadata__": dict(metadata)}
+    offset = 0
+    for file in files:
+        parsed, data_start = _header(file)
+        order = sorted((k for k in parsed if k != "__metadata__"), key=lambda k: parsed[k]["data_offsets"][0])
+        for name in order:
+            if name in skip:
+                continue
+            entry = parsed[name]
+            if name in header:
+                raise ValueError(f"Tensor {name!r} appears in two staged pieces ({file.name}).")
+            start, end = entry["data_offsets"]
+            header[name] = {"dtype": entry["dtype"], "shape": entry["shape"],
+                            "data_offsets": [offset, offset + end - start]}
+            entries.append((name, entry, file, data_start + start))
+            offset += end - start
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    digest = hashlib.sha256()
+    buffer = bytearray(_CHUNK)
+    with atomic_file(target, suffix=".safetensors") as tmp, open(tmp, "wb") as out:
+        for piece in (struct.pack("<Q", len(raw)), raw):
+            out.write(piece)
+            digest.update(piece)
+        handles: dict[Path, Any] = {}
+        try:
+            for _name, entry, file, position in entries:
+                source = handles.get(file) or handles.setdefault(file, open(file, "rb"))  # noqa: SIM115
+                source.seek(position)
+                left = entry["data_offsets"][1] - entry["data_offsets"][0]
+                while left:
+                    view = memoryview(buffer)[: min(left, _CHUNK)]
+                    got = source.readinto(view)
+                    if not got:
+                        raise OSError(f"{file} ends early: the staged piece is truncated.")
+                    out.write(view[:got])
+                    digest.update(view[:got])
+                    left -= got
+        finally:
+            for handle in handles.values():
+                handle.close()
+        out.flush()
+    return digest.hexdigest()
+
+
+@register_writer
+class SlimkitWriter(ModelWriter):
+    """slimkit's save format (``model.safetensors`` + ``smash_config.json``), staged piece by piece."""
+
+    format = "slimkit"
+
+    def __init__(self, stage: Path, context: Any) -> None:
+        super().__init__(stage, context)
+        self._order: list[str] = []
+        self._sha256: str | None = None
+
+    def _piece(self, key: str) -> Path:
+        return self.folder / f"{key}.safetensors"
+
+    def write(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:  # noqa: D102
+        state = {f"{prefix}.{k}" if prefix else k: v for k, v in module.state_dict().items()}
+        flat: dict[str, Any] = {}
+        for name, canonical in tied.items():
+            state.pop(name, None)
+            flat.update(alias_entry(name, canonical))
+        flat.update(flatten_state_dict(state))
+        save_tensors_atomic(flat, self._piece(key), fmt="pt")
+
+    def written(self, key: str) -> bool:  # noqa: D102
+        return self._piece(key).is_file()
+
+    def finish(self, order: list[str] | None = None) -> dict[str, Any]:
+        """Concatenate the staged pieces (``order``: their keys; default all, sorted) into ``model.safetensors``."""
+        keys = order if order is not None else sorted(p.stem for p in self.folder.glob("*.safetensors"))
+        target = self.stage / WEIGHTS_FILE
+        self._sha256 = concat_safetensors([self._piece(k) for k in keys], target,
+                                          {"format": "pt", "slimkit_format": str(FORMAT_VERSION)})
+        return {"files": [WEIGHTS_FILE], "bytes": target.stat().st_size, "sha256": self._sha256}
+
+    def payload(self) -> dict[str, Any]:  # noqa: D102
+        return {"weights_format": "safetensors", "weights_file": WEIGHTS_FILE, "weights_sha256": self._sha256}
+
+    def outputs(self) -> list[Path]:  # noqa: D102
+        return [self.stage / WEIGHTS_FILE]

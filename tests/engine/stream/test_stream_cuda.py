@@ -1,0 +1,38 @@
+"""Where CUDA is present each block runs there: weights, calibration inputs and Hessians of one block at a time."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from slimkit import SmashedModel, smash_folder
+from slimkit.compression.quantization.lowbit import blockwise
+from tests.engine.stream.conftest import make_config
+
+pytestmark = pytest.mark.cuda
+
+
+def test_blocks_are_quantized_on_the_gpu_and_agree_with_the_cpu_run(llama_folder, gptq_streamed, tmp_path,
+                                                                     monkeypatch):
+    seen = []
+    original = blockwise.CalibratedStep.__call__
+
+    def spy(self, model, prefix, block, names, inputs=None, advance=False):
+        seen.append((next(block.parameters()).device.type, inputs.get(0).args[0].device.type))
+        return original(self, model, prefix, block, names, inputs, advance)
+
+    monkeypatch.setattr(blockwise.CalibratedStep, "__call__", spy)
+    cfg = make_config("gptq")
+    cfg.device = "cuda"
+    result = smash_folder(llama_folder, cfg, tmp_path / "out", stream=True, progress=False, verbose=False)
+    assert result.blocks == 8 and seen == [("cuda", "cuda")] * 8
+    gpu = load_file(str(tmp_path / "out" / "model.safetensors"))
+    cpu = load_file(str(gptq_streamed / "model.safetensors"))
+    assert gpu.keys() == cpu.keys()
+    codes = [k for k in gpu if k.endswith(".qweight")]
+    same = sum(int((gpu[k] == cpu[k]).sum()) for k in codes) / sum(gpu[k].numel() for k in codes)
+    assert same > 0.9  # float32 on both; only accumulation order differs
+    model = SmashedModel.from_pretrained(tmp_path / "out", device="cuda")
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.tensor([[1, 2, 3]], device="cuda")).logits).all()

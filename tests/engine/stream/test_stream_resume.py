@@ -1,0 +1,121 @@
+"""A streaming run killed at any moment continues from its last finished block and writes the same bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slimkit.engine.writers import SlimkitWriter
+from tests.engine.stream.conftest import stream, write_folder
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _child(folder: Path, out: Path, algorithm: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "tests.engine.stream._child", str(folder), str(out), algorithm],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _blocks_done(out: Path) -> int:
+    try:
+        return json.loads((out.parent / f"{out.name}.partial" / "run.json").read_text())["blocks_done"]
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+@pytest.mark.slow  # a fresh process (imports) and two GPTQ runs of the 20M-parameter Llama
+def test_sigkill_at_a_random_block_then_the_same_call_resumes_to_identical_files(llama_folder, gptq_streamed,
+                                                                                tmp_path):
+    out = tmp_path / "out"
+    kill_at = random.randrange(1, 8)
+    child = _child(llama_folder, out, "gptq")
+    deadline = time.monotonic() + 600
+    while _blocks_done(out) < kill_at and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert child.poll() is None, f"the child ended before block {kill_at}: {child.communicate()[1][-2000:]}"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    done = _blocks_done(out)
+    assert done >= kill_at and not (out / "model.safetensors").exists()
+    result = stream(llama_folder, out, "gptq")
+    assert result.resumed_at == done, f"killed after block {kill_at}"
+    assert (out / "model.safetensors").read_bytes() == (gptq_streamed / "model.safetensors").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def small_gptq_streamed(byte_llama_folder, tmp_path_factory) -> Path:
+    """The 3-block Llama streamed through GPTQ without interruption: what the crashed runs must end up equal to."""
+    out = tmp_path_factory.mktemp("small_gptq") / "out"
+    stream(byte_llama_folder, out, "gptq")
+    return out
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_crash_around_a_block_write_resumes_to_identical_files(byte_llama_folder, small_gptq_streamed, tmp_path,
+                                                                 monkeypatch, when):
+    """The process dies just before a block's file is staged, or after it but before the run record says so."""
+    out, crash_at = tmp_path / "out", f"block-{random.randrange(1, 3):05d}"
+    original = SlimkitWriter.write
+
+    class Crash(BaseException):
+        pass
+
+    def write(self, key, *args):
+        if key == crash_at and when == "before":
+            raise Crash
+        original(self, key, *args)
+        if key == crash_at:
+            raise Crash
+
+    monkeypatch.setattr(SlimkitWriter, "write", write)
+    with pytest.raises(Crash):
+        stream(byte_llama_folder, out, "gptq")
+    monkeypatch.setattr(SlimkitWriter, "write", original)
+    result = stream(byte_llama_folder, out, "gptq")
+    assert result.resumed_at == int(crash_at.split("-")[1])
+    assert (out / "model.safetensors").read_bytes() == (small_gptq_streamed / "model.safetensors").read_bytes()
+
+
+def test_another_config_on_an_unfinished_run_is_refused(llama_folder, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+
+    def crash(self, key, *args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SlimkitWriter, "write", crash)
+    with pytest.raises(KeyboardInterrupt):
+        stream(llama_folder, out, "rtn")
+    monkeypatch.undo()
+    with pytest.raises(Exception, match=r"unfinished run of another model or configuration.*hyperparameters") as info:
+        stream(llama_folder, out, "hqq")
+    assert "out.partial" in str(info.value)
+
+
+@pytest.mark.slow  # writes a 239 MB model and streams it twice in a fresh process
+def test_peak_memory_of_a_fresh_process_stays_far_under_the_model(tmp_path):
+    """16 blocks of 12.6 MB (float32), 239 MB in all: streaming holds one block (or one piece) at a time.
+
+    The first run in a fresh process also loads code (transformers' Llama, kernels): it stays under the model's
+    size; a second run measures the working memory alone, which stays under a quarter of it.
+    """
+    folder = write_folder(tmp_path / "model", shards=4, num_hidden_layers=16, hidden_size=512, intermediate_size=1408,
+                          num_attention_heads=8, num_key_value_heads=8)
+    child = _child(folder, tmp_path / "out", "rtn")
+    stdout, stderr = child.communicate(timeout=900)
+    assert child.returncode == 0, stderr[-3000:]
+    figures = json.loads(stdout.strip().splitlines()[-1])
+    model_bytes = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    first = figures["first"]["peak"] - figures["first"]["rss_before"]
+    again = figures["again"]["peak"] - figures["again"]["rss_before"]
+    shown = f"grew {first / 1e6:.1f} MB, then {again / 1e6:.1f} MB; the model is {model_bytes / 1e6:.1f} MB"
+    assert first < model_bytes, shown
+    assert again < model_bytes / 4, shown
