@@ -51,6 +51,7 @@ _SHELL_PHRASES: list[tuple[str, str]] = [
     (r"cfg\.add_processor\([^)]*\)", "a model with its processor"),
     (r"(?:set )?cfg\[(['\"])([a-z0-9_]+)\1\] = (['\"]?)([^\s,;)'\"]+)\3", r"`--set \2=\4`"),
     (r"leave cfg\[(['\"])([a-z0-9_]+)\1\] empty", r"leave out `--set \2=...`"),
+    (r"cfg\[(['\"])([a-z0-9_]+)\1\]", r"`--set \2=...`"),  # a key named without a value
     (r"(?:set )?cfg\.device = (['\"])?([a-z0-9:]+)\1?", r"`--device \2`"),
     (r" before smash\(\)", ""),
     (r"\bCall `", "Add `"),

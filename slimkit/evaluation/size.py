@@ -15,7 +15,7 @@ from slimkit.core.tensors import flatten_state_dict
 from slimkit.errors import ModelNotSupportedError, SaveLoadError
 
 #: Saved alongside a model but not part of what compression shrinks: left out of size_on_disk.
-_NOT_MODEL = ("tokenizer", "processor", "example_inputs.safetensors")
+_NOT_MODEL = ("tokenizer", "processor", "example_inputs.safetensors", "README.md")
 
 
 def _dedup(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -68,7 +68,7 @@ def size_on_disk(model: Any) -> int:
     """Bytes ``model`` takes on disk, measured by writing it to a temporary directory.
 
     Objects with ``save_pretrained(path)`` (Hugging Face models, SmashedModel) are saved with it and the
-    written files summed, leaving out the tokenizer, processor and example inputs saved beside the weights.
+    written files summed, leaving out the tokenizer, processor, example inputs and model card (README.md) saved beside the weights.
     Other modules are written as one ``.safetensors`` file of their deduplicated
     tensors (tied weights once, quantized weights as integers + scales). If ``save_pretrained`` fails on an
     ``nn.Module`` (e.g. a Hugging Face model holding packed quantized layers), the safetensors measurement

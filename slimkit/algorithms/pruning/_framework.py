@@ -116,7 +116,7 @@ class FrameworkPruner(SlimkitPruner):
         if heads and coupling is not None and not coupling.graph.attention:
             raise ConfigError(f"{name}_heads=True, but the speedup found no attention block in this model; it knows "
                               "blocks with q/k/v(/o) projections (separate or fused) and a head size (Llama, BERT, "
-                              f"ViT, GPT-2, Phi-3, ...). Leave cfg['{name}_heads'] False.")
+                              f"ViT, GPT-2, Phi-3, ...). Set cfg['{name}_heads'] = False.")
         config_list, dropped = effective_config_list(self, model, smash_config, coupling, dims)
         pruner = self.build_pruner(model, config_list, smash_config)
         if not pruner.get_modules_wrapper():
