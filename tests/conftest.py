@@ -62,17 +62,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-_deselected_llamacpp: list[str] = []
+_deselected: dict[str, list[str]] = {"llamacpp": [], "slow": []}
+_HOW = {"llamacpp": "they need llama-cpp-python, a ~15 min source build): run `make test-llamacpp`",
+        "slow": "examples and end-to-end runs of 10 s to 2 min each, ~30 min together): run `make test-all`"}
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
-    """Remember the llama.cpp tests a ``-m "not llamacpp"`` run left out, to say so at the end."""
-    _deselected_llamacpp.extend(item.nodeid for item in items if "llamacpp" in item.keywords)
+    """Remember the llama.cpp and slow tests a ``-m "not ..."`` run left out, to say so at the end."""
+    for marker, ids in _deselected.items():
+        ids.extend(item.nodeid for item in items if marker in item.keywords)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line naming the llama.cpp tests that were deselected and how to run them."""
-    if _deselected_llamacpp and "not llamacpp" in (terminalreporter.config.option.markexpr or ""):
-        terminalreporter.write_line(
-            f"note: {len(_deselected_llamacpp)} llama.cpp tests deselected (marker llamacpp; they need "
-            "llama-cpp-python, a ~15 min source build): run `make test-llamacpp`.")
+    """One line per marker whose tests were deselected: how many, and how to run them."""
+    expression = terminalreporter.config.option.markexpr or ""
+    for marker, ids in _deselected.items():
+        if ids and f"not {marker}" in expression:
+            terminalreporter.write_line(f"note: {len(ids)} {marker} tests deselected (marker {marker}; {_HOW[marker]}.")
