@@ -184,7 +184,7 @@ def _growth_limit(limit: float, weights: Path) -> Iterator[None]:
         count["bytes"] += t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
         count["tensors"] += 1
         if count["bytes"] > limit:
-            raise _too_big(f"a model of more than {count['bytes'] / 2**20:.1f} MiB", held, weights)
+            raise _too_big(f"a model of {count['bytes'] / 2**20:.1f} MiB or more", held, weights)
         if count["tensors"] > most_tensors:
             raise _too_big(f"a model of more than {most_tensors} tensors", f"{n_file} tensors", weights)
 
