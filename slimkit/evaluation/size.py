@@ -68,7 +68,8 @@ def size_on_disk(model: Any) -> int:
     """Bytes ``model`` takes on disk, measured by writing it to a temporary directory.
 
     Objects with ``save_pretrained(path)`` (Hugging Face models, SmashedModel) are saved with it and the
-    written files summed, leaving out the tokenizer, processor, example inputs and model card (README.md) saved beside the weights.
+    written files summed, leaving out the tokenizer, processor, example inputs and model card (README.md)
+    saved beside the weights.
     Other modules are written as one ``.safetensors`` file of their deduplicated
     tensors (tied weights once, quantized weights as integers + scales). If ``save_pretrained`` fails on an
     ``nn.Module`` (e.g. a Hugging Face model holding packed quantized layers), the safetensors measurement
