@@ -20,7 +20,6 @@ from slimkit.compression.pruning.maskers import StructuredWeightMasker
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 from slimkit.compression.speedup.layers import is_linear
 from slimkit.errors import DataError
-from slimkit.utils import run_model
 
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu,
@@ -105,17 +104,7 @@ class _ActivationRankPruner(_DataDrivenPruner):
     def _collect_statistics(self) -> None:
         collector_id = self.add_activation_collector(self._collector)
         try:
-            if self.dataloader is None:
-                self._run_trainer()
-                return
-            was_training = self.bound_model.training
-            self.bound_model.eval()
-            try:
-                with torch.no_grad():
-                    for inputs, _ in self._batches():
-                        run_model(self.bound_model, inputs)
-            finally:
-                self.bound_model.train(was_training)
+            self._feed_statistics()
         finally:
             self.remove_activation_collector(collector_id)
 

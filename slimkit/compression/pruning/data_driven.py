@@ -23,6 +23,7 @@ from slimkit.compression.pruning.dependency import DependencyAwarePruner
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES
 from slimkit.data.batches import split_batch
 from slimkit.errors import DataError
+from slimkit.utils import run_model
 
 Trainer = Callable[[nn.Module, Any, Any, int], Any]
 
@@ -75,6 +76,20 @@ class _DataDrivenPruner(DependencyAwarePruner):
 
     def _collect_statistics(self) -> None:
         raise NotImplementedError
+
+    def _feed_statistics(self) -> None:
+        """Run the statistics batches through the model in eval mode without gradients (or the user's trainer)."""
+        if self.dataloader is None:
+            self._run_trainer()
+            return
+        was_training = self.bound_model.training
+        self.bound_model.eval()
+        try:
+            with torch.no_grad():
+                for inputs, _ in self._batches():
+                    run_model(self.bound_model, inputs)
+        finally:
+            self.bound_model.train(was_training)
 
     def _run_trainer(self) -> None:
         self.trainer(self.bound_model, self.optimizer, self.criterion, 0)

@@ -35,7 +35,6 @@ from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 from slimkit.compression.speedup.layers import is_linear, out_dim, out_major
 from slimkit.data.batches import split_batch
 from slimkit.errors import DataError
-from slimkit.utils import run_model
 
 __all__ = ["ChannelEnergyPruner", "ChannelEnergyPrunerMasker"]
 
@@ -211,17 +210,7 @@ class ChannelEnergyPruner(_DataDrivenPruner):
 
         collector = self.add_activation_collector(own)
         try:
-            if self.dataloader is None:
-                self._run_trainer()
-                return
-            was_training = self.bound_model.training
-            self.bound_model.eval()
-            try:
-                with torch.no_grad():
-                    for inputs, _ in self._batches():
-                        run_model(self.bound_model, inputs)
-            finally:
-                self.bound_model.train(was_training)
+            self._feed_statistics()
         finally:
             self.remove_activation_collector(collector)
             for handle in handles:
