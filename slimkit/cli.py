@@ -102,36 +102,13 @@ def _build_config(args: argparse.Namespace):
     return cfg
 
 
-def _stream_decision(args: argparse.Namespace, cfg: Any, output: str | None) -> bool:
-    """Whether `slimkit smash` streams: forced by --stream/--no-stream, else when the folder would not fit."""
-    from slimkit.engine.stream import estimate_in_memory_bytes, should_stream
-    from slimkit.engine.stream.memory import available_bytes, format_bytes
-    from slimkit.engine.stream.plan import config_streams
-
-    folder = Path(str(args.model)).expanduser()
-    is_folder = folder.is_dir() and (folder / "config.json").is_file()
-    if args.stream:
-        if not is_folder or cfg is None or output is None:
-            raise ConfigError("--stream needs a local Hugging Face model folder (config.json + *.safetensors) as "
-                              "--model, an --algorithm (e.g. gptq) and a save (drop --no-save).")
-        return True
-    if args.stream is False or not is_folder or cfg is None or output is None or not config_streams(cfg):
-        return False
-    if not should_stream(folder, args.dtype):
-        return False
-    print(f"slimkit: {folder} would need about {format_bytes(estimate_in_memory_bytes(folder, args.dtype))} in "
-          f"memory ({format_bytes(available_bytes())} available): streaming it block by block (--no-stream to "
-          "load it whole)", flush=True)
-    return True
-
-
 def _cmd_smash(args: argparse.Namespace) -> int:
     from slimkit import demo
 
     default_name = Path(str(args.model).rstrip("/")).name.replace(":", "_") or "model"
     output = None if args.no_save else (args.output or f"smashed/{default_name}")
     cfg = _build_config(args)
-    if _stream_decision(args, cfg, output):
+    if demo.stream_decision(args.model, cfg, output, args.stream, args.dtype):
         return demo.run_streaming(Path(str(args.model)).expanduser(), cfg, output, data=args.data, dtype=args.dtype,
                                   memory_budget=args.memory_budget, overwrite=args.overwrite,
                                   save_format=args.format)

@@ -13,8 +13,9 @@ from slimkit.core.coverage import coverage_summary
 from slimkit.engine import SmashedModel, smash, smash_folder
 from slimkit.engine.interop import check_recipe, foreign_format, import_checkpoint
 from slimkit.engine.model_card import measurement_record
-from slimkit.engine.stream.memory import format_bytes
-from slimkit.engine.stream.plan import parse_dtype
+from slimkit.engine.stream import estimate_in_memory_bytes, should_stream
+from slimkit.engine.stream.memory import available_bytes, format_bytes
+from slimkit.engine.stream.plan import config_streams, parse_dtype
 from slimkit.errors import ConfigError
 from slimkit.utils import main_tensor, model_device, move_inputs, run_model
 from slimkit.zoo import ZooModel
@@ -204,3 +205,23 @@ def run_streaming(folder: str | Path, config: SmashConfig, output: str | Path, d
           + f"; peak RSS {format_bytes(result.peak_rss_bytes)}; "
           f"load it with SmashedModel.from_pretrained({str(output)!r})")
     return 0
+
+
+def stream_decision(model: str, cfg: SmashConfig | None, output: str | None, stream: bool | None,
+                    dtype: str | None) -> bool:
+    """Whether `slimkit smash` streams: as ``stream`` forces (--stream/--no-stream), else if the folder won't fit."""
+    folder = Path(str(model)).expanduser()
+    is_folder = folder.is_dir() and (folder / "config.json").is_file()
+    if stream:
+        if not is_folder or cfg is None or output is None:
+            raise ConfigError("--stream needs a local Hugging Face model folder (config.json + *.safetensors) as "
+                              "--model, an --algorithm (e.g. gptq) and a save (drop --no-save).")
+        return True
+    if stream is False or not is_folder or cfg is None or output is None or not config_streams(cfg):
+        return False
+    if not should_stream(folder, dtype):
+        return False
+    print(f"slimkit: {folder} would need about {format_bytes(estimate_in_memory_bytes(folder, dtype))} in "
+          f"memory ({format_bytes(available_bytes())} available): streaming it block by block (--no-stream to "
+          "load it whole)", flush=True)
+    return True
