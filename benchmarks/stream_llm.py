@@ -10,10 +10,11 @@ process through ``slimkit.smash_folder(..., stream=True)``: rtn 4-bit group 128,
 ``--samples`` x 512 calibration tokens of PyDocText (SmolLM2's tokenizer, saved into the folder); ``--gptq-blocks K``
 stops gptq after K blocks (they all have the same size, so the peak is the run's) when a full run is too long. The child
 reports the process's peak resident set (VmHWM, imports included) and the wall time; the table prints both per
-size and method, with the model's own size beside them. ``--gguf`` also writes the rtn result as GGUF (llama_cpp,
-Q8_0 embedding) and has llama.cpp load it and generate 8 tokens. Checkpoints and outputs are deleted afterwards
-(staging folders of partial runs too) unless ``--keep``. Shapes (Llama 3.x): 1B hidden 2048 x 16 layers, ffn 8192,
-32/8 heads, tied; 3B 3072 x 28, ffn 8192, 24/8, tied; 8B 4096 x 32, ffn 14336, 32/8, untied; vocabulary 128256.
+size and method, with the model's own size beside them. ``--gguf`` makes the rtn run write GGUF instead
+(llama_cpp, Q8_0 embedding; the peak RSS is taken before loading) and has llama.cpp load it and generate 8 tokens.
+Checkpoints and outputs are deleted afterwards (staging folders of partial runs too) unless ``--keep``.
+Shapes (Llama 3.x): 1B hidden 2048 x 16 layers, ffn 8192, 32/8 heads, tied; 3B 3072 x 28, ffn 8192, 24/8, tied;
+8B 4096 x 32, ffn 14336, 32/8, untied; vocabulary 128256.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import torch  # noqa: E402
 from common import machine_line, print_table  # noqa: E402
 
 SHAPES = {
+    "tiny": dict(hidden_size=256, num_hidden_layers=2, intermediate_size=512, num_attention_heads=4,
+                 num_key_value_heads=2, tie_word_embeddings=False),  # a smoke test of the script itself
     "1b": dict(hidden_size=2048, num_hidden_layers=16, intermediate_size=8192, num_attention_heads=32,
                num_key_value_heads=8, tie_word_embeddings=True),
     "3b": dict(hidden_size=3072, num_hidden_layers=28, intermediate_size=8192, num_attention_heads=24,
@@ -199,7 +202,7 @@ def main() -> None:
     parser.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "slimkit-stream-bench"),
                         help="scratch folder for checkpoints and outputs (default: under the system temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints and outputs")
-    parser.add_argument("--gguf", action="store_true", help="also rtn -> GGUF, loaded and run by llama.cpp")
+    parser.add_argument("--gguf", action="store_true", help="the rtn run writes GGUF, then loaded and run by llama.cpp")
     parser.add_argument("--gptq-blocks", type=int, default=0, metavar="K",
                         help="stop gptq runs after K blocks (all blocks have the same size, so the peak is the "
                              "run's; the table says K/N): for the long runs on a small machine")
@@ -221,7 +224,7 @@ def main() -> None:
             write_checkpoint(folder, size)
         print(f"{size}: checkpoint {model_bytes / 1e9:.2f} GB bf16 ready in {time.perf_counter() - began:.0f} s",
               flush=True)
-        runs = [(m, False) for m in args.methods] + ([("rtn", True)] if args.gguf else [])
+        runs = [(m, args.gguf and m == "rtn") for m in args.methods]
         for method, gguf in runs:
             out = work / f"out-{size}-{method}{'-gguf' if gguf else ''}"
             staging = out.parent / f"{out.name}.partial"  # a partial run (--gptq-blocks) leaves its staging folder
@@ -229,7 +232,7 @@ def main() -> None:
             shutil.rmtree(staging, ignore_errors=True)
             stop = args.gptq_blocks if method == "gptq" and not gguf else 0
             figures = run_child(folder, method, out, args.samples, args.threads, gguf, stop)
-            target = TARGETS.get((size, method)) if not gguf else None
+            target = TARGETS.get((size, method))
             label = method + (f" ({args.samples} x 512 tokens)" if method == "gptq" else "")
             label += " -> GGUF" if gguf else ""
             extra = (f"llama.cpp: {figures['generated']} tokens at {figures['tokens_per_second']:.1f} tok/s"
