@@ -1,10 +1,14 @@
-"""SmolLM2-135M gptq 4-bit g128 -> compressed-tensors -> transformers: same perplexity; decode speed of both runtimes.
+"""SmolLM2-135M gptq 4-bit -> compressed-tensors -> transformers: same perplexity; decode speed of both runtimes.
 
-    .venv/bin/python benchmarks/interop_smollm2.py [--threads 2] [--decode-tokens 32] [--decode-repeats 3]
-        [--folder DIR]
+    .venv/bin/python benchmarks/interop_smollm2.py [--group-size 64] [--threads 2] [--decode-tokens 32]
+        [--decode-repeats 3] [--folder DIR]
 
-1. slimkit's ``gptq`` (4-bit, group 128, asymmetric, act order, calibration on the PyDocText train split) quantizes
-   SmolLM2-135M; the result is saved with ``save_pretrained(DIR, format="compressed-tensors")``.
+1. slimkit's ``gptq`` (4-bit, group ``--group-size``, asymmetric, act order, calibration on the PyDocText train
+   split) quantizes SmolLM2-135M; the result is saved with ``save_pretrained(DIR, format="compressed-tensors")``.
+   The default group is 64, not 128: SmolLM2's attention and gate/up rows have 576 columns, which 128 does not
+   divide, and compressed-tensors' group quantization needs whole groups (its forward raises on a partial last
+   group), so slimkit refuses to write g128 for this model. Any group that does not divide every row is refused
+   here before the (minutes-long) GPTQ runs.
 2. transformers opens DIR (``AutoModelForCausalLM.from_pretrained`` with compressed-tensors'
    ``dequantize=True``, the path that reads asymmetric pack-quantized zero points) and slimkit imports the same DIR
    onto its packed layers (``SmashedModel.from_pretrained``).
@@ -49,10 +53,12 @@ def plain_perplexity(model, ids: torch.Tensor) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--group-size", type=int, default=64,
+                        help="GPTQ group size; must divide every Linear's input width (576 and 1536 on SmolLM2)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--decode-tokens", type=int, default=32)
     parser.add_argument("--decode-repeats", type=int, default=3)
-    parser.add_argument("--folder", default="smashed/smollm2_gptq4_g128_ct",
+    parser.add_argument("--folder", default="smashed/smollm2_gptq4_ct",
                         help="where the compressed-tensors checkpoint is written")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -62,8 +68,12 @@ def main() -> None:
     base, tok = loaded.model.eval(), loaded.tokenizer
     test_ids = pydoc_text_blocks(tok, 8, 256, split="test")
     prompt = test_ids[:1, :16]
+    widths = sorted({m.in_features for m in base.modules() if isinstance(m, torch.nn.Linear)})
+    if any(w % args.group_size for w in widths):
+        parser.error(f"--group-size {args.group_size} does not divide every Linear's input width {widths}; "
+                     "compressed-tensors holds whole groups only (try 64 or 32)")
 
-    cfg = SmashConfig({"gptq": {"bits": 4, "group_size": 128}}, device="cpu")
+    cfg = SmashConfig({"gptq": {"bits": 4, "group_size": args.group_size}}, device="cpu")
     cfg.add_tokenizer(tok)
     cfg.add_data("PyDocText")
     start = time.perf_counter()
@@ -74,8 +84,8 @@ def main() -> None:
     ours.save_pretrained(folder, format="compressed-tensors")
     save_s = time.perf_counter() - start
     size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
-    print(f"gptq 4-bit g128 in {gptq_s:.0f} s; compressed-tensors folder {folder} written in {save_s:.1f} s "
-          f"({size / 1e6:.1f} MB of safetensors)", flush=True)
+    print(f"gptq 4-bit g{args.group_size} in {gptq_s:.0f} s; compressed-tensors folder {folder} written in "
+          f"{save_s:.1f} s ({size / 1e6:.1f} MB of safetensors)", flush=True)
 
     start = time.perf_counter()
     theirs = transformers.AutoModelForCausalLM.from_pretrained(
@@ -111,7 +121,7 @@ def main() -> None:
         rows.append([key, f"{value:.4f}", f"{100 * (value / own - 1):+.4f}%",
                      "-" if tps is None else f"{tps:.1f}",
                      "-" if key not in ms else f"{ms['transformers running DIR'] / ms[key]:.2f}x"])
-    print(f"\nSmolLM2-135M gptq 4-bit g128 asym -> compressed-tensors; {machine_line(args.threads)}")
+    print(f"\nSmolLM2-135M gptq 4-bit g{args.group_size} asym -> compressed-tensors; {machine_line(args.threads)}")
     print(f"perplexity: PyDocText test, 8 x 256 tokens, one plain loop for every model; decode: greedy, "
           f"{args.decode_tokens} new tokens after a 16-token prompt, median of {args.decode_repeats} round-robin runs")
     print_table(["model", "perplexity", "vs slimkit's own", "decode tok/s", "decode vs transformers"], rows)

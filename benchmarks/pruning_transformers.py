@@ -9,8 +9,12 @@ here). Pruned at a nominal 50% with L1 magnitudes, the classifier left alone:
 * Torch-Pruning ``MetaPruner`` + ``MagnitudeImportance(p=1)`` at ``pruning_ratio=0.5``.
 
 Parameters, MACs, latency (median of interleaved runs, the same process and threads) and output cosine vs the
-dense model. The two pruned models have the same parameter count when both cut every dimension in half
-(Torch-Pruning keeps 12 heads of 32 dims where slimkit keeps 6 heads of 64: the same matrices).
+dense model. The two pruned models have the same parameter count and matrix shapes when both cut every dimension in
+half. What runs differs inside attention: slimkit removes 6 whole heads of 64 and writes hidden_size=384,
+num_attention_heads=6 into the config; Torch-Pruning removes 384 q/k/v channels chosen one by one and leaves
+``head_dim`` at 64 and the config at 768 / 12, so transformers' ``view(..., -1, head_dim)`` regroups the kept
+channels into 6 "heads" of 64 that mix channels of different original heads (same compute, but not the dense
+model's heads, and a config that no longer matches the weights).
 """
 
 from __future__ import annotations

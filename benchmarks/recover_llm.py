@@ -161,8 +161,11 @@ def main() -> None:
         r = matched_ratio(dense, args.sparsity, args.heads_ratio)
         variants.append((f"heads {args.heads_ratio:.0%} + hidden & MLP {r:.1%}",
                          {"mlp": r, "heads": args.heads_ratio, "hidden": r}))
-    for label, dims in variants:
-        rows += run_variant(args, dense, tok, blocks, dense_ppl, label, dims)
+    done = {}
+    for label, dims in reversed(variants):  # the new (head + hidden + MLP) variant first: a cut-short run still has it
+        done[label] = run_variant(args, dense, tok, blocks, dense_ppl, label, dims)
+    for label, _ in variants:
+        rows += done[label]
     print()
     print_table(["model", "params", "test ppl", "recovered (ppl)", "recovered (log-ppl)", "trained params",
                  "recovery CPU s", "wall s"], rows)

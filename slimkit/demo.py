@@ -11,7 +11,7 @@ from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
 from slimkit.core.coverage import coverage_summary
 from slimkit.engine import SmashedModel, smash, smash_folder
-from slimkit.engine.interop import check_recipe, foreign_format, import_checkpoint
+from slimkit.engine.interop import check_model_recipe, check_recipe, foreign_format, import_checkpoint
 from slimkit.engine.model_card import measurement_record
 from slimkit.engine.stream import estimate_in_memory_bytes, should_stream
 from slimkit.engine.stream.memory import available_bytes, format_bytes
@@ -145,6 +145,8 @@ def run(
     added = config.add_model_defaults(loaded, data=data)
     if added:
         print(f"slimkit: added from the zoo model: {', '.join(added)}", flush=True)
+    if save_format != "slimkit":
+        check_model_recipe(base, config, save_format)  # the model's widths vs the group size: before any work
     print(f"slimkit: recipe {config.get_active_algorithms()} {config.to_dict()['hyperparameters']}", flush=True)
     smashed = smash(base, config)
     base = base.to(model_device(smashed))  # time and score both on the device the smashed model runs on

@@ -44,6 +44,25 @@ def test_refused_recipe_stops_before_loading_anything(hf_folder, tmp_path, capsy
     assert "loading model" not in captured.out and not (tmp_path / "g").exists()
 
 
+def test_group_size_that_does_not_split_the_rows_stops_before_quantizing(tmp_path, capsys):
+    import transformers
+
+    folder = tmp_path / "narrow"  # hidden 96: groups of 64 leave a partial group in q/k/v/o/gate/up, not in down
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=96, intermediate_size=192, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(str(folder))
+    code = main(["smash", "--model", str(folder), "--algorithm", "gptq", "--set", "gptq_group_size=64",
+                 "--format", "compressed-tensors", "--output", str(tmp_path / "ct")])
+    captured = capsys.readouterr()
+    assert code == 2, captured.out + captured.err
+    err = " ".join(captured.err.split())
+    assert "Cannot save this model as compressed-tensors with gptq_group_size=64" in err
+    assert "96 input columns (model.layers.0.self_attn.q_proj" in err and "192 input columns" not in err
+    assert "Set gptq_group_size to 16 or 32" in err
+    assert "recipe" not in captured.out and not (tmp_path / "ct").exists()  # refused before GPTQ ran
+
+
 def test_foreign_checkpoint_as_model_needs_a_recipe(hf_folder, tmp_path, capsys):
     from slimkit import SmashConfig, smash
 

@@ -19,8 +19,11 @@ import torch
 
 from slimkit.compression import formats
 from slimkit.compression.formats import FORMAT_ALGORITHMS, FORMAT_BITS, FormatError, check_format, supported_text
+from slimkit.compression.quantization.lowbit.layers import select_targets
+from slimkit.compression.quantization.lowbit.linear import PER_CHANNEL
 from slimkit.config.files import CONFIG_FILE
 from slimkit.config.smash_config import SmashConfig
+from slimkit.core.weights import weight_of
 from slimkit.engine.base_model import describe_base, meta_parameters, meta_tensors
 from slimkit.engine.model_card import build_card
 from slimkit.errors import SaveLoadError
@@ -52,6 +55,36 @@ def check_recipe(smash_config: SmashConfig, fmt: str) -> None:
                             "store; set awq_fold_only=true")
     if problems:
         raise FormatError(f"Cannot save this recipe as {fmt}: {'; '.join(problems)}. {supported_text(fmt)}")
+
+
+def check_model_recipe(model: torch.nn.Module, smash_config: SmashConfig, fmt: str) -> None:
+    """Refuse, before the quantizer runs, a group size that does not split the rows of the layers it will take.
+
+    ``fmt`` holds whole groups only (compressed-tensors' forward raises on a partial last group); a model whose
+    layers are narrower than one group is fine (one group per row). Complements :func:`check_recipe`, which
+    cannot see the model's widths.
+    """
+    for name in smash_config.get_active_algorithms():
+        if name not in FORMAT_ALGORITHMS:
+            continue
+        hps = smash_config.hyperparameters_of(name)
+        group = int(hps.get("group_size") or PER_CHANNEL)
+        if group == PER_CHANNEL:
+            continue
+        widths = {t.name: int(weight_of(model.get_submodule(t.name)).shape[1])
+                  for t in select_targets(model, tuple(hps.get("exclude") or ()))}
+        bad: dict[int, list[str]] = {}
+        for layer, width in widths.items():
+            if width > group and width % group:
+                bad.setdefault(width, []).append(layer)
+        if bad:
+            fits = [g for g in (16, 32, 64, 128, 256) if all(w % g == 0 or w <= g for w in widths.values())]
+            parts = [f"{width} input columns ({', '.join(names[:3])}"
+                     f"{f' and {len(names) - 3} more' if len(names) > 3 else ''})" for width, names in bad.items()]
+            raise FormatError(f"Cannot save this model as {fmt} with {name}_group_size={group}: {'; '.join(parts)} do "
+                              f"not split into whole groups of {group}. Set {name}_group_size to "
+                              f"{' or '.join(map(str, fits)) if fits else '-1 (per-channel)'}, or exclude those "
+                              f"layers. {supported_text(fmt)}")
 
 
 def _check_applied(smashed: Any, fmt: str) -> None:
@@ -152,4 +185,5 @@ def import_checkpoint(path: str | os.PathLike, device: str | None = None) -> tup
     return model, cfg, [], base, None, None
 
 
-__all__ = ["check_recipe", "check_target", "foreign_format", "import_checkpoint", "save_checkpoint"]
+__all__ = ["check_model_recipe", "check_recipe", "check_target", "foreign_format", "import_checkpoint",
+           "save_checkpoint"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from slimkit.config.smash_config import SmashConfig
-from slimkit.engine.interop import check_recipe
+from slimkit.engine.interop import check_model_recipe, check_recipe
 from slimkit.engine.smash import smash
 from slimkit.engine.stream import memory
 from slimkit.engine.stream.checkpoint import Checkpoint
@@ -122,6 +122,7 @@ def _in_memory(folder: Path, smash_config: SmashConfig, output: Path, dtype: str
         smash_config.add_tokenizer(str(folder))
     if save_format != "slimkit":
         check_recipe(smash_config, save_format)
+        check_model_recipe(model, smash_config, save_format)  # group size vs the model's widths, before quantizing
     smashed = smash(model, smash_config, copy_model=False, verbose=verbose)
     smashed.save_pretrained(output, format=save_format)
     size = sum(f.stat().st_size for f in output.rglob("*") if f.is_file())

@@ -18,7 +18,7 @@ from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
 from slimkit.core.contract import SlimkitAlgorithm, SmashConfigPrefixWrapper
 from slimkit.core.weights import EXPERTS, Target, find_targets, weight_of
-from slimkit.engine.interop import check_recipe
+from slimkit.engine.interop import check_model_recipe, check_recipe
 from slimkit.engine.smash import check_config
 from slimkit.engine.stream.checkpoint import Checkpoint
 from slimkit.engine.stream.memory import format_bytes
@@ -157,6 +157,8 @@ def make_plan(folder: str | Path, smash_config: SmashConfig, dtype: str | torch.
     device = torch.device(smash_config.device)
     compute = torch.float32 if device.type == "cpu" else out_dtype  # CPU matmuls in bf16/fp16 are slow (no AMX)
     model = build_model(checkpoint.folder, compute)
+    if save_format != SLIMKIT:
+        check_model_recipe(model, smash_config, save_format)  # group size vs the widths: before any block is read
     found = find_targets(model)  # every target, found before quantizing: what the coverage record is measured against
     experts = [t.name for t in found if t.kind == EXPERTS]
     if experts:

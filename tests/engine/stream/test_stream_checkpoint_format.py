@@ -64,6 +64,18 @@ def test_a_recipe_the_format_cannot_hold_is_refused_before_anything_is_written(b
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_group_size_that_does_not_split_the_rows_is_refused_before_quantizing(tmp_path, stream):
+    from tests.engine.stream.conftest import write_folder
+
+    folder = write_folder(tmp_path / "narrow", shards=1, vocab_size=64, hidden_size=96, intermediate_size=192,
+                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    with pytest.raises(ConfigError, match=r"gptq_group_size=64: 96 input columns \(model.layers.0.self_attn.q_proj"):
+        smash_folder(folder, SmashConfig({"gptq": {"bits": 4, "group_size": 64}}), tmp_path / "out", stream=stream,
+                     save_format="compressed-tensors", progress=False, verbose=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
 def test_a_finished_checkpoint_is_recognised_and_another_config_refused(byte_llama_folder, tmp_path):
     out = tmp_path / "out"
     recipe = {"rtn": {"bits": 4, "group_size": 32}}
