@@ -13,8 +13,6 @@ from slimkit import SmashConfig, SmashedModel, smash, smash_folder
 from slimkit.engine.writers import RUN_FILE
 from slimkit.errors import ConfigError
 
-pytest.importorskip("compressed_tensors")
-
 
 def _tensors(folder):
     out = {}

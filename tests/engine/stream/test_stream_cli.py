@@ -28,7 +28,6 @@ def test_stream_flag_runs_gptq_with_the_folders_tokenizer_and_pydoc_text(byte_ll
 
 
 def test_stream_flag_with_format_writes_a_compressed_tensors_checkpoint(byte_llama_folder, tmp_path, capsys):
-    pytest.importorskip("compressed_tensors")
     out = tmp_path / "ct"
     code = main(["smash", "--model", str(byte_llama_folder), "--algorithm", "rtn", "--stream", "--output", str(out),
                  "--format", "compressed-tensors", "--set", "rtn_group_size=32"])
