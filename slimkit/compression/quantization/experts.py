@@ -19,6 +19,7 @@ from torch import nn
 
 from slimkit.core.experts import ExpertsLayout, expert_activation, moe_forward
 from slimkit.core.weights import EXPERTS
+from slimkit.errors import ConfigError
 
 FIRST, DOWN = "first", "down"
 
@@ -105,6 +106,27 @@ def layout_spec(layout: ExpertsLayout) -> dict[str, Any]:
 def is_experts_spec(spec: Any) -> bool:
     """Whether a replay spec describes an experts module (else a dense layer)."""
     return isinstance(spec, dict) and spec.get("kind") == EXPERTS
+
+
+def saved_experts(model: nn.Module, specs: dict[str, dict]) -> list[tuple[str, dict, nn.Module]]:
+    """``(name, spec, module)`` for each experts spec in ``specs``, the module being the rebuilt model's experts.
+
+    A name the rebuilt model lacks, or a module there without ``act_fn``, is a ConfigError (another architecture).
+    """
+    found = []
+    for name, spec in specs.items():
+        if not is_experts_spec(spec):
+            continue
+        try:
+            old = model.get_submodule(name)
+        except AttributeError as exc:
+            raise ConfigError(f"The saved model quantized the experts {name!r}, which the rebuilt model does not "
+                              "have; pass the same architecture that was smashed.") from exc
+        if not hasattr(old, "act_fn"):
+            raise ConfigError(f"The saved model quantized the experts {name!r}; the rebuilt model's {name} is a "
+                              f"{type(old).__name__} without act_fn. Pass the same architecture that was smashed.")
+        found.append((name, spec, old))
+    return found
 
 
 def float_dtype(module: nn.Module) -> torch.dtype:

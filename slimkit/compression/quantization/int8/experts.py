@@ -26,10 +26,10 @@ from slimkit.compression.quantization.experts import (
     DOWN,
     FIRST,
     QuantizedExperts,
-    is_experts_spec,
     layout_from_spec,
     layout_spec,
     replace_module,
+    saved_experts,
 )
 from slimkit.compression.quantization.int8.linear import SATURATION_SAFE, choose_path, quantize_weight, use_fbgemm
 from slimkit.core.experts import ExpertsLayout, dense_weights, experts_layout
@@ -181,16 +181,6 @@ def quantize_experts_int8(model: nn.Module, names: list[str], saturation_safe: b
 def replay_int8_experts(model: nn.Module, specs: dict[str, dict]) -> nn.Module:
     """Swap each named experts module for an empty :class:`Int8Experts`; the saved int8 weights then load."""
     use_fbgemm()
-    for name, spec in specs.items():
-        if not is_experts_spec(spec):
-            continue
-        try:
-            old = model.get_submodule(name)
-        except AttributeError as exc:
-            raise ConfigError(f"The saved model quantized the experts {name!r}, which the rebuilt model does not "
-                              "have; pass the same architecture that was smashed.") from exc
-        if not hasattr(old, "act_fn"):
-            raise ConfigError(f"The saved model quantized the experts {name!r}; the rebuilt model's {name} is a "
-                              f"{type(old).__name__} without act_fn. Pass the same architecture that was smashed.")
+    for name, spec, old in saved_experts(model, specs):
         replace_module(model, name, Int8Experts.from_spec(spec, old.act_fn))
     return model

@@ -29,10 +29,10 @@ from slimkit.compression.quantization.experts import (
     FIRST,
     QuantizedExperts,
     float_dtype,
-    is_experts_spec,
     layout_from_spec,
     layout_spec,
     replace_module,
+    saved_experts,
 )
 from slimkit.compression.quantization.lowbit import native
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, n_groups
@@ -242,17 +242,6 @@ def replay_experts(model: nn.Module, specs: dict[str, dict]) -> nn.Module:
 
     Used on load (a meta skeleton is fine): the saved packed buffers then load strictly into these modules.
     """
-    for name, spec in specs.items():
-        if not is_experts_spec(spec):
-            continue
-        try:
-            old = model.get_submodule(name)
-        except AttributeError as exc:
-            raise ConfigError(
-                f"The saved model quantized the experts {name!r}, which the rebuilt model does not have; pass the "
-                "same architecture that was smashed.") from exc
-        if not hasattr(old, "act_fn"):
-            raise ConfigError(f"The saved model quantized the experts {name!r}; the rebuilt model's {name} is a "
-                              f"{type(old).__name__} without act_fn. Pass the same architecture that was smashed.")
+    for name, spec, old in saved_experts(model, specs):
         replace_module(model, name, PackedExperts.from_spec(spec, old.act_fn, dtype=float_dtype(old)))
     return model
