@@ -47,21 +47,20 @@ def group_mask(in_features: int, group_size: int, device: torch.device | None = 
     return (torch.arange(groups * group_size, device=device) < in_features).view(groups, group_size)
 
 
-def minmax_params(
-    w: torch.Tensor, bits: int, sym: bool, mask: torch.Tensor | None = None, shrink: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scale and zero for the last dim of ``w`` (any leading shape); ``mask`` marks the entries to consider.
-
-    ``shrink < 1`` narrows the range to ``shrink * [min, max]`` (values outside are clipped to the end codes).
-    """
-    maxq = (1 << check_bits(bits)) - 1
+def _extremes(w: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row ``min(w, 0)`` and ``max(w, 0)`` over the last dim (``mask`` marks the entries to consider)."""
     w = w.float()
     if mask is None:
         wmin, wmax = w.amin(dim=-1), w.amax(dim=-1)
     else:
         wmin = w.masked_fill(~mask, float("inf")).amin(dim=-1)
         wmax = w.masked_fill(~mask, float("-inf")).amax(dim=-1)
-    wmin, wmax = wmin.clamp(max=0) * shrink, wmax.clamp(min=0) * shrink  # keep 0 representable
+    return wmin.clamp(max=0), wmax.clamp(min=0)  # keep 0 representable
+
+
+def _range_params(wmin: torch.Tensor, wmax: torch.Tensor, bits: int, sym: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale and zero of the range ``[wmin, wmax]`` (``wmin <= 0 <= wmax``)."""
+    maxq = (1 << bits) - 1
     if sym:
         absmax = torch.maximum(-wmin, wmax)
         scale = storable_scale(2 * absmax / maxq)
@@ -70,6 +69,17 @@ def minmax_params(
         scale = storable_scale((wmax - wmin) / maxq)
         zero = torch.round(-wmin / scale).clamp(0, maxq)
     return scale, zero
+
+
+def minmax_params(
+    w: torch.Tensor, bits: int, sym: bool, mask: torch.Tensor | None = None, shrink: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale and zero for the last dim of ``w`` (any leading shape); ``mask`` marks the entries to consider.
+
+    ``shrink < 1`` narrows the range to ``shrink * [min, max]`` (values outside are clipped to the end codes).
+    """
+    wmin, wmax = _extremes(w, mask)
+    return _range_params(wmin * shrink, wmax * shrink, check_bits(bits), sym)
 
 
 def search_params(
@@ -93,17 +103,21 @@ def search_params(
         parts = [search_params(w[rows], bits, sym, mask, None if imp is None else imp[rows], grid, min_shrink)
                  for rows in row_slices(w.shape[0], w[0].numel())]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    weight = torch.ones_like(w) if importance is None else importance.expand_as(w)
+    w = w.float()
+    weight = None if importance is None else importance.expand_as(w)
     if mask is not None:
-        weight = weight * mask
-    best_s, best_z = minmax_params(w, bits, sym, mask)
+        weight = mask.expand_as(w).float() if weight is None else weight * mask
+    maxq = float((1 << check_bits(bits)) - 1)
+    wmin, wmax = _extremes(w, mask)  # once: every grid step only scales them
+    best_s, best_z = _range_params(wmin, wmax, bits, sym)
     best_err = None
     for step in range(grid):
         shrink = 1.0 - (1.0 - min_shrink) * step / max(grid - 1, 1)
-        scale, zero = minmax_params(w, bits, sym, mask, shrink)
-        deq = dequantize_codes(quantize_codes(w, scale.unsqueeze(-1), zero.unsqueeze(-1), bits),
-                               scale.unsqueeze(-1), zero.unsqueeze(-1))
-        err = ((w - deq).pow(2) * weight).sum(-1)
+        scale, zero = _range_params(wmin * shrink, wmax * shrink, bits, sym)
+        s, z = scale.unsqueeze(-1), zero.unsqueeze(-1)
+        # (w - dequant(quant(w)))^2 * weight in one buffer: the ops of quantize_codes / dequantize_codes, in place
+        err = (w / s).add_(z).round_().clamp_(0, maxq).sub_(z).mul_(s).sub_(w).square_()
+        err = (err if weight is None else err.mul_(weight)).sum(-1)
         if best_err is None:
             best_err = err
             continue
