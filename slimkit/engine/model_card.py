@@ -20,6 +20,8 @@ from slimkit.compression.formats import COMPRESSED_TENSORS, GPTQ
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
 
 SLIMKIT = "slimkit"
+#: a slimkit folder whose weights are one ``model.gguf`` (the ``llama_cpp`` compiler's output)
+GGUF = "gguf"
 
 
 def cpu_description() -> str:
@@ -114,6 +116,14 @@ def _gguf_line(model: nn.Module, fmt: str) -> str:
 
 def _loading(model: nn.Module, fmt: str) -> list[str]:
     slim = "- **slimkit**: `SmashedModel.from_pretrained(\"DIR\")`, `slimkit serve DIR`"
+    if fmt == GGUF:
+        return [
+            slim + " (runs `model.gguf` with llama.cpp through llama-cpp-python).",
+            "- **llama.cpp**: `llama-cli -m DIR/model.gguf`, or any GGUF runtime (the file holds the weights and the "
+            "tokenizer).",
+            "- **transformers**, **vLLM**: not this folder; write the compressed-tensors format instead (`slimkit "
+            "smash ... --format compressed-tensors`, or `save_pretrained(DIR, format=\"compressed-tensors\")`).",
+        ]
     if fmt == SLIMKIT:
         return [
             slim + " (this is slimkit's own format).",
@@ -141,16 +151,24 @@ def _loading(model: nn.Module, fmt: str) -> list[str]:
     ]
 
 
+_FORMAT_TITLES = {SLIMKIT: "slimkit format", GGUF: "GGUF in a slimkit folder"}
+
+
 def build_card(smashed: Any, fmt: str = SLIMKIT, measurements: dict[str, Any] | None = None) -> str:
-    """The README.md text for ``smashed`` saved in format ``fmt`` (``"slimkit"``, compressed-tensors or gptq)."""
+    """The README.md text for ``smashed`` saved in format ``fmt`` (``"slimkit"``, ``"gguf"``, compressed-tensors, gptq).
+
+    A slimkit save whose model the ``llama_cpp`` compiler made is described as the GGUF folder it is.
+    """
     model = smashed.model
+    if fmt == SLIMKIT and any(r.get("name") == "llama_cpp" for r in smashed.applied):
+        fmt = GGUF  # the llama_cpp compiler saves its GGUF file as the folder's weights
     grids, floats = _grid(model) if isinstance(model, nn.Module) else ([], [])
     source = smashed.base_spec.get("source") or {}
     tags = [SLIMKIT] + ([fmt] if fmt != SLIMKIT else []) + sorted({r["name"] for r in smashed.applied})
     library = "transformers" if fmt in (COMPRESSED_TENSORS, GPTQ) else SLIMKIT
     arch = smashed.base_spec.get("hf_class") or type(model).__name__
     lines = ["---", f"library_name: {library}", "tags:"] + [f"- {t}" for t in tags] + ["---", "",
-             f"# {arch}, {', '.join(smashed.algorithms) or 'imported'} ({'slimkit format' if fmt == SLIMKIT else fmt})",
+             f"# {arch}, {', '.join(smashed.algorithms) or 'imported'} ({_FORMAT_TITLES.get(fmt, fmt)})",
              "", f"Saved by slimkit on {datetime.date.today().isoformat()} in the **{fmt}** format.", ""]
     if source:
         lines += [f"Imported from a {source.get('format')} checkpoint made by another tool ({source.get('path')}); "

@@ -117,7 +117,7 @@ class _Run:
             _cast(module, plan.compute_dtype, plan.dtype)
             module.to("cpu")
             tied = {n: skeleton.tied[n] for n in skeleton.names_under(prefix) if n in skeleton.tied and not inside}
-            self.writer.write(key, prefix, module, tied)
+            self.writer.stage_piece(key, prefix, module, tied)
             release_caches(module)
             skeleton.free(prefix)
             self.record.pieces.append(prefix)
@@ -165,7 +165,7 @@ class _Run:
                 specs = plan.step(self.model, prefix, block, names, self.store, advance)
                 _cast(block, plan.compute_dtype, plan.dtype)
                 block.to("cpu")
-                self.writer.write(self.block_key(index), prefix, block, {})
+                self.writer.stage_piece(self.block_key(index), prefix, block, {})
                 parity = self.store.commit() if advance else self.record.inputs_parity
                 self.record.blocks_done, self.record.inputs_parity = index + 1, parity
                 self.record.specs.update(specs)

@@ -3,26 +3,33 @@
 A :class:`ModelWriter` stages each piece as soon as it is ready (``write``: atomic, and rewriting a piece gives
 the same bytes, so a resumed run can redo one), assembles the output files in the staging folder (``finish``,
 bounded memory: tensor by tensor), and publishes them with ``smash_config.json`` as the output folder in one
-atomic step (``publish``). slimkit's own save format and GGUF are the implementations here; compressed-tensors and
+atomic step (``publish``) with a README.md model card. The runner stages each piece through :meth:`stage`, which
+first records the piece's packed layers (their grids, for the card and the layer lists of a resumed run).
+slimkit's own save format and GGUF are the implementations here; compressed-tensors and
 GPTQ checkpoints (:mod:`.checkpoint_format`, over the interop export's code) are further subclasses; every format
 is registered in :data:`WRITERS` and driven by the one streaming loop.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from slimkit.core.io import atomic_directory
+from slimkit.compression.quantization.lowbit.layers import replace_module
+from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
+from slimkit.core.io import atomic_directory, write_json_atomic
+from slimkit.engine.model_card import build_card
 
-__all__ = ["RUN_FILE", "ModelWriter", "WriteContext", "WRITERS", "register_writer"]
+__all__ = ["RUN_FILE", "ModelWriter", "WriteContext", "WRITERS", "grid_record", "packed_on_meta", "register_writer"]
 
 
 #: The run record of a streamed output whose format has no ``smash_config.json`` (compressed-tensors, GPTQ).
@@ -45,6 +52,27 @@ class WriteContext:
     source: Path | None = None
 
 
+def grid_record(layer: PackedLinear) -> dict[str, Any]:
+    """What the card and a resumed run need of a packed layer: bits, symmetric grid, one group per row, its spec."""
+    mid = 1 << (layer.bits - 1)
+    return {"bits": layer.bits, "sym": bool((layer.zeros.float() == mid).all()),
+            "single_group": layer.scales.shape[1] == 1, "spec": layer.spec()}
+
+
+def packed_on_meta(model: nn.Module, records: dict[str, dict]) -> None:
+    """Put an empty meta-device PackedLinear where a recorded layer is still a Linear in the skeleton.
+
+    A resumed run quantized only the blocks after its resume point in this process; the skeleton must show every
+    packed layer for the float-layer lists and the model card, as the in-memory model does.
+    """
+    for name, record in records.items():
+        if not isinstance(model.get_submodule(name), PackedLinear):
+            spec = record["spec"]
+            replace_module(model, name, PackedLinear(spec["in_features"], spec["out_features"], spec["bits"],
+                                                     spec["group_size"], bias=spec["bias"],
+                                                     input_scale=spec["input_scale"], device="meta"))
+
+
 class ModelWriter(ABC):
     """Writes a model piece by piece into ``stage`` and publishes the result (see the module doc)."""
 
@@ -55,6 +83,44 @@ class ModelWriter(ABC):
         self.stage, self.context = Path(stage), context
         self.folder = self.stage / self.format
         self.folder.mkdir(parents=True, exist_ok=True)
+
+    def stage_piece(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:
+        """Record the packed layers of piece ``key`` (for :meth:`card`), then stage it with :meth:`write`."""
+        grids = {f"{prefix}.{n}" if prefix and n else (prefix or n): grid_record(m)
+                 for n, m in module.named_modules() if isinstance(m, PackedLinear)}
+        write_json_atomic(self._grids_file(key), grids)  # before the piece: a staged piece always has its record
+        self.write(key, prefix, module, tied)
+
+    def _grids_file(self, key: str) -> Path:
+        folder = self.stage / "grids"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{key}.json"
+
+    def grid_records(self) -> dict[str, dict]:
+        """Packed layer name -> :func:`grid_record`, over every piece staged so far (this run and earlier ones)."""
+        records: dict[str, dict] = {}
+        for file in sorted((self.stage / "grids").glob("*.json")):
+            records.update(json.loads(file.read_text()))
+        return records
+
+    def card(self, smash_config: Any, extra: dict[str, Any]) -> str:
+        """The README.md model card, as the in-memory save writes it, from the skeleton and the staged grids.
+
+        The skeleton's packed layers hold no tensors (meta device), so each gets a one-value stand-in for its
+        zero points (the middle code when its grid is symmetric) for the card to read.
+        """
+        model, records = self.context.model, self.grid_records()
+        packed_on_meta(model, records)
+        modules = dict(model.named_modules())
+        for name, record in records.items():
+            layer = modules.get(name)
+            if isinstance(layer, PackedLinear):
+                mid = 1 << (int(record["bits"]) - 1)
+                layer._buffers["zeros"] = torch.full((1, 1), mid if record["sym"] else 0, dtype=SCALE_DTYPE)
+        applied = list(extra.get("applied") or [])
+        smashed = SimpleNamespace(model=model, base_spec=extra.get("base") or {}, applied=applied,
+                                  algorithms=[a["name"] for a in applied], smash_config=smash_config)
+        return build_card(smashed, self.format)
 
     @abstractmethod
     def write(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:
@@ -81,18 +147,21 @@ class ModelWriter(ABC):
         """The assembled files that make up the output folder (besides ``smash_config.json``)."""
 
     def publish(self, output: Path, smash_config: Any, extra: dict[str, Any]) -> None:
-        """Move the assembled files and ``smash_config.json`` into ``output`` in one atomic step.
+        """Move the assembled files, ``smash_config.json`` and the model card into ``output`` in one atomic step.
 
         An earlier save in ``output`` is replaced only once everything is in place (``atomic_directory``).
         """
+        card = self.card(smash_config, extra)
         with atomic_directory(output, replace=True) as tmp:
             for file in self.outputs():
                 os.replace(file, tmp / file.name)
             smash_config.save_to_json(tmp, extra={**extra, **self.payload()})
+            (tmp / "README.md").write_text(card)
 
     def discard(self) -> None:
         """Remove this writer's staged files."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.stage / "grids", ignore_errors=True)
 
 
 #: format name -> writer class

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -27,11 +26,9 @@ from slimkit.compression.formats import COMPRESSED_TENSORS, GPTQ, CheckpointWrit
 from slimkit.compression.formats import gptq as gptq_format
 from slimkit.compression.formats.scheme import layer_problems, own_scheme, unify_schemes
 from slimkit.compression.formats.writer import DEFAULT_SHARD_BYTES, checkpoint_blocks, hf_config, quantization_config
-from slimkit.compression.quantization.lowbit.layers import replace_module
-from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
+from slimkit.compression.quantization.lowbit.linear import PackedLinear
 from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
-from slimkit.engine.model_card import build_card
-from slimkit.engine.writers.base import RUN_FILE, ModelWriter, WriteContext, register_writer
+from slimkit.engine.writers.base import RUN_FILE, ModelWriter, WriteContext, packed_on_meta, register_writer
 from slimkit.engine.writers.slimkit_format import concat_safetensors, tensor_names
 
 __all__ = ["CheckpointFormatWriter", "CompressedTensorsWriter", "GPTQWriter"]
@@ -51,7 +48,6 @@ class CheckpointFormatWriter(ModelWriter):
         self.out = self.stage / f"{self.format}-out"
         self._files: list[str] = []
         self._bytes = 0
-        self._records: dict[str, dict] = {}  # packed layer -> its grid, read back from the staged pieces by finish
 
     def _piece(self, key: str) -> tuple[Path, Path]:
         return self.folder / f"{key}.safetensors", self.folder / f"{key}.json"
@@ -96,7 +92,7 @@ class CheckpointFormatWriter(ModelWriter):
         keys = order if order is not None else sorted(p.stem for p in self.folder.glob("*.safetensors"))
         schemes, sizes, records = self._schemes(keys)
         model = self.context.model
-        _packed_on_meta(model, records)
+        packed_on_meta(model, records)
         ignore = [n for n, m in model.named_modules() if n and isinstance(m, nn.Linear)]
         config = self.context.config
         act_order, damp = False, None
@@ -130,7 +126,6 @@ class CheckpointFormatWriter(ModelWriter):
                 flush()
         flush()
         self._files = writer.close(hf_config(model, qconfig))
-        self._records = records
         self._bytes = sum(f.stat().st_size for f in self.out.iterdir() if f.is_file())
         return {"files": list(self._files), "bytes": self._bytes, "quantization_config": qconfig,
                 "schemes": {n: s.describe() for n, s in schemes.items()}}
@@ -147,7 +142,7 @@ class CheckpointFormatWriter(ModelWriter):
         No ``smash_config.json`` (that would make it a slimkit save): the run's record, which a resumed or
         repeated run compares, goes to ``slimkit_stream.json``.
         """
-        model = self.context.model
+        card = self.card(smash_config, extra)
         with atomic_directory(output, replace=True) as tmp:
             for file in self.outputs():
                 os.replace(file, tmp / file.name)
@@ -155,7 +150,7 @@ class CheckpointFormatWriter(ModelWriter):
             tokenizer = self.context.tokenizer
             if tokenizer is not None and callable(getattr(tokenizer, "save_pretrained", None)):
                 tokenizer.save_pretrained(str(tmp))
-            (tmp / "README.md").write_text(self._card(model, smash_config, extra))
+            (tmp / "README.md").write_text(card)
             write_json_atomic(tmp / RUN_FILE, {"stream": extra.get("stream"), "format": self.format,
                                                "applied": extra.get("applied"), "base": extra.get("base"),
                                                "smash_config": smash_config.to_dict()})
@@ -170,38 +165,6 @@ class CheckpointFormatWriter(ModelWriter):
             generation = transformers.GenerationConfig.from_pretrained(str(source))
         if generation is not None and callable(getattr(generation, "to_json_file", None)):
             generation.to_json_file(str(folder / "generation_config.json"))
-
-    def _card(self, model: nn.Module, smash_config: Any, extra: dict[str, Any]) -> str:
-        """The model card of the in-memory export; the packed layers' grids come from the staged records.
-
-        The skeleton's packed layers hold no tensors (meta device), so each gets a one-value stand-in for its
-        zero points (the middle code when its grid is symmetric) for the card to read.
-        """
-        modules = dict(model.named_modules())
-        for name, record in self._records.items():
-            layer = modules.get(name)
-            if isinstance(layer, PackedLinear):
-                mid = 1 << (int(record["bits"]) - 1)
-                layer._buffers["zeros"] = torch.full((1, 1), mid if record["sym"] else 0, dtype=SCALE_DTYPE)
-        applied = list(extra.get("applied") or [])
-        smashed = SimpleNamespace(model=model, base_spec=extra.get("base") or {}, applied=applied,
-                                  algorithms=[a["name"] for a in applied], smash_config=smash_config)
-        return build_card(smashed, self.format)
-
-
-def _packed_on_meta(model: nn.Module, records: dict[str, dict]) -> None:
-    """Put an empty meta-device PackedLinear where a recorded layer is still a Linear in the skeleton.
-
-    A resumed run quantized only the blocks after its resume point in this process; the skeleton must show every
-    packed layer for the float-layer list (``ignore``) and the model card, as the in-memory model does.
-    """
-    for name, record in records.items():
-        if not isinstance(model.get_submodule(name), PackedLinear):
-            spec = record["spec"]
-            replace_module(model, name, PackedLinear(spec["in_features"], spec["out_features"], spec["bits"],
-                                                     spec["group_size"], bias=spec["bias"],
-                                                     input_scale=spec["input_scale"], device="meta"))
-
 
 def _data_bytes(file: Path) -> int:
     """Bytes of tensor data in a safetensors file (its size less the header)."""

@@ -52,7 +52,10 @@ def test_streamed_rtn_with_llama_cpp_runs_like_the_in_memory_smash(byte_llama_fo
 
     result = smash_folder(byte_llama_folder, config(), tmp_path / "out", stream=True, progress=False, verbose=False)
     assert result.format == "gguf"
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model.gguf", "smash_config.json", "tokenizer"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["README.md", "model.gguf", "smash_config.json",
+                                                                   "tokenizer"]
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "GGUF in a slimkit folder" in card and "llama-cli -m DIR/model.gguf" in card
     streamed = SmashedModel.from_pretrained(tmp_path / "out")
     model = transformers.LlamaForCausalLM.from_pretrained(byte_llama_folder, dtype=torch.float32).eval()
     cfg = config()

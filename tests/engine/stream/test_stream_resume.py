@@ -83,6 +83,8 @@ def test_a_crash_around_a_block_write_resumes_to_identical_files(byte_llama_fold
     result = stream(byte_llama_folder, out, "gptq")
     assert result.resumed_at == int(crash_at.split("-")[1])
     assert (out / "model.safetensors").read_bytes() == (small_gptq_streamed / "model.safetensors").read_bytes()
+    card = (out / "README.md").read_text()  # the blocks packed before the crash are counted too
+    assert "21 layer(s): 4-bit, groups of 64, asymmetric" in card and "kept in float: lm_head\n" in card
 
 
 def test_another_config_on_an_unfinished_run_is_refused(llama_folder, tmp_path, monkeypatch):

@@ -31,6 +31,12 @@ def _assert_same_weights(a_dir, b_dir, cast=False):
     return a
 
 
+def _card_layers(folder):
+    """The model card's lines on quantized and float layers (the rest holds dates and timings)."""
+    text = (folder / "README.md").read_text()
+    return [line for line in text.splitlines() if "layer(s):" in line or line.startswith("- kept in float")]
+
+
 def test_the_fixture_is_a_20m_llama_in_three_shards(llama_folder):
     ckpt = Checkpoint(llama_folder)
     assert len(ckpt.files) == 3 and (llama_folder / "model.safetensors.index.json").is_file()
@@ -132,6 +138,9 @@ def test_calibrated_streaming_of_a_small_llama_equals_the_in_memory_smash(byte_l
     memory_cfg = json.loads((tmp_path / "memory" / "smash_config.json").read_text())
     assert streamed_cfg["applied"][0]["state"] == memory_cfg["applied"][0]["state"]  # specs and coverage
     assert streamed_cfg["applied"][0]["state"]["coverage"]["quantized_layers"] == 3 * 7
+    card = _card_layers(tmp_path / "streamed")
+    assert card == _card_layers(tmp_path / "memory")  # the streamed save has the in-memory save's model card
+    assert card[-1] == "- kept in float: lm_head" and sum(int(line[2:].split(" ")[0]) for line in card[:-1]) == 21
     reloaded = SmashedModel.from_pretrained(tmp_path / "streamed")
     ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
