@@ -19,10 +19,23 @@ from tests.engine.stream.conftest import stream, write_folder
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _child(folder: Path, out: Path, algorithm: str) -> subprocess.Popen:
+def _child(folder: Path, out: Path, algorithm: str, pause: float = 0.0) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "tests.engine.stream._child", str(folder), str(out), algorithm],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "tests.engine.stream._child", str(folder), str(out), algorithm,
+                             str(pause)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _kill_after(child: subprocess.Popen, out: Path, blocks: int) -> int:
+    """SIGKILL ``child`` once ``blocks`` blocks are recorded finished; returns the blocks its record then shows."""
+    deadline = time.monotonic() + 600
+    while _blocks_done(out) < blocks and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert child.poll() is None, f"the child ended before block {blocks}: {child.communicate()[1][-2000:]}"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    done = _blocks_done(out)
+    assert done >= blocks and not (out / "model.safetensors").exists()
+    return done
 
 
 def _blocks_done(out: Path) -> int:
@@ -37,15 +50,7 @@ def test_sigkill_at_a_random_block_then_the_same_call_resumes_to_identical_files
                                                                                 tmp_path):
     out = tmp_path / "out"
     kill_at = random.randrange(1, 8)
-    child = _child(llama_folder, out, "gptq")
-    deadline = time.monotonic() + 600
-    while _blocks_done(out) < kill_at and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert child.poll() is None, f"the child ended before block {kill_at}: {child.communicate()[1][-2000:]}"
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    done = _blocks_done(out)
-    assert done >= kill_at and not (out / "model.safetensors").exists()
+    done = _kill_after(_child(llama_folder, out, "gptq"), out, kill_at)
     result = stream(llama_folder, out, "gptq")
     assert result.resumed_at == done, f"killed after block {kill_at}"
     assert (out / "model.safetensors").read_bytes() == (gptq_streamed / "model.safetensors").read_bytes()
@@ -57,6 +62,21 @@ def small_gptq_streamed(byte_llama_folder, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("small_gptq") / "out"
     stream(byte_llama_folder, out, "gptq")
     return out
+
+
+def test_sigkill_of_a_fresh_process_mid_run_then_the_same_call_resumes_to_identical_files(byte_llama_folder,
+                                                                                        small_gptq_streamed, tmp_path):
+    """The fast variant: the 3-block Llama through GPTQ in a child process, killed with SIGKILL after a random block.
+
+    The child sleeps 0.3 s after staging each block, so the kill lands mid-run (in that block's pause, or in the
+    next block's work); the 20M-parameter run above kills real work at any moment.
+    """
+    out = tmp_path / "out"
+    kill_at = random.randrange(1, 3)
+    done = _kill_after(_child(byte_llama_folder, out, "gptq", pause=0.3), out, kill_at)
+    result = stream(byte_llama_folder, out, "gptq")
+    assert result.resumed_at == done < 3, f"killed after block {kill_at}"
+    assert (out / "model.safetensors").read_bytes() == (small_gptq_streamed / "model.safetensors").read_bytes()
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -102,8 +122,7 @@ def test_another_config_on_an_unfinished_run_is_refused(llama_folder, tmp_path, 
     assert "out.partial" in str(info.value)
 
 
-@pytest.mark.slow  # writes a 239 MB model and streams it twice in a fresh process
-def test_peak_memory_of_a_fresh_process_stays_far_under_the_model(tmp_path):
+def test_peak_memory_of_a_fresh_process_stays_far_under_the_model(tmp_path):  # ~7 s: a 239 MB model, a fresh process
     """16 blocks of 12.6 MB (float32), 239 MB in all: streaming holds one block (or one piece) at a time.
 
     The first run in a fresh process also loads code (transformers' Llama, kernels): it stays under the model's
