@@ -19,11 +19,12 @@ import torch
 
 from slimkit.compression import formats
 from slimkit.compression.formats import FORMAT_ALGORITHMS, FORMAT_BITS, FormatError, check_format, supported_text
+from slimkit.compression.formats.writer import refuse_experts
 from slimkit.compression.quantization.lowbit.layers import select_targets
 from slimkit.compression.quantization.lowbit.linear import PER_CHANNEL
 from slimkit.config.files import CONFIG_FILE
 from slimkit.config.smash_config import SmashConfig
-from slimkit.core.weights import weight_of
+from slimkit.core.weights import EXPERTS, weight_of
 from slimkit.engine.base_model import describe_base, meta_parameters, meta_tensors
 from slimkit.engine.model_card import build_card
 from slimkit.errors import SaveLoadError
@@ -60,6 +61,9 @@ def check_recipe(smash_config: SmashConfig, fmt: str) -> None:
 def check_model_recipe(model: torch.nn.Module, smash_config: SmashConfig, fmt: str) -> None:
     """Refuse, before the quantizer runs, a group size that does not split the rows of the layers it will take.
 
+    Mixture-of-experts modules the quantizer would take are refused too (:func:`~slimkit.compression.formats.writer
+    .refuse_experts`).
+
     ``fmt`` holds whole groups only (compressed-tensors' forward raises on a partial last group); a model whose
     layers are narrower than one group is fine (one group per row). Complements :func:`check_recipe`, which
     cannot see the model's widths.
@@ -68,6 +72,8 @@ def check_model_recipe(model: torch.nn.Module, smash_config: SmashConfig, fmt: s
         if name not in FORMAT_ALGORITHMS:
             continue
         hps = smash_config.hyperparameters_of(name)
+        refuse_experts([t.name for t in select_targets(model, tuple(hps.get("exclude") or ()), (EXPERTS,))], fmt,
+                       f"{name}_exclude")
         group = int(hps.get("group_size") or PER_CHANNEL)
         if group == PER_CHANNEL:
             continue

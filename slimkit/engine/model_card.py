@@ -17,6 +17,8 @@ from typing import Any
 from torch import nn
 
 from slimkit.compression.formats import COMPRESSED_TENSORS, GPTQ
+from slimkit.compression.quantization.experts import DOWN, FIRST
+from slimkit.compression.quantization.lowbit.experts import PackedExperts
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
 
 SLIMKIT = "slimkit"
@@ -43,20 +45,32 @@ def cpu_description() -> str:
     return f"{name} ({isa}{', AMX' if 'amx_int8' in flags else ''})"
 
 
+def _grid_key(bits: int, group_size: int, whole: bool, sym: bool, awq: bool) -> str:
+    return (f"{bits}-bit, {'one group per row' if whole else f'groups of {group_size}'}, "
+            f"{'symmetric' if sym else 'asymmetric'}" + (", AWQ input scale" if awq else ""))
+
+
 def _grid(model: nn.Module) -> tuple[list[str], list[str]]:
-    """(one line per distinct packed grid with its layer count, names of the float Linear layers)."""
+    """(one line per distinct packed grid with its layer count, names of the float Linear layers).
+
+    MoE experts modules packed expert by expert count apart, with their number of experts.
+    """
     counts: dict[str, int] = {}
     for module in model.modules():
         if isinstance(module, PackedLinear):
             mid = 1 << (module.bits - 1)
-            sym = bool((module.zeros.float() == mid).all())
-            whole = module.scales.shape[1] == 1
-            key = (f"{module.bits}-bit, {'one group per row' if whole else f'groups of {module.group_size}'}, "
-                   f"{'symmetric' if sym else 'asymmetric'}" + (", AWQ input scale" if module.input_scale is not None
-                                                                  else ""))
-            counts[key] = counts.get(key, 0) + 1
+            key = _grid_key(module.bits, module.group_size, module.scales.shape[1] == 1,
+                            bool((module.zeros.float() == mid).all()), module.input_scale is not None)
+            counts[f"layer(s): {key}"] = counts.get(f"layer(s): {key}", 0) + 1
+        elif isinstance(module, PackedExperts):
+            mid = 1 << (module.bits - 1)
+            packed = [module.packed(w) for w in (FIRST, DOWN)]
+            key = _grid_key(module.bits, module.group_size, all(p[1].shape[-1] == 1 for p in packed),
+                            all(bool((p[2].float() == mid).all()) for p in packed), bool(module.input_scale))
+            label = f"MoE experts module(s) of {module.layout.num_experts} experts: {key}"
+            counts[label] = counts.get(label, 0) + 1
     floats = [n for n, m in model.named_modules() if n and type(m) is nn.Linear]
-    return [f"{n} layer(s): {k}" for k, n in counts.items()], floats
+    return [f"{n} {k}" for k, n in counts.items()], floats
 
 
 def _recipe(smashed: Any) -> list[str]:

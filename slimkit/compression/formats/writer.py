@@ -30,6 +30,7 @@ from slimkit.compression.formats.scheme import (
     model_schemes,
     plain_linears,
 )
+from slimkit.compression.quantization.lowbit.experts import PackedExperts
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
 from slimkit.core.io import atomic_directory
 
@@ -163,6 +164,21 @@ def hf_config(model: nn.Module, quantization_config: dict[str, Any]) -> dict[str
     return data
 
 
+def refuse_experts(names: list[str], fmt: str, option: str = "exclude") -> None:
+    """A FormatError when mixture-of-experts modules ``names`` are (or will be) quantized: ``fmt`` cannot hold them.
+
+    transformers and vLLM read a quantized MoE checkpoint as one packed matrix per expert under their own names;
+    slimkit packs the fused experts tensors its modules hold, which those runtimes would not find.
+    """
+    if names:
+        raise FormatError(
+            f"Cannot save this model as {fmt}: its mixture-of-experts modules ({', '.join(names[:3])}"
+            f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}) are quantized as fused experts tensors, "
+            f"and {fmt} readers (transformers, vLLM) expect one packed matrix per expert, which slimkit does not "
+            f"write yet. Save in slimkit's format (or GGUF with llama_cpp), or keep the experts in float "
+            f"({option}=[..., '*.experts']).")
+
+
 def check_architecture(model: nn.Module, schemes: dict[str, WeightScheme]) -> None:
     """Refuse a model whose tensors no longer fit its own config (pruned, or layers replaced by other quantizers).
 
@@ -209,6 +225,7 @@ def plan(model: nn.Module, fmt: str, act_order: bool = False, damp: float | None
          ) -> tuple[dict[str, WeightScheme], dict[str, Any]]:
     """Check everything and build ``(schemes, quantization_config)``; raises before anything is written."""
     check_format(fmt)
+    refuse_experts([n for n, m in model.named_modules() if isinstance(m, PackedExperts)], fmt)
     schemes = model_schemes(model, fmt)
     check_architecture(model, schemes)
     layers = {n: m for n, m in model.named_modules() if isinstance(m, PackedLinear)}

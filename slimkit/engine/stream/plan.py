@@ -14,16 +14,17 @@ from typing import Any
 
 import torch
 
+from slimkit.compression.quantization.lowbit.experts_quantize import require_layout
 from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
 from slimkit.core.contract import SlimkitAlgorithm, SmashConfigPrefixWrapper
-from slimkit.core.weights import EXPERTS, Target, find_targets, weight_of
+from slimkit.core.weights import EXPERTS, Target, find_targets, target_kind, weight_of
 from slimkit.engine.interop import check_model_recipe, check_recipe
 from slimkit.engine.smash import check_config
 from slimkit.engine.stream.checkpoint import Checkpoint
 from slimkit.engine.stream.memory import format_bytes
 from slimkit.engine.stream.skeleton import Blocks, Skeleton, build_model
-from slimkit.errors import ConfigError, ModelNotSupportedError
+from slimkit.errors import ConfigError
 
 __all__ = ["Plan", "config_streams", "exporters", "make_plan", "parse_dtype", "streamable_algorithms"]
 
@@ -126,12 +127,23 @@ class Plan:
 def _statistics_bytes(skeleton: Skeleton, blocks: Blocks, targets: list[str], calibrated: bool) -> int:
     """Upper bound of one block's calibration statistics in bytes.
 
-    An ``[in, in]`` float32 matrix per target, and a second copy of the widest while it is factorised.
+    An ``[in, in]`` float32 matrix per target (per expert and projection for MoE experts, whose statistics are
+    gathered for the whole block before any expert is quantized), and a second copy of the widest while it is
+    factorised.
     """
     if not calibrated:
         return 0
     prefix = blocks.prefix(0) + "."
-    widths = [int(weight_of(skeleton.model.get_submodule(n)).shape[-1]) for n in targets if n.startswith(prefix)]
+    widths: list[int] = []
+    for n in targets:
+        if not n.startswith(prefix):
+            continue
+        module = skeleton.model.get_submodule(n)
+        if target_kind(module) == EXPERTS:
+            layout = require_layout(module, n)
+            widths += [layout.hidden, layout.intermediate] * layout.num_experts
+        else:
+            widths.append(int(weight_of(module).shape[-1]))
     if not widths:
         return 0
     return 4 * (sum(w * w for w in widths) + max(widths) ** 2)
@@ -160,12 +172,6 @@ def make_plan(folder: str | Path, smash_config: SmashConfig, dtype: str | torch.
     if save_format != SLIMKIT:
         check_model_recipe(model, smash_config, save_format)  # group size vs the widths: before any block is read
     found = find_targets(model)  # every target, found before quantizing: what the coverage record is measured against
-    experts = [t.name for t in found if t.kind == EXPERTS]
-    if experts:
-        raise ModelNotSupportedError(
-            f"Streaming quantizes dense layers only, and {type(model).__name__} holds mixture-of-experts weights "
-            f"({', '.join(experts[:3])}{' ...' if len(experts) > 3 else ''}) that it would leave in full precision. "
-            "Smash it in memory (stream=False, --no-stream), which quantizes the experts one by one.")
     skeleton = Skeleton(model, checkpoint)
     if smash_config.tokenizer is None and any((checkpoint.folder / f).is_file()
                                               for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
@@ -196,8 +202,8 @@ def make_plan(folder: str | Path, smash_config: SmashConfig, dtype: str | torch.
     blocks = skeleton.blocks()
     step_owner, step = steps[0]
     targets = step.targets(skeleton.model)
-    block_bytes = [checkpoint.nbytes([skeleton.source.get(n, n) for n in skeleton.names_under(blocks.prefix(i))],
-                                     compute) for i in range(len(blocks.modules))]
+    block_bytes = [checkpoint.nbytes(skeleton.stored_names(blocks.prefix(i)), compute)
+                   for i in range(len(blocks.modules))]
     owner, fmt = formats[0] if formats else (None, save_format)
     return Plan(smash_config, checkpoint, skeleton, blocks, algorithms, step, step_owner, targets, fmt, owner,
                 out_dtype, compute, device, block_bytes, _statistics_bytes(skeleton, blocks, targets, step.calibrated),

@@ -253,6 +253,7 @@ def run_plan(plan: Plan, output: str | Path, activation_budget: int, progress: b
         if plan.step.calibrated and record.blocks_done < len(plan.blocks.modules):
             run.capture()
         run.run_blocks()
+        plan.step.finish()
         size = run.publish(time.perf_counter() - start, time.process_time() - cpu_start)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -3,7 +3,9 @@
 The architecture comes from ``config.json`` (the transformers class it names), built with its parameters on the
 meta device (no memory) and its unsaved buffers real (rotary ``inv_freq``). :class:`Skeleton` then loads the
 tensors of one module (a decoder block, the embedding) from the :class:`~.checkpoint.Checkpoint`, and puts it back
-on the meta device once written. Tied weights (``lm_head`` sharing the embedding) read their canonical tensor.
+on the meta device once written. Tied weights (``lm_head`` sharing the embedding) read their canonical tensor;
+tensors stored under other names or per expert (MoE checkpoints) are read as transformers would load them
+(:mod:`.layout`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import nn
 from slimkit.compression.quantization.lowbit.calibration import find_blocks
 from slimkit.engine.base_model import default_dtype, meta_parameters
 from slimkit.engine.stream.checkpoint import Checkpoint
+from slimkit.engine.stream.layout import Merged, stored_layout
 from slimkit.errors import ConfigError, ModelNotSupportedError
 
 __all__ = ["Skeleton", "build_model"]
@@ -85,7 +88,14 @@ class Skeleton:
         #: name -> the canonical name it is tied to (same Parameter), for names that are not canonical
         self.tied = {m: members[0] for members in groups.values() for m in members[1:]
                      if members[0] in state and m in state}
-        missing = [n for n in self.names if self.source.get(n, n) not in checkpoint.tensors]
+        #: model name -> the stored experts it is stacked from (MoE checkpoints store one matrix per expert)
+        self.merged: dict[str, Merged]
+        renamed, self.merged = stored_layout(model, [self.source.get(n, n) for n in self.names],
+                                             set(checkpoint.tensors))
+        for n in self.names:
+            self.source[n] = renamed.get(self.source.get(n, n), self.source.get(n, n))
+        missing = [n for n in self.names if self.source[n] not in checkpoint.tensors and self.source[n] not in
+                   self.merged]
         if missing:
             raise ConfigError(
                 f"{checkpoint.folder} lacks {len(missing)} tensor(s) the {type(model).__name__} architecture needs: "
@@ -106,6 +116,14 @@ class Skeleton:
     def names_under(self, prefix: str) -> list[str]:
         """Saved tensor names inside module ``prefix``."""
         return [n for n in self.names if n.startswith(prefix + ".")]
+
+    def stored_names(self, prefix: str) -> list[str]:
+        """The stored tensors module ``prefix`` reads (each once; experts as stored)."""
+        out: dict[str, None] = {}
+        for n in self.names_under(prefix):
+            want = self.source.get(n, n)
+            out.update(dict.fromkeys(self.merged[want].names() if want in self.merged else [want]))
+        return list(out)
 
     def pieces(self, blocks: Blocks) -> list[str]:
         """Modules outside the blocks that own saved tensors (``model.embed_tokens``, ``model.norm``, ``lm_head``)."""
@@ -131,7 +149,11 @@ class Skeleton:
         for n in names:
             want = self.source.get(n, n)
             if want not in loaded:
-                tensor = self.checkpoint.read([want], via or dtype)[want]
+                if want in self.merged:
+                    tensor = self.merged[want].assemble(lambda k: self.checkpoint.read([k], via or dtype)[k],
+                                                        lambda k: self.checkpoint.tensors[k].shape)
+                else:
+                    tensor = self.checkpoint.read([want], via or dtype)[want]
                 if tensor.is_floating_point() and tensor.dtype != dtype:
                     tensor = tensor.to(dtype)
                 loaded[want] = tensor.to(device) if str(device) != "cpu" else tensor

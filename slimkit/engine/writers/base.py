@@ -24,6 +24,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from slimkit.compression.quantization.experts import DOWN, FIRST
+from slimkit.compression.quantization.lowbit.experts import PackedExperts
 from slimkit.compression.quantization.lowbit.layers import replace_module
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.core.io import atomic_directory, write_json_atomic
@@ -52,11 +54,12 @@ class WriteContext:
     source: Path | None = None
 
 
-def grid_record(layer: PackedLinear) -> dict[str, Any]:
-    """What the card and a resumed run need of a packed layer: bits, symmetric grid, one group per row, its spec."""
+def grid_record(layer: PackedLinear | PackedExperts) -> dict[str, Any]:
+    """What the card and a resumed run need of a packed layer (or experts module): bits, symmetric grid, its spec."""
     mid = 1 << (layer.bits - 1)
-    return {"bits": layer.bits, "sym": bool((layer.zeros.float() == mid).all()),
-            "single_group": layer.scales.shape[1] == 1, "spec": layer.spec()}
+    zeros = [layer.zeros] if isinstance(layer, PackedLinear) else [layer.packed(w)[2] for w in (FIRST, DOWN)]
+    return {"bits": layer.bits, "sym": all(bool((z.float() == mid).all()) for z in zeros),
+            "experts": isinstance(layer, PackedExperts), "spec": layer.spec()}
 
 
 def packed_on_meta(model: nn.Module, records: dict[str, dict]) -> None:
@@ -66,8 +69,12 @@ def packed_on_meta(model: nn.Module, records: dict[str, dict]) -> None:
     packed layer for the float-layer lists and the model card, as the in-memory model does.
     """
     for name, record in records.items():
-        if not isinstance(model.get_submodule(name), PackedLinear):
-            spec = record["spec"]
+        old, spec = model.get_submodule(name), record["spec"]
+        if record.get("experts"):
+            if not isinstance(old, PackedExperts):
+                with torch.device("meta"):  # from_spec makes real buffers for a meta skeleton: keep these on meta
+                    replace_module(model, name, PackedExperts.from_spec(spec, old.act_fn))
+        elif not isinstance(old, PackedLinear):
             replace_module(model, name, PackedLinear(spec["in_features"], spec["out_features"], spec["bits"],
                                                      spec["group_size"], bias=spec["bias"],
                                                      input_scale=spec["input_scale"], device="meta"))
@@ -87,7 +94,7 @@ class ModelWriter(ABC):
     def stage_piece(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:
         """Record the packed layers of piece ``key`` (for :meth:`card`), then stage it with :meth:`write`."""
         grids = {f"{prefix}.{n}" if prefix and n else (prefix or n): grid_record(m)
-                 for n, m in module.named_modules() if isinstance(m, PackedLinear)}
+                 for n, m in module.named_modules() if isinstance(m, (PackedLinear, PackedExperts))}
         write_json_atomic(self._grids_file(key), grids)  # before the piece: a staged piece always has its record
         self.write(key, prefix, module, tied)
 
@@ -114,9 +121,12 @@ class ModelWriter(ABC):
         modules = dict(model.named_modules())
         for name, record in records.items():
             layer = modules.get(name)
+            stand_in = torch.full((1, 1), (1 << (int(record["bits"]) - 1)) if record["sym"] else 0, dtype=SCALE_DTYPE)
             if isinstance(layer, PackedLinear):
-                mid = 1 << (int(record["bits"]) - 1)
-                layer._buffers["zeros"] = torch.full((1, 1), mid if record["sym"] else 0, dtype=SCALE_DTYPE)
+                layer._buffers["zeros"] = stand_in
+            elif isinstance(layer, PackedExperts):
+                for which in (FIRST, DOWN):
+                    layer._buffers[f"{layer.buffer_prefix(which)}_zeros"] = stand_in
         applied = list(extra.get("applied") or [])
         smashed = SimpleNamespace(model=model, base_spec=extra.get("base") or {}, applied=applied,
                                   algorithms=[a["name"] for a in applied], smash_config=smash_config)

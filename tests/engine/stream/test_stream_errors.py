@@ -8,7 +8,6 @@ import shutil
 
 import pytest
 import torch
-import transformers
 
 from slimkit import SmashConfig, smash_folder
 from slimkit.engine.stream import skeleton as skeleton_module
@@ -116,15 +115,3 @@ def test_a_full_disk_while_assembling_keeps_the_previous_output(byte_llama_folde
     with pytest.raises(SaveLoadError, match="disk filled up"):
         stream(byte_llama_folder, out, "rtn", dtype="bfloat16", overwrite=True)
     assert (out / "model.safetensors").read_bytes() == previous
-
-
-def test_a_mixture_of_experts_model_is_refused_naming_its_experts(tmp_path):
-    config = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-                                        num_experts_per_tok=2, vocab_size=256, architectures=["MixtralForCausalLM"])
-    transformers.MixtralForCausalLM(config).save_pretrained(tmp_path / "moe")
-    with pytest.raises(ModelNotSupportedError, match=r"mixture-of-experts weights \(model.layers.0.mlp.experts.*"
-                                                     r"--no-stream"):
-        smash_folder(tmp_path / "moe", SmashConfig({"rtn": {"group_size": 32}}), tmp_path / "out", stream=True,
-                     progress=False, verbose=False)
-    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

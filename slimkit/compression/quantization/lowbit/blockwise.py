@@ -3,7 +3,8 @@
 A step quantizes the target layers of ONE block of a model in place and returns their replay specs. It runs
 exactly the code of the in-memory quantizers (:mod:`.quantize`): RTN and HQQ layer by layer, GPTQ and AWQ
 through :func:`~.calibration.process_block` with the same workers, so a model streamed block by block from its
-files gets the same packed tensors as the model quantized in memory, given the same calibration inputs.
+files gets the same packed tensors as the model quantized in memory, given the same calibration inputs. MoE
+experts modules are quantized expert by expert as in memory (:mod:`.experts_quantize`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ import torch
 from torch import nn
 
 from slimkit.compression.quantization.lowbit.calibration import InputStore, process_block
+from slimkit.compression.quantization.lowbit.experts_quantize import (
+    ExpertsCalibrator,
+    WithExperts,
+    quantize_experts_hqq,
+    quantize_experts_rtn,
+    require_layout,
+)
 from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
-from slimkit.compression.quantization.lowbit.layers import KINDS, require_targets, weight_of
-from slimkit.compression.quantization.lowbit.quantize import _AWQ, _GPTQ, Specs, _Collector, _swap
+from slimkit.compression.quantization.lowbit.layers import require_targets, weight_of
+from slimkit.compression.quantization.lowbit.quantize import _AWQ, _GPTQ, TARGET_KINDS, Specs, _Collector, _swap
 from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
+from slimkit.core.weights import EXPERTS
 
 __all__ = ["BlockStep", "CalibratedStep", "LayerStep", "awq_step", "gptq_step", "hqq_step", "release_caches",
            "rtn_step"]
@@ -40,15 +49,22 @@ class BlockStep:
     exclude: tuple[str, ...] = ()
     bits: int
     group_size: int
+    #: the experts modules among the targets (set by :meth:`targets`)
+    experts: frozenset[str] = frozenset()
 
     def targets(self, model: nn.Module) -> list[str]:
         """The layers this step quantizes, in module order (works on a meta-device skeleton).
 
-        The same selection as the in-memory quantizers (:func:`slimkit.core.weights.select` over the dense kinds:
-        Linear and subclasses, Conv1D; supported, not excluded); a ConfigError naming the layer types found when
-        none is left.
+        The same selection as the in-memory quantizers (:func:`slimkit.core.weights.select` over the dense kinds,
+        Linear and subclasses, Conv1D, and MoE experts modules; supported, not excluded); a ConfigError naming the
+        layer types found when none is left.
         """
-        return [t.name for t in require_targets(model, self.exclude, KINDS, self.method)]
+        chosen = require_targets(model, self.exclude, TARGET_KINDS, self.method)
+        self.experts = frozenset(t.name for t in chosen if t.kind == EXPERTS)
+        return [t.name for t in chosen]
+
+    def finish(self) -> None:
+        """Called once every block is done (warnings that sum up the run)."""
 
     def __call__(self, model: nn.Module, prefix: str, block: nn.Module, names: list[str],
                  inputs: InputStore | None = None, advance: bool = False) -> Specs:
@@ -64,9 +80,10 @@ class LayerStep(BlockStep):
     """A data-free quantizer (RTN, HQQ): each layer on its own weight, no forward pass."""
 
     def __init__(self, quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-                 bits: int, group_size: int, method: str, exclude: tuple[str, ...] = ()) -> None:
+                 bits: int, group_size: int, method: str, exclude: tuple[str, ...] = (),
+                 quantize_experts: Callable[[nn.Module, list[str]], Specs] | None = None) -> None:
         self.quantize, self.bits, self.group_size, self.method = quantize, bits, group_size, method
-        self.exclude = tuple(exclude)
+        self.exclude, self.quantize_experts = tuple(exclude), quantize_experts
 
     @torch.no_grad()
     def __call__(self, model, prefix, block, names, inputs=None, advance=False) -> Specs:  # noqa: D102
@@ -74,8 +91,12 @@ class LayerStep(BlockStep):
 
     @torch.no_grad()
     def outside(self, model: nn.Module, names: list[str]) -> Specs:  # noqa: D102
-        return {n: _swap(model, n, *self.quantize(weight_of(model.get_submodule(n))), self.bits, self.group_size)
-                for n in names}
+        specs = {n: _swap(model, n, *self.quantize(weight_of(model.get_submodule(n))), self.bits, self.group_size)
+                 for n in names if n not in self.experts}
+        moe = [n for n in names if n in self.experts]
+        if moe and self.quantize_experts is not None:
+            specs.update(self.quantize_experts(model, moe))
+        return specs
 
 
 class CalibratedStep(BlockStep):
@@ -84,16 +105,26 @@ class CalibratedStep(BlockStep):
     calibrated = True
 
     def __init__(self, worker: _Collector, calibration_ids: torch.Tensor, method: str, exclude: tuple[str, ...] = (),
-                 batch_size: int = 1) -> None:
+                 batch_size: int = 1, calibrator: ExpertsCalibrator | None = None) -> None:
         self.worker, self.calibration_ids, self.method, self.batch_size = worker, calibration_ids, method, batch_size
-        self.exclude = tuple(exclude)
+        self.exclude, self.calibrator = tuple(exclude), calibrator
         self.bits, self.group_size = worker.bits, worker.group_size
 
     def __call__(self, model, prefix, block, names, inputs=None, advance=False) -> Specs:  # noqa: D102
         if inputs is None:
             raise ValueError(f"{self.method} quantizes a block from its calibration inputs; none were given.")
-        process_block(model, prefix, block, names, inputs, self.worker, advance)
+        moe = [n for n in names if n in self.experts]
+        for n in moe:  # the forward check of an experts module runs now, on its real weights, not inside a hook
+            require_layout(model.get_submodule(n), n)
+        quantizer = WithExperts(self.worker, self.calibrator, moe, self.worker.specs) \
+            if moe and self.calibrator is not None else self.worker
+        process_block(model, prefix, block, names, inputs, quantizer, advance)
         return {n: self.worker.specs.pop(n) for n in names}
+
+    def finish(self) -> None:
+        """Name the experts that had too few calibration tokens (quantized with RTN), as the in-memory run does."""
+        if self.calibrator is not None:
+            self.calibrator.warn_fallback(self.method)
 
     @torch.no_grad()
     def outside(self, model: nn.Module, names: list[str]) -> Specs:
@@ -103,15 +134,19 @@ class CalibratedStep(BlockStep):
                           "calibrated inputs here and were quantized with round-to-nearest.", RuntimeWarning,
                           stacklevel=2)
         sym = self.worker.sym
-        return {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), self.bits, self.group_size, sym),
-                         self.bits, self.group_size) for n in names}
+        specs = {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), self.bits, self.group_size, sym),
+                          self.bits, self.group_size) for n in names if n not in self.experts}
+        specs.update(quantize_experts_rtn(model, [n for n in names if n in self.experts], self.bits, self.group_size,
+                                          sym))
+        return specs
 
 
 def rtn_step(bits: int = 4, group_size: int = 128, sym: bool = False,
              exclude: tuple[str, ...] = ("lm_head",)) -> LayerStep:
     """RTN, one layer at a time (as :func:`~.quantize.quantize_model_rtn`)."""
     quantize = functools.partial(quantize_rtn, bits=bits, group_size=group_size, sym=sym)
-    return LayerStep(quantize, bits, group_size, "rtn", exclude)
+    experts = functools.partial(quantize_experts_rtn, bits=bits, group_size=group_size, sym=sym)
+    return LayerStep(quantize, bits, group_size, "rtn", exclude, experts)
 
 
 def hqq_step(bits: int = 4, group_size: int = 128, iters: int = 20, optimize_scale: bool = False,
@@ -119,23 +154,29 @@ def hqq_step(bits: int = 4, group_size: int = 128, iters: int = 20, optimize_sca
     """HQQ, one layer at a time (as :func:`~.quantize.quantize_model_hqq`)."""
     quantize = functools.partial(quantize_hqq, bits=bits, group_size=group_size, iters=iters,
                                  optimize_scale=optimize_scale)
-    return LayerStep(quantize, bits, group_size, "hqq", exclude)
+    experts = functools.partial(quantize_experts_hqq, bits=bits, group_size=group_size, iters=iters,
+                                optimize_scale=optimize_scale)
+    return LayerStep(quantize, bits, group_size, "hqq", exclude, experts)
 
 
 def gptq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False,
               act_order: bool = True, damp: float = 0.01, block_size: int = 128, clip_search: bool = True,
-              exclude: tuple[str, ...] = ("lm_head",), batch_size: int = 1) -> CalibratedStep:
+              exclude: tuple[str, ...] = ("lm_head",), batch_size: int = 1,
+              min_expert_tokens: int | None = None) -> CalibratedStep:
     """GPTQ on one block's calibration inputs (as :func:`~.quantize.quantize_model_gptq`)."""
     worker = _GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search)
-    return CalibratedStep(worker, calibration_ids, "gptq", exclude, batch_size)
+    experts = ExpertsCalibrator("gptq", bits, group_size, sym, min_expert_tokens, act_order=act_order, damp=damp,
+                                block_size=block_size, clip_search=clip_search)
+    return CalibratedStep(worker, calibration_ids, "gptq", exclude, batch_size, experts)
 
 
 def awq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False,
              n_grid: int = 10, clip_search: bool = True, exclude: tuple[str, ...] = ("lm_head",),
-             batch_size: int = 1, fold_only: bool = False) -> CalibratedStep:
+             batch_size: int = 1, fold_only: bool = False, min_expert_tokens: int | None = None) -> CalibratedStep:
     """AWQ on one block's calibration inputs (as :func:`~.quantize.quantize_model_awq`)."""
+    experts = ExpertsCalibrator("awq", bits, group_size, sym, min_expert_tokens, n_grid=n_grid, clip_search=clip_search)
     return CalibratedStep(_AWQ(bits, group_size, sym, n_grid, clip_search, fold_only), calibration_ids, "awq",
-                          exclude, batch_size)
+                          exclude, batch_size, experts)
 
 
 def release_caches(module: nn.Module) -> None:
