@@ -57,6 +57,22 @@ def calibration_data() -> DataModule:
     return DataModule(DictDataset({"text": texts}), None, None, lambda batch: batch)
 
 
+def crash_once_staged(monkeypatch, writer_cls, key: str = "block-00001") -> None:
+    """Make ``writer_cls.write`` raise KeyboardInterrupt once piece ``key`` is staged (the run record not yet saved).
+
+    The patch undoes itself when it fires, so the next call of the same run resumes normally.
+    """
+    original = writer_cls.write
+
+    def crash(self, piece, *args):
+        original(self, piece, *args)
+        if piece == key:
+            monkeypatch.setattr(writer_cls, "write", original)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer_cls, "write", crash)
+
+
 def make_config(algorithm: str, **hyperparameters) -> SmashConfig:
     """A config for ``algorithm`` with group size 64 and small, fast calibration (4 x 64 tokens, no clip search)."""
     hps = {"group_size": 64, **hyperparameters}

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from slimkit import SmashConfig, SmashedModel, smash, smash_folder
 from slimkit.engine.writers import RUN_FILE
 from slimkit.errors import ConfigError
+from tests.engine.stream.conftest import crash_once_staged
 
 
 def _tensors(folder):
@@ -116,17 +117,9 @@ def test_a_crashed_checkpoint_run_resumes_to_identical_files(byte_llama_folder, 
                             progress=False, verbose=False)
 
     run(tmp_path / "whole")
-    original = GPTQWriter.write
-
-    def crash(self, key, *args):
-        original(self, key, *args)
-        if key == "block-00001":
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(GPTQWriter, "write", crash)
+    crash_once_staged(monkeypatch, GPTQWriter)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "out")
-    monkeypatch.setattr(GPTQWriter, "write", original)
     assert run(tmp_path / "out").resumed_at == 1  # block 1 was staged but not recorded: redone, same bytes
     for name in ("model.safetensors", "config.json"):
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()

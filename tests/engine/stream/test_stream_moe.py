@@ -14,7 +14,7 @@ from slimkit import SmashConfig, SmashedModel, smash, smash_folder
 from slimkit.compression.formats import FormatError
 from slimkit.engine.writers import SlimkitWriter
 from slimkit.errors import ModelNotSupportedError
-from tests.engine.stream.conftest import VOCAB, make_config
+from tests.engine.stream.conftest import VOCAB, crash_once_staged, make_config
 
 _SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, vocab_size=VOCAB, num_experts_per_tok=2)
@@ -114,17 +114,9 @@ def test_a_crashed_moe_run_resumes_to_identical_files_and_card(tmp_path, monkeyp
     run = functools.partial(smash_folder, folder, SmashConfig({"rtn": {"group_size": 32}}), stream=True,
                             progress=False, verbose=False)
     run(tmp_path / "whole")
-    original = SlimkitWriter.write
-
-    def crash(self, key, *args):
-        original(self, key, *args)
-        if key == "block-00001":
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(SlimkitWriter, "write", crash)
+    crash_once_staged(monkeypatch, SlimkitWriter)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "out")
-    monkeypatch.setattr(SlimkitWriter, "write", original)
     assert run(tmp_path / "out").resumed_at == 1  # block 0's experts were packed by the first process
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == (tmp_path / "whole" / "model.safetensors"
                                                                      ).read_bytes()
