@@ -80,10 +80,10 @@ class LayerStep(BlockStep):
     """A data-free quantizer (RTN, HQQ): each layer on its own weight, no forward pass."""
 
     def __init__(self, quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-                 bits: int, group_size: int, method: str, exclude: tuple[str, ...] = (),
-                 quantize_experts: Callable[[nn.Module, list[str]], Specs] | None = None) -> None:
-        self.quantize, self.bits, self.group_size, self.method = quantize, bits, group_size, method
-        self.exclude, self.quantize_experts = tuple(exclude), quantize_experts
+                 quantize_experts: Callable[[nn.Module, list[str]], Specs], bits: int, group_size: int, method: str,
+                 exclude: tuple[str, ...] = ()) -> None:
+        self.quantize, self.quantize_experts = quantize, quantize_experts
+        self.bits, self.group_size, self.method, self.exclude = bits, group_size, method, tuple(exclude)
 
     @torch.no_grad()
     def __call__(self, model, prefix, block, names, inputs=None, advance=False) -> Specs:  # noqa: D102
@@ -94,7 +94,7 @@ class LayerStep(BlockStep):
         specs = {n: _swap(model, n, *self.quantize(weight_of(model.get_submodule(n))), self.bits, self.group_size)
                  for n in names if n not in self.experts}
         moe = [n for n in names if n in self.experts]
-        if moe and self.quantize_experts is not None:
+        if moe:
             specs.update(self.quantize_experts(model, moe))
         return specs
 
@@ -104,8 +104,8 @@ class CalibratedStep(BlockStep):
 
     calibrated = True
 
-    def __init__(self, worker: _Collector, calibration_ids: torch.Tensor, method: str, exclude: tuple[str, ...] = (),
-                 batch_size: int = 1, calibrator: ExpertsCalibrator | None = None) -> None:
+    def __init__(self, worker: _Collector, calibrator: ExpertsCalibrator, calibration_ids: torch.Tensor, method: str,
+                 exclude: tuple[str, ...] = (), batch_size: int = 1) -> None:
         self.worker, self.calibration_ids, self.method, self.batch_size = worker, calibration_ids, method, batch_size
         self.exclude, self.calibrator = tuple(exclude), calibrator
         self.bits, self.group_size = worker.bits, worker.group_size
@@ -116,15 +116,13 @@ class CalibratedStep(BlockStep):
         moe = [n for n in names if n in self.experts]
         for n in moe:  # the forward check of an experts module runs now, on its real weights, not inside a hook
             require_layout(model.get_submodule(n), n)
-        quantizer = WithExperts(self.worker, self.calibrator, moe, self.worker.specs) \
-            if moe and self.calibrator is not None else self.worker
+        quantizer = WithExperts(self.worker, self.calibrator, moe, self.worker.specs) if moe else self.worker
         process_block(model, prefix, block, names, inputs, quantizer, advance)
         return {n: self.worker.specs.pop(n) for n in names}
 
     def finish(self) -> None:
         """Name the experts that had too few calibration tokens (quantized with RTN), as the in-memory run does."""
-        if self.calibrator is not None:
-            self.calibrator.warn_fallback(self.method)
+        self.calibrator.warn_fallback(self.method)
 
     @torch.no_grad()
     def outside(self, model: nn.Module, names: list[str]) -> Specs:
@@ -146,7 +144,7 @@ def rtn_step(bits: int = 4, group_size: int = 128, sym: bool = False,
     """RTN, one layer at a time (as :func:`~.quantize.quantize_model_rtn`)."""
     quantize = functools.partial(quantize_rtn, bits=bits, group_size=group_size, sym=sym)
     experts = functools.partial(quantize_experts_rtn, bits=bits, group_size=group_size, sym=sym)
-    return LayerStep(quantize, bits, group_size, "rtn", exclude, experts)
+    return LayerStep(quantize, experts, bits, group_size, "rtn", exclude)
 
 
 def hqq_step(bits: int = 4, group_size: int = 128, iters: int = 20, optimize_scale: bool = False,
@@ -156,7 +154,7 @@ def hqq_step(bits: int = 4, group_size: int = 128, iters: int = 20, optimize_sca
                                  optimize_scale=optimize_scale)
     experts = functools.partial(quantize_experts_hqq, bits=bits, group_size=group_size, iters=iters,
                                 optimize_scale=optimize_scale)
-    return LayerStep(quantize, bits, group_size, "hqq", exclude, experts)
+    return LayerStep(quantize, experts, bits, group_size, "hqq", exclude)
 
 
 def gptq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False,
@@ -167,7 +165,7 @@ def gptq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 12
     worker = _GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search)
     experts = ExpertsCalibrator("gptq", bits, group_size, sym, min_expert_tokens, act_order=act_order, damp=damp,
                                 block_size=block_size, clip_search=clip_search)
-    return CalibratedStep(worker, calibration_ids, "gptq", exclude, batch_size, experts)
+    return CalibratedStep(worker, experts, calibration_ids, "gptq", exclude, batch_size)
 
 
 def awq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False,
@@ -175,8 +173,8 @@ def awq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128
              batch_size: int = 1, fold_only: bool = False, min_expert_tokens: int | None = None) -> CalibratedStep:
     """AWQ on one block's calibration inputs (as :func:`~.quantize.quantize_model_awq`)."""
     experts = ExpertsCalibrator("awq", bits, group_size, sym, min_expert_tokens, n_grid=n_grid, clip_search=clip_search)
-    return CalibratedStep(_AWQ(bits, group_size, sym, n_grid, clip_search, fold_only), calibration_ids, "awq",
-                          exclude, batch_size, experts)
+    return CalibratedStep(_AWQ(bits, group_size, sym, n_grid, clip_search, fold_only), experts, calibration_ids,
+                          "awq", exclude, batch_size)
 
 
 def release_caches(module: nn.Module) -> None:
