@@ -1,7 +1,7 @@
 """Streaming quantization of Llama-shaped checkpoints (1B, 3B, 8B) in bounded memory: peak RSS and wall time.
 
     .venv/bin/python benchmarks/stream_llm.py [--sizes 1b 3b 8b] [--methods rtn gptq] [--samples 8]
-        [--gptq-blocks K] [--work DIR] [--keep] [--gguf] [--threads 2]
+        [--gptq-blocks K] [--work DIR] [--keep] [--gguf] [--threads 2] [--device cuda]
 
 For each size, a random-initialised Llama of that shape is written as bf16 safetensors shards (2 GB each, with
 ``model.safetensors.index.json``), tensor by tensor and in row chunks, so writing it never holds the model either;
@@ -13,6 +13,8 @@ reports the process's peak resident set (VmHWM, imports included) and the wall t
 size and method, with the model's own size beside them. ``--gguf`` makes the rtn run write GGUF instead
 (llama_cpp, Q8_0 embedding; the peak RSS is taken before loading) and has llama.cpp load it and generate 8 tokens.
 Checkpoints and outputs are deleted afterwards (staging folders of partial runs too) unless ``--keep``.
+``--device cuda`` runs each block on the GPU (``SmashConfig(device="cuda")``: weights, Hessians and calibration of one
+block in GPU memory) and adds the GPU's peak allocated memory to the notes.
 Shapes (Llama 3.x): 1B hidden 2048 x 16 layers, ffn 8192, 32/8 heads, tied; 3B 3072 x 28, ffn 8192, 24/8, tied;
 8B 4096 x 32, ffn 14336, 32/8, untied; vocabulary 128256.
 """
@@ -134,12 +136,15 @@ def _stop_after(out: Path, blocks: int, start: float) -> None:
         if done >= blocks:
             figures = {"peak_rss": memory.peak_rss_bytes(), "wall": time.perf_counter() - start, "blocks": done,
                        "run_seconds": time.perf_counter() - start, "output_bytes": 0}
+            if torch.cuda.is_initialized():
+                figures["gpu_peak"] = torch.cuda.max_memory_allocated()
             print("RESULT " + json.dumps(figures), flush=True)
             os._exit(0)
         time.sleep(0.5)
 
 
-def child(folder: str, method: str, out: str, samples: int, threads: int, gguf: bool, blocks: int = 0) -> None:
+def child(folder: str, method: str, out: str, samples: int, threads: int, gguf: bool, blocks: int = 0,
+          device: str = "cpu") -> None:
     """One streaming run in this (fresh) process; prints a JSON line with the peak RSS and the wall time.
 
     ``blocks > 0`` stops the run once that many blocks are finished (every block of these models has the same
@@ -160,13 +165,15 @@ def child(folder: str, method: str, out: str, samples: int, threads: int, gguf: 
         {"gptq": {"bits": 4, "group_size": 128, "n_calibration_samples": samples, "seq_len": 512}}
     if gguf:
         algorithms["llama_cpp"] = {"dtype": "q8_0", "n_ctx": 256}
-    cfg = SmashConfig(algorithms, device="cpu")
+    cfg = SmashConfig(algorithms, device=device)
     cfg.add_tokenizer(folder)
     if method == "gptq":
         cfg.add_data("PyDocText")
     result = smash_folder(folder, cfg, out, stream=True)
     figures = {"peak_rss": memory.peak_rss_bytes(), "wall": time.perf_counter() - start,
                "run_seconds": result.seconds, "output_bytes": result.output_bytes, "blocks": result.blocks}
+    if device.startswith("cuda"):
+        figures["gpu_peak"] = torch.cuda.max_memory_allocated()
     if gguf:
         from slimkit import SmashedModel
 
@@ -182,10 +189,10 @@ def child(folder: str, method: str, out: str, samples: int, threads: int, gguf: 
 
 
 def run_child(folder: Path, method: str, out: Path, samples: int, threads: int, gguf: bool = False,
-              blocks: int = 0) -> dict:
+              blocks: int = 0, device: str = "cpu") -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
     cmd = [sys.executable, __file__, "--child", str(folder), method, str(out), str(samples), str(threads),
-           "1" if gguf else "0", str(blocks)]
+           "1" if gguf else "0", str(blocks), device]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{method} on {folder} failed:\n{proc.stderr[-4000:]}")
@@ -203,6 +210,7 @@ def main() -> None:
                         help="scratch folder for checkpoints and outputs (default: under the system temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints and outputs")
     parser.add_argument("--gguf", action="store_true", help="the rtn run writes GGUF, then loaded and run by llama.cpp")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: where each block is quantized")
     parser.add_argument("--gptq-blocks", type=int, default=0, metavar="K",
                         help="stop gptq runs after K blocks (all blocks have the same size, so the peak is the "
                              "run's; the table says K/N): for the long runs on a small machine")
@@ -231,16 +239,18 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
             shutil.rmtree(staging, ignore_errors=True)
             stop = args.gptq_blocks if method == "gptq" and not gguf else 0
-            figures = run_child(folder, method, out, args.samples, args.threads, gguf, stop)
+            figures = run_child(folder, method, out, args.samples, args.threads, gguf, stop, args.device)
             target = TARGETS.get((size, method))
             label = method + (f" ({args.samples} x 512 tokens)" if method == "gptq" else "")
-            label += " -> GGUF" if gguf else ""
+            label += (" -> GGUF" if gguf else "") + (f" on {args.device}" if args.device != "cpu" else "")
             extra = (f"llama.cpp: {figures['generated']} tokens at {figures['tokens_per_second']:.1f} tok/s"
                      if gguf else "")
             verdict = "" if target is None else \
                 f"{target / 1e9:.1f} ({'MET' if figures['peak_rss'] <= target else 'NOT MET'})"
             layers = config.num_hidden_layers
             blocks = f"{figures['blocks']}/{layers}"
+            if "gpu_peak" in figures:
+                extra = (extra + "; " if extra else "") + f"GPU peak {figures['gpu_peak'] / 1e9:.2f} GB"
             if figures["blocks"] < layers:
                 extra = (extra + "; " if extra else "") + "partial run: wall time for the blocks done"
             rows.append([size, f"{model_bytes / 1e9:.2f}", label, blocks, f"{figures['peak_rss'] / 1e9:.2f}", verdict,
@@ -258,6 +268,6 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7] == "1",
-              int(sys.argv[8]) if len(sys.argv) > 8 else 0)
+              int(sys.argv[8]) if len(sys.argv) > 8 else 0, sys.argv[9] if len(sys.argv) > 9 else "cpu")
     else:
         main()
