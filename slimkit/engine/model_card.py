@@ -45,9 +45,16 @@ def cpu_description() -> str:
     return f"{name} ({isa}{', AMX' if 'amx_int8' in flags else ''})"
 
 
-def _grid_key(bits: int, group_size: int, whole: bool, sym: bool, awq: bool) -> str:
-    return (f"{bits}-bit, {'one group per row' if whole else f'groups of {group_size}'}, "
-            f"{'symmetric' if sym else 'asymmetric'}" + (", AWQ input scale" if awq else ""))
+def symmetric_grid(module: PackedLinear | PackedExperts) -> bool:
+    """Whether a packed layer (or experts module) uses the symmetric grid: every zero point is the middle code."""
+    mid = 1 << (module.bits - 1)
+    zeros = [module.zeros] if isinstance(module, PackedLinear) else [module.packed(w)[2] for w in (FIRST, DOWN)]
+    return all(bool((z.float() == mid).all()) for z in zeros)
+
+
+def _grid_key(module: PackedLinear | PackedExperts, whole: bool, awq: bool) -> str:
+    return (f"{module.bits}-bit, {'one group per row' if whole else f'groups of {module.group_size}'}, "
+            f"{'symmetric' if symmetric_grid(module) else 'asymmetric'}" + (", AWQ input scale" if awq else ""))
 
 
 def _grid(model: nn.Module) -> tuple[list[str], list[str]]:
@@ -58,17 +65,14 @@ def _grid(model: nn.Module) -> tuple[list[str], list[str]]:
     counts: dict[str, int] = {}
     for module in model.modules():
         if isinstance(module, PackedLinear):
-            mid = 1 << (module.bits - 1)
-            key = _grid_key(module.bits, module.group_size, module.scales.shape[1] == 1,
-                            bool((module.zeros.float() == mid).all()), module.input_scale is not None)
-            counts[f"layer(s): {key}"] = counts.get(f"layer(s): {key}", 0) + 1
+            label = f"layer(s): {_grid_key(module, module.scales.shape[1] == 1, module.input_scale is not None)}"
         elif isinstance(module, PackedExperts):
-            mid = 1 << (module.bits - 1)
-            packed = [module.packed(w) for w in (FIRST, DOWN)]
-            key = _grid_key(module.bits, module.group_size, all(p[1].shape[-1] == 1 for p in packed),
-                            all(bool((p[2].float() == mid).all()) for p in packed), bool(module.input_scale))
-            label = f"MoE experts module(s) of {module.layout.num_experts} experts: {key}"
-            counts[label] = counts.get(label, 0) + 1
+            whole = all(module.packed(w)[1].shape[-1] == 1 for w in (FIRST, DOWN))
+            label = (f"MoE experts module(s) of {module.layout.num_experts} experts: "
+                     f"{_grid_key(module, whole, bool(module.input_scale))}")
+        else:
+            continue
+        counts[label] = counts.get(label, 0) + 1
     floats = [n for n, m in model.named_modules() if n and type(m) is nn.Linear]
     return [f"{n} {k}" for k, n in counts.items()], floats
 
@@ -207,4 +211,4 @@ def measurement_record(comparison: Any, threads: int) -> dict[str, Any]:
             "date": datetime.date.today().isoformat()}
 
 
-__all__ = ["build_card", "cpu_description", "measurement_record"]
+__all__ = ["build_card", "cpu_description", "measurement_record", "symmetric_grid"]

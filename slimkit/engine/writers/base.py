@@ -29,7 +29,7 @@ from slimkit.compression.quantization.lowbit.experts import PackedExperts
 from slimkit.compression.quantization.lowbit.layers import replace_module
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.core.io import atomic_directory, write_json_atomic
-from slimkit.engine.model_card import build_card
+from slimkit.engine.model_card import build_card, symmetric_grid
 
 __all__ = ["RUN_FILE", "ModelWriter", "WriteContext", "WRITERS", "grid_record", "packed_on_meta", "register_writer"]
 
@@ -56,10 +56,8 @@ class WriteContext:
 
 def grid_record(layer: PackedLinear | PackedExperts) -> dict[str, Any]:
     """What the card and a resumed run need of a packed layer (or experts module): bits, symmetric grid, its spec."""
-    mid = 1 << (layer.bits - 1)
-    zeros = [layer.zeros] if isinstance(layer, PackedLinear) else [layer.packed(w)[2] for w in (FIRST, DOWN)]
-    return {"bits": layer.bits, "sym": all(bool((z.float() == mid).all()) for z in zeros),
-            "experts": isinstance(layer, PackedExperts), "spec": layer.spec()}
+    return {"bits": layer.bits, "sym": symmetric_grid(layer), "experts": isinstance(layer, PackedExperts),
+            "spec": layer.spec()}
 
 
 def packed_on_meta(model: nn.Module, records: dict[str, dict]) -> None:
