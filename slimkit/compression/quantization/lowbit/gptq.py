@@ -16,6 +16,7 @@ its error weighted by the Hessian diagonal).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, n_groups, row_groups
@@ -47,15 +48,23 @@ class HessianAccumulator:
 def _inverse_cholesky(box: list[torch.Tensor], damp: float) -> torch.Tensor:
     """Upper Cholesky factor of ``(H + damp * mean(diag H) * I)^-1``, raising the damping until it works.
 
-    ``box`` holds ``H`` (float32, square) and is emptied: ``H`` is damped in place (its diagonal) and freed as
-    soon as its factor exists, so at most two ``[in, in]`` matrices are alive at once (for a 14336-wide layer
-    each is 822 MB). Should the second factorisation fail, ``H`` is recovered from its inverse for the next try.
+    ``box`` holds ``H`` (float32, square) and is emptied. On the CPU the factor is computed inside ``H``'s own memory
+    (:func:`_inverse_cholesky_in_place`): one ``[in, in]`` matrix alive instead of two (for a 14336-wide layer each
+    is 822 MB), and LAPACK's factorisations are much faster there than torch's. Elsewhere (CUDA) ``H`` is damped in
+    place and freed as soon as its factor exists, so at most two such matrices are alive at once.
     """
     h = box.pop()
+    if h.device.type == "cpu" and h.dtype == torch.float32 and h.is_contiguous():
+        return _inverse_cholesky_in_place(h, damp)
+    return _inverse_cholesky_torch(h, damp)
+
+
+def _inverse_cholesky_torch(h: torch.Tensor, damp: float) -> torch.Tensor:
+    """:func:`_inverse_cholesky` with torch's factorisations (any device); ``h`` is damped in place and dropped."""
     base = torch.diagonal(h).clone()
     diag_mean = float(base.mean())
     for attempt in range(8):
-        torch.diagonal(h).copy_(base + damp * (10**attempt) * max(diag_mean, 1e-8))
+        torch.diagonal(h).copy_(base + _damping(damp, attempt, diag_mean))
         lower, info = torch.linalg.cholesky_ex(h)
         if int(info) != 0:
             continue
@@ -68,10 +77,91 @@ def _inverse_cholesky(box: list[torch.Tensor], damp: float) -> torch.Tensor:
         del upper
         h = torch.linalg.inv(inverse)  # rare: the damped H back from its inverse, for a stronger damping
         del inverse
-    raise ConfigError(
+    raise _singular(damp)
+
+
+def _damping(damp: float, attempt: int, diag_mean: float) -> float:
+    return damp * (10**attempt) * max(diag_mean, 1e-8)
+
+
+def _singular(damp: float) -> ConfigError:
+    return ConfigError(
         f"GPTQ: the Hessian stays singular even with damp={damp * 10**7:g}; the calibration inputs are degenerate. "
         "Use more (or more varied) calibration samples."
     )
+
+
+def _inverse_cholesky_in_place(h: torch.Tensor, damp: float) -> torch.Tensor:
+    """:func:`_inverse_cholesky` without a second ``[in, in]`` matrix: LAPACK (``potrf``, ``potri``) inside ``h``.
+
+    Seen column-major, ``h``'s memory is ``H`` again (it is symmetric) and LAPACK's lower triangle is ``h``'s upper
+    one: the factor of ``H``, then ``H^-1``, then the factor ``U`` of ``H^-1`` are written there while ``h``'s
+    strict lower triangle keeps ``H`` untouched, so a failed factorisation is retried with stronger damping from
+    ``H`` restored (its upper triangle copied back from the lower, its diagonal from a saved copy). Returns ``h``
+    holding ``U`` (the lower triangle zeroed).
+    """
+    from scipy.linalg import lapack
+    from threadpoolctl import threadpool_limits
+
+    base = torch.diagonal(h).clone()
+    diag_mean = float(base.mean())
+    column_major = h.numpy().T  # the same memory (no copy): LAPACK overwrites it in place
+
+    def lapack_in_place(routine, **flags) -> bool:
+        result, info = routine(column_major, lower=1, **flags)
+        if not np.shares_memory(result, column_major):  # f2py copied after all: bring the result back
+            np.copyto(column_major, result)
+        return int(info) == 0
+
+    # LAPACK's threads follow torch's: its results depend on their number, and a resumed streaming run must write
+    # the same bytes as an uninterrupted one
+    with threadpool_limits(limits=torch.get_num_threads(), user_api="blas"):
+        for attempt in range(8):
+            if attempt:
+                _restore_upper(h)
+            torch.diagonal(h).copy_(base + _damping(damp, attempt, diag_mean))
+            if (lapack_in_place(lapack.spotrf, overwrite_a=1, clean=0)
+                    and lapack_in_place(lapack.spotri, overwrite_c=1)
+                    and lapack_in_place(lapack.spotrf, overwrite_a=1, clean=0)):
+                return h.triu_()
+    raise _singular(damp)
+
+
+def _restore_upper(h: torch.Tensor, tile: int = 512) -> None:
+    """Copy ``h``'s strict lower triangle onto its strict upper one, tile by tile (small temporaries)."""
+    n = h.shape[0]
+    for r in range(0, n, tile):
+        rows = slice(r, min(r + tile, n))
+        for c in range(r, n, tile):
+            cols = slice(c, min(c + tile, n))
+            below = h[cols, rows].t().clone()
+            if c == r:
+                upper = torch.ones_like(below, dtype=torch.bool).triu_(1)
+                h[rows, cols][upper] = below[upper]
+            else:
+                h[rows, cols] = below
+
+
+def _permute_(x: torch.Tensor, perm: torch.Tensor, rows: bool, band: int = 256) -> None:
+    """``x = x[:, perm]`` (or ``x[perm]`` with ``rows``) in place: columns band by band, rows along their cycles."""
+    if not rows:
+        for r in range(0, x.shape[0], band):
+            x[r : r + band] = x[r : r + band][:, perm]
+        return
+    order = perm.tolist()
+    seen = bytearray(len(order))
+    for start in range(len(order)):
+        if seen[start] or order[start] == start:
+            continue
+        held, k = x[start].clone(), start
+        while True:
+            seen[k] = 1
+            source = order[k]
+            if source == start:
+                x[k] = held
+                break
+            x[k] = x[source]
+            k = source
 
 
 def quantize_gptq(
@@ -124,8 +214,9 @@ def quantize_gptq(
         zeros.copy_(z)
         known[:] = True
         perm = torch.argsort(torch.diagonal(h), descending=True)
-        weight, h = weight[:, perm], h[perm]
-        h = h[:, perm]
+        for matrix in (weight, h):  # in place: no second copy of either (h then rows too: P H P^T)
+            _permute_(matrix, perm, rows=False)
+        _permute_(h, perm, rows=True)
     else:
         perm = torch.arange(in_f, device=device)
     box = [h]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -51,3 +54,71 @@ def test_a_hessian_that_needs_more_damping_still_factorises():
     h = 2 * x.t() @ x / 8
     q, s, z = gptq.quantize_gptq(w, h, 4, 32, damp=1e-9, act_order=False)
     assert q.shape == w.shape and torch.isfinite(s.float()).all()
+
+
+def _spd(n, seed=3, rank=None):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rank or 2 * n, n, generator=gen)
+    return 2 * x.t() @ x / x.shape[0]
+
+
+def _one_negative_eigenvalue(n=96):
+    """Eigenvalues in [1, 10] and one at -0.05: damp 0.005 fails first (adds ~0.03), then 10x that works."""
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+    values = torch.linspace(1, 10, n, dtype=torch.float64)
+    values[0] = -0.05
+    return ((q * values) @ q.t()).float().contiguous()
+
+
+@pytest.mark.parametrize("case", ["positive definite", "needs more damping"])
+def test_the_in_place_inverse_factor_matches_torch(case, monkeypatch):
+    h, damp = (_spd(96), 0.01) if case == "positive definite" else (_one_negative_eigenvalue(), 0.005)
+    restored = []
+    real = gptq._restore_upper
+    monkeypatch.setattr(gptq, "_restore_upper", lambda m: restored.append(1) or real(m, tile=40))
+    expected = gptq._inverse_cholesky_torch(h.clone(), damp)
+    buffer = h.clone()
+    got = gptq._inverse_cholesky([buffer], damp)
+    assert got.data_ptr() == buffer.data_ptr()  # computed inside H's own memory
+    assert torch.equal(got, got.triu())
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5 * float(expected.abs().max()))
+    assert len(restored) == (case == "needs more damping")  # H rebuilt once from its untouched lower triangle
+
+
+@pytest.mark.parametrize("rows", [False, True])
+def test_permuting_in_place_equals_indexing(rows):
+    x = torch.randn(70, 70)
+    perm = torch.randperm(70, generator=torch.Generator().manual_seed(0))
+    expected = x[perm] if rows else x[:, perm]
+    gptq._permute_(x, perm, rows=rows, band=16)
+    assert torch.equal(x, expected)
+
+
+def test_gptq_holds_no_second_hessian_sized_matrix():
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        pytest.skip("needs Linux /proc to read the peak resident set")
+
+    def kb(field):
+        return int(re.search(rf"^{field}:\s+(\d+) kB", status.read_text(), re.M).group(1)) * 1024
+
+    n = 3072  # H is 38 MB (over glibc's 32 MB mmap ceiling): every copy of it is mapped fresh, so the peak shows it
+    h = _spd(n, rank=512)
+    w = torch.randn(32, n)
+    Path("/proc/self/clear_refs").write_text("5")  # the peak restarts from the resident set now
+    before = kb("VmRSS")
+    gptq.quantize_gptq(w, h, 4, 128, act_order=True, overwrite_h=True)
+    growth = kb("VmHWM") - before  # ~20 MB of LAPACK and scipy set-up; with a second H it was 2.3 H
+    assert growth < n * n * 4, f"peak grew {growth / 1e6:.0f} MB over a {n * n * 4 / 1e6:.0f} MB Hessian"
+
+
+def test_the_in_place_factor_follows_torchs_thread_count_not_blas_own():
+    """LAPACK's result depends on its thread count; it runs with torch's, so a resumed run writes the same bytes."""
+    from threadpoolctl import threadpool_limits
+
+    h = _spd(1536)
+    results = []
+    for blas_threads in (1, 2):  # whatever the process's BLAS was set to
+        with threadpool_limits(limits=blas_threads, user_api="blas"):
+            results.append(gptq._inverse_cholesky([h.clone()], 0.01))
+    assert torch.equal(results[0], results[1])
