@@ -107,7 +107,9 @@ class _GPTQ(_Collector):
         if self._last is not None and self._last[0] is x:  # same tensor as the previous layer: same Hessian
             self.hessians[name] = self._last[1]
             return
-        acc = self.hessians.setdefault(name, HessianAccumulator(x.shape[-1], x.device))
+        acc = self.hessians.get(name)
+        if acc is None:  # not setdefault: that would build (and fill) a discarded [in, in] matrix every call
+            acc = self.hessians[name] = HessianAccumulator(x.shape[-1], x.device)
         acc.add(x)
         self._last = (x, acc)
 
@@ -148,7 +150,9 @@ class _AWQ(_Collector):
         if self._last is not None and self._last[0] is x:  # same tensor as the previous layer: same statistics
             self.stats[name] = self._last[1]
             return
-        stats = self.stats.setdefault(name, awq_mod.ActivationStats(x.shape[-1], x.device))
+        stats = self.stats.get(name)
+        if stats is None:
+            stats = self.stats[name] = awq_mod.ActivationStats(x.shape[-1], x.device)
         stats.add(x)
         self._last = (x, stats)
 
