@@ -53,14 +53,16 @@ def _inverse_cholesky(box: list[torch.Tensor], damp: float) -> torch.Tensor:
     is 822 MB), and LAPACK's factorisations are much faster there than torch's. Elsewhere (CUDA) ``H`` is damped in
     place and freed as soon as its factor exists, so at most two such matrices are alive at once.
     """
-    h = box.pop()
+    h = box[0]
     if h.device.type == "cpu" and h.dtype == torch.float32 and h.is_contiguous():
-        return _inverse_cholesky_in_place(h, damp)
-    return _inverse_cholesky_torch(h, damp)
+        return _inverse_cholesky_in_place(box.pop(), damp)
+    del h  # the box keeps the only reference, so that H can be freed once factorised
+    return _inverse_cholesky_torch(box, damp)
 
 
-def _inverse_cholesky_torch(h: torch.Tensor, damp: float) -> torch.Tensor:
-    """:func:`_inverse_cholesky` with torch's factorisations (any device); ``h`` is damped in place and dropped."""
+def _inverse_cholesky_torch(box: list[torch.Tensor], damp: float) -> torch.Tensor:
+    """:func:`_inverse_cholesky` with torch's factorisations (any device); ``H`` is damped in place and dropped."""
+    h = box.pop()
     base = torch.diagonal(h).clone()
     diag_mean = float(base.mean())
     for attempt in range(8):

@@ -76,7 +76,7 @@ def test_the_in_place_inverse_factor_matches_torch(case, monkeypatch):
     restored = []
     real = gptq._restore_upper
     monkeypatch.setattr(gptq, "_restore_upper", lambda m: restored.append(1) or real(m, tile=40))
-    expected = gptq._inverse_cholesky_torch(h.clone(), damp)
+    expected = gptq._inverse_cholesky_torch([h.clone()], damp)
     buffer = h.clone()
     got = gptq._inverse_cholesky([buffer], damp)
     assert got.data_ptr() == buffer.data_ptr()  # computed inside H's own memory

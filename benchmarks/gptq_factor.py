@@ -1,0 +1,85 @@
+"""GPTQ's inverse-Hessian factor: torch's factorisations against slimkit's in-place LAPACK, time and memory.
+
+    .venv/bin/python benchmarks/gptq_factor.py [--sizes 2048 4096 8192 14336] [--threads 2] [--repeats 1]
+
+For each width ``n`` (4096 is a Llama-3-8B attention/MLP input, 14336 its ``down_proj`` input) a damped Hessian
+``2/m X^T X`` of random inputs is factorised into ``U = chol(H^-1)^T`` both ways, interleaved, each in a fresh copy:
+``torch`` (``cholesky_ex``, ``cholesky_inverse``, ``cholesky_ex`` again: two ``[n, n]`` matrices alive at once) and
+``in place`` (what GPTQ runs on the CPU: LAPACK ``potrf``/``potri``/``potrf`` inside ``H``'s own memory). The table
+shows the median seconds, the speed ratio, the largest difference between the two factors relative to the factor's
+largest entry, and each method's peak memory above its input, in Hessians (the process's VmHWM, reset through
+``/proc/self/clear_refs`` before each call; Linux only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch  # noqa: E402
+from common import machine_line, print_table  # noqa: E402
+
+from slimkit.compression.quantization.lowbit import gptq  # noqa: E402
+
+STATUS = Path("/proc/self/status")
+
+
+def _kb(field: str) -> int:
+    return int(re.search(rf"^{field}:\s+(\d+) kB", STATUS.read_text(), re.M).group(1)) * 1024
+
+
+def measure(fn, h: torch.Tensor) -> tuple[float, int, torch.Tensor]:
+    """Seconds, peak bytes above the resident set before the call (a fresh copy of ``h`` already in it), the factor."""
+    box = [h.clone()]  # handed over: the method frees it when it can
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _kb("VmRSS")
+    start = time.perf_counter()
+    factor = fn(box)
+    return time.perf_counter() - start, _kb("VmHWM") - before, factor
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192, 14336])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(machine_line(args.threads))
+    methods = {"torch": lambda box: gptq._inverse_cholesky_torch(box, 0.01),
+               "in place": lambda box: gptq._inverse_cholesky(box, 0.01)}
+    for fn in methods.values():  # warm-up: imports, LAPACK and thread pools set up outside the timings
+        fn([torch.eye(64) * 2])
+    rows = []
+    for n in args.sizes:
+        x = torch.randn(2 * n, n, generator=torch.Generator().manual_seed(n))
+        h = (2 * x.t() @ x / x.shape[0]).contiguous()
+        del x
+        times: dict[str, list[float]] = {m: [] for m in methods}
+        peaks: dict[str, int] = dict.fromkeys(methods, 0)
+        factors: dict[str, torch.Tensor] = {}
+        for _ in range(args.repeats):
+            factors.clear()  # the previous repeat's factors are not counted in the next peaks
+            for name, fn in methods.items():
+                seconds, peak, factors[name] = measure(fn, h)
+                times[name].append(seconds)
+                peaks[name] = max(peaks[name], peak)
+        t_torch, t_place = statistics.median(times["torch"]), statistics.median(times["in place"])
+        diff = float((factors["torch"] - factors["in place"]).abs().max()) / float(factors["torch"].abs().max())
+        del factors
+        hsize = n * n * 4
+        rows.append([str(n), f"{hsize / 1e6:.0f}", f"{t_torch:.2f}", f"{t_place:.2f}", f"{t_torch / t_place:.1f}x",
+                     f"{peaks['torch'] / hsize:.2f}", f"{peaks['in place'] / hsize:.2f}", f"{diff:.1e}"])
+        print(" | ".join(rows[-1]), flush=True)
+    print_table(["n", "H MB", "torch s", "in place s", "speed-up", "torch peak / H", "in place peak / H",
+                 "max |diff| / max |U|"], rows)
+
+
+if __name__ == "__main__":
+    main()
