@@ -124,12 +124,13 @@ class Plan:
         return {"algorithms": full["algorithms"], "hyperparameters": full["hyperparameters"]}
 
 
-def _statistics_bytes(skeleton: Skeleton, blocks: Blocks, targets: list[str], calibrated: bool) -> int:
+def _statistics_bytes(skeleton: Skeleton, blocks: Blocks, targets: list[str], calibrated: bool,
+                      device: torch.device) -> int:
     """Upper bound of one block's calibration statistics in bytes.
 
     An ``[in, in]`` float32 matrix per target (per expert and projection for MoE experts, whose statistics are
-    gathered for the whole block before any expert is quantized), and a second copy of the widest while it is
-    factorised.
+    gathered for the whole block before any expert is quantized), and on CUDA a second copy of the widest while it
+    is factorised (on the CPU GPTQ factorises inside the matrix itself).
     """
     if not calibrated:
         return 0
@@ -146,7 +147,7 @@ def _statistics_bytes(skeleton: Skeleton, blocks: Blocks, targets: list[str], ca
             widths.append(int(weight_of(module).shape[-1]))
     if not widths:
         return 0
-    return 4 * (sum(w * w for w in widths) + max(widths) ** 2)
+    return 4 * (sum(w * w for w in widths) + (max(widths) ** 2 if device.type != "cpu" else 0))
 
 
 def make_plan(folder: str | Path, smash_config: SmashConfig, dtype: str | torch.dtype | None = None,
@@ -206,5 +207,5 @@ def make_plan(folder: str | Path, smash_config: SmashConfig, dtype: str | torch.
                    for i in range(len(blocks.modules))]
     owner, fmt = formats[0] if formats else (None, save_format)
     return Plan(smash_config, checkpoint, skeleton, blocks, algorithms, step, step_owner, targets, fmt, owner,
-                out_dtype, compute, device, block_bytes, _statistics_bytes(skeleton, blocks, targets, step.calibrated),
+                out_dtype, compute, device, block_bytes, _statistics_bytes(skeleton, blocks, targets, step.calibrated, device),
                 found)
