@@ -207,5 +207,5 @@ def make_plan(folder: str | Path, smash_config: SmashConfig, dtype: str | torch.
                    for i in range(len(blocks.modules))]
     owner, fmt = formats[0] if formats else (None, save_format)
     return Plan(smash_config, checkpoint, skeleton, blocks, algorithms, step, step_owner, targets, fmt, owner,
-                out_dtype, compute, device, block_bytes, _statistics_bytes(skeleton, blocks, targets, step.calibrated, device),
-                found)
+                out_dtype, compute, device, block_bytes,
+                _statistics_bytes(skeleton, blocks, targets, step.calibrated, device), found)
