@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -87,6 +88,21 @@ class _Collector(BlockQuantizer):
     def __init__(self, bits: int, group_size: int, sym: bool) -> None:
         self.bits, self.group_size, self.sym = bits, group_size, sym
         self.specs: Specs = {}
+        self._last: tuple[torch.Tensor, Any] | None = None
+
+    def _add(self, table: dict[str, Any], name: str, x: torch.Tensor, make: Callable[..., Any]) -> None:
+        """Add ``x`` to layer ``name``'s statistics in ``table`` (built by ``make(width, device)`` on first use).
+
+        A layer fed the very tensor the previous one was (q/k/v, gate/up) shares that layer's statistics.
+        """
+        if self._last is not None and self._last[0] is x:
+            table[name] = self._last[1]
+            return
+        entry = table.get(name)
+        if entry is None:  # not setdefault: that would build (and fill) a discarded [in, in] matrix every call
+            entry = table[name] = make(x.shape[-1], x.device)
+        entry.add(x)
+        self._last = (x, entry)
 
     @staticmethod
     def groups(names: list[str], shared: list[list[str]]) -> list[list[str]]:
@@ -101,17 +117,9 @@ class _GPTQ(_Collector):
         super().__init__(bits, group_size, sym)
         self.act_order, self.damp, self.block_size, self.clip_search = act_order, damp, block_size, clip_search
         self.hessians: dict[str, HessianAccumulator] = {}
-        self._last: tuple[torch.Tensor, HessianAccumulator] | None = None
 
-    def observe(self, name: str, x: torch.Tensor) -> None:
-        if self._last is not None and self._last[0] is x:  # same tensor as the previous layer: same Hessian
-            self.hessians[name] = self._last[1]
-            return
-        acc = self.hessians.get(name)
-        if acc is None:  # not setdefault: that would build (and fill) a discarded [in, in] matrix every call
-            acc = self.hessians[name] = HessianAccumulator(x.shape[-1], x.device)
-        acc.add(x)
-        self._last = (x, acc)
+    def observe(self, name: str, x: torch.Tensor) -> None:  # noqa: D102
+        self._add(self.hessians, name, x, HessianAccumulator)
 
     def quantize_block(self, model, block_name, block, names, shared, producers, probe=None) -> None:  # noqa: D102
         self._last = None
@@ -144,17 +152,9 @@ class _AWQ(_Collector):
         super().__init__(bits, group_size, sym)
         self.n_grid, self.clip_grid, self.fold_only = n_grid, 10 if clip_search else 1, fold_only
         self.stats: dict[str, awq_mod.ActivationStats] = {}
-        self._last: tuple[torch.Tensor, awq_mod.ActivationStats] | None = None
 
-    def observe(self, name: str, x: torch.Tensor) -> None:
-        if self._last is not None and self._last[0] is x:  # same tensor as the previous layer: same statistics
-            self.stats[name] = self._last[1]
-            return
-        stats = self.stats.get(name)
-        if stats is None:
-            stats = self.stats[name] = awq_mod.ActivationStats(x.shape[-1], x.device)
-        stats.add(x)
-        self._last = (x, stats)
+    def observe(self, name: str, x: torch.Tensor) -> None:  # noqa: D102
+        self._add(self.stats, name, x, awq_mod.ActivationStats)
 
     def quantize_block(self, model, block_name, block, names, shared, producers, probe=None) -> None:  # noqa: D102
         self._last = None
