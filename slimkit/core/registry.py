@@ -17,7 +17,7 @@ from torch import nn
 
 from slimkit.core.contract import GROUPS, KIND_OF_GROUP, SaveFn, SlimkitAlgorithm
 from slimkit.core.hyperparameters import describe_allowed, to_jsonable
-from slimkit.core.scopes import OPENMMLAB_SCOPES, external_reason, split_scope
+from slimkit.core.scopes import MM_SCOPES, external_reason, split_scope
 from slimkit.errors import AlgorithmNotFoundError, ConfigError, RegistryError, closest
 
 _REGISTRY: dict[str, type[SlimkitAlgorithm]] = {}
@@ -296,8 +296,8 @@ def build_component(cfg: Any) -> Any:
     """Build ``dict(type="Name", **fields)``: the outer type only, as MMEngine does.
 
     Nested configs (``norm_cfg=dict(type='BN')``, ``distiller=dict(...)``) reach the component as dicts; each
-    component builds the ones it takes. ``_scope_`` keys and OpenMMLab scope prefixes (``'mmrazor.SPOS'``) are
-    read: slimkit has one registry, so ``mmrazor`` types resolve there, and a type of another OpenMMLab package
+    component builds the ones it takes. ``_scope_`` keys and MMEngine scope prefixes (``'mmrazor.SPOS'``) are
+    read: slimkit has one registry, so ``mmrazor`` types resolve there, and a type of another MMEngine-based package
     that slimkit does not have says so. Anything that is not such a dict is returned unchanged (already-built
     objects pass through). A field the component does not take, or a missing required one, raises ConfigError
     naming the component, the field and the fields it takes.
@@ -310,7 +310,7 @@ def build_component(cfg: Any) -> Any:
         obj = name
     elif scope not in (None, "mmrazor") and name not in _COMPONENTS:
         raise AlgorithmNotFoundError(
-            f"{name!r} is a type of {OPENMMLAB_SCOPES.get(scope, scope)} ({scope}), which slimkit does not build: "
+            f"{name!r} is a type of {MM_SCOPES.get(scope, scope)} ({scope}), which slimkit does not build: "
             "slimkit reads MMRazor's algorithms, losses and search spaces, and you bring the models, datasets and "
             "runtime yourself (e.g. slimkit.razor.build(cfg.model, architecture=your_model)).")
     else:
