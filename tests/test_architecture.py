@@ -17,11 +17,11 @@ ROOT = Path(slimkit.__file__).parent
 
 #: Top to bottom. A package may import its own layer's packages or any lower layer, never a higher one.
 LAYERS: list[tuple[str, ...]] = [
-    ("slimkit", "slimkit.__main__", "slimkit.cli", "slimkit.demo", "slimkit.compression.__main__"),
+    ("slimkit", "slimkit.__main__", "slimkit.cli", "slimkit.demo", "slimkit.compression.__main__", "slimkit.razor"),
     ("slimkit.faces", "slimkit.serve"),
-    ("slimkit.experiment", "slimkit.razor"),
+    ("slimkit.experiment",),
     ("slimkit.engine",),
-    ("slimkit.config",),
+    ("slimkit.config", "slimkit.formats"),
     ("slimkit.algorithms",),
     ("slimkit.compression",),
     ("slimkit.training",),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
@@ -75,6 +76,21 @@ class SaveFn(str, Enum):
     ARTIFACTS = "artifacts"
 
 
+@dataclass(frozen=True)
+class LayerResult:
+    """What a weight quantizer leaves where each layer it takes was; checkpoint formats say which results they hold.
+
+    ``kind`` ``"packed"``: slimkit's PackedLinear, ``w = (q - z) * s`` per row group, its bits, group size and
+    symmetry being the run's ``bits`` / ``group_size`` / ``sym`` hyperparameters. ``integer_zeros``: whether the
+    zero points are whole codes (False: fitted fractions). ``input_scale_unless``: the boolean hyperparameter
+    without which some layers keep a scale on their input (None: never).
+    """
+
+    kind: str = "packed"
+    integer_zeros: bool = True
+    input_scale_unless: str | None = None
+
+
 class SlimkitAlgorithm(ABC):
     """Base of every smash algorithm. Subclasses set the class attributes and implement ``_apply``."""
 
@@ -118,6 +134,9 @@ class SlimkitAlgorithm(ABC):
     #: The output format a streaming smash (a model read from its files one decoder block at a time) writes when
     #: this algorithm is active, e.g. ``"gguf"`` for an exporter whose result is that file; None: no say.
     stream_format: ClassVar[str | None] = None
+    #: What a weight quantizer turns the layers it takes into (:class:`LayerResult`), for checkpoint formats to
+    #: judge a recipe by; None: the algorithm makes no layer a checkpoint format could hold.
+    produces: ClassVar[LayerResult | None] = None
 
     def get_hyperparameters(self) -> list[Hyperparameter]:
         """Return the algorithm's ConfigSpace hyperparameters (each with ``meta={"desc": ...}``)."""

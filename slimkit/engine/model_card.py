@@ -16,14 +16,11 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.formats import COMPRESSED_TENSORS, GPTQ
 from slimkit.compression.quantization.experts import DOWN, FIRST
 from slimkit.compression.quantization.lowbit.experts import PackedExperts
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
-
-SLIMKIT = "slimkit"
-#: a slimkit folder whose weights are one ``model.gguf`` (the ``llama_cpp`` compiler's output)
-GGUF = "gguf"
+from slimkit.formats import FORMATS, SLIMKIT, get_format, symmetric_grid
+from slimkit.formats.kinds import made_by
 
 
 def cpu_description() -> str:
@@ -43,13 +40,6 @@ def cpu_description() -> str:
     isa = "AVX-512" + (" VNNI" if "avx512_vnni" in flags else "") if "avx512f" in flags else \
         ("AVX2, no AVX-512" if "avx2" in flags else "no AVX2")
     return f"{name} ({isa}{', AMX' if 'amx_int8' in flags else ''})"
-
-
-def symmetric_grid(module: PackedLinear | PackedExperts) -> bool:
-    """Whether a packed layer (or experts module) uses the symmetric grid: every zero point is the middle code."""
-    mid = 1 << (module.bits - 1)
-    zeros = [module.zeros] if isinstance(module, PackedLinear) else [module.packed(w)[2] for w in (FIRST, DOWN)]
-    return all(bool((z.float() == mid).all()) for z in zeros)
 
 
 def _grid_key(module: PackedLinear | PackedExperts, whole: bool, awq: bool) -> str:
@@ -110,83 +100,23 @@ def _num(value: Any) -> str:
     return f"{int(value):,}" if isinstance(value, (int, float)) else str(value)
 
 
-def _gguf_line(model: nn.Module, fmt: str) -> str:
-    how = ("`slimkit smash --model DIR --algorithm llama_cpp` (or a SmashConfig with the `llama_cpp` compiler) "
-           "writes `model.gguf`")
-    try:
-        from slimkit.compression.gguf import architecture, block_type
-    except ImportError:  # gguf not installed: state the rule instead of checking it
-        return (f"- **llama.cpp**: {how} when every packed layer is 4-bit (or 8-bit symmetric) with groups of a "
-                "multiple of 32 (needs `pip install 'slimkit[llamacpp]'`).")
-    try:
-        architecture(model)
-        types = {block_type(m, n).name for n, m in model.named_modules() if isinstance(m, PackedLinear)}
-    except Exception as exc:  # noqa: BLE001 - any refusal is the answer for this line
-        return f"- **llama.cpp**: not for this folder: {str(exc)[:300]}"
-    kinds = ", ".join(sorted(types)) or "F32/F16"
-    exact = ("the same codes and scales, no re-quantization; Q4_1 rounds each block's minimum -zero*scale to fp16, "
-             "under 0.73 % of a step" if "Q4_1" in types else "bit for bit, no re-quantization")
-    if fmt == SLIMKIT:
-        return f"- **llama.cpp**: load this folder in slimkit and compile it with `llama_cpp`: {how} ({kinds}: " \
-               f"{exact})."
-    return f"- **llama.cpp**: {how} from this folder ({kinds}: {exact})."
-
-
-def _loading(model: nn.Module, fmt: str) -> list[str]:
-    slim = "- **slimkit**: `SmashedModel.from_pretrained(\"DIR\")`, `slimkit serve DIR`"
-    if fmt == GGUF:
-        return [
-            slim + " (runs `model.gguf` with llama.cpp through llama-cpp-python).",
-            "- **llama.cpp**: `llama-cli -m DIR/model.gguf`, or any GGUF runtime (the file holds the weights and the "
-            "tokenizer).",
-            "- **transformers**, **vLLM**: not this folder; write the compressed-tensors format instead (`slimkit "
-            "smash ... --format compressed-tensors`, or `save_pretrained(DIR, format=\"compressed-tensors\")`).",
-        ]
-    if fmt == SLIMKIT:
-        return [
-            slim + " (this is slimkit's own format).",
-            "- **transformers**: not directly (slimkit's packed layers are its own); save with "
-            "`save_pretrained(DIR, format=\"compressed-tensors\")` for a folder transformers and vLLM open.",
-            "- **vLLM**: not this folder; export to `compressed-tensors` or `gptq` first.",
-            _gguf_line(model, fmt),
-        ]
-    if fmt == COMPRESSED_TENSORS:
-        return [
-            slim + " (runs the packed weights on slimkit's CPU kernel; no re-quantization).",
-            "- **transformers** (`pip install compressed-tensors`): `AutoModelForCausalLM.from_pretrained(\"DIR\", "
-            "quantization_config=CompressedTensorsConfig(dequantize=True))`; symmetric schemes also load with a plain "
-            "`from_pretrained(\"DIR\")` (checked with transformers 5.24 + compressed-tensors 0.20).",
-            "- **vLLM**: `vllm serve DIR` (compressed-tensors `pack-quantized` weight-only int4/int8, the layout "
-            "llm-compressor writes; not run in slimkit's own tests).",
-            _gguf_line(model, fmt),
-        ]
-    return [
-        slim + " (runs the packed weights on slimkit's CPU kernel; no re-quantization).",
-        "- **transformers**: `AutoModelForCausalLM.from_pretrained(\"DIR\")` through its GPTQ loader, which needs "
-        "`optimum` and `gptqmodel`.",
-        "- **vLLM**: `vllm serve DIR` (GPTQ, `checkpoint_format: gptq`; not run in slimkit's own tests).",
-        _gguf_line(model, fmt),
-    ]
-
-
-_FORMAT_TITLES = {SLIMKIT: "slimkit format", GGUF: "GGUF in a slimkit folder"}
-
-
 def build_card(smashed: Any, fmt: str = SLIMKIT, measurements: dict[str, Any] | None = None) -> str:
-    """The README.md text for ``smashed`` saved in format ``fmt`` (``"slimkit"``, ``"gguf"``, compressed-tensors, gptq).
+    """The README.md text for ``smashed`` saved in format ``fmt`` (a name in :data:`slimkit.formats.FORMATS`).
 
-    A slimkit save whose model the ``llama_cpp`` compiler made is described as the GGUF folder it is.
+    A slimkit save whose model a compiler turned into a file of another format (it declares it as its
+    ``stream_format``, e.g. GGUF) is described as the folder of that format it is.
     """
     model = smashed.model
-    if fmt == SLIMKIT and any(r.get("name") == "llama_cpp" for r in smashed.applied):
-        fmt = GGUF  # the llama_cpp compiler saves its GGUF file as the folder's weights
+    if fmt == SLIMKIT:
+        fmt = next((f for r in smashed.applied for f in FORMATS if r.get("name") in made_by(f)), fmt)
+    checkpoint_format = get_format(fmt)
     grids, floats = _grid(model) if isinstance(model, nn.Module) else ([], [])
     source = smashed.base_spec.get("source") or {}
     tags = [SLIMKIT] + ([fmt] if fmt != SLIMKIT else []) + sorted({r["name"] for r in smashed.applied})
-    library = "transformers" if fmt in (COMPRESSED_TENSORS, GPTQ) else SLIMKIT
+    library = checkpoint_format.library
     arch = smashed.base_spec.get("hf_class") or type(model).__name__
     lines = ["---", f"library_name: {library}", "tags:"] + [f"- {t}" for t in tags] + ["---", "",
-             f"# {arch}, {', '.join(smashed.algorithms) or 'imported'} ({_FORMAT_TITLES.get(fmt, fmt)})",
+             f"# {arch}, {', '.join(smashed.algorithms) or 'imported'} ({checkpoint_format.title})",
              "", f"Saved by slimkit on {datetime.date.today().isoformat()} in the **{fmt}** format.", ""]
     if source:
         lines += [f"Imported from a {source.get('format')} checkpoint made by another tool ({source.get('path')}); "
@@ -200,7 +130,8 @@ def build_card(smashed: Any, fmt: str = SLIMKIT, measurements: dict[str, Any] | 
         lines += ["Quantized layers (weights stored packed, `w = (q - zero) * scale` per group):", ""]
         lines += [f"- {g}" for g in grids]
         lines += [f"- kept in float: {', '.join(floats) if floats else 'none'}", ""]
-    lines += ["## Measured", "", *_measured(measurements), "", "## How to load", "", *_loading(model, fmt), ""]
+    lines += ["## Measured", "", *_measured(measurements), "", "## How to load", "",
+              *checkpoint_format.loading(model), ""]
     return "\n".join(lines)
 
 
@@ -211,4 +142,4 @@ def measurement_record(comparison: Any, threads: int) -> dict[str, Any]:
             "date": datetime.date.today().isoformat()}
 
 
-__all__ = ["build_card", "cpu_description", "measurement_record", "symmetric_grid"]
+__all__ = ["build_card", "cpu_description", "measurement_record"]

@@ -21,6 +21,7 @@ from slimkit.core.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.engine.base_model import REBUILT_KINDS, meta_tensors, rebuild_base
 from slimkit.engine.checks import check_budget, check_payload, known_algorithms, weights_digest
 from slimkit.errors import ConfigError, SaveLoadError, SlimkitError
+from slimkit.formats import FORMAT_VERSION, WEIGHTS_FILE
 
 if TYPE_CHECKING:
     from slimkit.engine.smashed_model import SmashedModel
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 #: the pre-apply model (SAVE_BEFORE_APPLY) and the index of the algorithm it was saved before.
 Loaded = tuple[Any, SmashConfig, list[dict[str, Any]], dict[str, Any], Any, "int | None"]
 
-FORMAT_VERSION = 1
-WEIGHTS_FILE = "model.safetensors"
 PICKLE_FILE = "model.pt"
 
 

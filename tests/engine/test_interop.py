@@ -19,8 +19,8 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from slimkit import SmashConfig, SmashedModel, smash
-from slimkit.compression.formats import FormatError
 from slimkit.compression.quantization.lowbit import PackedLinear
+from slimkit.formats import FormatError
 from slimkit.zoo._hf import byte_tokenizer
 
 HERE = Path(__file__).parent
@@ -177,8 +177,10 @@ def test_refused_exports_write_nothing(tmp_path):
     hqq = smash(tiny("llama"), SmashConfig({"hqq": {"bits": 4, "group_size": 32, "iters": 2}}), verbose=False)
     with pytest.raises(FormatError, match="fractional"):
         hqq.save_pretrained(tmp_path / "h", format="gptq")
-    with pytest.raises(FormatError, match="Unknown checkpoint format 'gguf'"):
+    with pytest.raises(FormatError, match="save_pretrained does not write 'gguf': the llama_cpp compiler writes it"):
         three.save_pretrained(tmp_path / "x", format="gguf")
+    with pytest.raises(FormatError, match="Unknown checkpoint format 'ggml'; save_pretrained writes 'slimkit', "):
+        three.save_pretrained(tmp_path / "x", format="ggml")
     assert not list(tmp_path.iterdir())
 
 

@@ -22,10 +22,10 @@ from compressed_tensors.quantization import (
 from compressed_tensors.quantization.utils import calculate_qparams
 
 from slimkit import SmashedModel
-from slimkit.compression.formats import FormatError
 from slimkit.compression.gguf import export_gguf
 from slimkit.compression.quantization.lowbit import PackedLinear
 from slimkit.errors import ConfigError, SaveLoadError
+from slimkit.formats import FormatError
 from slimkit.zoo._hf import byte_tokenizer
 from tests.engine.test_interop import BOUND, IDS, logits, tiny
 

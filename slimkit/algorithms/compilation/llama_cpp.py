@@ -43,7 +43,7 @@ class LlamaCpp(SlimkitCompiler):
     run_on_cuda = False
     save_fn = SaveFn.ARTIFACTS
     extra = "llamacpp"
-    stream_format = "gguf"  # a streamed smash writes the GGUF tensor by tensor (slimkit.engine.writers)
+    stream_format = "gguf"  # a streamed smash writes the GGUF tensor by tensor (slimkit.formats)
     compatible_algorithms = {"quantizer": ["rtn", "hqq", "gptq", "awq", "half"], "cacher": [], "batcher": []}
 
     def get_hyperparameters(self) -> list:

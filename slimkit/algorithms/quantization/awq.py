@@ -11,7 +11,7 @@ from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, c
 from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_awq
 from slimkit.compression.quantization.lowbit.blockwise import BlockStep, awq_step
-from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
 
@@ -30,6 +30,7 @@ class AWQ(CalibratedLowBitQuantizer):
     """
 
     algorithm_name = "awq"
+    produces = LayerResult(input_scale_unless="fold_only")
     renamed_hyperparameters = {"awq": {"weight_bits": "bits"}}  # Pruna's name
     references = {"AWQ": "https://arxiv.org/abs/2306.00978"}
 

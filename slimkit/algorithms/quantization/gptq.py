@@ -11,7 +11,7 @@ from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, c
 from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_gptq
 from slimkit.compression.quantization.lowbit.blockwise import BlockStep, gptq_step
-from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
 
@@ -29,6 +29,7 @@ class GPTQ(CalibratedLowBitQuantizer):
     """
 
     algorithm_name = "gptq"
+    produces = LayerResult()
     renamed_hyperparameters = {"gptq": {"weight_bits": "bits"}}  # Pruna's name
     references = {"GPTQ": "https://arxiv.org/abs/2210.17323"}
 

@@ -12,7 +12,7 @@ from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_hqq
 from slimkit.compression.quantization.lowbit.blockwise import BlockStep, hqq_step
-from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
 from slimkit.errors import ConfigError
@@ -38,6 +38,7 @@ class HQQ(LowBitQuantizer):
     """
 
     algorithm_name = "hqq"
+    produces = LayerResult(integer_zeros=False)  # fitted fractional zero points
     near_names = ("hqq_diffusers", "quanto")  # Pruna's names for close algorithms (errors point here)
     renamed_hyperparameters = {"hqq": {"weight_bits": "bits"}}  # Pruna's name
     references = {"HQQ": "https://mobiusml.github.io/hqq_blog/"}

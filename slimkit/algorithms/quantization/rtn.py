@@ -9,7 +9,7 @@ from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.compression.quantization.lowbit import quantize_model_rtn
 from slimkit.compression.quantization.lowbit.blockwise import BlockStep, rtn_step
-from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
 
@@ -23,6 +23,7 @@ class RTN(LowBitQuantizer):
     """
 
     algorithm_name = "rtn"
+    produces = LayerResult()
     renamed_hyperparameters = {"rtn": {"weight_bits": "bits"}}  # Pruna's name
     references = {"GPTQ paper (RTN baseline)": "https://arxiv.org/abs/2210.17323"}
 

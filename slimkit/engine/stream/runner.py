@@ -31,13 +31,14 @@ from slimkit.compression.quantization.lowbit.blockwise import release_caches
 from slimkit.compression.quantization.lowbit.calibration import capture_block_inputs
 from slimkit.config.files import CONFIG_FILE
 from slimkit.engine.base_model import describe_base
+from slimkit.engine.model_card import build_card
 from slimkit.engine.serialization import FORMAT_VERSION
 from slimkit.engine.stream import memory
 from slimkit.engine.stream.activations import SpillingStore
 from slimkit.engine.stream.plan import Plan
 from slimkit.engine.stream.resume import RunRecord
-from slimkit.engine.writers import RUN_FILE, WRITERS, ModelWriter, WriteContext
 from slimkit.errors import ConfigError, SaveLoadError
+from slimkit.formats import RUN_FILE, ModelWriter, WriteContext, get_format
 
 __all__ = ["StreamResult", "run_plan", "staging_folder"]
 
@@ -245,8 +246,8 @@ def run_plan(plan: Plan, output: str | Path, activation_budget: int, progress: b
         record.save(stage)  # first: the staging folder says whose it is before anything else is in it
     resumed_at = record.blocks_done
     options = plan.algorithms[plan.format_owner][2] if plan.format_owner is not None else None
-    writer = WRITERS[plan.format](stage, WriteContext(plan.model, plan.config.tokenizer, options, plan.config,
-                                                      plan.dtype, plan.checkpoint.folder))
+    writer = get_format(plan.format).writer(stage, WriteContext(plan.model, plan.config.tokenizer, options, plan.config,
+                                                                plan.dtype, plan.checkpoint.folder, build_card))
     run = _Run(plan, output, writer, record, stage, activation_budget, progress)
     try:
         run.write_pieces()

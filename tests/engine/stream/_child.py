@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from slimkit.engine.stream import memory
-from slimkit.engine.writers import SlimkitWriter
+from slimkit.formats.slimkit_writer import SlimkitWriter
 from tests.engine.stream.conftest import stream
 
 

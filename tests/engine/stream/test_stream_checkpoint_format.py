@@ -10,8 +10,8 @@ import transformers
 from safetensors.torch import load_file
 
 from slimkit import SmashConfig, SmashedModel, smash, smash_folder
-from slimkit.engine.writers import RUN_FILE
 from slimkit.errors import ConfigError
+from slimkit.formats import RUN_FILE
 from tests.engine.stream.conftest import crash_once_staged
 
 
@@ -89,9 +89,9 @@ def test_a_finished_checkpoint_is_recognised_and_another_config_refused(byte_lla
 
 
 def test_a_checkpoint_larger_than_one_shard_gets_shards_and_an_index(byte_llama_folder, tmp_path, monkeypatch):
-    from slimkit.engine.writers import CompressedTensorsWriter
+    from slimkit.formats.hf_writer import HFCheckpointWriter
 
-    monkeypatch.setattr(CompressedTensorsWriter, "max_shard_bytes", 200_000)  # the embedding alone is 131 kB
+    monkeypatch.setattr(HFCheckpointWriter, "max_shard_bytes", 200_000)  # the embedding alone is 131 kB
     recipe = {"rtn": {"bits": 4, "group_size": 32}}
     smash_folder(byte_llama_folder, SmashConfig(recipe), tmp_path / "streamed", stream=True,
                  save_format="compressed-tensors", progress=False, verbose=False)
@@ -108,7 +108,7 @@ def test_a_checkpoint_larger_than_one_shard_gets_shards_and_an_index(byte_llama_
 
 
 def test_a_crashed_checkpoint_run_resumes_to_identical_files(byte_llama_folder, tmp_path, monkeypatch):
-    from slimkit.engine.writers import GPTQWriter
+    from slimkit.formats.hf_writer import HFCheckpointWriter
 
     recipe = {"rtn": {"bits": 4, "group_size": 32}}
 
@@ -117,7 +117,7 @@ def test_a_crashed_checkpoint_run_resumes_to_identical_files(byte_llama_folder, 
                             progress=False, verbose=False)
 
     run(tmp_path / "whole")
-    crash_once_staged(monkeypatch, GPTQWriter)
+    crash_once_staged(monkeypatch, HFCheckpointWriter)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "out")
     assert run(tmp_path / "out").resumed_at == 1  # block 1 was staged but not recorded: redone, same bytes

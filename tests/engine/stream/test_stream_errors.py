@@ -11,8 +11,8 @@ import torch
 
 from slimkit import SmashConfig, smash_folder
 from slimkit.engine.stream import skeleton as skeleton_module
-from slimkit.engine.writers import slimkit_format
 from slimkit.errors import ConfigError, ModelNotSupportedError, SaveLoadError
+from slimkit.formats import slimkit_writer as slimkit_format
 from slimkit.zoo.sources import load_source
 from tests.engine.stream.conftest import make_config, stream
 
@@ -118,12 +118,13 @@ def test_a_full_disk_while_assembling_keeps_the_previous_output(byte_llama_folde
 
 
 def test_the_memory_check_counts_one_hessian_per_layer_and_the_factor_copy_only_on_cuda(llama_folder):
+    from slimkit.engine.prepare import prepare
     from slimkit.engine.stream.plan import _statistics_bytes, make_plan
 
     config = json.loads((llama_folder / "config.json").read_text())
     hidden, ffn = config["hidden_size"], config["intermediate_size"]
     per_layer = 4 * (6 * hidden**2 + ffn**2)  # q, k, v, o, gate, up read hidden-wide inputs; down ffn-wide ones
-    plan = make_plan(llama_folder, make_config("gptq"))
+    plan = make_plan(prepare(llama_folder, make_config("gptq"), stream=True))
     assert plan.statistics_bytes == per_layer  # on the CPU the widest is factorised inside itself
     cuda = _statistics_bytes(plan.skeleton, plan.blocks, plan.targets, True, torch.device("cuda"))
     assert cuda == per_layer + 4 * ffn**2  # torch's factorisations hold a second copy

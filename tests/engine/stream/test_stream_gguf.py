@@ -11,7 +11,8 @@ import transformers
 from slimkit import SmashConfig, SmashedModel, smash, smash_folder
 from slimkit.compression.gguf import export_gguf
 from slimkit.compression.quantization.lowbit import quantize_model_rtn
-from slimkit.engine.writers import GGUFWriter, WriteContext
+from slimkit.formats import WriteContext
+from slimkit.formats.gguf_writer import GGUFWriter
 from slimkit.zoo._hf import byte_tokenizer
 
 
@@ -26,7 +27,7 @@ def _contents(path):
 
 @pytest.mark.parametrize("dtype", ["f16", "q8_0"])
 def test_the_gguf_writer_writes_what_export_gguf_writes(byte_llama_folder, tmp_path, dtype, monkeypatch):
-    monkeypatch.setattr("slimkit.engine.writers.gguf_format._CHUNK_BYTES", 4096)  # row chunks on every matrix
+    monkeypatch.setattr("slimkit.formats.gguf_writer._CHUNK_BYTES", 4096)  # row chunks on every matrix
     model = transformers.LlamaForCausalLM.from_pretrained(byte_llama_folder, dtype=torch.float32).eval()
     quantize_model_rtn(model, 4, 32)
     tokenizer = byte_tokenizer()

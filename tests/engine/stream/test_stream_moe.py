@@ -11,9 +11,9 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from slimkit import SmashConfig, SmashedModel, smash, smash_folder
-from slimkit.compression.formats import FormatError
-from slimkit.engine.writers import SlimkitWriter
 from slimkit.errors import ModelNotSupportedError
+from slimkit.formats import FormatError
+from slimkit.formats.slimkit_writer import SlimkitWriter
 from tests.engine.stream.conftest import VOCAB, crash_once_staged, make_config
 
 _SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slimkit.engine.writers import SlimkitWriter
+from slimkit.formats.slimkit_writer import SlimkitWriter
 from tests.engine.stream.conftest import stream, write_folder
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from slimkit.compression.quantization.lowbit.calibration import InputStore, process_block
+from slimkit.compression.quantization.lowbit.experts import PackedExperts
 from slimkit.compression.quantization.lowbit.experts_quantize import (
     ExpertsCalibrator,
     WithExperts,
@@ -26,6 +27,7 @@ from slimkit.compression.quantization.lowbit.experts_quantize import (
 )
 from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
 from slimkit.compression.quantization.lowbit.layers import require_targets, weight_of
+from slimkit.compression.quantization.lowbit.linear import PackedLinear
 from slimkit.compression.quantization.lowbit.quantize import _AWQ, _GPTQ, TARGET_KINDS, Specs, _Collector, _swap
 from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
 from slimkit.core.weights import EXPERTS
@@ -180,5 +182,5 @@ def awq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128
 def release_caches(module: nn.Module) -> None:
     """Drop the kernel layouts packed layers cache on themselves (CPU plan, CUDA int4 weight) before freeing."""
     for m in module.modules():
-        m.__dict__.pop("_native_plan", None)
-        m.__dict__.pop("_tinygemm", None)
+        if isinstance(m, (PackedLinear, PackedExperts)):
+            m.release_caches()

@@ -189,11 +189,13 @@ class PackedExperts(QuantizedExperts):
                                          self.bits, None, y.data_ptr(), threads)
         return None if code else y
 
+    def release_caches(self) -> None:
+        """Drop the kernel plan cached on the module; the next call rebuilds it."""
+        self.__dict__.pop("_native_plan", None)
+
     def __getstate__(self) -> dict[str, Any]:
         """The module's state for copy/deepcopy, without the cached kernel plan (ctypes handles do not copy)."""
-        state = dict(self.__dict__)
-        state.pop("_native_plan", None)
-        return state
+        return {k: v for k, v in self.__dict__.items() if k != "_native_plan"}
 
     def macs_label(self) -> str:
         """Weight-only: ``"int<bits> weights"`` (the activations stay float)."""

@@ -31,6 +31,10 @@ SCALE_MIN = 2.0**-20
 PER_CHANNEL = -1
 
 
+#: attributes the kernels (``native``, ``kernels``) cache on a layer: rebuilt on demand, never copied or saved
+_CACHES = ("_native_plan", "_tinygemm")
+
+
 def row_groups(group_size: int, in_features: int) -> int:
     """The group size a layer of ``in_features`` inputs uses: ``group_size``, or the whole row for ``PER_CHANNEL``."""
     return in_features if group_size == PER_CHANNEL else group_size
@@ -139,12 +143,14 @@ class PackedLinear(nn.Module):
         macs = output.numel() * self.in_features if isinstance(output, torch.Tensor) else 0
         return f"int{self.bits} weights", macs
 
+    def release_caches(self) -> None:
+        """Drop the kernel layouts cached on the layer (CPU plan, CUDA int4 weight); the next call rebuilds them."""
+        for key in _CACHES:
+            self.__dict__.pop(key, None)
+
     def __getstate__(self) -> dict:
         """The layer's state for copy/deepcopy, without cached kernel state (ctypes handles do not copy)."""
-        state = dict(self.__dict__)
-        state.pop("_native_plan", None)
-        state.pop("_tinygemm", None)
-        return state
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHES}
 
     def extra_repr(self) -> str:
         """Shape, bit width and group size in ``print(model)``."""

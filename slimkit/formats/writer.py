@@ -3,11 +3,10 @@
 A :class:`ModelWriter` stages each piece as soon as it is ready (``write``: atomic, and rewriting a piece gives
 the same bytes, so a resumed run can redo one), assembles the output files in the staging folder (``finish``,
 bounded memory: tensor by tensor), and publishes them with ``smash_config.json`` as the output folder in one
-atomic step (``publish``) with a README.md model card. The runner stages each piece through :meth:`stage`, which
-first records the piece's packed layers (their grids, for the card and the layer lists of a resumed run).
-slimkit's own save format and GGUF are the implementations here; compressed-tensors and
-GPTQ checkpoints (:mod:`.checkpoint_format`, over the interop export's code) are further subclasses; every format
-is registered in :data:`WRITERS` and driven by the one streaming loop.
+atomic step (``publish``) with a README.md model card. The streaming runner stages each piece through
+:meth:`~ModelWriter.stage_piece`, which first records the piece's packed layers (their grids, for the card and
+the layer lists of a resumed run); the in-memory export of a checkpoint format writes its pieces the same way.
+Each :class:`~slimkit.formats.base.CheckpointFormat` that is written piece by piece opens its writer.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import json
 import os
 import shutil
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,9 +29,9 @@ from slimkit.compression.quantization.lowbit.experts import PackedExperts
 from slimkit.compression.quantization.lowbit.layers import replace_module
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.core.io import atomic_directory, write_json_atomic
-from slimkit.engine.model_card import build_card, symmetric_grid
+from slimkit.formats.kinds import symmetric_grid
 
-__all__ = ["RUN_FILE", "ModelWriter", "WriteContext", "WRITERS", "grid_record", "packed_on_meta", "register_writer"]
+__all__ = ["RUN_FILE", "ModelWriter", "WriteContext", "grid_record", "packed_on_meta"]
 
 
 #: The run record of a streamed output whose format has no ``smash_config.json`` (compressed-tensors, GPTQ).
@@ -52,6 +52,9 @@ class WriteContext:
     dtype: torch.dtype | None = None
     #: the model folder being streamed (its generation config, ...)
     source: Path | None = None
+    #: builds the README.md model card from a smashed-model view and the format name (the engine's ``build_card``);
+    #: None: no card
+    card: Callable[[Any, str], str] | None = None
 
 
 def grid_record(layer: PackedLinear | PackedExperts) -> dict[str, Any]:
@@ -81,7 +84,7 @@ def packed_on_meta(model: nn.Module, records: dict[str, dict]) -> None:
 class ModelWriter(ABC):
     """Writes a model piece by piece into ``stage`` and publishes the result (see the module doc)."""
 
-    #: the format name algorithms ask for (``stream_format``) and the registry key
+    #: the name of the format written (an algorithm's ``stream_format``, a save's ``format=``)
     format: ClassVar[str]
 
     def __init__(self, stage: Path, context: WriteContext) -> None:
@@ -108,12 +111,14 @@ class ModelWriter(ABC):
             records.update(json.loads(file.read_text()))
         return records
 
-    def card(self, smash_config: Any, extra: dict[str, Any]) -> str:
+    def card(self, smash_config: Any, extra: dict[str, Any]) -> str | None:
         """The README.md model card, as the in-memory save writes it, from the skeleton and the staged grids.
 
         The skeleton's packed layers hold no tensors (meta device), so each gets a one-value stand-in for its
         zero points (the middle code when its grid is symmetric) for the card to read.
         """
+        if self.context.card is None:
+            return None
         model, records = self.context.model, self.grid_records()
         packed_on_meta(model, records)
         modules = dict(model.named_modules())
@@ -128,7 +133,7 @@ class ModelWriter(ABC):
         applied = list(extra.get("applied") or [])
         smashed = SimpleNamespace(model=model, base_spec=extra.get("base") or {}, applied=applied,
                                   algorithms=[a["name"] for a in applied], smash_config=smash_config)
-        return build_card(smashed, self.format)
+        return self.context.card(smashed, self.format)
 
     @abstractmethod
     def write(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:
@@ -154,31 +159,21 @@ class ModelWriter(ABC):
     def outputs(self) -> list[Path]:
         """The assembled files that make up the output folder (besides ``smash_config.json``)."""
 
-    def publish(self, output: Path, smash_config: Any, extra: dict[str, Any]) -> None:
+    def publish(self, output: Path, smash_config: Any, extra: dict[str, Any], card: str | None = None) -> None:
         """Move the assembled files, ``smash_config.json`` and the model card into ``output`` in one atomic step.
 
         An earlier save in ``output`` is replaced only once everything is in place (``atomic_directory``).
+        ``card``: the README.md text (default: :meth:`card`).
         """
-        card = self.card(smash_config, extra)
+        card = card if card is not None else self.card(smash_config, extra)
         with atomic_directory(output, replace=True) as tmp:
             for file in self.outputs():
                 os.replace(file, tmp / file.name)
             smash_config.save_to_json(tmp, extra={**extra, **self.payload()})
-            (tmp / "README.md").write_text(card)
+            if card is not None:
+                (tmp / "README.md").write_text(card)
 
     def discard(self) -> None:
         """Remove this writer's staged files."""
         shutil.rmtree(self.folder, ignore_errors=True)
         shutil.rmtree(self.stage / "grids", ignore_errors=True)
-
-
-#: format name -> writer class
-WRITERS: dict[str, type[ModelWriter]] = {}
-
-
-def register_writer(cls: type[ModelWriter]) -> type[ModelWriter]:
-    """Class decorator adding a writer to :data:`WRITERS` under its ``format``."""
-    if cls.format in WRITERS:
-        raise ValueError(f"Two writers for format {cls.format!r}: {WRITERS[cls.format].__name__} and {cls.__name__}.")
-    WRITERS[cls.format] = cls
-    return cls

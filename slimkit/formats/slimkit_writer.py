@@ -18,10 +18,16 @@ from torch import nn
 
 from slimkit.core.io import atomic_file, save_tensors_atomic
 from slimkit.core.tensors import alias_entry, flatten_state_dict
-from slimkit.engine.serialization import FORMAT_VERSION, WEIGHTS_FILE
-from slimkit.engine.writers.base import ModelWriter, register_writer
+from slimkit.formats.base import SLIMKIT_LOAD, CheckpointFormat, llama_cpp_line
+from slimkit.formats.kinds import LayerKind
+from slimkit.formats.writer import ModelWriter, WriteContext
 
-__all__ = ["SlimkitWriter", "concat_safetensors"]
+__all__ = ["FORMAT_VERSION", "SLIMKIT", "WEIGHTS_FILE", "SlimkitFormat", "SlimkitWriter", "concat_safetensors"]
+
+SLIMKIT = "slimkit"
+#: the ``format_version`` of ``smash_config.json`` this slimkit writes and reads
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
 
 _CHUNK = 16 * 2**20
 
@@ -91,11 +97,10 @@ def concat_safetensors(files: list[Path], target: Path, metadata: dict[str, str]
     return digest.hexdigest()
 
 
-@register_writer
 class SlimkitWriter(ModelWriter):
     """slimkit's save format (``model.safetensors`` + ``smash_config.json``), staged piece by piece."""
 
-    format = "slimkit"
+    format = SLIMKIT
 
     def __init__(self, stage: Path, context: Any) -> None:
         super().__init__(stage, context)
@@ -130,3 +135,29 @@ class SlimkitWriter(ModelWriter):
 
     def outputs(self) -> list[Path]:  # noqa: D102
         return [self.stage / WEIGHTS_FILE]
+
+
+class SlimkitFormat(CheckpointFormat):
+    """slimkit's own folder: ``smash_config.json`` + ``model.safetensors``; it holds every kind of layer."""
+
+    name = SLIMKIT
+    title = "slimkit format"
+    exports = True
+
+    def holds(self) -> str:  # noqa: D102
+        return "slimkit's format holds every layer slimkit makes (it replays each algorithm on load)."
+
+    def refusals(self, kind: LayerKind) -> list[str]:  # noqa: D102
+        return []
+
+    def writer(self, stage: Path, context: WriteContext) -> SlimkitWriter:  # noqa: D102
+        return SlimkitWriter(stage, context)
+
+    def loading(self, model: nn.Module) -> list[str]:  # noqa: D102
+        return [
+            SLIMKIT_LOAD + " (this is slimkit's own format).",
+            "- **transformers**: not directly (slimkit's packed layers are its own); save with "
+            "`save_pretrained(DIR, format=\"compressed-tensors\")` for a folder transformers and vLLM open.",
+            "- **vLLM**: not this folder; export to `compressed-tensors` or `gptq` first.",
+            llama_cpp_line(model, in_slimkit=True),
+        ]

@@ -1,14 +1,14 @@
-"""compressed-tensors and GPTQ checkpoints, written piece by piece: the streaming face of the interop export.
+"""compressed-tensors and GPTQ checkpoints, written piece by piece: the one writer of both their saves.
 
-Each piece (embedding, decoder block, head) is turned into the format's tensors by the same code as the in-memory
-export (:func:`slimkit.compression.formats.checkpoint_blocks`: packed layers in the format's layout, float modules
-as they are) and staged as its own safetensors file, with a small JSON record of its packed layers' grids. A layer
-the format cannot hold exactly is refused as soon as it is quantized. ``finish`` decides the model's schemes the
-way the in-memory export does (one zero rule, one group rule: :func:`~slimkit.compression.formats.scheme.
-unify_schemes`), concatenates the staged pieces into shards in bounded memory (zero points left out where the
-schemes are symmetric), and hands them to :class:`~slimkit.compression.formats.CheckpointWriter`, which names
-them, writes the index and ``config.json``. The published folder is what ``save_pretrained(DIR, format=...)``
-writes: transformers and vLLM open it, and so does ``SmashedModel.from_pretrained``.
+Each piece (a streaming run's embedding, decoder block or head; a leaf module of an in-memory model) is turned
+into the format's tensors (:func:`~.hf_checkpoint.checkpoint_blocks`: packed layers in the format's layout, float
+modules as they are) and staged as its own safetensors file, with a small JSON record of its packed layers'
+grids. A layer the format cannot hold exactly is refused as soon as it is written. ``finish`` decides the model's
+schemes (one zero rule, one group rule: :func:`~.scheme.unify_schemes`), concatenates the staged pieces into
+shards in bounded memory (zero points left out where the schemes are symmetric), and hands them to
+:class:`~.hf_checkpoint.Shards`, which names them, writes the index and ``config.json``. The published folder is
+what ``save_pretrained(DIR, format=...)`` writes: transformers and vLLM open it, and so does
+``SmashedModel.from_pretrained``.
 """
 
 from __future__ import annotations
@@ -22,27 +22,27 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.formats import COMPRESSED_TENSORS, GPTQ, CheckpointWriter, WeightScheme
-from slimkit.compression.formats import gptq as gptq_format
-from slimkit.compression.formats.scheme import layer_problems, own_scheme, unify_schemes
-from slimkit.compression.formats.writer import DEFAULT_SHARD_BYTES, checkpoint_blocks, hf_config, quantization_config
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
 from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
-from slimkit.engine.writers.base import RUN_FILE, ModelWriter, WriteContext, packed_on_meta, register_writer
-from slimkit.engine.writers.slimkit_format import concat_safetensors, tensor_names
+from slimkit.formats.hf_checkpoint import DEFAULT_SHARD_BYTES, Shards, checkpoint_blocks, hf_config
+from slimkit.formats.scheme import WeightScheme, own_scheme, unify_schemes
+from slimkit.formats.slimkit_writer import concat_safetensors, tensor_names
+from slimkit.formats.writer import RUN_FILE, ModelWriter, WriteContext, packed_on_meta
 
-__all__ = ["CheckpointFormatWriter", "CompressedTensorsWriter", "GPTQWriter"]
+__all__ = ["HFCheckpointWriter"]
 
 #: local name of the compressed-tensors zero points, left out for symmetric schemes
 _ZERO_POINT = "weight_zero_point"
 
 
-class CheckpointFormatWriter(ModelWriter):
-    """A Hugging Face folder in another tool's quantized layout (``format``: compressed-tensors or gptq)."""
+class HFCheckpointWriter(ModelWriter):
+    """A Hugging Face folder in another tool's quantized layout, for the format object ``fmt`` (see the module doc)."""
 
     max_shard_bytes: int = DEFAULT_SHARD_BYTES
 
-    def __init__(self, stage: Path, context: WriteContext) -> None:
+    def __init__(self, stage: Path, context: WriteContext, fmt: Any) -> None:
+        self.fmt = fmt
+        self.format = fmt.name  # type: ignore[misc] - one writer class for every Hugging Face layout
         super().__init__(stage, context)
         self.dtype = context.dtype or torch.float32
         self.out = self.stage / f"{self.format}-out"
@@ -59,16 +59,15 @@ class CheckpointFormatWriter(ModelWriter):
         record: dict[str, dict[str, Any]] = {}
         provisional: dict[str, WeightScheme] = {}
         for name, layer in packed.items():
-            layer_problems(layer, name, self.format)
-            if self.format == GPTQ:
-                gptq_format.check_packable(layer, name)
+            self.fmt.check_layer(layer, name)
             scheme = own_scheme(layer)
             record[name] = {"bits": scheme.bits, "group_size": scheme.group_size, "sym": scheme.sym,
                             "layer_group_size": layer.group_size, "single_group": layer.scales.shape[1] == 1,
                             "spec": layer.spec()}
             provisional[name] = WeightScheme(layer.bits, layer.group_size, False)  # zero points always staged
         tensors: dict[str, torch.Tensor] = {}
-        for block in checkpoint_blocks(module, self.format, provisional, prefix, self.dtype, frozenset(tied)):
+        for block in checkpoint_blocks(module, self.fmt.layer_tensors, provisional, prefix, self.dtype,
+                                       frozenset(tied)):
             tensors.update(block)
         data, index = self._piece(key)
         write_json_atomic(index, record)
@@ -94,17 +93,11 @@ class CheckpointFormatWriter(ModelWriter):
         model = self.context.model
         packed_on_meta(model, records)
         ignore = [n for n, m in model.named_modules() if n and isinstance(m, nn.Linear)]
-        config = self.context.config
-        act_order, damp = False, None
-        if config is not None and "gptq" in config.get_active_algorithms():
-            hps = config.hyperparameters_of("gptq")
-            act_order, damp = bool(hps.get("act_order")), hps.get("damp")
-        qconfig = quantization_config(self.format, schemes, sizes, ignore, act_order, damp)
-        skip = frozenset(f"{n}.{_ZERO_POINT}" for n, s in schemes.items() if s.sym) \
-            if self.format == COMPRESSED_TENSORS else frozenset()
+        qconfig = self.fmt.quantization_config(schemes, sizes, ignore, self.context.config)
+        skip = frozenset(f"{n}.{_ZERO_POINT}" for n, s in schemes.items() if s.sym)
         if self.out.exists():  # an earlier finish interrupted: assemble again
             shutil.rmtree(self.out)
-        writer = CheckpointWriter(self.out, self.max_shard_bytes).open()
+        shards = Shards(self.out).open()
         group: list[Path] = []
         group_bytes = 0
 
@@ -115,17 +108,17 @@ class CheckpointFormatWriter(ModelWriter):
             names = [n for f in group for n in tensor_names(f) if n not in skip]
             target = self.stage / f".{self.format}-shard.safetensors"
             concat_safetensors(group, target, {"format": "pt"}, skip)
-            writer.add_shard(target, names, _data_bytes(target))
+            shards.add_shard(target, names, _data_bytes(target))
             group, group_bytes = [], 0
 
-        for key in keys:  # shards fill as the in-memory writer's do: flushed once they reach max_shard_bytes
+        for key in keys:  # a shard is flushed once its pieces reach max_shard_bytes
             data = self._piece(key)[0]
             group.append(data)
             group_bytes += data.stat().st_size
             if group_bytes >= self.max_shard_bytes:
                 flush()
         flush()
-        self._files = writer.close(hf_config(model, qconfig))
+        self._files = shards.close(hf_config(model, qconfig))
         self._bytes = sum(f.stat().st_size for f in self.out.iterdir() if f.is_file())
         return {"files": list(self._files), "bytes": self._bytes, "quantization_config": qconfig,
                 "schemes": {n: s.describe() for n, s in schemes.items()}}
@@ -136,13 +129,14 @@ class CheckpointFormatWriter(ModelWriter):
     def outputs(self) -> list[Path]:  # noqa: D102
         return sorted(self.out.iterdir())
 
-    def publish(self, output: Path, smash_config: Any, extra: dict[str, Any]) -> None:
+    def publish(self, output: Path, smash_config: Any, extra: dict[str, Any], card: str | None = None) -> None:
         """Move the folder into ``output`` with the tokenizer, generation config, model card and run record.
 
-        No ``smash_config.json`` (that would make it a slimkit save): the run's record, which a resumed or
-        repeated run compares, goes to ``slimkit_stream.json``.
+        No ``smash_config.json`` (that would make it a slimkit save): a streaming run's record, which a resumed
+        or repeated run compares, goes to ``slimkit_stream.json``. ``card``: the README.md text (default:
+        :meth:`card`).
         """
-        card = self.card(smash_config, extra)
+        card = card if card is not None else self.card(smash_config, extra)
         with atomic_directory(output, replace=True) as tmp:
             for file in self.outputs():
                 os.replace(file, tmp / file.name)
@@ -150,10 +144,12 @@ class CheckpointFormatWriter(ModelWriter):
             tokenizer = self.context.tokenizer
             if tokenizer is not None and callable(getattr(tokenizer, "save_pretrained", None)):
                 tokenizer.save_pretrained(str(tmp))
-            (tmp / "README.md").write_text(card)
-            write_json_atomic(tmp / RUN_FILE, {"stream": extra.get("stream"), "format": self.format,
-                                               "applied": extra.get("applied"), "base": extra.get("base"),
-                                               "smash_config": smash_config.to_dict()})
+            if card is not None:
+                (tmp / "README.md").write_text(card)
+            if extra.get("stream") is not None:
+                write_json_atomic(tmp / RUN_FILE, {"stream": extra["stream"], "format": self.format,
+                                                   "applied": extra.get("applied"), "base": extra.get("base"),
+                                                   "smash_config": smash_config.to_dict()})
 
     def _generation_config(self, folder: Path) -> None:
         """The source folder's generation config (as ``from_pretrained`` would have read it), else the model's."""
@@ -171,17 +167,3 @@ def _data_bytes(file: Path) -> int:
     with open(file, "rb") as handle:
         header = int.from_bytes(handle.read(8), "little")
     return file.stat().st_size - 8 - header
-
-
-@register_writer
-class CompressedTensorsWriter(CheckpointFormatWriter):
-    """compressed-tensors ``pack-quantized`` (the layout llm-compressor writes; transformers and vLLM read it)."""
-
-    format = COMPRESSED_TENSORS
-
-
-@register_writer
-class GPTQWriter(CheckpointFormatWriter):
-    """The AutoGPTQ / GPTQModel layout (``qweight``, ``qzeros``, ``scales``, ``g_idx``)."""
-
-    format = GPTQ

@@ -23,20 +23,18 @@ naming the field.
 
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch import nn
 
-from slimkit.compression.formats.scheme import (
-    COMPRESSED_TENSORS,
-    FORMAT_BITS,
-    FormatError,
-    WeightScheme,
-    signed_codes,
-)
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.errors import MissingPackageError
+from slimkit.formats.hf_format import HFCheckpointFormat, quantizer_options
+from slimkit.formats.kinds import FormatError
+from slimkit.formats.scheme import COMPRESSED_TENSORS, FORMAT_BITS, WeightScheme, signed_codes
 
 QUANT_METHOD = "compressed-tensors"
 PACKED = "pack-quantized"
@@ -45,15 +43,20 @@ NAIVE = "naive-quantized"
 READ_FORMATS = (PACKED, NAIVE)
 
 
-def ct_library() -> Any:
-    """The ``compressed_tensors`` package, or a MissingPackageError saying how to install it."""
+@functools.cache
+def ct_library() -> SimpleNamespace:
+    """What slimkit uses of the ``compressed_tensors`` package, or a MissingPackageError saying how to install it."""
     try:
         import compressed_tensors
-        from compressed_tensors.compressors.pack_quantized import helpers  # noqa: F401
+        from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32, unpack_from_int32
+        from compressed_tensors.quantization import QuantizationConfig
+        from compressed_tensors.utils.match import is_match
     except ImportError as exc:
         raise MissingPackageError(f"compressed-tensors checkpoints need the compressed-tensors package ({exc}). "
                                   "Install it: pip install 'slimkit[interop]'") from exc
-    return compressed_tensors
+    return SimpleNamespace(version=compressed_tensors.__version__, pack_to_int32=pack_to_int32,
+                           unpack_from_int32=unpack_from_int32, QuantizationConfig=QuantizationConfig,
+                           is_match=is_match)
 
 
 # ---------------------------------------------------------------------------------------------- one layer
@@ -69,9 +72,7 @@ def scale_dtype_for(model_dtype: torch.dtype) -> torch.dtype:
 def layer_tensors(layer: PackedLinear, scheme: WeightScheme,
                   scale_dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """The compressed-tensors tensors of one packed layer, keyed by local name (``weight_packed``...)."""
-    ct_library()
-    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
-
+    pack_to_int32 = ct_library().pack_to_int32
     out: dict[str, torch.Tensor] = {
         "weight_packed": pack_to_int32(signed_codes(layer), scheme.bits),
         "weight_scale": layer.scales.detach().to(scale_dtype).clone(),
@@ -97,9 +98,7 @@ def _scales_fp16(scale: torch.Tensor, name: str, warnings: list[str]) -> torch.T
 def layer_from_tensors(tensors: dict[str, torch.Tensor], scheme: WeightScheme, name: str,
                        dtype: torch.dtype = torch.float32, warnings: list[str] | None = None) -> PackedLinear:
     """Build a PackedLinear from one layer's compressed-tensors tensors (local names), without re-quantizing."""
-    ct_library()
-    from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
-
+    unpack_from_int32 = ct_library().unpack_from_int32
     warnings = [] if warnings is None else warnings
     mid = 1 << (scheme.bits - 1)
     scale = tensors.get("weight_scale")
@@ -151,17 +150,15 @@ def _weights_args(scheme: WeightScheme, act_order: bool) -> dict[str, Any]:
 def build_config(schemes: dict[str, WeightScheme], ignore: list[str], act_order: bool = False) -> dict[str, Any]:
     """The ``quantization_config`` for layers ``schemes`` (validated by compressed-tensors' own schema)."""
     lib = ct_library()
-    from compressed_tensors.quantization import QuantizationConfig
-
     distinct = sorted(set(schemes.values()), key=lambda s: (s.bits, s.group_size or 0, s.sym))
     groups = {}
     for i, scheme in enumerate(distinct):
         targets = ["Linear"] if len(distinct) == 1 else [n for n, s in schemes.items() if s == scheme]
         groups[f"group_{i}"] = {"targets": targets, "weights": _weights_args(scheme, act_order),
                                 "input_activations": None, "output_activations": None, "format": PACKED}
-    config = QuantizationConfig.model_validate({"config_groups": groups, "format": PACKED, "ignore": sorted(ignore),
+    config = lib.QuantizationConfig.model_validate({"config_groups": groups, "format": PACKED, "ignore": sorted(ignore),
                                                 "quantization_status": "compressed"})
-    return {"quant_method": QUANT_METHOD, "version": lib.__version__, "sparsity_config": {},
+    return {"quant_method": QUANT_METHOD, "version": lib.version, "sparsity_config": {},
             "transform_config": {}, **config.model_dump(exclude={"quant_method"})}
 
 
@@ -205,9 +202,9 @@ def parse_config(qc: Any) -> tuple[list[tuple[list[str], WeightScheme]], list[st
 
     Refuses (naming the field) what slimkit's packed layers cannot run: see the module doc.
     """
-    ct_library()
-    from compressed_tensors.quantization import QuantizationConfig
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # compressed-tensors' own dependency: present when its guard passed
+
+    lib = ct_library()
 
     if not isinstance(qc, dict):
         raise _fail("(top level)", type(qc).__name__, "a JSON object")
@@ -221,7 +218,7 @@ def parse_config(qc: Any) -> tuple[list[tuple[list[str], WeightScheme]], list[st
     if not isinstance(groups, dict) or not groups:
         raise _fail("config_groups", groups, "a non-empty object of quantization schemes")
     try:
-        config = QuantizationConfig.model_validate({k: v for k, v in qc.items()
+        config = lib.QuantizationConfig.model_validate({k: v for k, v in qc.items()
                                                     if k not in ("version", "sparsity_config", "transform_config")})
     except (ValidationError, KeyError, ValueError, TypeError) as exc:
         first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
@@ -236,9 +233,7 @@ def parse_config(qc: Any) -> tuple[list[tuple[list[str], WeightScheme]], list[st
 def match_layers(model: nn.Module, groups: list[tuple[list[str], WeightScheme]],
                  ignore: list[str]) -> dict[str, WeightScheme]:
     """``{Linear name: scheme}`` by compressed-tensors' own target matching (class names, exact names, ``re:``)."""
-    ct_library()
-    from compressed_tensors.utils.match import is_match
-
+    is_match = ct_library().is_match
     found: dict[str, WeightScheme] = {}
     for name, module in model.named_modules():
         if not name or not isinstance(module, nn.Linear) or is_match(name, module, ignore):
@@ -256,5 +251,45 @@ def is_ct_layer(tensor_names: set[str], name: str) -> bool:
                                                        or f"{name}.weight" in tensor_names)
 
 
-__all__ = ["COMPRESSED_TENSORS", "PACKED", "QUANT_METHOD", "build_config", "ct_library", "is_ct_layer",
-           "layer_from_tensors", "layer_tensors", "match_layers", "parse_config"]
+class CompressedTensorsFormat(HFCheckpointFormat):
+    """compressed-tensors ``pack-quantized`` (the layout llm-compressor writes; transformers and vLLM read it)."""
+
+    name = COMPRESSED_TENSORS
+    title = COMPRESSED_TENSORS
+    quant_method = QUANT_METHOD
+
+    def layer_tensors(self, layer: PackedLinear, scheme: WeightScheme,  # noqa: D102
+                      dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        return layer_tensors(layer, scheme, scale_dtype_for(dtype))
+
+    def quantization_config(self, schemes: dict[str, WeightScheme], group_sizes: dict[str, int],  # noqa: D102
+                            ignore: list[str], smash_config: Any = None) -> dict[str, Any]:
+        return build_config(schemes, ignore, quantizer_options(smash_config)[0])
+
+    def quantized_layers(self, model: nn.Module, qc: dict[str, Any],  # noqa: D102
+                         names: set[str]) -> dict[str, Any]:
+        groups, ignore = parse_config(qc)
+        matched = match_layers(model, groups, ignore)
+        stored = {n for n, m in model.named_modules() if n and isinstance(m, nn.Linear) and is_ct_layer(names, n)}
+        if matched.keys() != stored:
+            odd = sorted(set(matched) ^ stored)
+            raise FormatError(f"quantization_config targets and the stored tensors disagree on {', '.join(odd[:5])}: "
+                              "the config (config_groups / ignore) does not describe these weights.")
+        return matched
+
+    def layer_from_tensors(self, tensors: dict[str, torch.Tensor], how: Any, name: str,  # noqa: D102
+                           dtype: torch.dtype, notes: list[str]) -> PackedLinear:
+        return layer_from_tensors(tensors, how, name, dtype, notes)
+
+    def runtimes(self) -> list[str]:  # noqa: D102
+        return [
+            "- **transformers** (`pip install compressed-tensors`): `AutoModelForCausalLM.from_pretrained(\"DIR\", "
+            "quantization_config=CompressedTensorsConfig(dequantize=True))`; symmetric schemes also load with a plain "
+            "`from_pretrained(\"DIR\")` (checked with transformers 5.24 + compressed-tensors 0.20).",
+            "- **vLLM**: `vllm serve DIR` (compressed-tensors `pack-quantized` weight-only int4/int8, the layout "
+            "llm-compressor writes; not run in slimkit's own tests).",
+        ]
+
+
+__all__ = ["COMPRESSED_TENSORS", "PACKED", "QUANT_METHOD", "CompressedTensorsFormat", "build_config", "ct_library",
+           "is_ct_layer", "layer_from_tensors", "layer_tensors", "match_layers", "parse_config"]

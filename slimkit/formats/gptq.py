@@ -22,12 +22,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from slimkit.compression.formats.scheme import FORMAT_BITS, GPTQ, FormatError, WeightScheme
 from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
+from slimkit.formats.hf_format import HFCheckpointFormat, quantizer_options
+from slimkit.formats.kinds import FormatError
+from slimkit.formats.scheme import FORMAT_BITS, GPTQ, WeightScheme
 
-QUANT_METHOD = "gptq"
-CHECKPOINT_FORMATS = ("gptq", "gptq_v2")
+QUANT_METHOD = GPTQ
+CHECKPOINT_FORMATS = (GPTQ, f"{GPTQ}_v2")
 
 
 def _pack_words(values: torch.Tensor, bits: int) -> torch.Tensor:
@@ -45,14 +48,6 @@ def _unpack_words(words: torch.Tensor, bits: int) -> torch.Tensor:
     w = torch.from_numpy(words.contiguous().numpy().view(np.uint32).astype(np.int64))
     shifts = torch.arange(pf, dtype=torch.int64) * bits
     return ((w.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)).reshape(*words.shape[:-1], -1)
-
-
-def check_packable(layer: PackedLinear, name: str) -> None:
-    """GPTQ packs whole int32 words along both dims: ``in`` and ``out`` must be multiples of ``32 / bits``."""
-    pf = 32 // layer.bits
-    if layer.in_features % pf or layer.out_features % pf:
-        raise FormatError(f"{name}: gptq packs {pf} {layer.bits}-bit values per int32 word along both dims, but the "
-                          f"layer is [{layer.out_features}, {layer.in_features}]; export it to compressed-tensors.")
 
 
 def layer_tensors(layer: PackedLinear, scheme: WeightScheme, v1: bool = True) -> dict[str, torch.Tensor]:
@@ -118,7 +113,7 @@ def build_config(scheme: WeightScheme, not_converted: list[str], act_order: bool
         "quant_method": QUANT_METHOD, "bits": scheme.bits,
         "group_size": -1 if scheme.group_size is None else scheme.group_size,
         "desc_act": False, "static_groups": bool(act_order), "sym": scheme.sym, "true_sequential": True,
-        "checkpoint_format": "gptq", "pack_dtype": "int32", "lm_head": False,
+        "checkpoint_format": GPTQ, "pack_dtype": "int32", "lm_head": False,
         "modules_to_not_convert": sorted(not_converted),
     }
     if damp is not None:
@@ -144,7 +139,7 @@ def parse_config(qc: Any) -> tuple[int, bool]:
     group_size = qc.get("group_size", -1)
     if isinstance(group_size, bool) or not isinstance(group_size, int) or (group_size < 1 and group_size != -1):
         raise _fail("group_size", group_size, "a positive group size or -1 (per-channel)")
-    fmt = qc.get("checkpoint_format", qc.get("format", "gptq"))
+    fmt = qc.get("checkpoint_format", qc.get("format", GPTQ))
     if fmt not in CHECKPOINT_FORMATS:
         raise _fail("checkpoint_format", fmt, f"{' or '.join(repr(f) for f in CHECKPOINT_FORMATS)} (int32 packing)")
     if qc.get("pack_dtype", "int32") not in ("int32", "torch.int32"):
@@ -156,7 +151,7 @@ def parse_config(qc: Any) -> tuple[int, bool]:
                         "per-module overrides that only skip modules ('-:' rules)")
     if qc.get("lm_head"):
         raise _fail("lm_head", qc["lm_head"], "checkpoints with a float lm_head (lm_head: false)")
-    return int(bits), fmt == "gptq"
+    return int(bits), fmt == GPTQ
 
 
 def is_gptq_layer(tensor_names: set[str], name: str) -> bool:
@@ -164,5 +159,49 @@ def is_gptq_layer(tensor_names: set[str], name: str) -> bool:
     return f"{name}.qweight" in tensor_names
 
 
-__all__ = ["GPTQ", "QUANT_METHOD", "build_config", "check_packable", "is_gptq_layer", "layer_from_tensors",
+class GPTQFormat(HFCheckpointFormat):
+    """The AutoGPTQ / GPTQModel layout (``qweight``, ``qzeros``, ``scales``, ``g_idx``)."""
+
+    name = GPTQ
+    title = GPTQ
+    quant_method = QUANT_METHOD
+
+    def layer_tensors(self, layer: PackedLinear, scheme: WeightScheme,  # noqa: D102
+                      dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        return layer_tensors(layer, scheme)
+
+    def quantization_config(self, schemes: dict[str, WeightScheme], group_sizes: dict[str, int],
+                            ignore: list[str], smash_config: Any = None) -> dict[str, Any]:
+        """GPTQ's one scheme for every layer; a FormatError when the layers' schemes differ."""
+        distinct = set(schemes.values())
+        sizes = {group_sizes[n] for n in schemes}
+        if len(distinct) > 1 and len(sizes) == 1 and len({(s.bits, s.sym) for s in distinct}) == 1:
+            # one group size, but rows shorter than it form a single group: GPTQ's g_idx expresses both
+            first = next(iter(distinct))
+            distinct = {WeightScheme(first.bits, sizes.pop(), first.sym)}
+        if len(distinct) > 1:
+            raise FormatError(f"gptq's config holds one bits/group_size/sym for every layer, but the layers use "
+                              f"{', '.join(sorted(s.describe() for s in distinct))}; export to compressed-tensors "
+                              "(one config group per scheme) instead.")
+        return build_config(next(iter(distinct)), ignore, *quantizer_options(smash_config))
+
+    def quantized_layers(self, model: nn.Module, qc: dict[str, Any],  # noqa: D102
+                         names: set[str]) -> dict[str, Any]:
+        how = parse_config(qc)
+        return {n: how for n, m in model.named_modules() if n and isinstance(m, nn.Linear) and is_gptq_layer(names, n)}
+
+    def layer_from_tensors(self, tensors: dict[str, torch.Tensor], how: Any, name: str,  # noqa: D102
+                           dtype: torch.dtype, notes: list[str]) -> PackedLinear:
+        bits, v1 = how
+        return layer_from_tensors(tensors, bits, name, v1, dtype)
+
+    def runtimes(self) -> list[str]:  # noqa: D102
+        return [
+            "- **transformers**: `AutoModelForCausalLM.from_pretrained(\"DIR\")` through its GPTQ loader, which needs "
+            "`optimum` and `gptqmodel`.",
+            "- **vLLM**: `vllm serve DIR` (GPTQ, `checkpoint_format: gptq`; not run in slimkit's own tests).",
+        ]
+
+
+__all__ = ["GPTQ", "QUANT_METHOD", "GPTQFormat", "build_config", "is_gptq_layer", "layer_from_tensors",
            "layer_tensors", "parse_config"]

@@ -19,20 +19,19 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from slimkit.compression.formats import compressed_tensors as ct
-from slimkit.compression.formats import gptq
-from slimkit.compression.formats.scheme import COMPRESSED_TENSORS, GPTQ, FormatError, WeightScheme
 from slimkit.compression.quantization.lowbit.layers import replace_module
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
+from slimkit.formats.hf_format import HFCheckpointFormat
+from slimkit.formats.kinds import FormatError, symmetric_grid
+from slimkit.formats.scheme import WeightScheme
 
-#: ``quant_method`` values slimkit imports
-QUANT_METHODS = {ct.QUANT_METHOD: COMPRESSED_TENSORS, gptq.QUANT_METHOD: GPTQ}
 
+def read_quantization_config(folder: str | os.PathLike,
+                             methods: dict[str, str]) -> tuple[str | None, dict[str, Any]]:
+    """``(format name, quantization_config)`` of a Hugging Face folder; ``(None, {})`` when it is not quantized.
 
-def read_quantization_config(folder: str | os.PathLike) -> tuple[str | None, dict[str, Any]]:
-    """``(format, quantization_config)`` of a Hugging Face folder; ``(None, {})`` when it is not quantized.
-
-    A ``quantization_config`` of another method (awq, bitsandbytes, fp8...) or a damaged one is a FormatError.
+    ``methods`` maps the ``quant_method`` values slimkit reads to their format names; a ``quantization_config`` of
+    another method (bitsandbytes, fp8...) or a damaged one is a FormatError.
     """
     file = Path(folder) / "config.json"
     try:
@@ -45,10 +44,10 @@ def read_quantization_config(folder: str | os.PathLike) -> tuple[str | None, dic
     if not isinstance(qc, dict):
         raise FormatError(f"{file}: quantization_config is a {type(qc).__name__}; it must be an object.")
     method = qc.get("quant_method")
-    if method not in QUANT_METHODS:
+    if method not in methods:
         raise FormatError(f"{file}: quantization_config.quant_method = {method!r}: slimkit imports "
-                          f"{', '.join(repr(m) for m in QUANT_METHODS)} checkpoints.")
-    return QUANT_METHODS[method], qc
+                          f"{', '.join(repr(m) for m in methods)} checkpoints.")
+    return methods[method], qc
 
 
 def weight_files(folder: str | os.PathLike) -> list[Path]:
@@ -89,23 +88,7 @@ def _take(tensors: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor
     return {k[len(prefix):]: tensors.pop(k) for k in keys}
 
 
-def quantized_layers(model: nn.Module, fmt: str, qc: dict[str, Any], names: set[str]) -> dict[str, Any]:
-    """``{Linear name: how to read it}`` (a WeightScheme for compressed-tensors, ``(bits, v1)`` for GPTQ)."""
-    linears = [n for n, m in model.named_modules() if n and isinstance(m, nn.Linear)]
-    if fmt == GPTQ:
-        how = gptq.parse_config(qc)
-        return {n: how for n in linears if gptq.is_gptq_layer(names, n)}
-    groups, ignore = ct.parse_config(qc)
-    matched = ct.match_layers(model, groups, ignore)
-    stored = {n for n in linears if ct.is_ct_layer(names, n)}
-    if matched.keys() != stored:
-        odd = sorted(set(matched) ^ stored)
-        raise FormatError(f"quantization_config targets and the stored tensors disagree on {', '.join(odd[:5])}: "
-                          "the config (config_groups / ignore) does not describe these weights.")
-    return matched
-
-
-def load_into(model: nn.Module, folder: str | os.PathLike, fmt: str, qc: dict[str, Any],
+def load_into(model: nn.Module, folder: str | os.PathLike, fmt: HFCheckpointFormat, qc: dict[str, Any],
               dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """Swap the quantized Linears of skeleton ``model`` for PackedLinear and assign every other tensor.
 
@@ -113,24 +96,19 @@ def load_into(model: nn.Module, folder: str | os.PathLike, fmt: str, qc: dict[st
     parameters may be on the meta device; all must be in the checkpoint (a tied lm_head is re-tied).
     """
     tensors = read_tensors(folder)
-    layers = quantized_layers(model, fmt, qc, set(tensors))
+    layers = fmt.quantized_layers(model, qc, set(tensors))
     if not layers:
-        raise FormatError(f"{folder}: the checkpoint has a {fmt} quantization_config but no quantized layer "
-                          "tensors; it is damaged or not a {fmt} checkpoint.")
+        raise FormatError(f"{folder}: the checkpoint has a {fmt.name} quantization_config but no quantized layer "
+                          f"tensors; it is damaged or not a {fmt.name} checkpoint.")
     notes: list[str] = []
     specs, schemes = {}, {}
     for name, how in layers.items():
         local = _take(tensors, name)
-        if fmt == GPTQ:
-            bits, v1 = how
-            layer = gptq.layer_from_tensors(local, bits, name, v1, dtype)
-        else:
-            layer = ct.layer_from_tensors(local, how, name, dtype, notes)
+        layer = fmt.layer_from_tensors(local, how, name, dtype, notes)
         replace_module(model, name, layer)
         specs[name] = layer.spec()
-        sym = bool((layer.zeros.float() == (1 << (layer.bits - 1))).all())
         schemes[name] = WeightScheme(layer.bits, None if layer.scales.shape[1] == 1 else layer.group_size,
-                                     sym).describe()
+                                     symmetric_grid(layer)).describe()
     state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
     result = model.load_state_dict(state, strict=False, assign=True)
     tied = _tied_names(model)
@@ -162,5 +140,4 @@ def _is_packed_key(model: nn.Module, key: str) -> bool:
         return False
 
 
-__all__ = ["QUANT_METHODS", "load_into", "quantized_layers", "read_quantization_config", "read_tensors",
-           "weight_files"]
+__all__ = ["load_into", "read_quantization_config", "read_tensors", "weight_files"]

@@ -33,8 +33,9 @@ from slimkit.compression.gguf.families import FAMILIES
 from slimkit.compression.gguf.tensors import Packed, encode, gguf_names, hf_tensors, transform
 from slimkit.compression.gguf.vocab import add_tokenizer
 from slimkit.core.io import atomic_file, write_json_atomic
-from slimkit.engine.writers.base import ModelWriter, WriteContext, register_writer
 from slimkit.errors import ConfigError, ModelNotSupportedError
+from slimkit.formats.base import GGUF
+from slimkit.formats.writer import ModelWriter, WriteContext
 
 __all__ = ["GGUFWriter"]
 
@@ -44,11 +45,10 @@ _CHUNK_BYTES = 64 * 2**20
 _COPY = 16 * 2**20
 
 
-@register_writer
 class GGUFWriter(ModelWriter):
     """One GGUF file (weights + tokenizer) that llama.cpp runs, staged piece by piece."""
 
-    format = "gguf"
+    format = GGUF
 
     def __init__(self, stage: Path, context: WriteContext) -> None:
         super().__init__(stage, context)

@@ -6,9 +6,9 @@ scales ``s`` and zero points ``z`` per (row, group of consecutive input columns)
 between them bit for bit when:
 
 - ``bits`` is 4 or 8 (what both formats' packers and their serving kernels take),
-- its zero points are integers (RTN, GPTQ and AWQ give integer zeros; HQQ's are fractional by design),
+- its zero points are integers (fitted fractional zeros are not),
 - each row splits into whole groups (``in_features % group_size == 0``) or is one group (per-channel),
-- it has no AWQ input scale (neither format multiplies a layer's input; ``awq_fold_only=True`` avoids them).
+- it has no input scale (neither format multiplies a layer's input).
 
 Symmetric layers (every zero at the middle code ``2**(bits-1)``) are written without zero points. Every check
 names the layer and what the format supports, and runs before anything is written.
@@ -17,25 +17,18 @@ names the layer and what the format supports, and runs before anything is writte
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
-from slimkit.errors import ConfigError
+from slimkit.formats.kinds import FLOAT, PACKED, PACKED_EXPERTS, FormatError, LayerKind, input_scale_fix, producers
 
 COMPRESSED_TENSORS = "compressed-tensors"
 GPTQ = "gptq"
-#: formats slimkit writes and reads besides its own
-FORMATS = (COMPRESSED_TENSORS, GPTQ)
 #: bit widths both formats hold
 FORMAT_BITS = (4, 8)
-#: the low-bit quantizers whose layers a format can hold (hqq only where its fractional zeros happen to be integers)
-FORMAT_ALGORITHMS = ("rtn", "gptq", "awq", "hqq")
-
-
-class FormatError(ConfigError):
-    """A model, layer or checkpoint that a format cannot hold or slimkit cannot read; says what is supported."""
 
 
 @dataclass(frozen=True)
@@ -52,61 +45,55 @@ class WeightScheme:
         return f"{self.bits}-bit {grid} {'symmetric' if self.sym else 'asymmetric'}"
 
 
+def integer_producers() -> list[str]:
+    """The algorithms whose packed layers have integer zero points (what these formats hold)."""
+    return [n for n, r in producers().items() if r.kind == PACKED and r.integer_zeros]
+
+
 def supported_text(fmt: str) -> str:
     """One sentence listing what ``fmt`` holds, for error messages."""
     extra = " Asymmetric GPTQ zero points must be at least 1 (the layout stores zero - 1)." if fmt == GPTQ else ""
     return (f"{fmt} holds weight-only integer quantization at {' or '.join(map(str, FORMAT_BITS))} bits, "
             "symmetric or asymmetric with integer zero points, groups that divide each row (32/64/128...) or one "
-            f"group per row (per-channel), no AWQ input scale: what {', '.join(FORMAT_ALGORITHMS[:3])} produce "
-            f"(awq with awq_fold_only=True).{extra}")
+            f"group per row (per-channel), no input scale: what {', '.join(integer_producers())} produce "
+            f"(with {input_scale_fix()}).{extra}")
 
 
-def check_format(fmt: str) -> str:
-    """Return ``fmt`` if it is a known export format, else a FormatError listing them."""
-    if fmt not in FORMATS:
-        raise FormatError(f"Unknown checkpoint format {fmt!r}; use 'slimkit' (the default) or one of "
-                          f"{', '.join(repr(f) for f in FORMATS)}.")
-    return fmt
-
-
-def _problems(layer: PackedLinear, fmt: str) -> list[str]:
-    """Why ``fmt`` cannot hold ``layer`` exactly (empty when it can)."""
-    mid = 1 << (layer.bits - 1)
+def hf_refusals(kind: LayerKind, fmt: str) -> list[str]:
+    """Why ``fmt`` (compressed-tensors or gptq) cannot hold a layer of ``kind`` exactly (empty when it can)."""
+    if kind.kind == FLOAT:
+        return []
+    if kind.kind == PACKED_EXPERTS:
+        return ["fused mixture-of-experts tensors, where readers expect one packed matrix per expert (keep the "
+                "experts in float)"]
+    if kind.kind != PACKED:
+        return [f"{kind.kind} weights, which the format has no layout for (keep the layer in float)"]
     problems = []
-    if layer.input_scale is not None:
-        problems.append("an AWQ input scale that no preceding layer absorbed (smash awq with awq_fold_only=True, "
-                        "or exclude the layer)")
-    if layer.bits not in FORMAT_BITS:
-        problems.append(f"{layer.bits}-bit codes")
-    if layer.scales.shape[1] > 1 and layer.in_features % layer.group_size:
-        problems.append(f"rows of {layer.in_features} columns that do not split into whole groups of "
-                        f"{layer.group_size}")
-    zeros = layer.zeros.float()
-    if not bool((zeros == zeros.round()).all()):
-        problems.append("fractional zero points (hqq fits them; the format stores integers)")
-    elif fmt == GPTQ and not bool((zeros == mid).all()) and bool((zeros < 1).any()):
+    if kind.input_scale:
+        problems.append(f"an input scale that no preceding layer absorbed (set {input_scale_fix()}, or exclude the "
+                        "layer)")
+    if kind.bits not in FORMAT_BITS:
+        problems.append(f"{kind.bits}-bit codes")
+    if kind.group_size is not None and kind.in_features is not None and kind.in_features % kind.group_size:
+        problems.append(f"rows of {kind.in_features} columns that do not split into whole groups of "
+                        f"{kind.group_size}")
+    if not kind.integer_zeros:
+        problems.append("fractional zero points (the format stores integers)")
+    elif fmt == GPTQ and not kind.sym and kind.zero_min is not None and kind.zero_min < 1:
         problems.append("an asymmetric zero point of 0, which the gptq layout (zero - 1 stored unsigned) cannot "
                         "hold (export to compressed-tensors instead)")
+    pf = 32 // kind.bits if kind.bits in FORMAT_BITS else 1
+    if fmt == GPTQ and kind.in_features is not None and (kind.in_features % pf or kind.out_features % pf):
+        problems.append(f"a [{kind.out_features}, {kind.in_features}] weight, but gptq packs {pf} {kind.bits}-bit "
+                        "values per int32 word along both dims (export it to compressed-tensors)")
     return problems
-
-
-def layer_problems(layer: PackedLinear, name: str, fmt: str) -> None:
-    """A FormatError naming ``layer`` when ``fmt`` cannot hold it exactly (see :func:`layer_scheme`); else nothing."""
-    problems = _problems(layer, fmt)
-    if problems:
-        raise FormatError(f"{name}: {fmt} cannot hold this layer exactly: it has {'; '.join(problems)}. "
-                          f"{supported_text(fmt)}")
-
-
-def _scheme(layer: PackedLinear) -> WeightScheme:
-    groups = layer.scales.shape[1]
-    group_size = None if groups == 1 and layer.in_features % layer.group_size else layer.group_size
-    return WeightScheme(layer.bits, group_size, bool((layer.zeros.float() == (1 << (layer.bits - 1))).all()))
 
 
 def own_scheme(layer: PackedLinear) -> WeightScheme:
     """The layer's grid on its own; :func:`unify_schemes` then makes the model's layers agree."""
-    return _scheme(layer)
+    groups = layer.scales.shape[1]
+    group_size = None if groups == 1 and layer.in_features % layer.group_size else layer.group_size
+    return WeightScheme(layer.bits, group_size, bool((layer.zeros.float() == (1 << (layer.bits - 1))).all()))
 
 
 def unify_schemes(schemes: dict[str, WeightScheme], group_sizes: dict[str, int],
@@ -125,40 +112,23 @@ def unify_schemes(schemes: dict[str, WeightScheme], group_sizes: dict[str, int],
     return schemes
 
 
-def layer_scheme(layer: PackedLinear, name: str, fmt: str) -> WeightScheme:
-    """The scheme of ``layer`` if format ``fmt`` holds it exactly, else a FormatError naming the layer and the fix."""
-    layer_problems(layer, name, fmt)
-    return _scheme(layer)
-
-
-def packed_layers(model: nn.Module) -> dict[str, PackedLinear]:
-    """``{name: layer}`` of every PackedLinear in ``model``, in module order."""
-    return {n: m for n, m in model.named_modules() if isinstance(m, PackedLinear)}
-
-
 def plain_linears(model: nn.Module) -> list[str]:
     """Names of the float ``nn.Linear`` layers (the ones a format lists as not quantized)."""
     return [n for n, m in model.named_modules() if n and isinstance(m, nn.Linear)]
 
 
-def model_schemes(model: nn.Module, fmt: str) -> dict[str, WeightScheme]:
+def model_schemes(model: nn.Module, fmt: Any) -> dict[str, WeightScheme]:
     """Every packed layer's scheme (symmetric ones made asymmetric when any layer is asymmetric: one zero rule).
 
-    Refuses with ALL the layers at fault (the first few named) before anything is written.
+    ``fmt`` is the :class:`~slimkit.formats.base.CheckpointFormat`; it refuses with ALL the layers at fault (the
+    first few named) before anything is written.
     """
-    layers = packed_layers(model)
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, PackedLinear)}
     if not layers:
-        raise FormatError(f"The model has no slimkit-packed low-bit layer, so there is nothing for {fmt} to hold; "
-                          f"smash it with one of {', '.join(FORMAT_ALGORITHMS[:3])} first.")
-    by_problem: dict[str, list[str]] = {}
-    for name, layer in layers.items():
-        for problem in _problems(layer, fmt):
-            by_problem.setdefault(problem, []).append(name)
-    if by_problem:
-        parts = [f"{problem} ({', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''})"
-                 for problem, names in by_problem.items()]
-        raise FormatError(f"{fmt} cannot hold these layers exactly: {'; '.join(parts)}. {supported_text(fmt)}")
-    return unify_schemes({name: _scheme(layer) for name, layer in layers.items()},
+        raise FormatError(f"The model has no slimkit-packed low-bit layer, so there is nothing for {fmt.name} to hold; "
+                          f"smash it with one of {', '.join(integer_producers())} first.")
+    fmt.check_layers(model)
+    return unify_schemes({name: own_scheme(layer) for name, layer in layers.items()},
                          {n: layer.group_size for n, layer in layers.items()},
                          {n: layer.scales.shape[1] == 1 for n, layer in layers.items()})
 

@@ -1,4 +1,4 @@
-"""The format pieces alone: per-layer codecs round-trip exactly, the writer shards, schemes are checked per layer."""
+"""The Hugging Face formats' pieces: per-layer codecs round-trip exactly, the export shards, layers are checked."""
 
 from __future__ import annotations
 
@@ -9,17 +9,11 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from slimkit.compression.formats import (
-    FormatError,
-    WeightScheme,
-    export_checkpoint,
-    gptq,
-    load_into,
-    model_schemes,
-    read_quantization_config,
-)
-from slimkit.compression.formats import compressed_tensors as ct
 from slimkit.compression.quantization.lowbit import PackedLinear, quantize_model_rtn, quantize_rtn
+from slimkit.formats import FormatError, get_format, gptq, read_quantization_config
+from slimkit.formats import compressed_tensors as ct
+from slimkit.formats.reader import load_into
+from slimkit.formats.scheme import WeightScheme, model_schemes
 from tests.engine.test_interop import tiny
 
 
@@ -54,20 +48,21 @@ def test_scheme_checks_name_the_layers():
     model = nn.Sequential(nn.Linear(64, 16))
     model[0] = _layer(4, False, 32)
     model[0].zeros[0, 0] = 0.0  # an asymmetric zero of 0: compressed-tensors holds it, gptq's v1 layout cannot
-    assert model_schemes(model, "compressed-tensors") == {"0": WeightScheme(4, 32, False)}
+    ct_format, gptq_format = get_format("compressed-tensors"), get_format("gptq")
+    assert model_schemes(model, ct_format) == {"0": WeightScheme(4, 32, False)}
     with pytest.raises(FormatError, match=r"asymmetric zero point of 0.* \(0\)"):
-        model_schemes(model, "gptq")
+        model_schemes(model, gptq_format)
     model[0].zeros[0, 0] = 0.5
     with pytest.raises(FormatError, match=r"fractional zero points .*\(0\)"):
-        model_schemes(model, "compressed-tensors")
+        model_schemes(model, ct_format)
     with pytest.raises(FormatError, match="no slimkit-packed low-bit layer"):
-        model_schemes(nn.Sequential(nn.Linear(4, 4)), "gptq")
+        model_schemes(nn.Sequential(nn.Linear(4, 4)), gptq_format)
 
 
 def test_writer_shards_and_the_reader_reassembles(tmp_path):
     model = tiny("llama")
     quantize_model_rtn(model, 4, 32, False)
-    summary = export_checkpoint(model, tmp_path / "m", "compressed-tensors", max_shard_bytes=100_000)
+    summary = get_format("compressed-tensors").export(model, tmp_path / "m", max_shard_bytes=100_000)
     n = len(summary["files"])
     assert n > 2 and summary["files"][0] == f"model-00001-of-{n:05d}.safetensors"
     index = json.loads((tmp_path / "m" / "model.safetensors.index.json").read_text())
@@ -75,7 +70,7 @@ def test_writer_shards_and_the_reader_reassembles(tmp_path):
     assert set(index["weight_map"]) == stored and "lm_head.weight" not in stored
     fmt, qc = read_quantization_config(tmp_path / "m")
     skeleton = tiny("llama")
-    info = load_into(skeleton, tmp_path / "m", fmt, qc)
+    info = load_into(skeleton, tmp_path / "m", get_format(fmt), qc)
     assert len(info["layers"]) == 14 and skeleton.lm_head.weight is skeleton.model.embed_tokens.weight
     ids = torch.randint(0, 256, (1, 8))
     with torch.no_grad():
