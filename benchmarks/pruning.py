@@ -54,7 +54,7 @@ from pruning_transformers import run as run_transformers  # noqa: E402
 
 from slimkit import zoo  # noqa: E402
 from slimkit.evaluation import count_macs, count_parameters  # noqa: E402
-from slimkit.experiment import create_compressor  # noqa: E402
+from slimkit.faces.auptimizer import create_compressor  # noqa: E402
 
 
 class BasicBlock(nn.Module):

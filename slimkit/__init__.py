@@ -3,11 +3,9 @@
 from slimkit import compression
 from slimkit.compression.v2.trace import trace
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
-from slimkit.data.pruna import PrunaDataModule
 from slimkit.engine import SmashedModel, smash, smash_folder
-from slimkit.experiment import BasicConfig, aup_args, aup_save_model, create_compressor, print_result
-
-PrunaModel = SmashedModel  # Pruna's name for a smashed model: PrunaModel.from_pretrained(path)
+from slimkit.faces.auptimizer import BasicConfig, aup_args, aup_save_model, create_compressor, print_result
+from slimkit.faces.pruna import PrunaDataModule, PrunaModel
 
 __version__ = "0.1.0"
 

@@ -16,7 +16,6 @@ from slimkit.data.collate import (
     text_generation_collate,
 )
 from slimkit.data.datamodule import DataModule, make_datamodule
-from slimkit.data.pruna import PrunaDataModule
 from slimkit.data.registry import list_datasets
 from slimkit.data.utils import DictDataset, split_train_into_train_val_test
 
@@ -25,7 +24,6 @@ __all__ = [
     "DataModule",
     "DictDataset",
     "LABEL_KEYS",
-    "PrunaDataModule",
     "audio_processing_collate",
     "image_classification_collate",
     "image_generation_collate",

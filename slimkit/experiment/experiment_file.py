@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from slimkit.errors import ConfigError
-from slimkit.experiment.basic_config import read_mapping
 from slimkit.experiment.compressors import KINDS, check_config_list_keys, get_compressor_spec
+from slimkit.experiment.files import read_mapping
 from slimkit.experiment.proposers import (
     ALL_FIELDS,
     MULTI_FIDELITY,

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slimkit.core.io import write_json_atomic
 from slimkit.errors import ConfigError
-from slimkit.experiment.basic_config import BasicConfig
 from slimkit.experiment.experiment_file import Experiment
 from slimkit.experiment.proposers import budget as proposer_budget
 from slimkit.experiment.result import parse_intermediate, parse_result
@@ -51,10 +51,10 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def job_config(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, number: int) -> BasicConfig:
+def job_config(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, number: int) -> dict[str, Any]:
     """The job config a script receives (Auptimizer's keys; ranges replaced by this trial's values)."""
     assert exp.compression is not None
-    config = BasicConfig(
+    config = dict(
         compression_framework="torch",
         compression_type=exp.compression["type"],
         compressor=exp.compression["compressor"],
@@ -97,7 +97,7 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
     """Run the experiment's script on this trial's config; ``on_intermediate(step, value)`` True stops it (pruned)."""
     assert exp.script is not None
     trial_dir.mkdir(parents=True, exist_ok=True)
-    config_path = job_config(exp, values, trial_dir, number).save(trial_dir / "job.json")
+    config_path = write_json_atomic(trial_dir / "job.json", job_config(exp, values, trial_dir, number))
     log_path = trial_dir / "log.txt"
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])  # the folder holding this slimkit

@@ -1,7 +1,8 @@
-"""Reporting a script's metric to the experiment runner the way Auptimizer does: a ``#Auto:`` line on stdout.
+"""The result lines a job prints (Auptimizer's ``#Auto:`` protocol) and how the runner reads them back.
 
-A compression script ends with ``print_result(accuracy)``; the runner reads the script's output and takes
-the last result line as the job's metric (the value automatic mode optimises). ``print_result`` writes::
+A compression script ends with ``print_result(accuracy)`` (the Auptimizer face,
+:mod:`slimkit.faces.auptimizer.result`); the runner reads the script's output and takes the last result line as
+the job's metric (the value automatic mode optimises). The lines::
 
     #Auto: result=0.9711
     #Auto: result=[0.9711, 3.2]                          (print_result([accuracy, latency]): several objectives)
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,63 +43,6 @@ class ScriptResult:
     def __post_init__(self) -> None:
         if not self.values:
             self.values = [self.metric]
-
-
-def _metric_value(metric: Any) -> float:
-    if not isinstance(metric, numbers.Real) and callable(getattr(metric, "item", None)):
-        try:
-            metric = metric.item()  # a one-element tensor or numpy value
-        except (ValueError, RuntimeError):
-            pass
-    if isinstance(metric, bool) or not isinstance(metric, numbers.Real):
-        raise ConfigError(f"print_result needs one number (the metric to report), got {metric!r} "
-                          f"({type(metric).__name__}); pass e.g. print_result(0.97) and other values as keywords.")
-    return float(metric)
-
-
-def print_result(metric: float | list[float] | tuple[float, ...], step: int | None = None, **extra: Any) -> str:
-    """Print ``#Auto: result=<metric>`` (and ``#Auto: extra=<JSON>`` for keyword values); return the text.
-
-    ``metric`` is the number the runner records and, in automatic mode, optimises (a Python number, a
-    numpy scalar or a one-element tensor), or a list of numbers, one per objective the experiment file names
-    in ``"objectives"`` (in that order), for a search of several objectives. Keyword values must be
-    JSON-serialisable (numbers, strings, lists, dicts); the runner stores them beside the metric. With
-    ``step=k`` the value is an intermediate one (e.g. the accuracy after epoch ``k``): the runner records it
-    and, with ``early_stop``, Optuna's pruner may stop a trial whose intermediate values lag behind; the final
-    result is the last call without ``step``.
-    """
-    if isinstance(metric, (list, tuple)):
-        if step is not None:
-            raise ConfigError("print_result([...], step=...): intermediate values are one number (Optuna's pruners "
-                              "follow one objective); report the list only as the final result.")
-        if not metric:
-            raise ConfigError("print_result([]): give one number per objective, e.g. print_result([accuracy, "
-                              "latency_ms]).")
-        values = [_metric_value(m) for m in metric]
-        return _print_lines(f"{RESULT_PREFIX}{json.dumps(values)}", extra)
-    value = _metric_value(metric)
-    if step is not None:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ConfigError(f"print_result(..., step={step!r}): step must be a whole number >= 0 (the epoch or "
-                              "iteration the value belongs to).")
-        text = INTERMEDIATE_PREFIX + json.dumps({"step": step, "value": value})
-        print(text, file=sys.stdout, flush=True)
-        return text
-    return _print_lines(f"{RESULT_PREFIX}{value!r}", extra)
-
-
-def _print_lines(result_line: str, extra: dict[str, Any]) -> str:
-    lines = [result_line]
-    if extra:
-        try:
-            payload = json.dumps(extra, sort_keys=True, allow_nan=True)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"print_result extra values must be JSON-serialisable (numbers, strings, lists, "
-                              f"dicts): {exc}. Convert tensors with float(x) or x.tolist().") from exc
-        lines.append(f"{EXTRA_PREFIX}{payload}")
-    text = "\n".join(lines)
-    print(text, file=sys.stdout, flush=True)
-    return text
 
 
 def parse_result(output: str) -> ScriptResult | None:

@@ -9,7 +9,8 @@ import pytest
 
 import slimkit
 from slimkit.errors import ConfigError
-from slimkit.experiment import aup_save_model, parse_result, print_result, run_experiment
+from slimkit.experiment import parse_result, run_experiment
+from slimkit.faces.auptimizer import aup_save_model, print_result
 
 JOB = {"compression_type": "pruning", "compression_framework": "torch", "compressor": "l1_filter",
        "config_list": [{"sparsity": 0.3, "op_types": ["Conv2d"]}], "folder_name": "out", "save_model": False,
@@ -95,7 +96,7 @@ def main(compression_type, compression_framework, compressor, config_list, folde
     _, _, x, y = zoo.digits_split()
     with torch.no_grad():
         accuracy = float((model(x).argmax(-1) == y).float().mean())
-    slimkit.experiment.aup_save_model(pruner.export_model, model_path="model.safetensors")
+    slimkit.aup_save_model(pruner.export_model, model_path="model.safetensors")
     slimkit.print_result([accuracy, sum(p.numel() for p in model.parameters())])
 
 

@@ -12,7 +12,7 @@ from slimkit import zoo
 from slimkit.compression.pruning import load_masks
 from slimkit.compression.speedup import SpeedupWarning, apply_kept_channels
 from slimkit.evaluation import count_macs, count_parameters
-from slimkit.experiment import create_compressor, load_compressed_model
+from slimkit.faces.auptimizer import create_compressor, load_compressed_model
 
 # The reference's one-time L1-filter experiment, on resnet_tiny's layer names: a default sparsity for every
 # Conv2d, two layers at another sparsity, one layer excluded.

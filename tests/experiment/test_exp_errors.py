@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from slimkit.errors import ConfigError, SaveLoadError
-from slimkit.experiment import create_compressor, load_compressed_model, parse_compression_config
+from slimkit.faces.auptimizer import create_compressor, load_compressed_model, parse_compression_config
 
 CONFIG_LIST = [{"sparsity": 0.5, "op_types": ["Conv2d"]}]
 

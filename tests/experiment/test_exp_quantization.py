@@ -9,7 +9,7 @@ from torch import nn
 from slimkit import zoo
 from slimkit.compression.quantization import QATQuantizer, QuantizedLayer
 from slimkit.errors import ConfigError
-from slimkit.experiment import create_compressor, load_compressed_model
+from slimkit.faces.auptimizer import create_compressor, load_compressed_model
 from slimkit.zoo.digits_cnn import accuracy, digits_split
 
 QAT_EXPERIMENT = {

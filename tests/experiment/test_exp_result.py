@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from slimkit.errors import ConfigError
-from slimkit.experiment import parse_result, print_result
+from slimkit.experiment import parse_result
+from slimkit.faces.auptimizer import print_result
 
 
 def test_print_result_plain_and_with_extras(capsys):

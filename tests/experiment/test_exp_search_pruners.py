@@ -17,13 +17,8 @@ from torch import nn
 from slimkit import zoo
 from slimkit.errors import ConfigError
 from slimkit.evaluation import count_macs
-from slimkit.experiment import (
-    create_compressor,
-    get_compressor_spec,
-    load_compressed_model,
-    load_experiment,
-    run_experiment,
-)
+from slimkit.experiment import get_compressor_spec, load_experiment, run_experiment
+from slimkit.faces.auptimizer import create_compressor, load_compressed_model
 from slimkit.zoo.digits_cnn import digits_split
 from tests.experiment.test_exp_runner import _experiment
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from slimkit.core import registry
-from slimkit.experiment import create_compressor
 from slimkit.experiment.compressors import available_compressors
+from slimkit.faces.auptimizer import create_compressor
 from tests.fuzz._fuzz import clear_or_ok, examples
 from tests.fuzz.test_fuzz_smash_config import json_values
 

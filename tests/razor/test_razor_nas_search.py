@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from slimkit.compression.nas import measure_subnet
 from slimkit.errors import ConfigError, SaveLoadError
 from slimkit.razor import SPOS, EvolutionSearchLoop, SearchableCNN, build, calibrate_bn
-from slimkit.razor.nas import measure_subnet
 
 SMALL = dict(stage_widths=[[4, 8], [8, 12]], strides=[1, 2], kernel_choices=[3, 5], depth_choices=[0, 1])
 X1 = torch.rand(1, 1, 8, 8)

@@ -10,8 +10,8 @@ from torch import nn
 
 from slimkit.compression.nas.mutator import NasMutator, Subnet
 from slimkit.errors import ConfigError
-from slimkit.razor.base import BaseAlgorithm
-from slimkit.razor.builder import build, register_module
+from slimkit.faces.mmrazor.base import BaseAlgorithm
+from slimkit.faces.mmrazor.builder import build, register_module
 
 
 @register_module()

@@ -10,7 +10,7 @@ from torch import nn
 from slimkit.compression.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
 from slimkit.compression.nas.mutables import MutableChannels, MutableSequential, OneShotMutableOP
 from slimkit.errors import ConfigError
-from slimkit.razor.builder import register_module
+from slimkit.faces.mmrazor.builder import register_module
 
 
 def conv_bn_relu(in_c: int | MutableChannels, out_c: MutableChannels, kernel: int, stride: int) -> nn.Sequential:

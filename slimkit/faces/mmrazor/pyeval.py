@@ -5,11 +5,11 @@ small, closed subset of the language, the subset config files are written in:
 
 * statements: assignments (to names, to ``a.b.c`` keys, to ``a[k]`` items, tuple unpacking, ``+=``), bare
   expressions (docstrings, ``x.update(...)``), ``if`` / ``else``, ``assert``, ``pass``, and ``import`` /
-  ``from ... import`` of :data:`~slimkit.razor.pycalls.ALLOWED_IMPORTS` only;
+  ``from ... import`` of :data:`~slimkit.faces.mmrazor.pycalls.ALLOWED_IMPORTS` only;
 * expressions: literals, names, ``dict(...)``, lists, tuples, sets and dicts (with ``*`` / ``**`` unpacking),
   arithmetic, comparisons, ``and`` / ``or`` / ``not``, ``x if c else y``, f-strings, subscripts and slices,
   comprehensions, calls of :data:`FUNCTIONS` and of the few methods of dicts, lists and strings in
-  :data:`~slimkit.razor.pycalls.METHODS`, and ``math`` / ``copy`` functions once imported.
+  :data:`~slimkit.faces.mmrazor.pycalls.METHODS`, and ``math`` / ``copy`` functions once imported.
 
 Everything else -- ``def``, ``lambda``, ``class``, loops, ``with``, ``try``, attribute names that start with an
 underscore (``__class__``...), calls of anything not listed, imports of any other module -- is refused with a
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from slimkit.errors import ConfigError
-from slimkit.razor.pycalls import ALLOWED_IMPORTS, MAX_SIZE, CallsMixin, check_name
+from slimkit.faces.mmrazor.pycalls import ALLOWED_IMPORTS, MAX_SIZE, CallsMixin, check_name
 
 
 class Evaluator(CallsMixin):

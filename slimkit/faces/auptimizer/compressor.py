@@ -13,7 +13,7 @@ Quantization works the same way: ``"type": "quantization"`` with an engine such 
 ``bnn`` wraps the layers for training (``compress()``, train, ``export_model(...)`` freezes them to integer
 codes and writes safetensors + a JSON layer record); an algorithm without an engine (``rtn``, ``gptq``,
 ``int8_dynamic``, ``half``...) runs as its smash algorithm in ``compress()`` and ``export_model`` writes a slimkit
-save directory. :func:`slimkit.experiment.load_compressed_model` reloads any of them.
+save directory. :func:`slimkit.faces.auptimizer.load_compressed_model` reloads any of them.
 """
 
 from __future__ import annotations
@@ -37,10 +37,15 @@ from slimkit.config import SmashConfig
 from slimkit.core.io import save_tensors_atomic, write_json_atomic
 from slimkit.engine import SmashedModel, smash
 from slimkit.errors import ConfigError
+from slimkit.experiment.compressors import (
+    CompressorSpec,
+    check_compressor_kwargs,
+    config_list_hyperparameters,
+    get_compressor_spec,
+)
 from slimkit.utils import model_device, move_inputs
 
 from .compression_config import parse_compression_config
-from .compressors import CompressorSpec, check_compressor_kwargs, config_list_hyperparameters, get_compressor_spec
 from .engine_calls import EngineCalls
 from .export import (
     QUANTIZED_MODEL_FORMAT,
@@ -195,7 +200,7 @@ class Compressor(EngineCalls):
         ``speedup=True`` applies the speedup first if it has not run (needs ``dummy_input`` or the one given
         to ``create_compressor``). Once the model is sped up it is always saved shrunk, with its kept-channel
         record (default ``<model_path stem>.kept_channels.json``); load it with
-        :func:`slimkit.experiment.load_compressed_model`. With ``folder_name`` every file goes inside that
+        :func:`slimkit.faces.auptimizer.load_compressed_model`. With ``folder_name`` every file goes inside that
         folder. Returns the paths written: ``{"model", "mask", "kept_channels"}`` (``None`` when not written).
         For a quantizer, ``mask_path`` names the calibration file (bits, scales, zero points, ranges). The job
         config's keys may be passed too (``**config``, as Auptimizer's scripts do); they change nothing.

@@ -12,7 +12,7 @@ Instead of reading the job config itself, a compression script may write::
 
 Each parameter is filled from the job config key of the same name (the runner's keys and ``runtime_args``);
 ``**kwargs`` receives every key. When the function returns a number (or a list of numbers, one per objective),
-it is reported with :func:`~slimkit.experiment.result.print_result`, as Auptimizer does.
+it is reported with :func:`~slimkit.faces.auptimizer.result.print_result`, as Auptimizer does.
 ``aup_save_model(compressor.export_model, model_path=...)`` registers the export: it runs into the job's
 ``folder_name`` only when the experiment sets ``resource_args.save_model``.
 """
@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 import torch
 
 from slimkit.errors import ConfigError
-from slimkit.experiment.basic_config import BasicConfig
-from slimkit.experiment.result import print_result
+from slimkit.faces.auptimizer.basic_config import BasicConfig
+from slimkit.faces.auptimizer.result import print_result
 
 F = TypeVar("F", bound=Callable[..., Any])
 _CURRENT: dict[str, BasicConfig] = {}

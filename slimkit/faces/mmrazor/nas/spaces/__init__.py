@@ -1,7 +1,7 @@
 """MMRazor's one-shot search spaces, buildable from its configs: ShuffleNetV2 and MobileNetV2 (SPOS)."""
 
-from slimkit.razor.nas.spaces.mobilenet import MBBlock, SearchableIdentity, SearchableMobileNetV2, make_divisible
-from slimkit.razor.nas.spaces.shufflenet import SearchableShuffleNetV2, ShuffleBlock, ShuffleXception, channel_shuffle
+from .mobilenet import MBBlock, SearchableIdentity, SearchableMobileNetV2, make_divisible
+from .shufflenet import SearchableShuffleNetV2, ShuffleBlock, ShuffleXception, channel_shuffle
 
 __all__ = [
     "MBBlock",

@@ -11,9 +11,9 @@ from torch import nn
 
 from slimkit.core.registry import build_component
 from slimkit.errors import ConfigError
-from slimkit.razor.base import BaseAlgorithm, labels_of
-from slimkit.razor.builder import build_module, register_module
-from slimkit.razor.teacher import resolve_teacher
+from slimkit.faces.mmrazor.base import BaseAlgorithm, labels_of
+from slimkit.faces.mmrazor.builder import build_module, register_module
+from slimkit.faces.mmrazor.teacher import resolve_teacher
 from slimkit.training.distill import ConfigurableDistiller
 from slimkit.utils import run_model
 
@@ -39,7 +39,7 @@ class SingleTeacherDistill(BaseAlgorithm):
     ``student_trainable=False`` freezes the student too (only connectors train). ``mode="loss"`` returns
     ``student.<name>`` task losses (when ``calculate_student_loss``) and ``distill.<name>`` distillation losses.
     ``teacher_ckpt`` loads the teacher's weights from a ``.safetensors`` file or a saved folder (no pickle;
-    names and shapes must match, see :mod:`slimkit.razor.teacher`); with ``teacher=None`` a slimkit or Hugging
+    names and shapes must match, see :mod:`slimkit.faces.mmrazor.teacher`); with ``teacher=None`` a slimkit or Hugging
     Face save folder is the teacher. Recorders that read the data samples get them as MMEngine would pass them
     (see :class:`~slimkit.training.distill.ModuleInputsRecorder`).
     """

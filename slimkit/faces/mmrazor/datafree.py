@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from slimkit.errors import ConfigError
-from slimkit.razor.base import BaseAlgorithm
-from slimkit.razor.builder import build_module, register_module
-from slimkit.razor.distill import build_distiller
-from slimkit.razor.teacher import resolve_teacher
+from slimkit.faces.mmrazor.base import BaseAlgorithm
+from slimkit.faces.mmrazor.builder import build_module, register_module
+from slimkit.faces.mmrazor.distill import build_distiller
+from slimkit.faces.mmrazor.teacher import resolve_teacher
 from slimkit.training.distill import ConfigurableDistiller
 from slimkit.utils import run_model
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from slimkit.core.registry import build_component
 from slimkit.errors import ConfigError
-from slimkit.razor.builder import register_module
+from slimkit.faces.mmrazor.builder import register_module
 from slimkit.training.layers import check_conv_cfg, conv_module
 
 _BN, _RELU = {"type": "BN"}, {"type": "ReLU"}

@@ -6,7 +6,7 @@ A checkpoint is one of:
 * a slimkit save folder (``smash_config.json``, from ``SmashedModel.save_pretrained``): rebuilt with its
   algorithms replayed;
 * a Hugging Face model folder (``config.json`` + safetensors weights);
-* any other folder of ``*.safetensors`` files (e.g. one written by :func:`slimkit.razor.save_subnet`).
+* any other folder of ``*.safetensors`` files (e.g. one written by :func:`slimkit.faces.mmrazor.save_subnet`).
 
 With a teacher architecture, the checkpoint's tensors load into it strictly: a missing or extra tensor, or one
 of another shape, raises ConfigError naming the tensor and both shapes. Without one (``teacher=None``), a

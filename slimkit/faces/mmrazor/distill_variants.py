@@ -9,8 +9,8 @@ from typing import Any
 from torch import nn
 
 from slimkit.errors import ConfigError
-from slimkit.razor.builder import register_module
-from slimkit.razor.distill import SingleTeacherDistill
+from slimkit.faces.mmrazor.builder import register_module
+from slimkit.faces.mmrazor.distill import SingleTeacherDistill
 from slimkit.training.distill import OFDDistiller
 from slimkit.utils import run_model
 

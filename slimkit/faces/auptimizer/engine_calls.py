@@ -25,7 +25,7 @@ AUPTIMIZER_EXPORT_OPTIONS = ("save_best_only",)
 
 
 class EngineCalls:
-    """Mixin of :class:`~slimkit.experiment.compressor.Compressor`: Auptimizer's pass-through calls."""
+    """Mixin of :class:`~slimkit.faces.auptimizer.compressor.Compressor`: Auptimizer's pass-through calls."""
 
     name: str
     engine: Any

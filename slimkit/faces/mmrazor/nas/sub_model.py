@@ -18,7 +18,7 @@ from slimkit.compression.nas import NasMutator, export_subnet, read_subnet
 from slimkit.compression.nas.mutator import plain_choices, unwrap
 from slimkit.core.registry import build_module, register_component
 from slimkit.errors import ConfigError
-from slimkit.razor.teacher import load_pretrained
+from slimkit.faces.mmrazor.teacher import load_pretrained
 
 
 def _subnet(fix_subnet: Any) -> dict[str, Any]:

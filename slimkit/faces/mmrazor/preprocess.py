@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from slimkit.errors import ConfigError
-from slimkit.razor.builder import register_module
+from slimkit.faces.mmrazor.builder import register_module
 
 
 @register_module()

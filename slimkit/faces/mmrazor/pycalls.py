@@ -1,4 +1,4 @@
-"""The calls a config may make, for :mod:`slimkit.razor.pyeval`: allowed functions, methods and modules."""
+"""The calls a config may make, for :mod:`slimkit.faces.mmrazor.pyeval`: allowed functions, methods and modules."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def check_name(ev: Any, name: str, node: ast.AST) -> None:
 
 
 class CallsMixin:
-    """Calls, comprehensions and module attributes of :class:`~slimkit.razor.pyeval.Evaluator`."""
+    """Calls, comprehensions and module attributes of :class:`~slimkit.faces.mmrazor.pyeval.Evaluator`."""
 
     names: dict[str, Any]
     functions: dict[str, Callable[..., Any]]

@@ -5,7 +5,7 @@ are merged into them recursively. A block with ``_delete_=True`` replaces the in
 being merged into it (MMEngine's rule).
 
 ``.py`` configs (MMRazor's) are read as MMEngine reads them, except that slimkit never runs them: see
-:mod:`slimkit.razor.pyeval` for the subset of Python a config may use and the imports it may make. What MMEngine
+:mod:`slimkit.faces.mmrazor.pyeval` for the subset of Python a config may use and the imports it may make. What MMEngine
 does and slimkit does too: ``_base_`` files may not define the same key twice; the file sees the merged bases
 as ``_base_`` (``_base_.model``, ``{{_base_.model}}``, ``_base_.model.neck = ...``); dicts read and write their
 keys as attributes (:class:`ConfigDict`); ``{{fileDirname}}``-style variables are substituted.
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from slimkit.errors import ConfigError, MissingPackageError, closest
-from slimkit.razor.pyeval import Evaluator, literal_bases
+from slimkit.faces.mmrazor.pyeval import Evaluator, literal_bases
 
 BASE_KEY = "_base_"
 DELETE_KEY = "_delete_"
@@ -70,7 +70,7 @@ class SkippedBase:
     """A value a config read from a base file slimkit skipped (one of another OpenMMLab package).
 
     ``sources``: the skipped base files; ``path``: what was read (``"model.neck"``). Reading an attribute of
-    it gives another placeholder; assigning one is ignored. :func:`slimkit.razor.build` refuses to build it and
+    it gives another placeholder; assigning one is ignored. :func:`slimkit.faces.mmrazor.build` refuses to build it and
     says which argument to pass instead.
     """
 

@@ -21,8 +21,8 @@ from torch import nn
 
 from slimkit.data.batches import split_batch
 from slimkit.errors import ConfigError, DataError
-from slimkit.razor.builder import build, build_module, register_module
-from slimkit.razor.teacher import load_pretrained
+from slimkit.faces.mmrazor.builder import build, build_module, register_module
+from slimkit.faces.mmrazor.teacher import load_pretrained
 from slimkit.training.losses import cross_entropy, model_loss
 from slimkit.utils import main_tensor, run_model
 
@@ -32,7 +32,7 @@ MODES: tuple[str, ...] = ("loss", "tensor", "predict")
 
 @register_module()
 class BaseAlgorithm(nn.Module):
-    """Wraps an ``architecture`` (a module or a config dict built with :func:`~slimkit.razor.build`).
+    """Wraps an ``architecture`` (a module or a config dict built with :func:`~slimkit.faces.mmrazor.build`).
 
     ``data_preprocessor``: a module or callable applied to the inputs before every forward (a config dict is
     built). ``init_cfg``: MMEngine's ``dict(type='Pretrained', checkpoint=...)`` (see :meth:`init_weights`).

@@ -1,0 +1,34 @@
+"""One-shot NAS in MMRazor's terms: ``SPOS``, ``SearchableCNN``, MMRazor's search spaces and ``sub_model``.
+
+The engines (mutables, dynamic layers, the mutator, evolution search, subnet export) live in
+:mod:`slimkit.compression.nas`, where smash algorithms use them too; :mod:`slimkit.faces.mmrazor` re-exports them.
+
+>>> spos = build(dict(type="SPOS", architecture=dict(type="SearchableCNN")))
+>>> fit(spos, batches, loss=batch_loss, epochs=5)                  # one random path per step
+>>> loop = EvolutionSearchLoop(spos, score_fn, example_inputs=x[:1], constraints_range=dict(flops=0.2))
+>>> result = loop.run()                                            # result.best_subnet: {name: {"chosen": ...}}
+>>> small = save_subnet(spos, "subnet/")                           # plain nn.Module; load_subnet("subnet/")
+"""
+
+from slimkit.faces.mmrazor.nas.spaces import (
+    MBBlock,
+    SearchableIdentity,
+    SearchableMobileNetV2,
+    SearchableShuffleNetV2,
+    ShuffleBlock,
+    ShuffleXception,
+)
+from slimkit.faces.mmrazor.nas.sub_model import sub_model
+from slimkit.faces.mmrazor.nas.supernet import SPOS, SearchableCNN
+
+__all__ = [
+    "MBBlock",
+    "SPOS",
+    "SearchableCNN",
+    "SearchableIdentity",
+    "SearchableMobileNetV2",
+    "SearchableShuffleNetV2",
+    "ShuffleBlock",
+    "ShuffleXception",
+    "sub_model",
+]
