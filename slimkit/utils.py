@@ -1,4 +1,7 @@
-"""Small helpers shared across slimkit: calling a model on example inputs, picking its main output."""
+"""Small helpers shared across slimkit: calling a model on example inputs, picking its main output.
+
+``move_inputs`` (nested tensors to a device) lives in :mod:`slimkit.core.devices` and is importable from here.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+from slimkit.core.devices import move_inputs  # noqa: F401  (its home is core.devices; callers import it here)
 
 Inputs = Any  # a Tensor, a tuple/list of Tensors (positional args) or a mapping of keyword args
 
@@ -44,23 +49,6 @@ def main_tensor(output: Any) -> torch.Tensor:
         f"Cannot find a tensor in a model output of type {type(output).__name__}; "
         "return a Tensor, a tuple of Tensors or a Hugging Face ModelOutput."
     )
-
-
-def move_inputs(inputs: Inputs, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Inputs:
-    """Move every tensor in ``inputs`` to ``device``; floating tensors are also cast to ``dtype`` when given."""
-
-    def move(t: Any) -> Any:
-        if not isinstance(t, torch.Tensor):
-            return t
-        if dtype is not None and t.is_floating_point():
-            t = t.to(dtype)
-        return t.to(device) if device is not None else t
-
-    if isinstance(inputs, Mapping):
-        return {k: move(v) for k, v in inputs.items()}
-    if isinstance(inputs, (tuple, list)):
-        return type(inputs)(move(v) for v in inputs)
-    return move(inputs)
 
 
 def model_device(model: Any) -> torch.device:

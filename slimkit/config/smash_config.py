@@ -24,18 +24,9 @@ from slimkit.config.files import (
 from slimkit.config.pruna import PrunaConfigFace
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS, SmashConfigPrefixWrapper
+from slimkit.core.devices import resolve_device
 from slimkit.core.hyperparameters import describe_allowed, is_legal, to_jsonable
 from slimkit.errors import ConfigError, closest
-
-
-def resolve_device(device: str | torch.device | None) -> str:
-    """Normalise a device spec; ``None``/``"auto"`` picks CUDA when present, else CPU."""
-    if device is None or device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    text = str(device)
-    if text != "cpu" and not text.startswith(("cuda", "mps")):
-        raise ConfigError(f"Unknown device {text!r}. Use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'.")
-    return text
 
 
 class SmashConfig(PrunaConfigFace):

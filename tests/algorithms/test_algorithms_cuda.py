@@ -16,22 +16,12 @@ import torch
 from slimkit import SmashedModel, smash
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS
-from slimkit.utils import main_tensor, run_model
+from slimkit.utils import main_tensor, move_inputs, run_model
 from tests.algorithms.models import get_model
 from tests.algorithms.test_algorithms import TESTERS, _config
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-def _to(value: Any, device: str) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to(v, device) for v in value)
-    return value
 
 
 def _cuda_cases() -> list:
@@ -50,23 +40,29 @@ def _output(model: Any, inputs: Any) -> torch.Tensor:
         return main_tensor(run_model(model, inputs))
 
 
-@pytest.mark.parametrize(("tester", "model_name"), _cuda_cases())
-def test_smash_save_load_on_cuda(tester: type[AlgorithmTesterBase], model_name: str, tmp_path: Path) -> None:
+def smash_save_load_on(device: str, tester: type[AlgorithmTesterBase], model_name: str, tmp_path: Path) -> None:
+    """The harness on ``device``: smash there, every parameter and the output there, hook, save, reload there."""
     base, inputs, factory = get_model(model_name)
     base.eval()
-    gpu_inputs = _to(inputs, "cuda")
+    device_inputs = move_inputs(inputs, device)
+    kind = torch.device(device).type
     cfg = _config(tester, inputs)
-    cfg.device = "cuda"
+    cfg.device = device
 
     smashed = smash(base, cfg, verbose=False)
-    params = list(smashed.parameters())
-    assert all(p.is_cuda for p in params), [n for n, p in smashed.named_parameters() if not p.is_cuda][:5]
-    out = _output(smashed, gpu_inputs)
-    assert out.is_cuda and torch.isfinite(out.float()).all()
-    tester().post_smash_hook(smashed, base.to("cuda"), gpu_inputs)  # smash left the input model on the CPU
+    elsewhere = [n for n, p in smashed.named_parameters() if p.device.type != kind]
+    assert not elsewhere, elsewhere[:5]
+    out = _output(smashed, device_inputs)
+    assert out.device.type == kind and torch.isfinite(out.float()).all()
+    tester().post_smash_hook(smashed, base.to(device), device_inputs)  # smash left the input model on the CPU
 
     smashed.save_pretrained(tmp_path / "saved")
-    reloaded = SmashedModel.from_pretrained(tmp_path / "saved", model=factory, device="cuda")
-    again = _output(reloaded, gpu_inputs)
-    assert again.is_cuda
+    reloaded = SmashedModel.from_pretrained(tmp_path / "saved", model=factory, device=device)
+    again = _output(reloaded, device_inputs)
+    assert again.device.type == kind
     torch.testing.assert_close(again.float(), out.float(), atol=max(tester.reload_atol, 1e-5), rtol=0)
+
+
+@pytest.mark.parametrize(("tester", "model_name"), _cuda_cases())
+def test_smash_save_load_on_cuda(tester: type[AlgorithmTesterBase], model_name: str, tmp_path: Path) -> None:
+    smash_save_load_on("cuda", tester, model_name, tmp_path)

@@ -145,6 +145,11 @@ class Packer:
         self.dtype = weight.dtype if weight.dtype.is_floating_point else torch.float32
         self.segmented = segmented and enable_segmented_attention(model.bert.config)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the encoder's weights are: packs are built there (inputs follow the model)."""
+        return self.model.bert.get_input_embeddings().weight.device
+
     def segments(self, args: tuple, kwargs: dict) -> list[Segment] | None:
         """Each row's real tokens (ids, token types) when the call is right-padded token ids; else ``None``."""
         try:
@@ -175,13 +180,14 @@ class Packer:
         return list(pooled.split([len(call) for call in calls]))
 
     def _pack(self, segments: list[Segment]) -> torch.Tensor:
+        """One packed forward of ``segments``, on the encoder's device whatever device the callers' ids are on."""
         lengths = [len(ids) for ids, _ in segments]
-        ids = torch.cat([ids for ids, _ in segments])[None]
-        device = ids.device
+        device = self.device
+        ids = torch.cat([ids.to(device) for ids, _ in segments])[None]
         positions = torch.cat([torch.arange(n, device=device) for n in lengths])[None]
         types = None
         if any(t is not None for _, t in segments):
-            types = torch.cat([torch.zeros_like(i) if t is None else t for i, t in segments])[None]
+            types = torch.cat([(torch.zeros_like(i) if t is None else t).to(device) for i, t in segments])[None]
         extra: dict[str, Any] = {}
         if self.segmented:
             extra[LENGTHS_KWARG] = lengths

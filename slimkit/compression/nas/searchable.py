@@ -24,6 +24,7 @@ from torch import nn
 from slimkit.compression.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
 from slimkit.compression.nas.mutables import MutableChannels
 from slimkit.compression.pruning.coupling import ChannelCoupling
+from slimkit.core.devices import accumulator_dtype
 from slimkit.errors import ConfigError
 
 #: what :func:`make_searchable` can search, for error messages
@@ -160,9 +161,12 @@ def _permute(model: nn.Module, group: WidthGroup, order: torch.Tensor) -> None:
 
 
 def _importance(model: nn.Module, group: WidthGroup) -> torch.Tensor:
-    total = torch.zeros(group.channels, dtype=torch.float64)
+    """Per channel: the sum over the group's producers of its filter's L1 norm over their mean (on their device)."""
+    device = model.get_submodule(group.producers[0]).weight.device
+    dtype = accumulator_dtype(device)
+    total = torch.zeros(group.channels, dtype=dtype, device=device)
     for name in group.producers:
-        w = model.get_submodule(name).weight.detach().double()
+        w = model.get_submodule(name).weight.detach().to(dtype)
         norms = w.reshape(w.shape[0], -1).abs().sum(1)
         total += norms / norms.mean().clamp_min(1e-12)
     return total

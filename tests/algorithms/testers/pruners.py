@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 
 from slimkit.evaluation import count_macs, count_parameters, size_on_disk
-from slimkit.utils import model_device, run_model
+from slimkit.utils import model_device, move_inputs, run_model
 from slimkit.zoo.digits_cnn import accuracy, digits_split
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
@@ -234,7 +234,7 @@ def _reader_energy(base, reader: torch.nn.Module, batches: list) -> torch.Tensor
             -1 if isinstance(m, torch.nn.Linear) else 1])))
     with torch.no_grad():
         for inputs, _ in batches:
-            run_model(base, inputs)
+            run_model(base, move_inputs(inputs, model_device(base)))
     hook.remove()
     weight = reader.weight.detach()
     return torch.cat(rows).pow(2).mean(0) * weight.transpose(0, 1).reshape(weight.shape[1], -1).pow(2).sum(1)

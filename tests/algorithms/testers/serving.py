@@ -4,7 +4,7 @@ import threading
 
 import torch
 
-from slimkit.utils import main_tensor, run_model
+from slimkit.utils import main_tensor, model_device, move_inputs, run_model
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
 
@@ -60,7 +60,8 @@ class TestDynamicBatch(AlgorithmTesterBase):
         outputs = _concurrently(smashed, calls)
         with torch.no_grad():
             for call, got in zip(calls, outputs, strict=True):
-                torch.testing.assert_close(got, main_tensor(run_model(base, call)), atol=1e-5, rtol=1e-4)
+                expected = main_tensor(run_model(base, move_inputs(call, model_device(base))))
+                torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
         assert smashed.dynamic_batcher.stats()["batches"] - before < len(calls)
 
 
@@ -85,7 +86,7 @@ class TestDynamicBatchPacked(AlgorithmTesterBase):
         outputs = _concurrently(smashed, calls)
         with torch.no_grad():
             for call, got in zip(calls, outputs, strict=True):
-                torch.testing.assert_close(got, base(**call), atol=2e-6, rtol=0)
+                torch.testing.assert_close(got, base(**move_inputs(call, model_device(base))), atol=2e-6, rtol=0)
         after = batcher.stats()
         assert after["packed_forwards"] > before["packed_forwards"]
         assert after["batches"] - before["batches"] < len(calls)

@@ -18,6 +18,7 @@ from torch import nn
 
 from slimkit.compression.quantization.lowbit.layers import KINDS, select_targets
 from slimkit.errors import DataError, ModelNotSupportedError
+from slimkit.utils import model_device, move_inputs
 
 
 class _Stop(Exception):
@@ -132,8 +133,13 @@ def capture_block_inputs(model: nn.Module, block: nn.Module, batches: list[torch
 
 
 def run_block(block: nn.Module, inputs: BlockInputs) -> torch.Tensor:
-    """Call ``block`` on recorded inputs and return its hidden-state output."""
-    out = block(*inputs.args, **inputs.kwargs)
+    """Call ``block`` on recorded inputs and return its hidden-state output.
+
+    Every tensor of the call (nested ones too: rotary ``position_embeddings``, masks, cache positions) is moved
+    to the block's device first; a tensor already there is passed as it is.
+    """
+    device = model_device(block)
+    out = block(*move_inputs(inputs.args, device), **move_inputs(inputs.kwargs, device))
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
@@ -260,7 +266,7 @@ def run_blockwise(model: nn.Module, ids: torch.Tensor, targets: list[str], quant
                   batch_size: int = 1) -> list[str]:
     """Quantize ``targets`` inside the model's blocks, block by block; returns the targets outside any block."""
     blocks_name, blocks = find_blocks(model)
-    device = next(model.parameters()).device
+    device = model_device(model)
     batches = [ids[i : i + batch_size].to(device) for i in range(0, ids.shape[0], batch_size)]
     inputs = InputStore(capture_block_inputs(model, blocks[0], batches))
     inside: set[str] = set()
