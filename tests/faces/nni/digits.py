@@ -53,14 +53,14 @@ class DigitCNN(nn.Module):
 
 
 class PlainCNN(nn.Module):
-    """:class:`DigitCNN` without BatchNorm (the quantizer tests: every quantized layer is a conv, ReLU or Linear)."""
+    """A smaller CNN without BatchNorm, with ReLU6 activations (NNI's quantization examples use ReLU6)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv1, self.relu1 = nn.Conv2d(1, 8, 3, padding=1), nn.ReLU()
-        self.conv2, self.relu2 = nn.Conv2d(8, 16, 3, padding=1), nn.ReLU()
+        self.conv1, self.relu1 = nn.Conv2d(1, 8, 3, padding=1), nn.ReLU6()
+        self.conv2, self.relu2 = nn.Conv2d(8, 16, 3, padding=1), nn.ReLU6()
         self.pool = nn.MaxPool2d(2)
-        self.fc1, self.relu3 = nn.Linear(16 * 16, 32), nn.ReLU()
+        self.fc1, self.relu3 = nn.Linear(16 * 16, 32), nn.ReLU6()
         self.fc2 = nn.Linear(32, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -97,6 +97,7 @@ def test_qat_quantizer_with_symmetric_schemes_exports_weights_onnx_and_calibrati
     step = float(conv1["input_scale"])
     assert conv1["tracked_max_input"] == pytest.approx(1.0, abs=step)  # digits scaled to [0, 1]
     assert conv1["tracked_min_input"] == pytest.approx(-conv1["tracked_max_input"], abs=1.5 * step)
+    assert relu1["tracked_max_output"] <= 6 + 1.5 * float(relu1["output_scale"])  # a ReLU6's output
     # relu1's output is conv2's input: both observers saw the same tensor
     assert relu1["tracked_max_output"] == pytest.approx(conv2["tracked_max_input"], rel=0.02)
 
