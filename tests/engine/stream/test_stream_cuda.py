@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -13,7 +15,27 @@ from tests.engine.stream.conftest import make_config
 pytestmark = pytest.mark.cuda
 
 
-def test_blocks_are_quantized_on_the_gpu_and_agree_with_the_cpu_run(llama_folder, gptq_streamed, tmp_path,
+@pytest.fixture
+def gptq_streamed_on_cpu(llama_folder, tmp_path) -> Path:
+    """The reference run on the CPU, said so: "auto" (the default) would pick the GPU here."""
+    cfg = make_config("gptq")
+    cfg.device = "cpu"
+    smash_folder(llama_folder, cfg, tmp_path / "cpu", stream=True, progress=False, verbose=False)
+    return tmp_path / "cpu"
+
+
+def test_awq_streams_on_the_gpu(llama_folder, tmp_path):
+    """Every block gets the captured rotary position_embeddings on the GPU (they were left on the CPU once)."""
+    cfg = make_config("awq")
+    cfg.device = "cuda"
+    result = smash_folder(llama_folder, cfg, tmp_path / "out", stream=True, progress=False, verbose=False)
+    assert result.blocks == 8
+    model = SmashedModel.from_pretrained(tmp_path / "out", device="cuda")
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.tensor([[1, 2, 3]], device="cuda")).logits).all()
+
+
+def test_blocks_are_quantized_on_the_gpu_and_agree_with_the_cpu_run(llama_folder, gptq_streamed_on_cpu, tmp_path,
                                                                      monkeypatch):
     seen = []
     original = blockwise.CalibratedStep.__call__
@@ -28,7 +50,7 @@ def test_blocks_are_quantized_on_the_gpu_and_agree_with_the_cpu_run(llama_folder
     result = smash_folder(llama_folder, cfg, tmp_path / "out", stream=True, progress=False, verbose=False)
     assert result.blocks == 8 and seen == [("cuda", "cuda")] * 8
     gpu = load_file(str(tmp_path / "out" / "model.safetensors"))
-    cpu = load_file(str(gptq_streamed / "model.safetensors"))
+    cpu = load_file(str(gptq_streamed_on_cpu / "model.safetensors"))
     assert gpu.keys() == cpu.keys()
     codes = [k for k in gpu if k.endswith(".qweight")]
     same = sum(int((gpu[k] == cpu[k]).sum()) for k in codes) / sum(gpu[k].numel() for k in codes)
