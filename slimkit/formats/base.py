@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from torch import nn
 
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
-from slimkit.formats.kinds import FormatError, LayerKind, layer_kind, made_by
+from slimkit.formats.kinds import FormatError, LayerKind, layer_kind, made_by, recipe_kinds
 from slimkit.formats.writer import ModelWriter, WriteContext
 
 GGUF = "gguf"
@@ -103,8 +103,16 @@ class CheckpointFormat:
             parts = [f"{problem} ({_names(names)})" for problem, names in by_problem.items()]
             raise FormatError(f"{self.name} cannot hold these layers exactly: {'; '.join(parts)}. {self.holds()}")
 
+    def recipe_problems(self, smash_config: Any) -> list[str]:
+        """Why the layers ``smash_config``'s quantizers will make do not fit (from what each declares it produces)."""
+        return [f"{name} makes {problem}" for name, kind in recipe_kinds(smash_config).items() if kind is not None
+                for problem in self.refusals(kind)]
+
     def check_recipe(self, smash_config: Any) -> None:
-        """Refuse, before anything runs, a SmashConfig whose result this format cannot hold (nothing by default)."""
+        """Refuse, before anything runs, a SmashConfig whose result this format cannot hold."""
+        problems = self.recipe_problems(smash_config)
+        if problems:
+            raise FormatError(f"Cannot save this recipe as {self.name}: {'; '.join(problems)}. {self.holds()}")
 
     def check_model_recipe(self, model: nn.Module, smash_config: Any) -> None:
         """Refuse, before the quantizer runs, what only the model's shapes show (nothing by default)."""

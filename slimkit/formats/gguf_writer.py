@@ -9,7 +9,6 @@ bytes into place in bounded chunks: the file is never held in memory.
 
 from __future__ import annotations
 
-import collections
 import json
 from pathlib import Path
 from typing import Any
@@ -19,30 +18,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from slimkit.compression.gguf.export import (
-    _FILE_TYPES,
-    DTYPES,
-    _allowed,
-    _check_complete,
-    _write_metadata,
-    _Writer,
-    architecture,
-    check_config,
-)
-from slimkit.compression.gguf.families import FAMILIES
-from slimkit.compression.gguf.tensors import Packed, encode, gguf_names, hf_tensors, transform
-from slimkit.compression.gguf.vocab import add_tokenizer
+from slimkit.compression.gguf.export import GGUFLayout
+from slimkit.compression.gguf.tensors import Packed, encode
 from slimkit.core.io import atomic_file, write_json_atomic
-from slimkit.errors import ConfigError, ModelNotSupportedError
 from slimkit.formats.base import GGUF
-from slimkit.formats.writer import ModelWriter, WriteContext
+from slimkit.formats.writer import ModelWriter, WriteContext, copy_bytes
 
 __all__ = ["GGUFWriter"]
 
 GGUF_FILE = "model.gguf"
 #: float matrices above this many bytes (float32) are encoded in row chunks
 _CHUNK_BYTES = 64 * 2**20
-_COPY = 16 * 2**20
 
 
 class GGUFWriter(ModelWriter):
@@ -52,48 +38,16 @@ class GGUFWriter(ModelWriter):
 
     def __init__(self, stage: Path, context: WriteContext) -> None:
         super().__init__(stage, context)
-        model = context.model
-        self.kind = architecture(model)
-        self.family, self.config = FAMILIES[self.kind], model.config
-        self.dims = check_config(self.kind, self.config)
-        if context.tokenizer is None:
-            raise ConfigError("GGUF export writes the tokenizer into the file; pass the model's tokenizer "
-                              "(SmashConfig.add_tokenizer, or a tokenizer in the model folder).")
-        self.dtype = str(context.options["dtype"]) if context.options is not None else "f32"
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"GGUF dtype={self.dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
-        self.names = gguf.get_tensor_name_map(self.family.arch, self.dims.layers)
-        self.allowed = _allowed(self.family, self.dims)
-        self._summary: dict[str, Any] = {}
+        dtype = str(context.options["dtype"]) if context.options is not None else "f32"
+        self.layout = GGUFLayout(context.model, context.tokenizer, dtype)
 
     # ------------------------------------------------------------------------------------------ pieces
     def _files(self, key: str) -> tuple[Path, Path]:
         return self.folder / f"{key}.bin", self.folder / f"{key}.json"
 
-    def _values(self, prefix: str, module: nn.Module, tied: dict[str, str]) -> list[tuple[str, str, Any]]:
-        """``(gguf name, hf name, value)`` of the piece, after the family's transforms (as ``model_tensors``)."""
-        family, out = self.family, []
-        for name, value, _identity in hf_tensors(module):
-            name = name.lstrip(".")  # the piece's own tensors come as ".weight"
-            full = f"{prefix}.{name}" if prefix else name
-            if full in tied and (family.output != "required" or not full.startswith("lm_head")):
-                continue  # a tied lm_head: llama.cpp reuses token_embd unless it needs its own output
-            for gguf_name, part in gguf_names(full, value, family, self.names):
-                if gguf_name == "output.weight" and family.output == "tied":
-                    raise ModelNotSupportedError(
-                        f"GGUF export: llama.cpp's {family.arch.name.lower()} reuses the embedding as its output "
-                        f"layer, but {full} is a tensor of its own (untied, or quantized apart from the embedding); "
-                        "keep lm_head tied and unquantized (the quantizers exclude it by default).")
-                if gguf_name not in self.allowed:
-                    raise ModelNotSupportedError(
-                        f"GGUF export: {full} would be {gguf_name}, which llama.cpp's {family.arch.name.lower()} "
-                        f"does not read (it reads, per layer: {', '.join(family.layer + family.optional)}).")
-                out.append((gguf_name, full, transform(gguf_name, full, part, family, self.dims)))
-        return out
-
     def _encode(self, name: str, value: Any) -> list[tuple[np.ndarray, Any]]:
         """Encoded chunks of one tensor: a big float matrix in row chunks (every GGUF type here is row-wise)."""
-        float_type = DTYPES[self.dtype][0]
+        float_type = self.layout.float_type
         if isinstance(value, Packed) or value.dim() != 2 or value.numel() * 4 <= _CHUNK_BYTES:
             return [encode(name, value, float_type)]
         rows = max(1, _CHUNK_BYTES // (4 * value.shape[1]))
@@ -104,7 +58,7 @@ class GGUFWriter(ModelWriter):
         data_file, index_file = self._files(key)
         index, offset = [], 0
         with atomic_file(data_file, suffix=".bin") as tmp, open(tmp, "wb") as out:
-            for gguf_name, hf_name, value in self._values(prefix, module, tied):
+            for gguf_name, hf_name, value in self.layout.tensors(module, prefix, tied):
                 chunks = self._encode(hf_name, value)
                 raw = chunks[0][1]
                 shape = list(chunks[0][0].shape)
@@ -131,15 +85,10 @@ class GGUFWriter(ModelWriter):
         types = {t["name"]: (gguf.GGMLQuantizationType(t["raw"]).name if t["raw"] is not None
                              else gguf.GGMLQuantizationType[np.dtype(t["dtype"]).name.replace("float", "F")].name)
                  for _, t in tensors}
-        _check_complete(types, self.family, self.dims)
-        blocks = collections.Counter(t for t in types.values() if t.startswith("Q"))
-        file_type = _FILE_TYPES[gguf.GGMLQuantizationType[blocks.most_common(1)[0][0]]] if blocks else \
-            DTYPES[self.dtype][1]
+        file_type = self.layout.file_type(types)
         target = self.stage / GGUF_FILE
         with atomic_file(target, suffix=".gguf") as tmp:
-            writer = _Writer(tmp, gguf.MODEL_ARCH_NAMES[self.family.arch])
-            _write_metadata(writer, self.family, self.dims, self.config)
-            add_tokenizer(writer, self.context.tokenizer, self.dims.vocab)
+            writer = self.layout.open_file(tmp)
             for _, t in tensors:
                 raw = None if t["raw"] is None else gguf.GGMLQuantizationType(t["raw"])
                 writer.add_tensor_info(t["name"], t["shape"], np.dtype(t["dtype"]), t["nbytes"], raw_dtype=raw)
@@ -149,26 +98,13 @@ class GGUFWriter(ModelWriter):
             writer.write_ti_data_to_file()
             fout = writer.fout[0]
             writer.write_padding(fout, fout.tell())
-            buffer = bytearray(_COPY)
             for key, t in tensors:
                 with open(self._files(key)[0], "rb") as source:
                     source.seek(t["offset"])
-                    left = t["nbytes"]
-                    while left:
-                        view = memoryview(buffer)[: min(left, _COPY)]
-                        got = source.readinto(view)
-                        if not got:
-                            raise OSError(f"{self._files(key)[0]} ends early: the staged piece is truncated.")
-                        fout.write(view[:got])
-                        left -= got
+                    copy_bytes(source, fout, t["nbytes"])
                 writer.write_padding(fout, t["nbytes"])
             writer.close()
-        d = self.dims
-        limit = min(d.ctx, d.window) if d.window and not self.family.native_window else d.ctx
-        self._summary = dict(architecture=self.kind, gguf_architecture=gguf.MODEL_ARCH_NAMES[self.family.arch],
-                             tensor_types=types, file_type=file_type.name, bytes=target.stat().st_size,
-                             context_limit=limit, files=[GGUF_FILE])
-        return self._summary
+        return {**self.layout.summary(types, file_type, target), "files": [GGUF_FILE]}
 
     def payload(self) -> dict[str, Any]:  # noqa: D102
         return {"weights_format": "artifacts", "weights_file": None}

@@ -25,9 +25,8 @@ from slimkit.core.weights import EXPERTS, weight_of
 from slimkit.formats.base import SLIMKIT_LOAD, CheckpointFormat, llama_cpp_line
 from slimkit.formats.hf_checkpoint import check_architecture, refuse_experts
 from slimkit.formats.hf_writer import HFCheckpointWriter
-from slimkit.formats.kinds import PACKED_EXPERTS, FormatError, LayerKind, input_scale_fix, layer_kind, recipe_kinds
+from slimkit.formats.kinds import PACKED_EXPERTS, FormatError, LayerKind, layer_kind, recipe_kinds
 from slimkit.formats.scheme import (
-    FORMAT_BITS,
     WeightScheme,
     hf_refusals,
     integer_producers,
@@ -104,28 +103,15 @@ class HFCheckpointFormat(CheckpointFormat):
         raise NotImplementedError
 
     # -------------------------------------------------------------------------------------- checks
-    def check_recipe(self, smash_config: Any) -> None:
-        """Refuse a SmashConfig whose result this format cannot hold, before anything runs."""
+    def recipe_problems(self, smash_config: Any) -> list[str]:
+        """Also refused: algorithms that change the architecture, and a recipe without a low-bit quantizer."""
         kinds = recipe_kinds(smash_config)
-        problems = []
         others = [n for n, k in kinds.items() if k is None]
-        if others:
-            problems.append(f"{', '.join(others)} change the model in ways {self.name} has no place for (it stores "
-                            "an unchanged transformers architecture with packed Linear weights)")
-        quantizers = {n: k for n, k in kinds.items() if k is not None}
-        if not quantizers:
+        problems = [f"{', '.join(others)} change the model in ways {self.name} has no place for (it stores an "
+                    "unchanged transformers architecture with packed Linear weights)"] if others else []
+        if len(others) == len(kinds):
             problems.append(f"no low-bit quantizer: add one of {', '.join(integer_producers())}")
-        for name, kind in quantizers.items():
-            if not kind.integer_zeros:
-                problems.append(f"{name} fits each group's zero point as a fraction, and the format stores integer "
-                                f"zero points; use {', '.join(integer_producers())}")
-            if kind.bits not in FORMAT_BITS:
-                problems.append(f"{name}_bits={kind.bits} (supported: {', '.join(map(str, FORMAT_BITS))})")
-            if kind.input_scale:
-                problems.append(f"{name} keeps an input scale on layers no preceding layer absorbs, which the format "
-                                f"cannot store; set {input_scale_fix()}")
-        if problems:
-            raise FormatError(f"Cannot save this recipe as {self.name}: {'; '.join(problems)}. {self.holds()}")
+        return problems + super().recipe_problems(smash_config)
 
     def check_model_recipe(self, model: nn.Module, smash_config: Any) -> None:
         """Refuse, before the quantizer runs, experts it would pack and a group size that does not split the rows.

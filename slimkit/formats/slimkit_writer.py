@@ -20,7 +20,7 @@ from slimkit.core.io import atomic_file, save_tensors_atomic
 from slimkit.core.tensors import alias_entry, flatten_state_dict
 from slimkit.formats.base import SLIMKIT_LOAD, CheckpointFormat, llama_cpp_line
 from slimkit.formats.kinds import LayerKind
-from slimkit.formats.writer import ModelWriter, WriteContext
+from slimkit.formats.writer import ModelWriter, WriteContext, copy_bytes
 
 __all__ = ["FORMAT_VERSION", "SLIMKIT", "WEIGHTS_FILE", "SlimkitFormat", "SlimkitWriter", "concat_safetensors"]
 
@@ -29,7 +29,6 @@ SLIMKIT = "slimkit"
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
 
-_CHUNK = 16 * 2**20
 
 
 def _header(file: Path) -> tuple[dict[str, Any], int]:
@@ -71,7 +70,6 @@ def concat_safetensors(files: list[Path], target: Path, metadata: dict[str, str]
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
     digest = hashlib.sha256()
-    buffer = bytearray(_CHUNK)
     with atomic_file(target, suffix=".safetensors") as tmp, open(tmp, "wb") as out:
         for piece in (struct.pack("<Q", len(raw)), raw):
             out.write(piece)
@@ -81,15 +79,7 @@ def concat_safetensors(files: list[Path], target: Path, metadata: dict[str, str]
             for _name, entry, file, position in entries:
                 source = handles.get(file) or handles.setdefault(file, open(file, "rb"))  # noqa: SIM115
                 source.seek(position)
-                left = entry["data_offsets"][1] - entry["data_offsets"][0]
-                while left:
-                    view = memoryview(buffer)[: min(left, _CHUNK)]
-                    got = source.readinto(view)
-                    if not got:
-                        raise OSError(f"{file} ends early: the staged piece is truncated.")
-                    out.write(view[:got])
-                    digest.update(view[:got])
-                    left -= got
+                copy_bytes(source, out, entry["data_offsets"][1] - entry["data_offsets"][0], digest)
         finally:
             for handle in handles.values():
                 handle.close()

@@ -31,7 +31,7 @@ from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLi
 from slimkit.core.io import atomic_directory, write_json_atomic
 from slimkit.formats.kinds import symmetric_grid
 
-__all__ = ["RUN_FILE", "ModelWriter", "WriteContext", "grid_record", "packed_on_meta"]
+__all__ = ["RUN_FILE", "ModelWriter", "WriteContext", "copy_bytes", "grid_record", "packed_on_meta"]
 
 
 #: The run record of a streamed output whose format has no ``smash_config.json`` (compressed-tensors, GPTQ).
@@ -55,6 +55,26 @@ class WriteContext:
     #: builds the README.md model card from a smashed-model view and the format name (the engine's ``build_card``);
     #: None: no card
     card: Callable[[Any, str], str] | None = None
+
+
+#: bytes copied at a time when staged pieces are assembled into a file
+COPY_BYTES = 16 * 2**20
+
+
+def copy_bytes(source: Any, out: Any, nbytes: int, digest: Any = None) -> None:
+    """Copy ``nbytes`` from binary file ``source`` (at its position) to ``out`` in bounded chunks (and into ``digest``).
+
+    A source that ends early is an OSError naming it: a staged piece was truncated.
+    """
+    buffer = memoryview(bytearray(min(nbytes, COPY_BYTES)))
+    while nbytes:
+        got = source.readinto(buffer[: min(nbytes, COPY_BYTES)])
+        if not got:
+            raise OSError(f"{getattr(source, 'name', 'a staged piece')} ends early: the staged piece is truncated.")
+        out.write(buffer[:got])
+        if digest is not None:
+            digest.update(buffer[:got])
+        nbytes -= got
 
 
 def grid_record(layer: PackedLinear | PackedExperts) -> dict[str, Any]:

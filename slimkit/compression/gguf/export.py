@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import torch
 from torch import nn
 
 from slimkit.compression.gguf.families import FAMILIES, Dims, Family, dims, rope_parameters, supported_names
-from slimkit.compression.gguf.tensors import model_tensors
+from slimkit.compression.gguf.tensors import Value, encode, gguf_names, hf_tensors, transform
 from slimkit.compression.gguf.vocab import add_tokenizer
 from slimkit.core.io import atomic_file
 from slimkit.errors import ConfigError, ModelNotSupportedError
@@ -95,6 +96,76 @@ def _write_metadata(writer: gguf.GGUFWriter, family: Family, d: Dims, config: An
             getattr(writer, method)(got)
 
 
+class GGUFLayout:
+    """One model's GGUF file as llama.cpp reads it, validated once: family, sizes, tensor names, float type.
+
+    The in-memory export (:func:`export_gguf`) and the piece-by-piece writer (:mod:`slimkit.formats`) both name
+    and check the tensors with :meth:`tensors`, open the file with :meth:`open_file` and close its tensor list with
+    :meth:`file_type`; they differ only in how the tensor bytes reach the file.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Any, dtype: str = "f32") -> None:
+        self.kind = architecture(model)
+        if dtype not in DTYPES:
+            raise ConfigError(f"GGUF export dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
+        if tokenizer is None:
+            raise ConfigError("GGUF export writes the tokenizer into the file; pass the model's tokenizer "
+                              "(SmashConfig.add_tokenizer, or a tokenizer in the model folder).")
+        self.family, self.config, self.tokenizer, self.dtype = FAMILIES[self.kind], model.config, tokenizer, dtype
+        self.dims = check_config(self.kind, self.config)
+        self.float_type = DTYPES[dtype][0]
+        self.names = gguf.get_tensor_name_map(self.family.arch, self.dims.layers)
+        self.allowed = _allowed(self.family, self.dims)
+
+    def tensors(self, module: nn.Module, prefix: str = "",
+                tied: frozenset[str] | dict[str, str] = frozenset()) -> Iterator[tuple[str, str, Value]]:
+        """``(gguf name, hf name, value)`` of ``module``'s tensors (at dotted ``prefix``), transformed, in order.
+
+        ``tied``: full names of tensors tied to one written before (with another piece); a tied lm_head is left
+        out (llama.cpp reuses token_embd) unless the family needs its own output.
+        """
+        family, first = self.family, {}
+        for name, value, identity in hf_tensors(module):
+            full = f"{prefix}.{name.lstrip('.')}" if prefix else name.lstrip(".")
+            if (full in tied or first.setdefault(identity, full) != full) and (
+                    family.output != "required" or not full.startswith("lm_head")):
+                continue
+            for gguf_name, part in gguf_names(full, value, family, self.names):
+                if gguf_name == "output.weight" and family.output == "tied":
+                    raise ModelNotSupportedError(
+                        f"GGUF export: llama.cpp's {family.arch.name.lower()} reuses the embedding as its output "
+                        f"layer, but {full} is a tensor of its own (untied, or quantized apart from the embedding); "
+                        "keep lm_head tied and unquantized (the quantizers exclude it by default).")
+                if gguf_name not in self.allowed:
+                    raise ModelNotSupportedError(
+                        f"GGUF export: {full} would be {gguf_name}, which llama.cpp's {family.arch.name.lower()} does "
+                        f"not read (it reads, per layer: {', '.join(family.layer + family.optional)}); this "
+                        f"{family.hf_class} has a setting llama.cpp's graph lacks.")
+                yield gguf_name, full, transform(gguf_name, full, part, family, self.dims)
+
+    def open_file(self, path: str | os.PathLike) -> gguf.GGUFWriter:
+        """A GGUF writer on ``path`` with the family's metadata and the tokenizer added."""
+        writer = _Writer(path, gguf.MODEL_ARCH_NAMES[self.family.arch])
+        _write_metadata(writer, self.family, self.dims, self.config)
+        add_tokenizer(writer, self.tokenizer, self.dims.vocab)
+        return writer
+
+    def file_type(self, types: dict[str, str]) -> gguf.LlamaFileType:
+        """Check that ``types`` (GGUF name -> type name) holds every tensor llama.cpp needs; the file's type."""
+        _check_complete(types, self.family, self.dims)
+        blocks = collections.Counter(t for t in types.values() if t.startswith("Q"))
+        return _FILE_TYPES[gguf.GGMLQuantizationType[blocks.most_common(1)[0][0]]] if blocks else \
+            DTYPES[self.dtype][1]
+
+    def summary(self, types: dict[str, str], file_type: gguf.LlamaFileType, path: Path) -> dict[str, Any]:
+        """What an export reports: architectures, tensor types, file type, size, context limit."""
+        d = self.dims
+        limit = min(d.ctx, d.window) if d.window and not self.family.native_window else d.ctx
+        return dict(architecture=self.kind, gguf_architecture=gguf.MODEL_ARCH_NAMES[self.family.arch],
+                    tensor_types=types, file_type=file_type.name, bytes=Path(path).stat().st_size,
+                    context_limit=limit)
+
+
 def export_gguf(model: nn.Module, path: str | os.PathLike, tokenizer: Any, dtype: str = "f32") -> dict[str, Any]:
     """Write ``model`` with ``tokenizer`` to the GGUF file ``path`` (atomically); return a summary.
 
@@ -103,41 +174,22 @@ def export_gguf(model: nn.Module, path: str | os.PathLike, tokenizer: Any, dtype
     ``architecture`` (model_type), the ``gguf_architecture``, the GGUF type of each tensor, the file type, the file
     size and ``context_limit`` (tokens up to which llama.cpp computes what the model computes).
     """
-    kind = architecture(model)
-    if dtype not in DTYPES:
-        raise ConfigError(f"GGUF export dtype={dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
-    if tokenizer is None:
-        raise ConfigError("GGUF export writes the tokenizer into the file; pass the model's tokenizer "
-                          "(SmashConfig.add_tokenizer).")
-    family, config = FAMILIES[kind], model.config
-    d = check_config(kind, config)
+    layout = GGUFLayout(model, tokenizer, dtype)
     types: dict[str, str] = {}
     with atomic_file(path, suffix=".gguf") as tmp:
-        writer = _Writer(tmp, gguf.MODEL_ARCH_NAMES[family.arch])
-        _write_metadata(writer, family, d, config)
-        add_tokenizer(writer, tokenizer, d.vocab)
-        allowed = _allowed(family, d)
+        writer = layout.open_file(tmp)
         with torch.no_grad():
-            for name, hf_name, (data, raw) in model_tensors(model, family, d, DTYPES[dtype][0]):
-                if name not in allowed:
-                    raise ModelNotSupportedError(
-                        f"GGUF export: {hf_name} would be {name}, which llama.cpp's {family.arch.name.lower()} does "
-                        f"not read (it reads, per layer: {', '.join(family.layer + family.optional)}); this "
-                        f"{family.hf_class} has a setting llama.cpp's graph lacks.")
+            for name, hf_name, value in layout.tensors(model):
+                data, raw = encode(hf_name, value, layout.float_type)
                 writer.add_tensor(name, data, raw_dtype=raw)
                 types[name] = (raw or gguf.GGMLQuantizationType[data.dtype.name.replace("float", "F")]).name
-        _check_complete(types, family, d)
-        blocks = collections.Counter(t for t in types.values() if t.startswith("Q"))
-        file_type = _FILE_TYPES[gguf.GGMLQuantizationType[blocks.most_common(1)[0][0]]] if blocks else \
-            DTYPES[dtype][1]
+        file_type = layout.file_type(types)
         writer.add_file_type(file_type)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-    limit = min(d.ctx, d.window) if d.window and not family.native_window else d.ctx
-    return dict(architecture=kind, gguf_architecture=gguf.MODEL_ARCH_NAMES[family.arch], tensor_types=types,
-                file_type=file_type.name, bytes=Path(path).stat().st_size, context_limit=limit)
+    return layout.summary(types, file_type, Path(path))
 
 
 def _required(family: Family, d: Dims) -> list[str]:

@@ -172,21 +172,3 @@ def encode(name: str, value: Value, float_type: Any) -> tuple[np.ndarray, gguf.G
                               f"multiple of {BLOCK}; use dtype='f16' or 'f32'.")
         return gguf.quants.quantize(data.numpy(), float_type), float_type
     return data.numpy().astype(float_type if data.dim() > 1 else np.float32), None
-
-
-def model_tensors(model: nn.Module, family: Family, d: Dims, float_type: Any) -> Iterator[tuple[str, str, Any]]:
-    """``(gguf name, hf name, (data, raw type))`` of every tensor the file holds, in model order."""
-    names = gguf.get_tensor_name_map(family.arch, d.layers)
-    first: dict[Any, str] = {}
-    for hf_name, value, identity in hf_tensors(model):
-        tied_to = first.setdefault(identity, hf_name)
-        if tied_to != hf_name:  # a tied lm_head: llama.cpp reuses token_embd unless it needs its own output
-            if family.output != "required" or not hf_name.startswith("lm_head"):
-                continue
-        for gguf_name, part in gguf_names(hf_name, value, family, names):
-            if gguf_name == "output.weight" and family.output == "tied":
-                raise ModelNotSupportedError(f"GGUF export: llama.cpp's {family.arch.name.lower()} reuses the "
-                                             f"embedding as its output layer, but {hf_name} is a tensor of its own "
-                                             "(untied, or quantized apart from the embedding); keep lm_head tied "
-                                             "and unquantized (the quantizers exclude it by default).")
-            yield gguf_name, hf_name, encode(hf_name, transform(gguf_name, hf_name, part, family, d), float_type)

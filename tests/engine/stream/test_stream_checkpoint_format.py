@@ -57,7 +57,7 @@ def test_streamed_checkpoint_equals_the_in_memory_export(byte_llama_folder, tmp_
 
 
 def test_a_recipe_the_format_cannot_hold_is_refused_before_anything_is_written(byte_llama_folder, tmp_path):
-    with pytest.raises(ConfigError, match="hqq fits each group's zero point as a fraction"):
+    with pytest.raises(ConfigError, match="compressed-tensors: hqq makes fractional zero points"):
         smash_folder(byte_llama_folder, SmashConfig({"hqq": {"bits": 4, "group_size": 32}}), tmp_path / "out",
                      stream=True, save_format="compressed-tensors", progress=False, verbose=False)
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
