@@ -27,7 +27,6 @@ from slimkit.experiment.files import read_mapping
 from slimkit.experiment.proposers import (
     ALL_FIELDS,
     MULTI_FIDELITY,
-    PROPOSERS,  # noqa: F401  (re-exported: the proposer table, for callers of this module)
     check_proposer,
     default_n_samples,
     parse_proposer_options,

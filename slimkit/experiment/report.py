@@ -24,7 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 from slimkit.core.contract import GROUPS
 from slimkit.core.io import atomic_file, write_json_atomic
 from slimkit.experiment.experiment_file import Experiment
-from slimkit.experiment.study import Store, finished, interrupted, kept_trials, open_study
+from slimkit.experiment.storage import Store
+from slimkit.experiment.study import finished, interrupted, kept_trials, open_study
 
 
 @dataclass

@@ -27,10 +27,8 @@ from slimkit.experiment.experiment_file import Experiment, load_experiment
 from slimkit.experiment.jobs import JobOutcome, die_with_parent, run_script_job, run_smash_job
 from slimkit.experiment.proposers import MULTI_FIDELITY
 from slimkit.experiment.report import ExperimentResult, finish, progress_line
-from slimkit.experiment.storage import Heartbeat, forget_connections, redact
+from slimkit.experiment.storage import Heartbeat, Store, file_lock, forget_connections, redact
 from slimkit.experiment.study import (
-    Store,
-    file_lock,
     finished,
     folder_store,
     grid_size,

@@ -27,9 +27,7 @@ except ImportError as _exc:  # pragma: no cover - the experiment extra is missin
     raise MissingPackageError("Running experiments needs Optuna, which is not installed; install it with "
                               "`pip install 'slimkit[experiment]'` (or `pip install optuna`).") from _exc
 
-from slimkit.experiment.storage import Store, file_lock, redact
-
-__all__ = ["Store", "file_lock"]  # re-exported for the runner
+from slimkit.experiment.storage import Store, redact
 
 #: trial user attribute marking a trial whose runner was killed (not counted; its parameters are re-run)
 INTERRUPTED = "interrupted"

@@ -1,4 +1,6 @@
-"""One-shot NAS in MMRazor's terms: ``SPOS``, ``SearchableCNN``, MMRazor's search spaces and ``sub_model``.
+"""One-shot NAS in MMRazor's terms: ``SPOS``, its search spaces and ``sub_model``.
+
+The search spaces: ``SearchableCNN`` and MMRazor's ShuffleNetV2 and MobileNetV2, buildable from its configs.
 
 The engines (mutables, dynamic layers, the mutator, evolution search, subnet export) live in
 :mod:`slimkit.compression.nas`, where smash algorithms use them too; :mod:`slimkit.faces.mmrazor` re-exports them.
@@ -10,16 +12,11 @@ The engines (mutables, dynamic layers, the mutator, evolution search, subnet exp
 >>> small = save_subnet(spos, "subnet/")                           # plain nn.Module; load_subnet("subnet/")
 """
 
-from slimkit.faces.mmrazor.nas.spaces import (
-    MBBlock,
-    SearchableIdentity,
-    SearchableMobileNetV2,
-    SearchableShuffleNetV2,
-    ShuffleBlock,
-    ShuffleXception,
-)
+from slimkit.faces.mmrazor.nas.mobilenet import MBBlock, SearchableIdentity, SearchableMobileNetV2
+from slimkit.faces.mmrazor.nas.searchable_cnn import SearchableCNN
+from slimkit.faces.mmrazor.nas.shufflenet import SearchableShuffleNetV2, ShuffleBlock, ShuffleXception
+from slimkit.faces.mmrazor.nas.spos import SPOS
 from slimkit.faces.mmrazor.nas.sub_model import sub_model
-from slimkit.faces.mmrazor.nas.supernet import SPOS, SearchableCNN
 
 __all__ = [
     "MBBlock",
