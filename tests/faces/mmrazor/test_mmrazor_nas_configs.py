@@ -63,6 +63,11 @@ def path_loss(spos: SPOS, subnet: dict, batch: tuple) -> float:
 
 def test_shufflenet_supernet_config_trains_one_random_path_per_step():
     cfg = load_config(NAS / "spos_shufflenet_supernet_tiny.py")
+    # the runner's blocks load as written (slimkit builds none of them: your batches replace them)
+    assert [step.type for step in cfg.train_dataloader.dataset.pipeline] == [
+        "LoadImageFromFile", "RandomResizedCrop", "ColorJitter", "RandomFlip", "PackClsInputs"]
+    assert cfg.test_dataloader == cfg.val_dataloader and cfg.param_scheduler.type == "PolyLR"
+    assert cfg.supernet.data_preprocessor.mean == [127.5, 127.5, 127.5]  # _base_.preprocess_cfg
     net = supernet_of("spos_shufflenet_supernet_tiny.py")
     assert isinstance(net.backbone, SearchableShuffleNetV2)
     widths, x = [], net.backbone.conv1(torch.rand(1, 3, 32, 32))

@@ -15,6 +15,18 @@ val_dataloader = dict(
                            dict(_scope_='mmcls', type='PackClsInputs')]),
     sampler=dict(type='DefaultSampler', shuffle=False))
 val_evaluator = dict(_scope_='mmcls', type='Accuracy', topk=(1, 5))
+test_dataloader, test_evaluator = val_dataloader, val_evaluator  # one name for two blocks
+
+train_dataloader = dict(
+    batch_size=64,
+    num_workers=1,
+    dataset=dict(type='mmcls.CIFAR10', data_prefix='data/small_images',
+                 pipeline=[dict(_scope_='mmcls', type='LoadImageFromFile'),
+                           dict(_scope_='mmcls', type='RandomResizedCrop', scale=32),
+                           dict(_scope_='mmcls', type='ColorJitter', brightness=0.2, contrast=0.2, saturation=0.2),
+                           dict(_scope_='mmcls', type='RandomFlip', prob=0.5, direction='horizontal'),
+                           dict(_scope_='mmcls', type='PackClsInputs')]),
+    sampler=dict(type='DefaultSampler', shuffle=True))
 
 optim_wrapper = dict(
     optimizer=dict(type='SGD', lr=0.2, momentum=0.9, weight_decay=1e-4),
