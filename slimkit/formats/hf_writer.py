@@ -14,7 +14,6 @@ what ``save_pretrained(DIR, format=...)`` writes: transformers and vLLM open it,
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import torch
 from torch import nn
 
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
-from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
+from slimkit.core.io import save_tensors_atomic, write_json_atomic
 from slimkit.formats.hf_checkpoint import DEFAULT_SHARD_BYTES, Shards, checkpoint_blocks, hf_config
 from slimkit.formats.scheme import WeightScheme, own_scheme, unify_schemes
 from slimkit.formats.slimkit_writer import concat_safetensors, tensor_names
@@ -129,27 +128,20 @@ class HFCheckpointWriter(ModelWriter):
     def outputs(self) -> list[Path]:  # noqa: D102
         return sorted(self.out.iterdir())
 
-    def publish(self, output: Path, smash_config: Any, extra: dict[str, Any], card: str | None = None) -> None:
-        """Move the folder into ``output`` with the tokenizer, generation config, model card and run record.
+    def record(self, folder: Path, smash_config: Any, extra: dict[str, Any]) -> None:
+        """The tokenizer and generation config; a streaming run's record in ``slimkit_stream.json``.
 
-        No ``smash_config.json`` (that would make it a slimkit save): a streaming run's record, which a resumed
-        or repeated run compares, goes to ``slimkit_stream.json``. ``card``: the README.md text (default:
-        :meth:`card`).
+        No ``smash_config.json`` (that would make it a slimkit save): the record a resumed or repeated run compares
+        goes to ``slimkit_stream.json``.
         """
-        card = card if card is not None else self.card(smash_config, extra)
-        with atomic_directory(output, replace=True) as tmp:
-            for file in self.outputs():
-                os.replace(file, tmp / file.name)
-            self._generation_config(tmp)
-            tokenizer = self.context.tokenizer
-            if tokenizer is not None and callable(getattr(tokenizer, "save_pretrained", None)):
-                tokenizer.save_pretrained(str(tmp))
-            if card is not None:
-                (tmp / "README.md").write_text(card)
-            if extra.get("stream") is not None:
-                write_json_atomic(tmp / RUN_FILE, {"stream": extra["stream"], "format": self.format,
-                                                   "applied": extra.get("applied"), "base": extra.get("base"),
-                                                   "smash_config": smash_config.to_dict()})
+        self._generation_config(folder)
+        tokenizer = self.context.tokenizer
+        if tokenizer is not None and callable(getattr(tokenizer, "save_pretrained", None)):
+            tokenizer.save_pretrained(str(folder))
+        if extra.get("stream") is not None:
+            write_json_atomic(folder / RUN_FILE, {"stream": extra["stream"], "format": self.format,
+                                                  "applied": extra.get("applied"), "base": extra.get("base"),
+                                                  "smash_config": smash_config.to_dict()})
 
     def _generation_config(self, folder: Path) -> None:
         """The source folder's generation config (as ``from_pretrained`` would have read it), else the model's."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -180,7 +179,7 @@ class ModelWriter(ABC):
         """The assembled files that make up the output folder (besides ``smash_config.json``)."""
 
     def publish(self, output: Path, smash_config: Any, extra: dict[str, Any], card: str | None = None) -> None:
-        """Move the assembled files, ``smash_config.json`` and the model card into ``output`` in one atomic step.
+        """Move the assembled files, the record and the model card into ``output`` in one atomic step.
 
         An earlier save in ``output`` is replaced only once everything is in place (``atomic_directory``).
         ``card``: the README.md text (default: :meth:`card`).
@@ -189,11 +188,10 @@ class ModelWriter(ABC):
         with atomic_directory(output, replace=True) as tmp:
             for file in self.outputs():
                 os.replace(file, tmp / file.name)
-            smash_config.save_to_json(tmp, extra={**extra, **self.payload()})
+            self.record(tmp, smash_config, extra)
             if card is not None:
                 (tmp / "README.md").write_text(card)
 
-    def discard(self) -> None:
-        """Remove this writer's staged files."""
-        shutil.rmtree(self.folder, ignore_errors=True)
-        shutil.rmtree(self.stage / "grids", ignore_errors=True)
+    def record(self, folder: Path, smash_config: Any, extra: dict[str, Any]) -> None:
+        """Write what the output folder says about itself: slimkit's ``smash_config.json`` by default."""
+        smash_config.save_to_json(folder, extra={**extra, **self.payload()})
