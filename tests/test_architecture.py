@@ -17,7 +17,7 @@ ROOT = Path(slimkit.__file__).parent
 
 #: Top to bottom. A package may import its own layer's packages or any lower layer, never a higher one.
 LAYERS: list[tuple[str, ...]] = [
-    ("slimkit", "slimkit.__main__", "slimkit.cli", "slimkit.demo", "slimkit.compression.__main__", "slimkit.razor"),
+    ("slimkit", "slimkit.__main__", "slimkit.cli", "slimkit.demo", "slimkit.razor"),
     ("slimkit.faces", "slimkit.serve"),
     ("slimkit.experiment",),
     ("slimkit.engine",),
@@ -30,6 +30,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("slimkit.core", "slimkit.errors", "slimkit.utils"),
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
+#: Face entry points that sit in an engine's folder: these modules themselves (not their packages) are in the top
+#: layer. ``slimkit.compression`` re-exports NNI's and Auptimizer's names; its subpackages are the engines.
+ENTRY_POINTS = {"slimkit.compression", "slimkit.compression.__main__"}
 
 
 def _module_name(path: Path) -> str:
@@ -81,8 +84,6 @@ GRAPH = {_module_name(p): _imports(p) for p in FILES}
 
 
 def _package(module: str) -> str:
-    if module in LAYER_OF:  # entry points such as slimkit.compression.__main__ are faces by name
-        return module
     for depth in (2, 1):
         name = ".".join(module.split(".")[:depth])
         if name in LAYER_OF:
@@ -90,8 +91,13 @@ def _package(module: str) -> str:
     raise AssertionError(f"{module} belongs to no layer: add its package to LAYERS in tests/test_architecture.py")
 
 
+def _layer(module: str) -> int:
+    return 0 if module in ENTRY_POINTS else LAYER_OF[_package(module)]
+
+
 def test_every_package_has_a_layer():
     assert {_package(m) for m in MODULES} <= set(LAYER_OF)
+    assert ENTRY_POINTS <= MODULES
 
 
 def test_imports_run_downward():
@@ -101,7 +107,7 @@ def test_imports_run_downward():
             if target == "slimkit" and module != "slimkit":  # importing the root package = a public face
                 upward.append(f"{module} -> slimkit (import the submodule itself)")
                 continue
-            if LAYER_OF[_package(target)] < LAYER_OF[_package(module)]:
+            if _layer(target) < _layer(module):  # an engine importing slimkit.compression itself is upward too
                 upward.append(f"{module} -> {target}")
     assert not upward, "imports that run upward:\n" + "\n".join(sorted(upward))
 
@@ -151,3 +157,43 @@ def _cycles() -> list[list[str]]:
 def test_no_import_cycles():
     cycles = _cycles()
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def _all_names(tree: ast.Module) -> set[str]:
+    return {elt.value for node in tree.body if isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+        for elt in getattr(node.value, "elts", []) if isinstance(elt, ast.Constant)}
+
+
+def _public_classes() -> dict[str, list[str]]:
+    """Public class name -> the modules defining it.
+
+    Counted: module-level classes of public modules, and classes of private modules (``_compressor``) that a
+    module imports and lists in its ``__all__``.
+    """
+    trees = {_module_name(p): ast.parse(p.read_text()) for p in FILES}
+    exported = {(node.module, alias.name) for tree in trees.values() for node in tree.body
+                if isinstance(node, ast.ImportFrom) and node.module for alias in node.names
+                if alias.name in _all_names(tree)}
+    defined: dict[str, list[str]] = defaultdict(list)
+    for module, tree in trees.items():
+        public_module = not any(part.startswith("_") for part in module.split(".") if part != "__main__")
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and (
+                    public_module or (module, node.name) in exported):
+                defined[node.name].append(module)
+    return defined
+
+
+def test_public_class_names_are_defined_once():
+    twice = {name: modules for name, modules in _public_classes().items() if len(modules) > 1}
+    assert not twice, "public class names defined in more than one module (give the engine its own name):\n" + \
+        "\n".join(f"{name}: {', '.join(sorted(modules))}" for name, modules in sorted(twice.items()))
+
+
+def test_the_duplicate_check_sees_classes_of_public_modules_and_exported_ones():
+    defined = _public_classes()
+    assert defined["LevelPruner"] == ["slimkit.faces.nni.v2.basic"]  # NNI 1.x's is the engine, LevelEngine
+    assert defined["LevelEngine"] == ["slimkit.compression.pruning.one_shot"]
+    assert "slimkit.compression._compressor" not in defined["Compressor"]  # the engines' base: private, unexported
+    assert "_NormPruner" not in defined

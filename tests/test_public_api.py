@@ -11,18 +11,19 @@ PUBLIC = {
                                  "architecture", "block_type", "export_gguf", "open_llama", "pack_blocks",
                                  "supported_names"],
     "slimkit.compression.pruning": [
-        "ADMMPruner", "AGPPruner", "AMCPruner", "ActivationAPoZRankFilterPruner",
-        "ActivationAPoZRankFilterPrunerMasker", "ActivationMeanRankFilterPruner",
-        "ActivationMeanRankFilterPrunerMasker", "AllocationPruner", "AttentionHeadMasker", "AttentionHeadPruner",
-        "AutoCompressPruner", "ChannelCoupling", "ChannelEnergyPruner", "ChannelEnergyPrunerMasker", "ChannelGroupPlan",
-        "ChannelMacs", "DDPGAgent", "DependencyAwarePruner", "FPGMPruner", "FPGMPrunerMasker", "GroupFilterPruner",
-        "GroupL1FilterPruner", "GroupL2FilterPruner", "HeadLayout", "L1FilterPruner", "L1FilterPrunerMasker",
-        "L2FilterPruner", "L2FilterPrunerMasker", "LevelPruner", "LevelPrunerMasker", "LotteryTicketPruner",
-        "MovementPruner", "NetAdaptPruner", "Pruner", "PrunerModuleWrapper", "PruningConfigError", "SensitivityPruner",
-        "SimulatedAnnealingPruner", "SlimPruner", "SlimPrunerMasker", "StructuredWeightMasker",
-        "TaylorFOWeightFilterPruner", "TaylorFOWeightFilterPrunerMasker", "WeightMasker", "agp_sparsity",
-        "find_head_layout", "format_sensitivity_table", "load_masks", "load_state_dict_file", "num_to_prune",
-        "plot_sensitivity", "resolve_config_list", "save_masks", "sensitivity_analysis"
+        "ADMMEngine", "AGPEngine", "AMCEngine", "ActivationAPoZRankFilterPruner",
+        "ActivationAPoZRankFilterPrunerMasker",
+        "ActivationMeanRankFilterPruner", "ActivationMeanRankFilterPrunerMasker", "AllocationPruner",
+        "AttentionHeadMasker", "AttentionHeadPruner", "AutoCompressEngine", "ChannelCoupling", "ChannelEnergyPruner",
+        "ChannelEnergyPrunerMasker", "ChannelGroupPlan", "ChannelMacs", "DDPGAgent", "DependencyAwarePruner",
+        "FPGMEngine", "FPGMPrunerMasker", "GroupFilterPruner", "GroupL1FilterPruner", "GroupL2FilterPruner",
+        "HeadLayout", "L1FilterPruner", "L1FilterPrunerMasker", "L2FilterPruner", "L2FilterPrunerMasker",
+        "LevelEngine", "LevelPrunerMasker", "LotteryTicketEngine", "MovementEngine", "NetAdaptPruner", "Pruner",
+        "PrunerModuleWrapper", "PruningConfigError", "SensitivityPruner", "SimulatedAnnealingEngine", "SlimEngine",
+        "SlimPrunerMasker", "StructuredWeightMasker", "TaylorFOWeightFilterPruner",
+        "TaylorFOWeightFilterPrunerMasker", "WeightMasker", "agp_sparsity", "find_head_layout",
+        "format_sensitivity_table", "load_masks", "load_state_dict_file", "num_to_prune", "plot_sensitivity",
+        "resolve_config_list", "save_masks", "sensitivity_analysis"
     ],
     "slimkit.compression.nas": [
         "BaseMutable", "ChannelSupernet", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear", "EvolutionSearchLoop",
@@ -32,8 +33,8 @@ PUBLIC = {
     ],
     "slimkit.compression.quantization": [
         "BNNGrad", "BNNQuantizer", "ClipGrad", "DoReFaQuantizer", "Int8Linear", "LsqQuantizer", "NaiveQuantizer",
-        "ObserverQuantizer", "QATQuantizer",
-        "QAT_Quantizer", "QuantGrad", "QuantType", "QuantizationConfigError", "QuantizedLayer", "Quantizer",
+        "ObserverQuantizer", "QATQuantizer", "QuantGrad", "QuantType", "QuantizationConfigError", "QuantizedLayer",
+        "Quantizer",
         "QuantizerModuleWrapper", "affine_qparams", "dequantize", "fake_quantize", "grad_scale", "load_calibration",
         "quantize_codes", "quantized_layer_specs", "rebuild_quantized_layers", "resolve_quant_config_list",
         "round_ste", "set_quant_scheme_dtype"
@@ -56,7 +57,10 @@ PUBLIC = {
     "slimkit": ["BasicConfig", "PrunaDataModule", "PrunaModel", "SmashConfig", "SmashConfigPrefixWrapper",
                 "SmashedModel", "__version__", "aup_args", "aup_save_model", "compression", "create_compressor",
                 "print_result", "smash", "smash_folder", "trace"],
-    "slimkit.compression.v2": [
+    "slimkit.faces.nni.v1": ["ADMMPruner", "AGPPruner", "AMCPruner", "AutoCompressPruner", "FPGMPruner", "LevelPruner",
+                             "LotteryTicketPruner", "MovementPruner", "QAT_Quantizer", "SimulatedAnnealingPruner",
+                             "SlimPruner"],
+    "slimkit.faces.nni.v2": [
         "ADMMPruner", "AGPPruner", "AMCPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner",
         "AutoCompressPruner", "FPGMPruner", "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner",
         "LotteryTicketPruner", "ModelSpeedup", "ModelSpeedupTensorRT", "MovementPruner", "PRUNER_DICT",

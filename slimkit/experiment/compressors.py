@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slimkit.compression.pruning import LevelPruner, Pruner
+from slimkit.compression.pruning import LevelEngine, Pruner
 from slimkit.compression.pruning.agp import agp_engine
 from slimkit.compression.pruning.config import BASE_CONFIG_KEYS
 from slimkit.compression.quantization import Quantizer
@@ -66,7 +66,7 @@ class CompressorSpec:
             return None
         if self.name == "level":
             return f"level pruning {_UNSTRUCTURED}"
-        if self.name == "agp" and issubclass(agp_engine(kwargs.get("pruning_algorithm", "level")), LevelPruner):
+        if self.name == "agp" and issubclass(agp_engine(kwargs.get("pruning_algorithm", "level")), LevelEngine):
             return f"agp with pruning_algorithm='level' {_UNSTRUCTURED}"
         params = inspect.signature(self.engine).parameters if self.engine is not None else {}
         for key, unstructured in (("base_algo", "level"), ("granularity", "fine")):

@@ -7,7 +7,7 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import BaseAlgoPruner, base_algo_hyperparameter, training_hyperparameters
-from slimkit.compression.pruning import ADMMPruner, Pruner
+from slimkit.compression.pruning import ADMMEngine, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.training import make_optimizer
@@ -27,7 +27,8 @@ class ADMM(BaseAlgoPruner):
     algorithm_name = "admm"
     references = {"Paper": "https://arxiv.org/abs/1804.03294",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#admm-pruner"}
-    engine = ADMMPruner
+    aliases = ("ADMMPruner",)  # NNI 1.x's class name for the engine
+    engine = ADMMEngine
 
     def extra_hyperparameters(self) -> list:
         """Ranking, ADMM rounds and the training of the W-step."""
@@ -46,7 +47,7 @@ class ADMM(BaseAlgoPruner):
     def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """ADMMPruner training on the seeded train loader through slimkit's loop."""
         optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
-        return ADMMPruner(model, config_list, dataloader=train_loader(self.algorithm_name, smash_config),
+        return ADMMEngine(model, config_list, dataloader=train_loader(self.algorithm_name, smash_config),
                           num_iterations=int(smash_config["num_iterations"]),
                           training_epochs=int(smash_config["training_epochs"]), row=float(smash_config["row"]),
                           base_algo=smash_config["base_algo"], optimizer=optimizer, seed=int(smash_config["seed"]))

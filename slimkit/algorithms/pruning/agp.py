@@ -7,7 +7,7 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import AGPPruner, Pruner
+from slimkit.compression.pruning import AGPEngine, Pruner
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
@@ -29,7 +29,8 @@ class AGP(FrameworkPruner):
     references = {"Paper": "https://arxiv.org/abs/1710.01878",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#agp-pruner"}
     dataset_required = True
-    engine = AGPPruner
+    aliases = ("AGPPruner",)  # NNI 1.x's class name for the engine
+    engine = AGPEngine
 
     def extra_hyperparameters(self) -> list:
         """Masker, schedule and training settings."""
@@ -67,7 +68,7 @@ class AGP(FrameworkPruner):
         steps = int(smash_config["epochs"]) * len(train_loader(self.algorithm_name, smash_config))
         frequency = int(smash_config["frequency"])
         optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
-        return AGPPruner(model, config_list, optimizer, pruning_algorithm=smash_config["pruning_algorithm"],
+        return AGPEngine(model, config_list, optimizer, pruning_algorithm=smash_config["pruning_algorithm"],
                          initial_sparsity=float(smash_config["initial_sparsity"]),
                          num_iterations=max(1, (2 * steps // 3) // frequency), frequency=frequency)
 

@@ -16,7 +16,7 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     tune_as_scored,
 )
-from slimkit.compression.pruning import AMCPruner, Pruner
+from slimkit.compression.pruning import AMCEngine, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
@@ -37,7 +37,8 @@ class AMC(BaseAlgoPruner):
     algorithm_name = "amc"
     references = {"Paper": "https://arxiv.org/abs/1802.03494",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#amc-pruner"}
-    engine = AMCPruner
+    aliases = ("AMCPruner",)  # NNI 1.x's class name for the engine
+    engine = AMCEngine
     default_sparsity = 0.8
     base_algo_level = False
 
@@ -81,7 +82,7 @@ class AMC(BaseAlgoPruner):
         if smash_config["metric"] == "loss":
             evaluate = _negated(evaluate)
         hidden = int(smash_config["hidden"])
-        return AMCPruner(model, config_list, evaluate, flops_ratio=float(smash_config["flops_ratio"]),
+        return AMCEngine(model, config_list, evaluate, flops_ratio=float(smash_config["flops_ratio"]),
                          lbound=1.0 - float(smash_config["sparsity"]), reward=smash_config["reward"],
                          channel_round=int(smash_config["channel_round"]), hidden1=hidden, hidden2=hidden,
                          warmup=int(smash_config["warmup"]), train_episode=int(smash_config["episodes"]),
@@ -91,7 +92,7 @@ class AMC(BaseAlgoPruner):
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Search; record the allocation, its estimated MACs share and the episodes."""
-        assert isinstance(pruner, AMCPruner)
+        assert isinstance(pruner, AMCEngine)
         pruner.compress()
         smash_config.state["finetune_steps"] = tune_as_scored(self.algorithm_name, smash_config, model)
         smash_config.state.update(allocation=pruner.allocation,

@@ -19,7 +19,7 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     with_cap,
 )
-from slimkit.compression.pruning import AutoCompressPruner, Pruner
+from slimkit.compression.pruning import AutoCompressEngine, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.training import make_optimizer
@@ -38,7 +38,8 @@ class AutoCompress(BaseAlgoPruner):
     algorithm_name = "auto_compress"
     references = {"Paper": "https://arxiv.org/abs/1907.03141",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#autocompress-pruner"}
-    engine = AutoCompressPruner
+    aliases = ("AutoCompressPruner",)  # NNI 1.x's class name for the engine
+    engine = AutoCompressEngine
 
     def extra_hyperparameters(self) -> list:
         """Rounds, annealing, ADMM, evaluator and training settings."""
@@ -63,7 +64,7 @@ class AutoCompress(BaseAlgoPruner):
         """AutoCompressPruner: validation evaluator, ADMM on the seeded train loader through slimkit's loop."""
         evaluate, mode = make_evaluator(self.algorithm_name, smash_config)
         optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
-        return AutoCompressPruner(
+        return AutoCompressEngine(
             model, with_cap(config_list, smash_config), evaluator=evaluate, optimize_mode=mode,
             dataloader=train_loader(self.algorithm_name, smash_config), optimizer=optimizer,
             num_iterations=int(smash_config["num_iterations"]), base_algo=smash_config["base_algo"],
@@ -73,7 +74,7 @@ class AutoCompress(BaseAlgoPruner):
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Run the rounds; record the allocation and the ADMM residuals."""
-        assert isinstance(pruner, AutoCompressPruner)
+        assert isinstance(pruner, AutoCompressEngine)
         pruner.compress()
         smash_config.state.update(allocation=pruner.allocation,
                                   residuals=[[round(r, 6) for r in rnd] for rnd in pruner.residuals])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import FPGMPruner
+from slimkit.compression.pruning import FPGMEngine
 from slimkit.core.registry import register
 
 
@@ -18,4 +18,5 @@ class FPGM(FrameworkPruner):
     algorithm_name = "fpgm"
     references = {"Paper": "https://arxiv.org/abs/1811.00250",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#fpgm-pruner"}
-    engine = FPGMPruner
+    aliases = ("FPGMPruner",)  # NNI 1.x's class name for the engine
+    engine = FPGMEngine

@@ -8,7 +8,7 @@ from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner, count_zero_fraction
-from slimkit.compression.pruning import LevelPruner, Pruner
+from slimkit.compression.pruning import LevelEngine, Pruner
 from slimkit.core.contract import SaveFn, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
@@ -24,11 +24,11 @@ class Level(FrameworkPruner):
     """
 
     algorithm_name = "level"
-    aliases = ("torch_unstructured",)
+    aliases = ("torch_unstructured", "LevelPruner")
     renamed_hyperparameters = {"torch_unstructured": {"target_modules": "op_types"}}
     references = {"Paper": "https://arxiv.org/abs/1506.02626",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#level-pruner"}
-    engine = LevelPruner
+    engine = LevelEngine
     engine_defaults: dict[str, Any] = {}
     structured = False
     save_fn = SaveFn.KEEP
@@ -46,7 +46,7 @@ class Level(FrameworkPruner):
     def build_pruner(self, model: nn.Module, config_list: list[dict[str, Any]],
                      smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """LevelPruner with the chosen method and seed."""
-        return LevelPruner(model, config_list, method=smash_config["method"], seed=int(smash_config["seed"]))
+        return LevelEngine(model, config_list, method=smash_config["method"], seed=int(smash_config["seed"]))
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         model = super()._apply(model, smash_config)

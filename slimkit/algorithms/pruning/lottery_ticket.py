@@ -9,7 +9,7 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import BaseAlgoPruner, base_algo_hyperparameter, training_hyperparameters
-from slimkit.compression.pruning import LotteryTicketPruner, Pruner
+from slimkit.compression.pruning import LotteryTicketEngine, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.training import fit, make_optimizer
@@ -30,7 +30,8 @@ class LotteryTicket(BaseAlgoPruner):
     references = {"Paper": "https://arxiv.org/abs/1803.03635",
                   "Rewinding": "https://arxiv.org/abs/1912.05671",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#lottery-ticket-hypothesis"}
-    engine = LotteryTicketPruner
+    aliases = ("LotteryTicketPruner",)  # NNI 1.x's class name for the engine
+    engine = LotteryTicketEngine
 
     def extra_hyperparameters(self) -> list:
         """Rounds, epochs per round, rewind point and training settings."""
@@ -52,12 +53,12 @@ class LotteryTicket(BaseAlgoPruner):
         rounds = int(smash_config["prune_iterations"])
         entries = [e if e.get("exclude") else {"prune_iterations": rounds, **e} for e in config_list]
         optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
-        return LotteryTicketPruner(model, entries, optimizer, base_algo=smash_config["base_algo"],
+        return LotteryTicketEngine(model, entries, optimizer, base_algo=smash_config["base_algo"],
                                    rewind_step=int(smash_config["rewind_step"]))
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Round 0 and every pruning round: (prune, rewind,) train ``epochs`` epochs with slimkit's loop."""
-        assert isinstance(pruner, LotteryTicketPruner)
+        assert isinstance(pruner, LotteryTicketEngine)
         pruner.compress()
         loader = train_loader(self.algorithm_name, smash_config)
         losses = []

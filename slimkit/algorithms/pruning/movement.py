@@ -10,7 +10,7 @@ from torch import nn
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
 from slimkit.algorithms.pruning._search import training_hyperparameters
-from slimkit.compression.pruning import MovementPruner, Pruner
+from slimkit.compression.pruning import MovementEngine, Pruner
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
@@ -31,7 +31,8 @@ class Movement(FrameworkPruner):
     references = {"Paper": "https://arxiv.org/abs/2005.07683",
                   "NNI": "https://nni.readthedocs.io/en/v2.6/reference/compression/pruner.html#movement-pruner"}
     dataset_required = True
-    engine = MovementPruner
+    aliases = ("MovementPruner",)  # NNI 1.x's class name for the engine
+    engine = MovementEngine
 
     def extra_hyperparameters(self) -> list:
         """Granularity, schedule and training settings."""
@@ -60,13 +61,13 @@ class Movement(FrameworkPruner):
         steps = int(smash_config["epochs"]) * len(train_loader(self.algorithm_name, smash_config))
         warm_up = int(smash_config["warm_up_step"])
         optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
-        return MovementPruner(model, config_list, optimizer=optimizer, warm_up_step=warm_up,
+        return MovementEngine(model, config_list, optimizer=optimizer, warm_up_step=warm_up,
                               cool_down_beginning_step=max(warm_up + 1, warm_up + 2 * (steps - warm_up) // 3),
                               granularity=smash_config["granularity"])
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Fine-tune with slimkit's loop (each optimizer step moves the masks), then fix the final masks."""
-        assert isinstance(pruner, MovementPruner)
+        assert isinstance(pruner, MovementEngine)
         pruner.compress()
         result = fit(model, train_loader(self.algorithm_name, smash_config), optimizer=pruner.optimizer,
                      epochs=int(smash_config["epochs"]), seed=int(smash_config["seed"]), desc=self.algorithm_name)

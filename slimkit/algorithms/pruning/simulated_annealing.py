@@ -18,7 +18,7 @@ from slimkit.algorithms.pruning._search import (
     tune_as_scored,
     with_cap,
 )
-from slimkit.compression.pruning import Pruner, SimulatedAnnealingPruner
+from slimkit.compression.pruning import Pruner, SimulatedAnnealingEngine
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
@@ -37,7 +37,8 @@ class SimulatedAnnealing(BaseAlgoPruner):
     algorithm_name = "simulated_annealing"
     references = {"Paper (AutoCompress)": "https://arxiv.org/abs/1907.03141",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#simulatedannealing-pruner"}
-    engine = SimulatedAnnealingPruner
+    aliases = ("SimulatedAnnealingPruner",)  # NNI 1.x's class name for the engine
+    engine = SimulatedAnnealingEngine
 
     def extra_hyperparameters(self) -> list:
         """Schedule, evaluator and training settings."""
@@ -48,13 +49,13 @@ class SimulatedAnnealing(BaseAlgoPruner):
                      smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """SimulatedAnnealingPruner with the validation evaluator."""
         evaluate, mode = make_evaluator(self.algorithm_name, smash_config)
-        return SimulatedAnnealingPruner(model, with_cap(config_list, smash_config), evaluate, optimize_mode=mode,
+        return SimulatedAnnealingEngine(model, with_cap(config_list, smash_config), evaluate, optimize_mode=mode,
                                         base_algo=smash_config["base_algo"], seed=int(smash_config["seed"]),
                                         **annealing_args(smash_config))
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Anneal; record the allocation and every candidate."""
-        assert isinstance(pruner, SimulatedAnnealingPruner)
+        assert isinstance(pruner, SimulatedAnnealingEngine)
         pruner.compress()
         smash_config.state["finetune_steps"] = tune_as_scored(self.algorithm_name, smash_config, model)
         smash_config.state.update(allocation=pruner.allocation, candidates=pruner.history)

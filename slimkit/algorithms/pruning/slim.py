@@ -6,7 +6,7 @@ from ConfigSpace import CategoricalHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import Pruner, SlimPruner
+from slimkit.compression.pruning import Pruner, SlimEngine
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
@@ -23,7 +23,8 @@ class Slim(FrameworkPruner):
     algorithm_name = "slim"
     references = {"Paper": "https://arxiv.org/abs/1708.06519",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#slim-pruner"}
-    engine = SlimPruner
+    aliases = ("SlimPruner",)  # NNI 1.x's class name for the engine
+    engine = SlimEngine
     norms_decide = True
     model_layer_types = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
@@ -35,4 +36,4 @@ class Slim(FrameworkPruner):
 
     def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """SlimPruner with the chosen scope."""
-        return SlimPruner(model, config_list, scope=smash_config["scope"])
+        return SlimEngine(model, config_list, scope=smash_config["scope"])

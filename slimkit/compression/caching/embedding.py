@@ -48,7 +48,7 @@ def row_keys(args: tuple, kwargs: Mapping[str, Any], n: int) -> list[bytes] | No
     return keys
 
 
-class EmbeddingCache:
+class EmbeddingLRU:
     """A bounded LRU of per-row encoder outputs with hit statistics; installed as a model's forward wrapper.
 
     Calls in training mode or that :func:`row_keys` cannot key run the model uncached (counted as ``bypassed``).
@@ -69,9 +69,9 @@ class EmbeddingCache:
         self.bypassed = 0
         self.evictions = 0
 
-    def __deepcopy__(self, memo: dict) -> EmbeddingCache:
+    def __deepcopy__(self, memo: dict) -> EmbeddingLRU:
         """A copy starts empty with the same bound (stored outputs belong to the model they came from)."""
-        return EmbeddingCache(self.max_entries)
+        return EmbeddingLRU(self.max_entries)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -149,7 +149,7 @@ def attach_embedding_cache(model: torch.nn.Module, max_entries: int) -> torch.nn
 
     The state dict is unchanged (the cache wraps the instance's forward), so the weights save as the model's own.
     """
-    return patch_forward(model, "embedding_cache", EmbeddingCache(max_entries))
+    return patch_forward(model, "embedding_cache", EmbeddingLRU(max_entries))
 
 
-__all__ = ["EmbeddingCache", "UNCACHEABLE_KWARGS", "attach_embedding_cache", "row_keys"]
+__all__ = ["EmbeddingLRU", "UNCACHEABLE_KWARGS", "attach_embedding_cache", "row_keys"]

@@ -29,7 +29,7 @@ def _crop(cache: Any, length: int) -> Any:
     return cache
 
 
-class PrefixCache:
+class PrefixLRU:
     """A bounded LRU of prompt KV caches; ``generate`` reuses the longest stored prefix of a new prompt.
 
     Only the prompt tokens after the matched prefix are computed, so greedy generations are the same tokens
@@ -46,9 +46,9 @@ class PrefixCache:
         self._lock = threading.Lock()
         self.hits = self.misses = self.bypassed = self.evictions = self.reused_tokens = 0
 
-    def __deepcopy__(self, memo: dict) -> PrefixCache:
+    def __deepcopy__(self, memo: dict) -> PrefixLRU:
         """A copy starts empty with the same bounds."""
-        return PrefixCache(self.max_prefixes, self.min_prefix_tokens)
+        return PrefixLRU(self.max_prefixes, self.min_prefix_tokens)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -120,7 +120,7 @@ class PrefixCache:
 
 def attach_prefix_cache(model: torch.nn.Module, max_prefixes: int, min_prefix_tokens: int = 1) -> torch.nn.Module:
     """Reuse prompt KV caches in ``model.generate``; the cache is ``model.prefix_cache`` (hit_rate, stats())."""
-    return patch_forward(model, "prefix_cache", PrefixCache(max_prefixes, min_prefix_tokens), method="generate")
+    return patch_forward(model, "prefix_cache", PrefixLRU(max_prefixes, min_prefix_tokens), method="generate")
 
 
-__all__ = ["PrefixCache", "attach_prefix_cache"]
+__all__ = ["PrefixLRU", "attach_prefix_cache"]

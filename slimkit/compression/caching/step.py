@@ -36,7 +36,7 @@ def _sample_shape(args: tuple, kwargs: dict) -> tuple[int, ...] | None:
 class _DeepBlock:
     """Forward patch of one deep block: records its output on full steps, returns the record on cached steps."""
 
-    def __init__(self, cache: StepCache, name: str) -> None:
+    def __init__(self, cache: DeepFeatureCache, name: str) -> None:
         self.cache, self.name = cache, name
 
     def __call__(self, module: torch.nn.Module, inner: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -50,7 +50,7 @@ class _DeepBlock:
         return output
 
 
-class StepCache:
+class DeepFeatureCache:
     """Decides per UNet call whether to run in full (and record the deep blocks) or reuse the recorded features.
 
     ``stats()`` counts full and cached steps; ``reset()`` makes the next call a full one.
@@ -67,9 +67,9 @@ class StepCache:
         self._lock = threading.Lock()
         self.full_steps = self.cached_steps = self.block_calls = 0
 
-    def __deepcopy__(self, memo: dict) -> StepCache:
+    def __deepcopy__(self, memo: dict) -> DeepFeatureCache:
         """A copy starts with nothing recorded; the copied blocks' patches share it (deepcopy's memo)."""
-        copy = StepCache(self.interval, self.branch)
+        copy = DeepFeatureCache(self.interval, self.branch)
         copy.deep_blocks = list(self.deep_blocks)
         return copy
 
@@ -131,11 +131,11 @@ def attach_step_cache(unet: torch.nn.Module, interval: int, branch: int = 0) -> 
     if not blocks:
         raise ValueError(f"branch={branch} leaves no deep block to reuse in a UNet with {len(unet.down_blocks)} down "
                          f"blocks; use a branch below {len(unet.down_blocks) - 1}.")
-    cache = StepCache(interval, branch)
+    cache = DeepFeatureCache(interval, branch)
     for name, block in blocks:
         patch_forward(block, "step_cache_block", _DeepBlock(cache, name))
         cache.deep_blocks.append(name)
     return patch_forward(unet, "step_cache", cache)
 
 
-__all__ = ["StepCache", "attach_step_cache", "deep_blocks"]
+__all__ = ["DeepFeatureCache", "attach_step_cache", "deep_blocks"]

@@ -7,6 +7,11 @@ Typical use::
     pruner = L1FilterPruner(model, config_list, dependency_aware=True, dummy_input=torch.randn(1, 3, 224, 224))
     pruner.compress()
     masks = pruner.get_masks()  # {layer name: {"weight_mask": ..., "bias_mask": ...}} for ModelSpeedup
+
+Most engines carry NNI 1.x's class name (``L1FilterPruner``); the ten whose name NNI 2.x reused with another
+signature are named as engines (``LevelEngine``, ``FPGMEngine``, ``SlimEngine``, ``AGPEngine``, ``ADMMEngine``,
+``MovementEngine``, ``LotteryTicketEngine``, ``SimulatedAnnealingEngine``, ``AutoCompressEngine``,
+``AMCEngine``), and NNI's names for them belong to the face (:mod:`slimkit.faces.nni`).
 """
 
 from slimkit.compression.pruning.activation_rank import (
@@ -15,12 +20,12 @@ from slimkit.compression.pruning.activation_rank import (
     ActivationMeanRankFilterPruner,
     ActivationMeanRankFilterPrunerMasker,
 )
-from slimkit.compression.pruning.admm import ADMMPruner
-from slimkit.compression.pruning.agp import AGPPruner, agp_sparsity
+from slimkit.compression.pruning.admm import ADMMEngine
+from slimkit.compression.pruning.agp import AGPEngine, agp_sparsity
 from slimkit.compression.pruning.allocation import AllocationPruner
-from slimkit.compression.pruning.amc import AMCPruner
+from slimkit.compression.pruning.amc import AMCEngine
 from slimkit.compression.pruning.attention import AttentionHeadMasker, AttentionHeadPruner, HeadLayout, find_head_layout
-from slimkit.compression.pruning.auto_compress import AutoCompressPruner
+from slimkit.compression.pruning.auto_compress import AutoCompressEngine
 from slimkit.compression.pruning.channel_macs import ChannelMacs
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError, resolve_config_list
@@ -35,7 +40,7 @@ from slimkit.compression.pruning.group import (
     GroupL2FilterPruner,
 )
 from slimkit.compression.pruning.io import load_masks, load_state_dict_file, save_masks
-from slimkit.compression.pruning.lottery_ticket import LotteryTicketPruner
+from slimkit.compression.pruning.lottery_ticket import LotteryTicketEngine
 from slimkit.compression.pruning.maskers import (
     FPGMPrunerMasker,
     L1FilterPrunerMasker,
@@ -46,19 +51,19 @@ from slimkit.compression.pruning.maskers import (
     WeightMasker,
     num_to_prune,
 )
-from slimkit.compression.pruning.movement import MovementPruner
+from slimkit.compression.pruning.movement import MovementEngine
 from slimkit.compression.pruning.net_adapt import NetAdaptPruner
-from slimkit.compression.pruning.one_shot import FPGMPruner, L1FilterPruner, L2FilterPruner, LevelPruner, SlimPruner
+from slimkit.compression.pruning.one_shot import FPGMEngine, L1FilterPruner, L2FilterPruner, LevelEngine, SlimEngine
 from slimkit.compression.pruning.sensitivity import SensitivityPruner
-from slimkit.compression.pruning.simulated_annealing import SimulatedAnnealingPruner
+from slimkit.compression.pruning.simulated_annealing import SimulatedAnnealingEngine
 from slimkit.compression.pruning.taylor_fo import TaylorFOWeightFilterPruner, TaylorFOWeightFilterPrunerMasker
 from slimkit.compression.pruning.utils import format_sensitivity_table, plot_sensitivity, sensitivity_analysis
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 
 __all__ = [
-    "ADMMPruner",
-    "AGPPruner",
-    "AMCPruner",
+    "ADMMEngine",
+    "AGPEngine",
+    "AMCEngine",
     "ActivationAPoZRankFilterPruner",
     "ActivationAPoZRankFilterPrunerMasker",
     "ActivationMeanRankFilterPruner",
@@ -66,7 +71,7 @@ __all__ = [
     "AllocationPruner",
     "AttentionHeadMasker",
     "AttentionHeadPruner",
-    "AutoCompressPruner",
+    "AutoCompressEngine",
     "ChannelCoupling",
     "ChannelEnergyPruner",
     "ChannelEnergyPrunerMasker",
@@ -74,7 +79,7 @@ __all__ = [
     "ChannelMacs",
     "DDPGAgent",
     "DependencyAwarePruner",
-    "FPGMPruner",
+    "FPGMEngine",
     "FPGMPrunerMasker",
     "GroupFilterPruner",
     "GroupL1FilterPruner",
@@ -84,17 +89,17 @@ __all__ = [
     "L1FilterPrunerMasker",
     "L2FilterPruner",
     "L2FilterPrunerMasker",
-    "LevelPruner",
+    "LevelEngine",
     "LevelPrunerMasker",
-    "LotteryTicketPruner",
-    "MovementPruner",
+    "LotteryTicketEngine",
+    "MovementEngine",
     "NetAdaptPruner",
     "Pruner",
     "PrunerModuleWrapper",
     "PruningConfigError",
     "SensitivityPruner",
-    "SimulatedAnnealingPruner",
-    "SlimPruner",
+    "SimulatedAnnealingEngine",
+    "SlimEngine",
     "SlimPrunerMasker",
     "StructuredWeightMasker",
     "TaylorFOWeightFilterPruner",

@@ -85,7 +85,7 @@ def admm_solve(pruner: Pruner, sparsities: Mapping[str, float], num_iterations: 
     return residuals
 
 
-class ADMMPruner(Pruner):
+class ADMMEngine(Pruner):
     """Prune with ADMM: alternate training toward a sparse projection with the projection itself, then prune.
 
     ``ADMMPruner(model, config_list, trainer=None, num_iterations=30, training_epochs=5, row=1e-4,

@@ -11,7 +11,7 @@ from torch import nn
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.maskers import MaskDict
-from slimkit.compression.pruning.one_shot import LevelPruner, WeightFilterPruner
+from slimkit.compression.pruning.one_shot import LevelEngine, WeightFilterPruner
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 from slimkit.core import registry
 from slimkit.errors import AlgorithmNotFoundError
@@ -31,10 +31,10 @@ def agp_engine(pruning_algorithm: str | type[Pruner]) -> type[Pruner]:
             engine = registry.get(pruning_algorithm).engine
         except AlgorithmNotFoundError:
             engine = None
-    if isinstance(engine, type) and issubclass(engine, (LevelPruner, WeightFilterPruner)):
+    if isinstance(engine, type) and issubclass(engine, (LevelEngine, WeightFilterPruner)):
         return engine
     usable = [n for n in registry.by_kind("pruning")
-              if isinstance(registry.get(n).engine, type) and issubclass(registry.get(n).engine, (LevelPruner,
+              if isinstance(registry.get(n).engine, type) and issubclass(registry.get(n).engine, (LevelEngine,
                                                                                                WeightFilterPruner))]
     usable += [a for a, n in registry.aliases().items() if n in usable and a.islower()]
     raise PruningConfigError(
@@ -100,7 +100,7 @@ def epoch_sparsity(config: Mapping[str, Any], epoch: int) -> float | None:
     return final + (initial - final) * (1.0 - (epoch - start) / span) ** 3
 
 
-class AGPPruner(Pruner):
+class AGPEngine(Pruner):
     """Gradual pruning: each layer's sparsity goes from ``initial_sparsity`` to its config ``sparsity``.
 
     Pruning iteration ``t`` is ``steps // frequency`` (``schedule="step"``: counted by the patched

@@ -40,7 +40,7 @@ _IGNORED = ("suffix", "model_type", "dataset", "n_calibration_batches", "n_point
             "max_episode_length", "debug", "epsilon")
 
 
-class AMCPruner(AllocationPruner):
+class AMCEngine(AllocationPruner):
     """AutoML for model compression: per-layer channel ratios from a DDPG agent under a MACs budget.
 
     ``AMCPruner(model, config_list, evaluator, val_loader=None, flops_ratio=0.5, lbound=0.2, rbound=1.0,

@@ -28,7 +28,7 @@ from slimkit.compression.pruning.simulated_annealing import anneal, check_anneal
 from slimkit.compression.pruning.training import Trainer, check_positive_int, check_trainer, run_epoch
 
 
-class AutoCompressPruner(AllocationPruner):
+class AutoCompressEngine(AllocationPruner):
     """Rounds of annealing-based sparsity allocation followed by ADMM pruning (AutoCompress).
 
     ``AutoCompressPruner(model, config_list, trainer=None, evaluator=None, dummy_input=None, num_iterations=3,

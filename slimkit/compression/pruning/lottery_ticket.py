@@ -36,7 +36,7 @@ from slimkit.compression.pruning.training import check_positive_int
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 
 
-class LotteryTicketPruner(Pruner):
+class LotteryTicketEngine(Pruner):
     """Iterative magnitude pruning with rewinding to the initial (or early) weights between rounds.
 
     ``LotteryTicketPruner(model, config_list, optimizer=None, lr_scheduler=None, reset_weights=True,

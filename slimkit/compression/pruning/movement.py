@@ -49,7 +49,7 @@ class MovementWrapper(PrunerModuleWrapper):
         self.movement_score.sub_((grad.detach() * self.module.weight.detach()).float())
 
 
-class MovementPruner(Pruner):
+class MovementEngine(Pruner):
     """Prune by movement scores learned while fine-tuning (the sparsity rises on a cubic schedule).
 
     ``MovementPruner(model, config_list, trainer=None, traced_optimizer=None, criterion=None,

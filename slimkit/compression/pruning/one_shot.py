@@ -23,7 +23,7 @@ FILTER_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear", "Con
 LEVEL_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear")
 
 
-class LevelPruner(Pruner):
+class LevelEngine(Pruner):
     """Unstructured pruning: zero the ``sparsity`` fraction of each layer's weights.
 
     ``method="l1"`` (default, NNI's level pruner) zeroes the smallest magnitudes; ``"random"`` a seeded random
@@ -89,13 +89,13 @@ class L2FilterPruner(WeightFilterPruner):
     masker_class = L2FilterPrunerMasker
 
 
-class FPGMPruner(WeightFilterPruner):
+class FPGMEngine(WeightFilterPruner):
     """Prune the filters nearest the geometric median of their layer (Conv2d and Linear by default)."""
 
     masker_class = FPGMPrunerMasker
 
 
-class SlimPruner(Pruner):
+class SlimEngine(Pruner):
     """Network Slimming: prune BatchNorm channels with the smallest ``|gamma|``.
 
     Masks land on the BatchNorm layers' weight and bias (``op_types: ["BatchNorm2d"]``, also the default).

@@ -22,13 +22,13 @@ from slimkit.compression.pruning.allocation import Allocation, AllocationPruner,
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.io import save_masks
-from slimkit.compression.pruning.one_shot import FPGMPruner, L1FilterPruner, L2FilterPruner, LevelPruner
+from slimkit.compression.pruning.one_shot import FPGMEngine, L1FilterPruner, L2FilterPruner, LevelEngine
 from slimkit.compression.pruning.training import check_fraction
 from slimkit.compression.pruning.utils import Sensitivity, sensitivity_analysis
 
 ProportionFn = Callable[[float, float, Sensitivity], Mapping[str, float]]
-_ANALYSERS: dict[str, type[Pruner]] = {"l1": L1FilterPruner, "l2": L2FilterPruner, "fpgm": FPGMPruner,
-                                       "level": LevelPruner}
+_ANALYSERS: dict[str, type[Pruner]] = {"l1": L1FilterPruner, "l2": L2FilterPruner, "fpgm": FPGMEngine,
+                                       "level": LevelEngine}
 
 
 def tolerances(baseline: float, threshold: float, sensitivities: Sensitivity) -> dict[str, float]:

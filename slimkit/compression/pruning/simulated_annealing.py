@@ -68,7 +68,7 @@ def anneal(pruner: AllocationPruner, evaluator: Evaluator, target: float, *, sta
     return best, best_score
 
 
-class SimulatedAnnealingPruner(AllocationPruner):
+class SimulatedAnnealingEngine(AllocationPruner):
     """Find per-layer sparsities for one overall target by simulated annealing (Kirkpatrick et al., 1983).
 
     ``SimulatedAnnealingPruner(model, config_list, evaluator, optimize_mode="maximize", base_algo="l1",

@@ -25,7 +25,7 @@ from slimkit.compression.quantization.lsq import LsqQuantizer
 from slimkit.compression.quantization.naive import NaiveQuantizer
 from slimkit.compression.quantization.observer import ObserverQuantizer
 from slimkit.compression.quantization.observers import affine_qparams, dequantize, fake_quantize, quantize_codes
-from slimkit.compression.quantization.qat import QAT_Quantizer, QATQuantizer
+from slimkit.compression.quantization.qat import QATQuantizer
 from slimkit.compression.quantization.settings import set_quant_scheme_dtype
 from slimkit.compression.quantization.wrapper import QuantizerModuleWrapper
 
@@ -39,7 +39,6 @@ __all__ = [
     "NaiveQuantizer",
     "ObserverQuantizer",
     "QATQuantizer",
-    "QAT_Quantizer",
     "QuantGrad",
     "QuantType",
     "QuantizationConfigError",

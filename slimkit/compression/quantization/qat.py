@@ -140,5 +140,3 @@ class QATQuantizer(Quantizer):
         """Fake-quantize the output with its EMA-tracked range (observing it in train mode)."""
         return self._quantize_activation(output, wrapper, QuantType.OUTPUT)
 
-
-QAT_Quantizer = QATQuantizer  # NNI's name

@@ -30,7 +30,7 @@ FOLLOWS_INPUT = {"depthwise", "grouped_conv"}
 
 
 @dataclass
-class Plan:
+class ShrinkPlan:
     """The kept channels per layer (``kept``, JSON-ready), the per-id decision and what was not honoured."""
 
     kept: KeptChannels
@@ -69,7 +69,7 @@ def _attention_votes(graph: ChannelGraph, masks: dict[str, LayerMask], warnings:
     return out
 
 
-def make_plan(graph: ChannelGraph, masks: dict[str, LayerMask]) -> Plan:
+def make_plan(graph: ChannelGraph, masks: dict[str, LayerMask]) -> ShrinkPlan:
     """Decide the kept channels of every traced layer from ``masks``."""
     warnings: list[str] = []
     _check_mask_names(graph, masks, warnings)
@@ -123,7 +123,7 @@ def make_plan(graph: ChannelGraph, masks: dict[str, LayerMask]) -> Plan:
     _even_experts(graph, keep_id, warnings)
     kept = kept_channels(graph, keep_id, groups)
     _explain(graph, masks, kept, roots, output_roots, warnings)
-    return Plan(kept, keep_id, warnings)
+    return ShrinkPlan(kept, keep_id, warnings)
 
 
 def _layer_ids(graph: ChannelGraph, name: str) -> np.ndarray | None:

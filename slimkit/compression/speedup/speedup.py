@@ -19,7 +19,7 @@ from .fold import Fold, apply_folds, find_folds
 from .graph import ChannelGraph, tensors_in
 from .layers import subclass_problem, torch_base
 from .masks import LayerMask, MaskDict, normalize_masks
-from .planner import KeptChannels, Plan, make_plan
+from .planner import KeptChannels, ShrinkPlan, make_plan
 from .shared import retie, shared_parameters
 from .shrink import Snapshot, shrink_module, shrink_param
 from .tracer import _as_tree, trace_channels
@@ -71,7 +71,7 @@ class ModelSpeedup:
         """Trace and decide what would be removed, without changing the model (warnings are emitted)."""
         return self._plan()[1].kept
 
-    def _plan(self) -> tuple[ChannelGraph, Plan]:
+    def _plan(self) -> tuple[ChannelGraph, ShrinkPlan]:
         graph = trace_channels(self.model, self.dummy_input)
         plan = make_plan(graph, self.masks)
         self.warnings = plan.warnings

@@ -8,7 +8,6 @@
 file, the runner and the Optuna study are the engine's, :mod:`slimkit.experiment`.
 """
 
-from slimkit.core import faces
 from slimkit.faces.auptimizer.aup_args import aup_args, aup_save_model
 from slimkit.faces.auptimizer.basic_config import BasicConfig
 from slimkit.faces.auptimizer.compression_config import CompressionSettings, parse_compression_config
@@ -28,5 +27,3 @@ __all__ = [
     "print_result",
     "read_kept_channels",
 ]
-
-faces.provide("create_compressor", create_compressor)  # Auptimizer's aup.compression.create_compressor

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo
-from slimkit.compression.caching import EmbeddingCache, attach_embedding_cache
+from slimkit.compression.caching import EmbeddingLRU, attach_embedding_cache
 from slimkit.errors import ModelNotSupportedError
 
 
@@ -68,10 +68,10 @@ def test_training_labels_and_float_inputs_bypass(bert):
     with torch.no_grad():
         model(input_ids=x["input_ids"], inputs_embeds=None, attention_mask=x["attention_mask"].float())
     assert model.embedding_cache.stats()["bypassed"] == 3
-    cache = EmbeddingCache(4)
+    cache = EmbeddingLRU(4)
     assert cache.hit_rate == 0.0 and copy.deepcopy(cache).max_entries == 4
     with pytest.raises(ValueError, match="max_entries must be at least 1"):
-        EmbeddingCache(0)
+        EmbeddingLRU(0)
 
 
 def test_copy_of_a_cached_model_has_its_own_empty_cache(bert):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from slimkit import zoo
-from slimkit.compression.caching import PrefixCache, attach_prefix_cache
+from slimkit.compression.caching import PrefixLRU, attach_prefix_cache
 
 GREEDY = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
 
@@ -47,5 +47,5 @@ def test_lru_bound_and_bypasses(llama):
         assert torch.equal(out, llama.generate(batch, attention_mask=torch.ones_like(batch), **GREEDY))
     assert cache.stats()["bypassed"] == 1 and cache.stats()["misses"] == 3
     with pytest.raises(ValueError, match="at least 1"):
-        PrefixCache(0)
+        PrefixLRU(0)
     assert len(copy.deepcopy(model).prefix_cache) == 0

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from slimkit.compression.pruning import AGPPruner, PruningConfigError, agp_sparsity, num_to_prune
+from slimkit.compression.pruning import AGPEngine, PruningConfigError, agp_sparsity, num_to_prune
 
 
 def test_schedule_values():
@@ -17,7 +17,7 @@ def test_schedule_values():
 
 def test_agp_level_during_training(mlp, digit_batches):
     optimizer = torch.optim.SGD(mlp.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
-    pruner = AGPPruner(
+    pruner = AGPEngine(
         mlp, [{"sparsity": 0.75, "op_types": ["Linear"]}, {"exclude": True, "op_names": ["head"]}], optimizer,
         pruning_algorithm="level", num_iterations=3, frequency=2,
     )
@@ -46,7 +46,7 @@ def test_agp_level_during_training(mlp, digit_batches):
 
 def test_agp_filter_epoch_schedule(convnet):
     optimizer = torch.optim.SGD(convnet.parameters(), lr=0.0)
-    pruner = AGPPruner(
+    pruner = AGPEngine(
         convnet, [{"sparsity": 0.5, "op_types": ["Conv2d"]}], optimizer, pruning_algorithm="l1",
         initial_sparsity=0.25, num_iterations=2, schedule="epoch",
     )
@@ -63,7 +63,7 @@ def test_agp_filter_epoch_schedule(convnet):
 
 
 def test_agp_manual_step_without_optimizer(mlp):
-    pruner = AGPPruner(mlp, [{"sparsity": 0.5, "op_names": ["fc1"]}], num_iterations=1)
+    pruner = AGPEngine(mlp, [{"sparsity": 0.5, "op_names": ["fc1"]}], num_iterations=1)
     pruner.compress()
     pruner.step()
     assert int((pruner.get_masks()["fc1"]["weight_mask"] == 0).sum()) == 1024
@@ -72,11 +72,11 @@ def test_agp_manual_step_without_optimizer(mlp):
 def test_agp_errors(mlp):
     with pytest.raises(PruningConfigError,
                        match=r"pruning_algorithm .taylor. cannot be used; .* weight-only pruner: fpgm, l1, l1_filter"):
-        AGPPruner(mlp, [{"sparsity": 0.5}], pruning_algorithm="taylor")
+        AGPEngine(mlp, [{"sparsity": 0.5}], pruning_algorithm="taylor")
     with pytest.raises(PruningConfigError, match="num_iterations must be an int >= 1, got 0"):
-        AGPPruner(mlp, [{"sparsity": 0.5}], num_iterations=0)
+        AGPEngine(mlp, [{"sparsity": 0.5}], num_iterations=0)
     with pytest.raises(PruningConfigError, match="final sparsity 0.2 is below initial_sparsity 0.3"):
-        AGPPruner(mlp, [{"sparsity": 0.2}], initial_sparsity=0.3)
+        AGPEngine(mlp, [{"sparsity": 0.2}], initial_sparsity=0.3)
 
 
 def test_nni1_epoch_keys_follow_nni1_schedule(mlp):
@@ -86,7 +86,7 @@ def test_nni1_epoch_keys_follow_nni1_schedule(mlp):
     assert [round(epoch_sparsity(config, e), 4) for e in range(5)] == [0.0, 0.5630, 0.7704, 0.8, 0.8]  # span 3
     assert epoch_sparsity({**config, "start_epoch": 2}, 1) is None  # nothing pruned before start_epoch
     optimizer = torch.optim.SGD(mlp.parameters(), lr=0.0)
-    pruner = AGPPruner(mlp, [{"initial_sparsity": 0.0, "final_sparsity": 0.8, "start_epoch": 0, "end_epoch": 7,
+    pruner = AGPEngine(mlp, [{"initial_sparsity": 0.0, "final_sparsity": 0.8, "start_epoch": 0, "end_epoch": 7,
                               "frequency": 2, "op_names": ["fc1"]}], optimizer)
     pruner.compress()
     kept = []
@@ -106,4 +106,4 @@ def test_nni1_epoch_keys_follow_nni1_schedule(mlp):
 ])
 def test_nni1_epoch_keys_are_validated(mlp, entry, message):
     with pytest.raises(PruningConfigError, match=message):
-        AGPPruner(mlp, [{**entry, "op_names": ["fc1"]}])
+        AGPEngine(mlp, [{**entry, "op_names": ["fc1"]}])

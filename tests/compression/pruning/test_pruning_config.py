@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from slimkit.compression.pruning import L1FilterPruner, PruningConfigError, SlimPruner, resolve_config_list
+from slimkit.compression.pruning import L1FilterPruner, PruningConfigError, SlimEngine, resolve_config_list
 from slimkit.errors import ConfigError
 
 DEFAULT = ("Conv2d", "Linear")
@@ -130,12 +130,12 @@ def test_pruner_rejects_unsupported_layer(convnet):
     with pytest.raises(PruningConfigError, match="Layer 'bn1' is a BatchNorm2d, which this pruner cannot prune"):
         L1FilterPruner(convnet, [{"sparsity": 0.5, "op_names": ["bn1"]}])
     with pytest.raises(PruningConfigError, match="supports BatchNorm1d, BatchNorm2d, BatchNorm3d"):
-        SlimPruner(convnet, [{"sparsity": 0.5, "op_types": ["Conv2d"]}])
+        SlimEngine(convnet, [{"sparsity": 0.5, "op_types": ["Conv2d"]}])
 
 
 def test_layer_without_weight(convnet):
-    from slimkit.compression.pruning import LevelPruner
+    from slimkit.compression.pruning import LevelEngine
 
     convnet.act = nn.ReLU()
     with pytest.raises(PruningConfigError, match=r"Layer 'act' \(ReLU\) has no weight tensor to prune"):
-        LevelPruner(convnet, [{"sparsity": 0.5, "op_names": ["act"]}])
+        LevelEngine(convnet, [{"sparsity": 0.5, "op_names": ["act"]}])

@@ -8,13 +8,13 @@ from torch import nn
 
 from slimkit.compression.pruning import (
     ActivationAPoZRankFilterPruner,
-    AGPPruner,
+    AGPEngine,
     AttentionHeadPruner,
     ChannelEnergyPruner,
-    FPGMPruner,
+    FPGMEngine,
     L1FilterPruner,
-    LevelPruner,
-    SlimPruner,
+    LevelEngine,
+    SlimEngine,
     TaylorFOWeightFilterPruner,
 )
 
@@ -24,7 +24,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("pruner_cls", [L1FilterPruner, FPGMPruner, LevelPruner, SlimPruner])
+@pytest.mark.parametrize("pruner_cls", [L1FilterPruner, FPGMEngine, LevelEngine, SlimEngine])
 def test_weight_pruners_on_cuda(convnet, digits, pruner_cls):
     model = convnet.cuda()
     x = digits[0][:8].cuda()
@@ -77,7 +77,7 @@ def test_channel_energy_on_cuda_matches_cpu(convnet, digit_batches):
 def test_agp_training_on_cuda(mlp, digit_batches):
     model = mlp.cuda()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    pruner = AGPPruner(model, [{"sparsity": 0.8, "op_names": ["fc1"]}], optimizer, num_iterations=2)
+    pruner = AGPEngine(model, [{"sparsity": 0.8, "op_names": ["fc1"]}], optimizer, num_iterations=2)
     pruner.compress()
     for x, y in digit_batches:
         optimizer.zero_grad()

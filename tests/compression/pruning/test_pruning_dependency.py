@@ -10,7 +10,7 @@ from slimkit import zoo
 from slimkit.compression.pruning import (
     ActivationAPoZRankFilterPruner,
     ActivationMeanRankFilterPruner,
-    FPGMPruner,
+    FPGMEngine,
     GroupFilterPruner,
     GroupL1FilterPruner,
     GroupL2FilterPruner,
@@ -43,7 +43,7 @@ def _build(cls, model, x, dependency_aware):
     return cls(model, CONV, **flag)
 
 
-PRUNERS = [L1FilterPruner, L2FilterPruner, FPGMPruner, ActivationAPoZRankFilterPruner,
+PRUNERS = [L1FilterPruner, L2FilterPruner, FPGMEngine, ActivationAPoZRankFilterPruner,
            ActivationMeanRankFilterPruner, TaylorFOWeightFilterPruner]
 
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from slimkit.compression.pruning import (
     L1FilterPruner,
-    LevelPruner,
+    LevelEngine,
     Pruner,
     PrunerModuleWrapper,
     PruningConfigError,
@@ -34,7 +34,7 @@ def test_wrappers_replace_layers_and_masks_are_buffers(convnet):
     assert "conv1.weight_mask" in convnet.state_dict() and "conv1.bias_mask" in convnet.state_dict()
     assert "weight_mask" in dict(convnet.conv1.named_buffers())
     with pytest.raises(PruningConfigError, match="already wrapped by a pruner"):
-        LevelPruner(convnet, [{"sparsity": 0.5}])
+        LevelEngine(convnet, [{"sparsity": 0.5}])
 
 
 def test_forward_uses_masks_and_weights_stay_untouched(convnet, digits):
@@ -93,7 +93,7 @@ def test_unwrap_with_and_without_applying_masks(convnet):
 
 
 def test_set_wrappers_attribute(convnet):
-    pruner = LevelPruner(convnet, [{"sparsity": 0.5}])
+    pruner = LevelEngine(convnet, [{"sparsity": 0.5}])
     pruner.set_wrappers_attribute("seen", [])
     pruner.set_wrappers_attribute("score", torch.zeros(3))
     wrappers = pruner.get_modules_wrapper()
@@ -195,7 +195,7 @@ def test_export_and_load_round_trip(convnet, digits, tmp_path):
         assert torch.equal(loaded[name]["bias_mask"], masks["bias_mask"])
     # a fresh pruner takes the masks and does not recompute them
     fresh_model = copy.deepcopy(pristine)
-    fresh = LevelPruner(fresh_model, [{"sparsity": 0.9, "op_names": ["conv1", "conv2", "fc"]}])
+    fresh = LevelEngine(fresh_model, [{"sparsity": 0.9, "op_names": ["conv1", "conv2", "fc"]}])
     fresh.load_masks(tmp_path / "mask.safetensors")
     fresh.compress()
     assert all(torch.equal(fresh.get_masks()[n]["weight_mask"], loaded[n]["weight_mask"]) for n in loaded)
@@ -229,12 +229,12 @@ def test_export_onnx_matches_masked_model(convnet, digits, tmp_path):
 
 
 def test_failed_construction_leaves_model_unwrapped(convnet):
-    from slimkit.compression.pruning import AGPPruner, SlimPruner
+    from slimkit.compression.pruning import AGPEngine, SlimEngine
 
     with pytest.raises(PruningConfigError, match="needs one sparsity"):
-        SlimPruner(convnet, [{"sparsity": 0.5}, {"sparsity": 0.25, "op_names": ["bn2"]}])
+        SlimEngine(convnet, [{"sparsity": 0.5}, {"sparsity": 0.25, "op_names": ["bn2"]}])
     with pytest.raises(PruningConfigError, match="is below initial_sparsity"):
-        AGPPruner(convnet, [{"sparsity": 0.1}], initial_sparsity=0.2)
+        AGPEngine(convnet, [{"sparsity": 0.1}], initial_sparsity=0.2)
     with pytest.raises(PruningConfigError, match="op_name 'nope'"):
         L1FilterPruner(convnet, [{"sparsity": 0.5}, {"sparsity": 0.5, "op_names": ["nope"]}])
     assert not any(isinstance(m, PrunerModuleWrapper) for m in convnet.modules())

@@ -11,12 +11,12 @@ from torch import nn
 from slimkit.compression.pruning import (
     ActivationAPoZRankFilterPruner,
     ActivationMeanRankFilterPruner,
-    FPGMPruner,
+    FPGMEngine,
     L1FilterPruner,
     L2FilterPruner,
-    LevelPruner,
+    LevelEngine,
     PruningConfigError,
-    SlimPruner,
+    SlimEngine,
     TaylorFOWeightFilterPruner,
     num_to_prune,
 )
@@ -38,7 +38,7 @@ def test_num_to_prune_rule():
     assert num_to_prune(0.9, 1) == 0
 
 
-@pytest.mark.parametrize("pruner_cls", [L1FilterPruner, L2FilterPruner, FPGMPruner])
+@pytest.mark.parametrize("pruner_cls", [L1FilterPruner, L2FilterPruner, FPGMEngine])
 @pytest.mark.parametrize(("sparsity", "expected"), [(0.3, [2, 4, 3]), (0.5, [4, 8, 5]), (0.75, [6, 12, 7])])
 def test_filter_pruners_prune_requested_filters(convnet, pruner_cls, sparsity, expected):
     pruner = pruner_cls(convnet, [{"sparsity": sparsity, "op_types": ["default"]}])
@@ -53,7 +53,7 @@ def test_filter_pruners_prune_requested_filters(convnet, pruner_cls, sparsity, e
 
 @pytest.mark.parametrize("sparsity", [0.3, 0.5, 0.9])
 def test_level_pruner_prunes_requested_elements(convnet, sparsity):
-    pruner = LevelPruner(convnet, [{"sparsity": sparsity}])
+    pruner = LevelEngine(convnet, [{"sparsity": sparsity}])
     pruner.compress()
     for name, layer_masks in pruner.get_masks().items():
         numel = layer_masks["weight_mask"].numel()
@@ -93,7 +93,7 @@ def test_l1_and_l2_rank_by_their_norms():
 
 def test_fpgm_prunes_filters_near_the_geometric_median():
     rows = [[0.0, 0.0], [5.0, 5.0], [6.0, 5.0], [4.0, 5.0], [5.0, 6.0], [5.0, 4.0]]
-    fpgm = FPGMPruner(_linear_with(rows), [{"sparsity": 0.2, "op_types": ["Linear"]}])
+    fpgm = FPGMEngine(_linear_with(rows), [{"sparsity": 0.2, "op_types": ["Linear"]}])
     fpgm.compress()
     assert pruned_filters(fpgm.get_masks()["0"]["weight_mask"]) == [1]  # the centre, not the small outlier
     l1 = L1FilterPruner(_linear_with(rows), [{"sparsity": 0.2, "op_types": ["Linear"]}])
@@ -115,7 +115,7 @@ def _set_gammas(convnet):
 
 def test_slim_pruner_global_ranking(convnet):
     _set_gammas(convnet)
-    pruner = SlimPruner(convnet, [{"sparsity": 0.5, "op_types": ["BatchNorm2d"]}])
+    pruner = SlimEngine(convnet, [{"sparsity": 0.5, "op_types": ["BatchNorm2d"]}])
     pruner.compress()
     masks = pruner.get_masks()
     # 24 channels -> 12 pruned, the 12 smallest |gamma| overall: 0.05 and 0.1 of bn1, 0.011 ... 0.101 of bn2
@@ -129,18 +129,18 @@ def test_slim_pruner_keeps_one_channel_per_layer_and_layer_scope(convnet):
     with torch.no_grad():
         convnet.bn1.weight.fill_(0.001)
         convnet.bn2.weight.fill_(1.0)
-    pruner = SlimPruner(convnet, [{"sparsity": 0.5}])
+    pruner = SlimEngine(convnet, [{"sparsity": 0.5}])
     pruner.compress()
     masks = pruner.get_masks()
     assert zero_filters(masks["bn1"]["weight_mask"]) == 7
     assert zero_filters(masks["bn2"]["weight_mask"]) == 5
     pruner.unwrap_model()
-    layer = SlimPruner(convnet, [{"sparsity": 0.5}, {"sparsity": 0.25, "op_names": ["bn2"]}], scope="layer")
+    layer = SlimEngine(convnet, [{"sparsity": 0.5}, {"sparsity": 0.25, "op_names": ["bn2"]}], scope="layer")
     layer.compress()
     assert [zero_filters(m["weight_mask"]) for m in layer.get_masks().values()] == [4, 4]
     layer.unwrap_model()
     with pytest.raises(PruningConfigError, match=r"needs one sparsity for all BatchNorm layers, got \[0.25, 0.5\]"):
-        SlimPruner(convnet, [{"sparsity": 0.5}, {"sparsity": 0.25, "op_names": ["bn2"]}])
+        SlimEngine(convnet, [{"sparsity": 0.5}, {"sparsity": 0.25, "op_names": ["bn2"]}])
 
 
 def test_taylor_prunes_dead_filters_and_restores_grads(convnet, digit_batches):

@@ -9,13 +9,13 @@ import torch
 from torch import nn
 
 from slimkit.compression.pruning import (
-    AMCPruner,
+    AMCEngine,
     ChannelMacs,
     DDPGAgent,
     NetAdaptPruner,
     PruningConfigError,
     SensitivityPruner,
-    SimulatedAnnealingPruner,
+    SimulatedAnnealingEngine,
 )
 from slimkit.compression.pruning.sensitivity import tolerances
 from slimkit.compression.speedup import ModelSpeedup
@@ -40,7 +40,7 @@ def _weight_sparsity(pruner) -> float:
 
 
 def test_scale_to_target_hits_target_with_caps(convnet, digit_batches):
-    pruner = SimulatedAnnealingPruner(convnet, [{"sparsity": 0.6, "op_types": ["Conv2d"],
+    pruner = SimulatedAnnealingEngine(convnet, [{"sparsity": 0.6, "op_types": ["Conv2d"],
                                                  "max_sparsity_per_layer": 0.7}], _accuracy(digit_batches))
     allocation = pruner.scale_to_target({"conv1": 1.0, "conv2": 0.0})  # conv2 has no share: conv1 alone cannot
     assert allocation["conv1"] == pytest.approx(5 / 8)  # 5 of 8 filters: its cap 0.7 allows no more
@@ -53,26 +53,26 @@ def test_scale_to_target_hits_target_with_caps(convnet, digit_batches):
 def test_allocation_errors(convnet, digit_batches):
     evaluate = _accuracy(digit_batches)
     with pytest.raises(PruningConfigError, match="one overall sparsity"):
-        SimulatedAnnealingPruner(convnet, [{"sparsity": 0.5, "op_names": ["conv1"]},
+        SimulatedAnnealingEngine(convnet, [{"sparsity": 0.5, "op_names": ["conv1"]},
                                            {"sparsity": 0.3, "op_names": ["conv2"]}], evaluate)
     with pytest.raises(PruningConfigError, match="base_algo must be one of l1, l2, fpgm, level"):
-        SimulatedAnnealingPruner(convnet, CONV, evaluate, base_algo="taylor")
+        SimulatedAnnealingEngine(convnet, CONV, evaluate, base_algo="taylor")
     with pytest.raises(PruningConfigError, match="needs evaluator"):
-        SimulatedAnnealingPruner(convnet, CONV)
+        SimulatedAnnealingEngine(convnet, CONV)
     with pytest.raises(PruningConfigError, match="start_temperature .* must be above stop_temperature"):
-        SimulatedAnnealingPruner(convnet, CONV, evaluate, start_temperature=10, stop_temperature=20)
-    pruner = SimulatedAnnealingPruner(convnet, [{"sparsity": 0.8, "op_types": ["Conv2d"],
+        SimulatedAnnealingEngine(convnet, CONV, evaluate, start_temperature=10, stop_temperature=20)
+    pruner = SimulatedAnnealingEngine(convnet, [{"sparsity": 0.8, "op_types": ["Conv2d"],
                                                  "max_sparsity_per_layer": 0.5}], evaluate)
     with pytest.raises(PruningConfigError, match="cannot be reached"):
         pruner.compress()
     pruner.unwrap_model()
-    bad = SimulatedAnnealingPruner(convnet, CONV, lambda model: "good")
+    bad = SimulatedAnnealingEngine(convnet, CONV, lambda model: "good")
     with pytest.raises(PruningConfigError, match="must return a finite number"):
         bad.compress()
 
 
 def test_simulated_annealing_search(convnet, digit_batches, tmp_path):
-    pruner = SimulatedAnnealingPruner(convnet, CONV, _accuracy(digit_batches), cool_down_rate=0.7,
+    pruner = SimulatedAnnealingEngine(convnet, CONV, _accuracy(digit_batches), cool_down_rate=0.7,
                                       experiment_data_dir=tmp_path, seed=3)
     pruner.compress()
     steps = 1 + sum(1 for k in range(100) if 100 * 0.7**k > 20)  # the start, then one candidate per temperature
@@ -93,7 +93,7 @@ def test_simulated_annealing_is_seeded(digit_batches):
     for _ in range(2):
         torch.manual_seed(0)
         model = DigitsCNN().eval()
-        pruner = SimulatedAnnealingPruner(model, CONV, _accuracy(digit_batches), cool_down_rate=0.5, seed=7)
+        pruner = SimulatedAnnealingEngine(model, CONV, _accuracy(digit_batches), cool_down_rate=0.5, seed=7)
         pruner.compress()
         runs.append(pruner.allocation)
     assert runs[0] == runs[1]
@@ -166,7 +166,7 @@ def test_amc_meets_the_budget_after_speedup(digit_batches):
     base_macs = count_macs(model, x)
     config = [{"op_types": ["Conv2d"]}, {"op_names": ["classifier.1"]}]
     with pytest.warns(UserWarning, match="model_type"):
-        pruner = AMCPruner(model, config, lambda loader, m: _accuracy(loader)(m), digit_batches, flops_ratio=0.4,
+        pruner = AMCEngine(model, config, lambda loader, m: _accuracy(loader)(m), digit_batches, flops_ratio=0.4,
                            warmup=5, train_episode=12, hidden1=16, hidden2=16, bsize=8, channel_round=4,
                            model_type="mobilenetv2")
     pruner.compress()
@@ -185,24 +185,24 @@ def test_amc_meets_the_budget_after_speedup(digit_batches):
 def test_amc_errors(convnet, digit_batches):
     evaluate = _accuracy(digit_batches)
     with pytest.raises(PruningConfigError, match="unexpected arguments"):
-        AMCPruner(convnet, CONV, evaluate, dummy_input=digit_batches[0][0], flop_ratio=0.5)
+        AMCEngine(convnet, CONV, evaluate, dummy_input=digit_batches[0][0], flop_ratio=0.5)
     with pytest.raises(PruningConfigError, match="counts MACs on an example input"):
-        AMCPruner(convnet, CONV, evaluate)
+        AMCEngine(convnet, CONV, evaluate)
     with pytest.raises(PruningConfigError, match="flops_ratio must be a number"):
-        AMCPruner(convnet, CONV, evaluate, dummy_input=digit_batches[0][0], flops_ratio=1.5)
+        AMCEngine(convnet, CONV, evaluate, dummy_input=digit_batches[0][0], flops_ratio=1.5)
     with pytest.raises(PruningConfigError, match="not 'level'"):
-        AMCPruner(convnet, CONV, evaluate, dummy_input=digit_batches[0][0], base_algo="level")
+        AMCEngine(convnet, CONV, evaluate, dummy_input=digit_batches[0][0], base_algo="level")
 
 
 def test_amc_leaves_the_output_layer_unpruned(digit_batches):
     """Auptimizer's exp_amc selects ``op_types: [Conv2d, Linear]``: the classifier's outputs are the classes."""
     model, x = DigitsCNN().eval(), digit_batches[0][0]
     with pytest.warns(UserWarning, match=r"leaves \['classifier.3'\] unpruned"):
-        pruner = AMCPruner(model, [{"op_types": ["Conv2d", "Linear"]}], _accuracy(digit_batches), dummy_input=x,
+        pruner = AMCEngine(model, [{"op_types": ["Conv2d", "Linear"]}], _accuracy(digit_batches), dummy_input=x,
                            flops_ratio=0.5, warmup=1, train_episode=1, hidden1=8, hidden2=8)
     assert pruner.layer_names == ["features.0", "features.4", "features.8", "classifier.1"]
     pruner.compress()
     assert set(pruner.get_masks()) == set(pruner.layer_names)
     with pytest.raises(PruningConfigError, match="none of the selected layers \\['classifier.3'\\]"), \
             pytest.warns(UserWarning):
-        AMCPruner(DigitsCNN(), [{"op_names": ["classifier.3"]}], _accuracy(digit_batches), dummy_input=x)
+        AMCEngine(DigitsCNN(), [{"op_names": ["classifier.3"]}], _accuracy(digit_batches), dummy_input=x)

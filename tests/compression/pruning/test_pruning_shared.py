@@ -9,7 +9,7 @@ from torch import nn
 
 from slimkit.compression._union_find import UnionFind
 from slimkit.compression.config_list import class_names, select_layers
-from slimkit.compression.pruning import L1FilterPruner, PruningConfigError, SlimPruner, resolve_config_list
+from slimkit.compression.pruning import L1FilterPruner, PruningConfigError, SlimEngine, resolve_config_list
 from slimkit.compression.pruning.coupling import has_norm_masks, norm_producer_masks
 from slimkit.compression.quantization import QuantizationConfigError, resolve_quant_config_list
 from slimkit.compression.speedup import ModelSpeedup
@@ -48,7 +48,7 @@ def test_norm_masks_become_producer_masks_that_the_speedup_removes():
     with torch.no_grad():
         model.bn.weight.copy_(torch.tensor([1.0, 0.01, 1.0, 0.02, 1.0, 0.03]))
         model.bn_c.weight.copy_(torch.tensor([0.5, 0.01, 0.6, 0.02]))
-    pruner = SlimPruner(model, [{"sparsity": 0.5}], scope="layer")
+    pruner = SlimEngine(model, [{"sparsity": 0.5}], scope="layer")
     pruner.compress()
     masks = pruner.get_masks()
     plain = pruner.unwrap_model(apply_masks=True)

@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 from slimkit.compression.pruning import (
-    ADMMPruner,
-    AutoCompressPruner,
-    LotteryTicketPruner,
-    MovementPruner,
+    ADMMEngine,
+    AutoCompressEngine,
+    LotteryTicketEngine,
+    MovementEngine,
     PruningConfigError,
     agp_sparsity,
 )
@@ -24,7 +24,7 @@ def _filters_zero(model: nn.Module, name: str) -> int:
 
 
 def test_admm_projection_keeps_the_strongest_filters(convnet):
-    pruner = ADMMPruner(convnet, CONV, dataloader=[], num_iterations=1, training_epochs=1)
+    pruner = ADMMEngine(convnet, CONV, dataloader=[], num_iterations=1, training_epochs=1)
     value = torch.zeros_like(convnet.conv1.module.weight)
     value[[1, 4, 6, 7]] = torch.arange(1.0, 5.0)[:, None, None, None]
     projected = project(pruner, 0, value, 0.5)
@@ -48,7 +48,7 @@ def test_admm_with_an_auptimizer_trainer_and_callback(convnet, digit_batches):
             seen.append(float((model.conv1.module.weight.grad - before).abs().sum()))
             optimizer.step()
 
-    pruner = ADMMPruner(convnet, CONV, trainer, num_iterations=3, training_epochs=1, row=1.0, lr=1e-2)
+    pruner = ADMMEngine(convnet, CONV, trainer, num_iterations=3, training_epochs=1, row=1.0, lr=1e-2)
     pruner.compress()
     assert len(seen) == 3 * len(digit_batches)
     assert seen[0] > 0  # the augmented term's gradient row * (W - Z + U) was added
@@ -71,7 +71,7 @@ def test_admm_penalty_goes_into_a_criterion_when_the_trainer_has_no_callback(con
         loss.backward()
         optimizer.step()
 
-    pruner = ADMMPruner(convnet, CONV, trainer, num_iterations=2, training_epochs=1, row=10.0)
+    pruner = ADMMEngine(convnet, CONV, trainer, num_iterations=2, training_epochs=1, row=10.0)
     pruner.compress()
     penalty, distance = values[0]  # first W-step: Z = project(W), U = 0, so the term is row/2 * ||W - Z||^2
     assert penalty == pytest.approx(10.0 / 2 * distance, rel=1e-4) and penalty > 0
@@ -79,17 +79,17 @@ def test_admm_penalty_goes_into_a_criterion_when_the_trainer_has_no_callback(con
 
 def test_admm_errors(convnet):
     with pytest.raises(PruningConfigError, match="pass trainer=fn"):
-        ADMMPruner(convnet, CONV)
+        ADMMEngine(convnet, CONV)
     with pytest.raises(PruningConfigError, match="row .* must be a number > 0"):
-        ADMMPruner(convnet, CONV, dataloader=[], row=0)
+        ADMMEngine(convnet, CONV, dataloader=[], row=0)
     with pytest.raises(PruningConfigError, match="num_iterations must be an int >= 1"):
-        ADMMPruner(convnet, CONV, dataloader=[], num_iterations=0)
+        ADMMEngine(convnet, CONV, dataloader=[], num_iterations=0)
     with pytest.raises(PruningConfigError, match="arguments \\['data'\\] are unknown"):
-        ADMMPruner(convnet, CONV, lambda model, data: None, num_iterations=1, training_epochs=1).compress()
+        ADMMEngine(convnet, CONV, lambda model, data: None, num_iterations=1, training_epochs=1).compress()
 
 
 def test_auto_compress_rounds(convnet, digit_batches):
-    pruner = AutoCompressPruner(convnet, CONV, evaluator=lambda m: float((m(digit_batches[0][0]).argmax(1) ==
+    pruner = AutoCompressEngine(convnet, CONV, evaluator=lambda m: float((m(digit_batches[0][0]).argmax(1) ==
                                                                          digit_batches[0][1]).float().mean()),
                                 dataloader=digit_batches, num_iterations=2, admm_num_iterations=1,
                                 admm_training_epochs=1, cool_down_rate=0.5, row=0.1)
@@ -108,7 +108,7 @@ def test_lottery_ticket_rounds_rewind_and_reset(convnet, digit_batches):
     optimizer = torch.optim.SGD(convnet.parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     config = [{"sparsity": 0.75, "prune_iterations": 2, "op_types": ["Conv2d"]}]
-    pruner = LotteryTicketPruner(convnet, config, optimizer, scheduler)
+    pruner = LotteryTicketEngine(convnet, config, optimizer, scheduler)
     assert list(pruner.get_prune_iterations()) == [0, 1, 2]
     pruner.compress()
     for k in pruner.get_prune_iterations():
@@ -133,7 +133,7 @@ def test_lottery_ticket_rounds_rewind_and_reset(convnet, digit_batches):
 
 def test_lottery_ticket_late_rewinding_and_errors(convnet, digit_batches):
     optimizer = torch.optim.SGD(convnet.parameters(), lr=0.1)
-    pruner = LotteryTicketPruner(convnet, [{"sparsity": 0.5, "prune_iterations": 1, "op_types": ["Conv2d"]}],
+    pruner = LotteryTicketEngine(convnet, [{"sparsity": 0.5, "prune_iterations": 1, "op_types": ["Conv2d"]}],
                                  optimizer, rewind_step=2, base_algo="l1")
     pruner.prune_iteration_start()
     for step, (x, y) in enumerate(digit_batches):
@@ -147,9 +147,9 @@ def test_lottery_ticket_late_rewinding_and_errors(convnet, digit_batches):
     assert torch.equal(convnet.conv2.module.weight[keep], after_two[keep])
     assert _filters_zero(pruner.unwrap_model(apply_masks=True), "conv2") == 8
     with pytest.raises(PruningConfigError, match="pass the optimizer"):
-        LotteryTicketPruner(convnet, [{"sparsity": 0.5}])
+        LotteryTicketEngine(convnet, [{"sparsity": 0.5}])
     with pytest.raises(PruningConfigError, match="same prune_iterations"):
-        LotteryTicketPruner(convnet, [{"sparsity": 0.5, "prune_iterations": 2, "op_names": ["conv1"]},
+        LotteryTicketEngine(convnet, [{"sparsity": 0.5, "prune_iterations": 2, "op_names": ["conv1"]},
                                       {"sparsity": 0.5, "prune_iterations": 3, "op_names": ["conv2"]}], optimizer)
 
 
@@ -157,7 +157,7 @@ def test_movement_scores_are_the_accumulated_movement():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # weights fixed: the scores alone move
-    pruner = MovementPruner(model, [{"sparsity": 0.5, "op_types": ["Linear"]}], optimizer=optimizer,
+    pruner = MovementEngine(model, [{"sparsity": 0.5, "op_types": ["Linear"]}], optimizer=optimizer,
                             warm_up_step=0, cool_down_beginning_step=2)
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
     expected = torch.zeros(3, 4)
@@ -176,7 +176,7 @@ def test_movement_scores_are_the_accumulated_movement():
 
 
 def test_movement_schedule_and_filters(convnet, digit_batches):
-    pruner = MovementPruner(convnet, CONV, dataloader=digit_batches, training_epochs=3, granularity="filter",
+    pruner = MovementEngine(convnet, CONV, dataloader=digit_batches, training_epochs=3, granularity="filter",
                             warm_up_step=2)
     assert pruner.cool_down_beginning_step == 2 + 2 * (3 * len(digit_batches) - 2) // 3  # 2/3 after warm-up
     wrapper = pruner.modules_wrapper[1]
@@ -190,9 +190,9 @@ def test_movement_schedule_and_filters(convnet, digit_batches):
     model = pruner.unwrap_model(apply_masks=True)
     assert [_filters_zero(model, "conv1"), _filters_zero(model, "conv2")] == [4, 8]
     with pytest.raises(PruningConfigError, match="granularity must be"):
-        MovementPruner(convnet, CONV, dataloader=digit_batches, training_epochs=1, granularity="block")
+        MovementEngine(convnet, CONV, dataloader=digit_batches, training_epochs=1, granularity="block")
     with pytest.raises(PruningConfigError, match="needs cool_down_beginning_step"):
-        MovementPruner(convnet, CONV, optimizer=torch.optim.SGD(convnet.parameters(), lr=0.1))
+        MovementEngine(convnet, CONV, optimizer=torch.optim.SGD(convnet.parameters(), lr=0.1))
 
 
 def test_movement_with_an_nni2_trainer_and_training_steps(convnet, digit_batches):
@@ -206,13 +206,13 @@ def test_movement_with_an_nni2_trainer_and_training_steps(convnet, digit_batches
             optimizer.step()
 
     optimizer = torch.optim.Adam(convnet.parameters(), lr=1e-3)
-    pruner = MovementPruner(convnet, CONV, trainer, optimizer, nn.CrossEntropyLoss(), training_steps=6)
+    pruner = MovementEngine(convnet, CONV, trainer, optimizer, nn.CrossEntropyLoss(), training_steps=6)
     assert pruner.cool_down_beginning_step == 4
     pruner.compress()
     assert len(calls) == 2 and pruner.step_count == 8  # whole epochs of 4 steps until 6 steps ran
     model = pruner.unwrap_model(apply_masks=True)
     assert float((model.conv2.weight == 0).float().mean()) == pytest.approx(0.5, abs=0.01)
-    lazy = MovementPruner(nn.Sequential(nn.Linear(4, 2)), [{"sparsity": 0.5}], lambda model, optimizer: None,
+    lazy = MovementEngine(nn.Sequential(nn.Linear(4, 2)), [{"sparsity": 0.5}], lambda model, optimizer: None,
                           training_epochs=1, cool_down_beginning_step=3)
     with pytest.raises(PruningConfigError, match="without calling optimizer.step"):
         lazy.compress()

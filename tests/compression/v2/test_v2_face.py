@@ -27,8 +27,8 @@ from slimkit.compression import (
 )
 from slimkit.compression.pruning import L1FilterPruner
 from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.v2 import rebuild
 from slimkit.errors import ConfigError
+from slimkit.faces.nni.v2 import rebuild
 
 
 class Net(nn.Module):
@@ -260,6 +260,7 @@ def test_trace_rebuilds_the_optimizer_on_new_parameters(net):
 
 def test_engine_names_still_mean_the_nni1_engines(net):
     assert slimkit.compression.L1FilterPruner is L1FilterPruner
-    assert issubclass(slimkit.compression.LevelPruner, slimkit.compression.pruning.LevelPruner)
+    assert issubclass(slimkit.compression.LevelPruner, slimkit.compression.pruning.LevelEngine)
+    assert slimkit.faces.nni.v1.LevelPruner is slimkit.compression.pruning.LevelEngine  # NNI 1.x's, by path
     with pytest.raises(PruningConfigError):
         L1NormPruner(net, [{"sparsity": 0.5, "op_types": ["LSTM"]}])

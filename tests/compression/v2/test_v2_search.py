@@ -7,7 +7,7 @@ import torch
 
 import slimkit
 from slimkit.compression import AMCPruner, AutoCompressPruner, SimulatedAnnealingPruner, count_flops_params
-from slimkit.compression.pruning import AMCPruner as AMCEngine
+from slimkit.compression.pruning import AMCEngine
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.evaluation import count_macs
 from slimkit.zoo import digits_split

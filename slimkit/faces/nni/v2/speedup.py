@@ -1,9 +1,11 @@
 """``ModelSpeedup`` as NNI scripts use it: also for Network-Slimming masks, which sit on BatchNorm layers.
 
-A BatchNorm mask (what ``SlimPruner`` returns) says which channels of the *producer* before it go; this
-class turns such masks into masks of those producers before the speedup
+A BatchNorm mask (what ``SlimPruner`` returns) says which channels of the *producer* before it go;
+:class:`NormMaskSpeedup` turns such masks into masks of those producers before the speedup
 (:func:`~slimkit.compression.pruning.coupling.norm_producer_masks`), so ``ModelSpeedup(model, dummy_input,
-masks)`` works for every pruner's masks, as it does in NNI.
+masks)`` works for every pruner's masks, as it does in NNI. NNI's name ``ModelSpeedup`` is this class on the face
+(``slimkit.compression.ModelSpeedup``); the engine it extends is :class:`slimkit.compression.speedup.ModelSpeedup`,
+which refuses masks on norms (the speedup engine does not depend on the pruning engine).
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from typing import Any
 from torch import nn
 
 from slimkit.compression.pruning.coupling import has_norm_masks, norm_producer_masks
-from slimkit.compression.speedup import ModelSpeedup as _ModelSpeedup
+from slimkit.compression.speedup import ModelSpeedup as EngineSpeedup
 from slimkit.compression.speedup.masks import MaskDict, load_masks
 
-__all__ = ["ModelSpeedup"]
+__all__ = ["ModelSpeedup", "NormMaskSpeedup"]
 
 
 def _slimkit_entry(entry: Any) -> Any:
@@ -28,7 +30,7 @@ def _slimkit_entry(entry: Any) -> Any:
     return entry
 
 
-class ModelSpeedup(_ModelSpeedup):
+class NormMaskSpeedup(EngineSpeedup):
     """:class:`slimkit.compression.speedup.ModelSpeedup` that also accepts masks on BatchNorm layers.
 
     ``ModelSpeedup(model, dummy_input, masks_file).speedup_model()`` (NNI 2.x) or ``ModelSpeedup(model,
@@ -47,3 +49,6 @@ class ModelSpeedup(_ModelSpeedup):
             else:
                 kwargs["masks_file"] = loaded
         super().__init__(model, dummy_input, masks, verify, fold_constants, **kwargs)
+
+
+ModelSpeedup = NormMaskSpeedup  # NNI's name, on the face

@@ -4,7 +4,8 @@
 ``show_pruned_weights``, ``load_masks`` and global ranking.
 
 The classes are slimkit's own engines (:mod:`slimkit.compression.pruning`) with NNI 2.x's constructor
-signatures; :class:`V2Pruner` is mixed in before the engine class.
+signatures; :class:`V2Pruner` is mixed in before the engine class, which each face class imports and calls
+directly.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.maskers import StructuredWeightMasker
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
-from slimkit.compression.v2.config import GlobalGroup, canonical_config_list
+from slimkit.faces.nni.v2.config import GlobalGroup, canonical_config_list
 
 V2Masks = dict[str, dict[str, torch.Tensor]]
 
@@ -77,6 +78,14 @@ def call_trainer(trainer: Callable[..., Any], model: nn.Module, optimizer: Any, 
     return trainer(model, optimizer, criterion)
 
 
+def trainer_without_epoch(trainer: Callable[..., Any]) -> Callable[..., Any]:
+    """The user's NNI 2.x ``trainer(model, optimizer, criterion)`` under the engines' ``(..., epoch)`` convention."""
+    def run(model: nn.Module, optimizer: Any, criterion: Any, epoch: int = 0) -> Any:
+        return trainer(model, optimizer, criterion)
+
+    return run
+
+
 def check_training_args(name: str, trainer: Any, optimizer: Any, criterion: Any) -> None:
     """NNI 2.x's trainer triple: ``trainer(model, optimizer, criterion)``, an optimizer and a loss function."""
     if not callable(trainer):
@@ -89,6 +98,18 @@ def check_training_args(name: str, trainer: Any, optimizer: Any, criterion: Any)
     if not callable(criterion):
         raise PruningConfigError(f"{name} needs criterion=, the loss function the trainer calls, e.g. "
                                  f"torch.nn.CrossEntropyLoss(); got {type(criterion).__name__}.")
+
+
+def check_schedule(who: str, model: Any, finetuner: Any, evaluator: Any, speedup: bool, dummy_input: Any) -> None:
+    """What NNI 2.x's scheduled pruners share: a module, functions of the model, ``dummy_input`` for a speedup."""
+    if not isinstance(model, nn.Module):
+        raise PruningConfigError(f"{who} needs a torch.nn.Module, got {type(model).__name__}.")
+    for label, fn in (("finetuner", finetuner), ("evaluator", evaluator)):
+        if fn is not None and not callable(fn):
+            raise PruningConfigError(f"{who} {label} must be a function of the model, got {type(fn).__name__}.")
+    if speedup and dummy_input is None:
+        raise PruningConfigError(f"{who}(speedup=True) needs dummy_input, an input the model accepts, to trace "
+                                 "which channels can be removed.")
 
 
 def check_mode(name: str, mode: Any, allowed: tuple[str, ...]) -> str:
@@ -123,8 +144,14 @@ class V2Pruner:
         return translated
 
     def compress(self) -> tuple[nn.Module, V2Masks]:  # type: ignore[override]
-        """Compute the masks; return the (wrapped) model and the masks ``{layer: {"weight", "bias"}}``."""
-        model = super().compress()  # type: ignore[misc]
+        """Compute the masks; return the (wrapped) model and the masks ``{layer: {"weight", "bias"}}``.
+
+        An optimizer the pruner was given is used only inside ``compress()``: its ``step`` is restored after.
+        """
+        try:
+            model = super().compress()  # type: ignore[misc]
+        finally:
+            self.restore_optimizer()  # type: ignore[attr-defined]
         return model, v2_masks(self)  # type: ignore[arg-type]
 
     def show_pruned_weights(self, dim: int = 0) -> list[tuple[str, int, int]]:

@@ -22,18 +22,18 @@ from torch import nn
 from slimkit.compression.config_list import select_layers
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.maskers import num_to_prune
-from slimkit.compression.v2.base import V2Masks, to_v1_masks
-from slimkit.compression.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner
-from slimkit.compression.v2.registry_adapters import ADMMPruner
-from slimkit.compression.v2.speedup import ModelSpeedup
-from slimkit.compression.v2.trace import rebuild
-from slimkit.compression.v2.trained import (
+from slimkit.errors import closest
+from slimkit.faces.nni.v2.base import V2Masks, check_schedule, to_v1_masks
+from slimkit.faces.nni.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner
+from slimkit.faces.nni.v2.speedup import ModelSpeedup
+from slimkit.faces.nni.v2.trace import rebuild
+from slimkit.faces.nni.v2.trained import (
     ActivationAPoZRankPruner,
     ActivationMeanRankPruner,
     SlimPruner,
     TaylorFOWeightPruner,
 )
-from slimkit.errors import closest
+from slimkit.faces.nni.v2.training import ADMMPruner
 
 __all__ = ["AGPPruner", "LinearPruner", "LotteryTicketPruner", "PRUNER_DICT"]
 
@@ -66,23 +66,16 @@ class _IterativePruner:
                  dummy_input: Any = None, evaluator: Callable[[nn.Module], float] | None = None,
                  pruning_params: Mapping[str, Any] | None = None, reset_weight: bool = False) -> None:
         name = type(self).__name__
-        if not isinstance(model, nn.Module):
-            raise PruningConfigError(f"{name} needs a torch.nn.Module, got {type(model).__name__}.")
+        check_schedule(name, model, finetuner, evaluator, speedup, dummy_input)
         if pruning_algorithm not in PRUNER_DICT:
             raise PruningConfigError(f"{name} pruning_algorithm {pruning_algorithm!r} is unknown."
                                      f"{closest(str(pruning_algorithm), PRUNER_DICT)} Choose one of "
                                      f"{', '.join(PRUNER_DICT)}.")
         if isinstance(total_iteration, bool) or not isinstance(total_iteration, int) or total_iteration < 1:
             raise PruningConfigError(f"{name} total_iteration must be a whole number >= 1, got {total_iteration!r}.")
-        if speedup and dummy_input is None:
-            raise PruningConfigError(f"{name}(speedup=True) needs dummy_input, an input the model accepts, to trace "
-                                     "which channels can be removed.")
         if speedup and reset_weight:
             raise PruningConfigError(f"{name}: reset_weight rewinds the weights of the unpruned model, which a speedup "
                                      "has reshaped; use speedup=False (then speed up the best result once).")
-        for label, fn in (("finetuner", finetuner), ("evaluator", evaluator)):
-            if fn is not None and not callable(fn):
-                raise PruningConfigError(f"{name} {label} must be a function of the model, got {type(fn).__name__}.")
         if not isinstance(config_list, Sequence) or isinstance(config_list, (str, bytes)) or not config_list:
             raise PruningConfigError(f"{name} config_list must be a non-empty list of dicts, e.g. "
                                      "[{'sparsity': 0.8, 'op_types': ['Conv2d']}].")
@@ -149,18 +142,17 @@ class _IterativePruner:
         for iteration in range(1, self.total_iteration + 1):
             config = self._round_config(iteration)
             pruner = PRUNER_DICT[self.pruning_algorithm](model, config, **self._params())
-            engine = getattr(pruner, "engine", pruner)
             if masks and not self.speedup:  # continue from the last round's masks: pruned units stay pruned
-                known = {w.name: w for w in engine.get_modules_wrapper()}
+                known = {w.name: w for w in pruner.get_modules_wrapper()}
                 for name, layer in to_v1_masks(masks).items():
                     if name in known:
-                        engine._store_masks(known[name], {k: v for k, v in layer.items() if v is not None})
+                        pruner._store_masks(known[name], {k: v for k, v in layer.items() if v is not None})
             _, masks = pruner.compress()
             if rewind is not None:
-                engine._unwrap_model()
+                pruner._unwrap_model()
                 model.load_state_dict(rewind)
-                engine._wrap_model()
-            score = self._finish_round(engine, masks)
+                pruner._wrap_model()
+            score = self._finish_round(pruner, masks)
             result = RoundResult(iteration, masks, score, config)
             if self.keep_intermediate_result or not self.results:
                 self.results.append(result)
@@ -171,19 +163,17 @@ class _IterativePruner:
                                                           score >= best.score):
                 self._best = (result, model if self.speedup else copy.deepcopy(model))
 
-    def _finish_round(self, engine: Any, masks: V2Masks) -> float | None:
+    def _finish_round(self, pruner: Any, masks: V2Masks) -> float | None:
         model = self.bound_model
         if self.speedup:
-            engine.unwrap_model(apply_masks=True)
+            pruner.unwrap_model(apply_masks=True)
             ModelSpeedup(model, self.dummy_input, masks).speedup_model()
             if self.finetuner is not None:
                 self.finetuner(model)
             return None if self.evaluator is None else float(self.evaluator(model))
-        if hasattr(engine, "restore_optimizer"):
-            engine.restore_optimizer()
         if self.finetuner is not None:
             self.finetuner(model)  # wrapped: pruned weights stay out of the forward pass
-        engine.unwrap_model(apply_masks=True)
+        pruner.unwrap_model(apply_masks=True)
         return None if self.evaluator is None else float(self.evaluator(model))
 
     def get_best_result(self) -> tuple[int, nn.Module, V2Masks, float | None, list[dict[str, Any]]]:

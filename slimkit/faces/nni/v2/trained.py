@@ -16,9 +16,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.pruning import activation_rank, one_shot, taylor_fo
+from slimkit.compression.pruning.activation_rank import ActivationAPoZRankFilterPruner, ActivationMeanRankFilterPruner
 from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
+from slimkit.compression.pruning.one_shot import SlimEngine
+from slimkit.compression.pruning.taylor_fo import TaylorFOWeightFilterPruner
+from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
 
 __all__ = ["ActivationAPoZRankPruner", "ActivationMeanRankPruner", "SlimPruner", "TaylorFOWeightPruner"]
 
@@ -39,7 +41,7 @@ def _no_evaluator(name: str, kwargs: Mapping[str, Any]) -> None:
         raise PruningConfigError(f"{name} got unexpected argument(s) {', '.join(sorted(kwargs))}.")
 
 
-class SlimPruner(V2Pruner, one_shot.SlimPruner):
+class SlimPruner(V2Pruner, SlimEngine):
     """Network Slimming with NNI 2.x's signature: train with an L1 penalty on BatchNorm scales, then prune.
 
     ``SlimPruner(model, config_list, trainer, traced_optimizer, criterion, training_epochs, scale=0.0001,
@@ -85,8 +87,6 @@ def _trainer_adapter(trainer: Callable[..., Any]) -> Callable[[nn.Module, Any, A
 class _DataV2(V2Pruner):
     """NNI 2.x constructor of the data-ranked filter pruners."""
 
-    _nni_name = ""
-
     def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
                  traced_optimizer: Any = None, criterion: Callable[..., torch.Tensor] = None,
                  training_batches: int = 1, mode: str = "normal", dummy_input: Any = None, **extra: Any) -> None:
@@ -101,15 +101,19 @@ class _DataV2(V2Pruner):
                          statistics_batch_num=batches, dummy_input=dummy_input,
                          dependency_aware=mode == "dependency_aware", **options)
 
-    def compress(self) -> tuple[nn.Module, V2Masks]:  # type: ignore[override]
-        """Run the trainer to collect statistics, compute the masks, release the optimizer."""
-        try:
-            return super().compress()
-        finally:
-            self.restore_optimizer()  # type: ignore[attr-defined]
+
+class _ActivationV2(_DataV2):
+    """NNI 2.x constructor of the activation-ranked filter pruners (``activation`` added)."""
+
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
+                 traced_optimizer: Any = None, criterion: Callable[..., torch.Tensor] = None,
+                 training_batches: int = 1, activation: str = "relu", mode: str = "normal",
+                 dummy_input: Any = None, **kwargs: Any) -> None:
+        super().__init__(model, config_list, trainer, traced_optimizer, criterion, training_batches, mode,
+                         dummy_input, activation=activation, **kwargs)
 
 
-class ActivationAPoZRankPruner(_DataV2, activation_rank.ActivationAPoZRankFilterPruner):
+class ActivationAPoZRankPruner(_ActivationV2, ActivationAPoZRankFilterPruner):
     """APoZ filter pruning with NNI 2.x's signature: drop the filters whose activations are most often zero.
 
     ``ActivationAPoZRankPruner(model, config_list, trainer, traced_optimizer, criterion, training_batches,
@@ -117,26 +121,12 @@ class ActivationAPoZRankPruner(_DataV2, activation_rank.ActivationAPoZRankFilter
     collects the activations of its first ``training_batches`` batches.
     """
 
-    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
-                 traced_optimizer: Any = None, criterion: Callable[..., torch.Tensor] = None,
-                 training_batches: int = 1, activation: str = "relu", mode: str = "normal",
-                 dummy_input: Any = None, **kwargs: Any) -> None:
-        super().__init__(model, config_list, trainer, traced_optimizer, criterion, training_batches, mode,
-                         dummy_input, activation=activation, **kwargs)
 
-
-class ActivationMeanRankPruner(_DataV2, activation_rank.ActivationMeanRankFilterPruner):
+class ActivationMeanRankPruner(_ActivationV2, ActivationMeanRankFilterPruner):
     """Mean-activation filter pruning with NNI 2.x's signature (see ActivationAPoZRankPruner)."""
 
-    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
-                 traced_optimizer: Any = None, criterion: Callable[..., torch.Tensor] = None,
-                 training_batches: int = 1, activation: str = "relu", mode: str = "normal",
-                 dummy_input: Any = None, **kwargs: Any) -> None:
-        super().__init__(model, config_list, trainer, traced_optimizer, criterion, training_batches, mode,
-                         dummy_input, activation=activation, **kwargs)
 
-
-class TaylorFOWeightPruner(_DataV2, taylor_fo.TaylorFOWeightFilterPruner):
+class TaylorFOWeightPruner(_DataV2, TaylorFOWeightFilterPruner):
     """First-order Taylor filter pruning with NNI 2.x's signature.
 
     ``TaylorFOWeightPruner(model, config_list, trainer, traced_optimizer, criterion, training_batches,

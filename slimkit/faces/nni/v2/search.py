@@ -25,15 +25,14 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning.amc import AMCPruner as _AMCEngine
-from slimkit.compression.pruning.auto_compress import AutoCompressPruner as _AutoCompressEngine
+from slimkit.compression.pruning.amc import AMCEngine
+from slimkit.compression.pruning.auto_compress import AutoCompressEngine
 from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.simulated_annealing import SimulatedAnnealingPruner as _AnnealingEngine
-from slimkit.compression.v2.base import V2Masks, check_training_args, v2_masks
-from slimkit.compression.v2.config import canonical_config_list
-from slimkit.compression.v2.registry_adapters import trainer_without_epoch
-from slimkit.compression.v2.speedup import ModelSpeedup
+from slimkit.compression.pruning.simulated_annealing import SimulatedAnnealingEngine
 from slimkit.errors import closest
+from slimkit.faces.nni.v2.base import V2Masks, check_schedule, check_training_args, trainer_without_epoch, v2_masks
+from slimkit.faces.nni.v2.config import canonical_config_list
+from slimkit.faces.nni.v2.speedup import ModelSpeedup
 
 __all__ = ["AMCPruner", "AutoCompressPruner", "SimulatedAnnealingPruner"]
 
@@ -103,17 +102,10 @@ class _SearchScheduler:
     def _setup(self, model: nn.Module, evaluator: Callable[[nn.Module], float] | None,
                finetuner: Callable[[nn.Module], Any] | None, speedup: bool, dummy_input: Any) -> None:
         who = type(self).__name__
-        if not isinstance(model, nn.Module):
-            raise PruningConfigError(f"{who} needs a torch.nn.Module, got {type(model).__name__}.")
+        check_schedule(who, model, finetuner, None, speedup, dummy_input)
         if not callable(evaluator):
             raise PruningConfigError(f"{who} needs evaluator=fn(model) -> score (higher is better), which compares "
                                      f"the candidate allocations; got {type(evaluator).__name__}.")
-        if finetuner is not None and not callable(finetuner):
-            raise PruningConfigError(f"{who} finetuner must be a function of the model, got "
-                                     f"{type(finetuner).__name__}.")
-        if speedup and dummy_input is None:
-            raise PruningConfigError(f"{who}(speedup=True) needs dummy_input, an input the model accepts, to trace "
-                                     "which channels can be removed.")
         self.bound_model, self.evaluator, self.finetuner = model, evaluator, finetuner
         self.speedup, self.dummy_input = bool(speedup), dummy_input
         self._best: tuple[int, nn.Module, V2Masks, float, list[dict[str, Any]]] | None = None
@@ -160,7 +152,7 @@ class SimulatedAnnealingPruner(_SearchScheduler):
         who = type(self).__name__
         self._setup(model, evaluator, finetuner, speedup, dummy_input)
         algo = _check_algorithm(who, pruning_algorithm, _ANNEALING_ALGOS, pruning_params)
-        self.engine = _AnnealingEngine(
+        self.engine = SimulatedAnnealingEngine(
             model, search_config_list(who, model, config_list, "max_sparsity_per_layer"), evaluator,
             base_algo=algo, start_temperature=start_temperature, stop_temperature=stop_temperature,
             cool_down_rate=cool_down_rate, perturbation_magnitude=perturbation_magnitude)
@@ -197,7 +189,7 @@ class AutoCompressPruner(_SearchScheduler):
             raise PruningConfigError(f"{who}: admm_params granularity={granularity!r} disagrees with sa_params "
                                      f"pruning_algorithm={algo!r}; slimkit ranks both stages one way: use "
                                      "'fine-grained' with 'level' and 'coarse-grained' with 'l1', 'l2' or 'fpgm'.")
-        self.engine = _AutoCompressEngine(
+        self.engine = AutoCompressEngine(
             model, search_config_list(who, model, config_list, "max_sparsity_per_layer"),
             trainer=trainer_without_epoch(admm["trainer"]), evaluator=evaluator, dummy_input=dummy_input,
             num_iterations=total_iteration, base_algo=algo, admm_num_iterations=admm.get("iterations", 30),
@@ -248,6 +240,6 @@ class AMCPruner(_SearchScheduler):
             engine_config.append(entry)
         caps = [e["sparsity"] for e in engine_config if "sparsity" in e]
         lbound = min(0.2, 1.0 - max(caps)) if caps else 0.2
-        self.engine = _AMCEngine(model, engine_config, evaluator, flops_ratio=1.0 - float(totals[0]),
+        self.engine = AMCEngine(model, engine_config, evaluator, flops_ratio=1.0 - float(totals[0]),
                                  train_episode=total_episode, base_algo=algo, dummy_input=dummy_input,
                                  lbound=max(lbound, 1e-3), **ddpg)

@@ -13,16 +13,16 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning import one_shot
 from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.v2.base import V2Pruner, check_mode
+from slimkit.compression.pruning.one_shot import FPGMEngine, L1FilterPruner, L2FilterPruner, LevelEngine
+from slimkit.faces.nni.v2.base import V2Pruner, check_mode
 
 __all__ = ["FPGMPruner", "L1NormPruner", "L2NormPruner", "LevelPruner"]
 
 _FILTER_MODES = ("normal", "dependency_aware")
 
 
-class LevelPruner(V2Pruner, one_shot.LevelPruner):
+class LevelPruner(V2Pruner, LevelEngine):
     """Unstructured magnitude pruning (NNI 2.x signature): zero each selected layer's smallest weights.
 
     ``LevelPruner(model, config_list, mode="normal", balance_gran=None)``. ``config_list`` takes
@@ -52,7 +52,7 @@ class _NormPruner(V2Pruner):
                          dummy_input=dummy_input)
 
 
-class L1NormPruner(_NormPruner, one_shot.L1FilterPruner):
+class L1NormPruner(_NormPruner, L1FilterPruner):
     """Filter pruning by the L1 norm of each output channel's weights (NNI 2.x signature).
 
     ``L1NormPruner(model, config_list, mode="normal", dummy_input=None)``; ``mode="dependency_aware"`` (with
@@ -61,9 +61,9 @@ class L1NormPruner(_NormPruner, one_shot.L1FilterPruner):
     """
 
 
-class L2NormPruner(_NormPruner, one_shot.L2FilterPruner):
+class L2NormPruner(_NormPruner, L2FilterPruner):
     """Filter pruning by the L2 norm of each output channel's weights (NNI 2.x signature; see L1NormPruner)."""
 
 
-class FPGMPruner(_NormPruner, one_shot.FPGMPruner):
+class FPGMPruner(_NormPruner, FPGMEngine):
     """Filter pruning by geometric median: drop the most replaceable filters (NNI 2.x signature)."""
