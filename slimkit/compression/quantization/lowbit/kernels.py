@@ -173,7 +173,7 @@ def _build_tinygemm(layer: PackedLinear, high_first: bool) -> tuple[torch.Tensor
 
 
 def _cuda_int4(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
-    state = layer.__dict__.setdefault("_tinygemm", {})
+    state = layer.kernel_cache.setdefault("tinygemm", {})
     if state.get("disabled") or layer.bits > 4 or layer.out_features % 8 or layer.in_features % 128:
         return None
     if _tinygemm_group(layer) is None or not hasattr(torch.ops.aten, "_weight_int4pack_mm"):

@@ -14,6 +14,8 @@ matmul that never builds the scaled dense weight, and CUDA uses PyTorch's int4 k
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,10 +31,6 @@ SCALE_MIN = 2.0**-20
 
 #: ``group_size`` value meaning one group per output row (per-channel), resolved per layer by :func:`row_groups`
 PER_CHANNEL = -1
-
-
-#: attributes the kernels (``native``, ``kernels``) cache on a layer: rebuilt on demand, never copied or saved
-_CACHES = ("_native_plan", "_tinygemm")
 
 
 def row_groups(group_size: int, in_features: int) -> int:
@@ -143,14 +141,18 @@ class PackedLinear(nn.Module):
         macs = output.numel() * self.in_features if isinstance(output, torch.Tensor) else 0
         return f"int{self.bits} weights", macs
 
+    @property
+    def kernel_cache(self) -> dict[str, Any]:
+        """What the kernels built for this layer (CPU call plan, CUDA int4 weight), by kernel; never copied or saved."""
+        return self.__dict__.setdefault("_kernel_cache", {})
+
     def release_caches(self) -> None:
-        """Drop the kernel layouts cached on the layer (CPU plan, CUDA int4 weight); the next call rebuilds them."""
-        for key in _CACHES:
-            self.__dict__.pop(key, None)
+        """Drop :attr:`kernel_cache`; the next call rebuilds what it needs."""
+        self.__dict__.pop("_kernel_cache", None)
 
     def __getstate__(self) -> dict:
-        """The layer's state for copy/deepcopy, without cached kernel state (ctypes handles do not copy)."""
-        return {k: v for k, v in self.__dict__.items() if k not in _CACHES}
+        """The layer's state for copy/deepcopy, without the kernel cache (ctypes handles do not copy)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_kernel_cache"}
 
     def extra_repr(self) -> str:
         """Shape, bit width and group size in ``print(model)``."""

@@ -210,7 +210,7 @@ def _plan(layer: torch.nn.Module, lib: ctypes.CDLL) -> tuple | None:
     buffers, bias = layer._buffers, layer._parameters.get("bias")
     qweight, scales, zeros = buffers["qweight"], buffers["scales"], buffers["zeros"]
     bias_ptr = None if bias is None else bias.data_ptr()
-    plan = layer.__dict__.get("_native_plan")
+    plan = layer.kernel_cache.get("native")
     if (plan is not None and plan[0] is lib and plan[1] is qweight and plan[2] is scales and plan[3] is zeros
             and plan[4] is bias and plan[5] == bias_ptr):
         return plan[6]
@@ -219,7 +219,7 @@ def _plan(layer: torch.nn.Module, lib: ctypes.CDLL) -> tuple | None:
           and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous())))
     args = ((qweight.data_ptr(), layer.out_features, qweight.shape[1], scales.data_ptr(), zeros.data_ptr(),
              scales.shape[1], layer.group_size, layer.bits, bias_ptr) if ok else None)
-    layer.__dict__["_native_plan"] = (lib, qweight, scales, zeros, bias, bias_ptr, args)
+    layer.kernel_cache["native"] = (lib, qweight, scales, zeros, bias, bias_ptr, args)
     return args
 
 
