@@ -262,5 +262,10 @@ def test_engine_names_still_mean_the_nni1_engines(net):
     assert slimkit.compression.L1FilterPruner is L1FilterPruner
     assert issubclass(slimkit.compression.LevelPruner, slimkit.compression.pruning.LevelEngine)
     assert slimkit.faces.nni.v1.LevelPruner is slimkit.compression.pruning.LevelEngine  # NNI 1.x's, by path
+    # the face's namespaces are disjoint, so no name of slimkit.compression depends on import order
+    engines, quant, v2 = (set(m.__all__) for m in (slimkit.compression.pruning, slimkit.compression.quantization,
+                                                   slimkit.faces.nni.v2))
+    assert not (engines & v2 or quant & v2 or engines & quant)
+    assert slimkit.compression.LevelPruner.__module__ == "slimkit.faces.nni.v2.basic"
     with pytest.raises(PruningConfigError):
         L1NormPruner(net, [{"sparsity": 0.5, "op_types": ["LSTM"]}])
