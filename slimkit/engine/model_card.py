@@ -16,11 +16,8 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.quantization.experts import DOWN, FIRST
-from slimkit.compression.quantization.lowbit.experts import PackedExperts
-from slimkit.compression.quantization.lowbit.linear import PackedLinear
-from slimkit.formats import FORMATS, SLIMKIT, get_format, symmetric_grid
-from slimkit.formats.kinds import made_by
+from slimkit.formats import FORMATS, SLIMKIT, get_format, layer_kind
+from slimkit.formats.kinds import PACKED, PACKED_EXPERTS, made_by
 
 
 def cpu_description() -> str:
@@ -42,27 +39,17 @@ def cpu_description() -> str:
     return f"{name} ({isa}{', AMX' if 'amx_int8' in flags else ''})"
 
 
-def _grid_key(module: PackedLinear | PackedExperts, whole: bool, awq: bool) -> str:
-    return (f"{module.bits}-bit, {'one group per row' if whole else f'groups of {module.group_size}'}, "
-            f"{'symmetric' if symmetric_grid(module) else 'asymmetric'}" + (", AWQ input scale" if awq else ""))
-
-
 def _grid(model: nn.Module) -> tuple[list[str], list[str]]:
     """(one line per distinct packed grid with its layer count, names of the float Linear layers).
 
     MoE experts modules packed expert by expert count apart, with their number of experts.
     """
     counts: dict[str, int] = {}
-    for module in model.modules():
-        if isinstance(module, PackedLinear):
-            label = f"layer(s): {_grid_key(module, module.scales.shape[1] == 1, module.input_scale is not None)}"
-        elif isinstance(module, PackedExperts):
-            whole = all(module.packed(w)[1].shape[-1] == 1 for w in (FIRST, DOWN))
-            label = (f"MoE experts module(s) of {module.layout.num_experts} experts: "
-                     f"{_grid_key(module, whole, bool(module.input_scale))}")
-        else:
-            continue
-        counts[label] = counts.get(label, 0) + 1
+    for m in model.modules():
+        if (kind := layer_kind(m)) is not None and kind.kind in (PACKED, PACKED_EXPERTS):
+            what = "layer(s)" if kind.kind == PACKED else f"MoE experts module(s) of {m.layout.num_experts} experts"
+            label = f"{what}: {kind.describe()}"
+            counts[label] = counts.get(label, 0) + 1
     floats = [n for n, m in model.named_modules() if n and type(m) is nn.Linear]
     return [f"{n} {k}" for k, n in counts.items()], floats
 

@@ -33,8 +33,8 @@ class FormatError(ConfigError):
 class LayerKind:
     """What one layer is, as far as a checkpoint format cares.
 
-    ``group_size`` is None for one group per row; shapes and ``zero_min`` (the smallest zero point) are None when
-    not known (a recipe not run yet).
+    ``group_size`` is None for one group per row (per-channel); shapes and ``zero_min`` (the smallest zero point)
+    are None when not known (a recipe not run yet).
     """
 
     kind: str
@@ -48,11 +48,11 @@ class LayerKind:
     zero_min: float | None = None
 
     def describe(self) -> str:
-        """``"packed 4-bit g128 asymmetric"`` / ``"float"``, for messages and tests."""
+        """``"4-bit, groups of 128, asymmetric"`` (``"float"``, ``"int8"``), for model cards and messages."""
         if self.kind in (FLOAT, INT8):
             return self.kind
-        grid = "per-channel" if self.group_size is None else f"g{self.group_size}"
-        return f"{self.kind} {self.bits}-bit {grid} {'symmetric' if self.sym else 'asymmetric'}"
+        return (f"{self.bits}-bit, {'one group per row' if self.group_size is None else f'groups of {self.group_size}'}"
+                f", {'symmetric' if self.sym else 'asymmetric'}{', input scale' if self.input_scale else ''}")
 
 
 def symmetric_grid(module: PackedLinear | PackedExperts) -> bool:
@@ -72,8 +72,7 @@ def layer_kind(module: nn.Module) -> LayerKind | None:
         whole = all(s.shape[-1] == 1 for s in ([module.scales] if isinstance(module, PackedLinear)
                                                else [module.packed(w)[1] for w in (FIRST, DOWN)]))
         experts = isinstance(module, PackedExperts)
-        return LayerKind(PACKED_EXPERTS if experts else PACKED, module.bits,
-                         None if whole and (experts or module.in_features % module.group_size) else module.group_size,
+        return LayerKind(PACKED_EXPERTS if experts else PACKED, module.bits, None if whole else module.group_size,
                          symmetric_grid(module), all(bool((z == z.round()).all()) for z in zeros),
                          bool(module.input_scale) if experts else module.input_scale is not None,
                          None if experts else module.in_features, None if experts else module.out_features,

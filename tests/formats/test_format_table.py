@@ -63,7 +63,7 @@ def test_each_format_holds_exactly_its_kinds_and_names_what_it_holds(name):
 def test_a_layer_the_format_cannot_hold_is_refused_naming_the_layer_and_what_it_holds(name):
     w = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
     layer = PackedLinear.from_quantized(*quantize_rtn(w, 3, 32, False), 3, 32)
-    assert layer_kind(layer).describe() == "packed 3-bit g32 asymmetric"
+    assert layer_kind(layer).describe() == "3-bit, groups of 32, asymmetric"
     fmt = get_format(name)
     with pytest.raises(FormatError, match=f"^blocks.0.q: {name} cannot hold this layer exactly: it has .*") as info:
         fmt.check_layer(layer, "blocks.0.q")
