@@ -8,7 +8,7 @@ algorithm, which builds its architecture, teacher and losses, while a ``norm_cfg
 dict its connector reads.
 
 Keyword arguments to ``build`` replace fields of the config first: ``build(cfg.model, architecture=student,
-teacher=teacher)`` puts your own modules where an MMRazor config names models of other OpenMMLab packages.
+teacher=teacher)`` puts your own modules where an MMRazor config names models of other MMEngine-based packages.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ does and slimkit does too: ``_base_`` files may not define the same key twice; t
 as ``_base_`` (``_base_.model``, ``{{_base_.model}}``, ``_base_.model.neck = ...``); dicts read and write their
 keys as attributes (:class:`ConfigDict`); ``{{fileDirname}}``-style variables are substituted.
 
-Scoped bases (``'mmcls::_base_/datasets/imagenet_bs32.py'``) name files of other OpenMMLab packages: datasets,
+Scoped bases (``'mmcls::_base_/datasets/imagenet_bs32.py'``) name files of other MMEngine-based packages: datasets,
 schedules and models that you supply yourself in slimkit (your batches, your ``architecture=`` / ``teacher=``).
 They are skipped with a logged note, and whatever the config reads from them (``_base_.model``) becomes a
 :class:`SkippedBase` placeholder that says where it came from if it is ever built. ``mmrazor::`` bases are
@@ -67,7 +67,7 @@ class ConfigDict(dict):
 
 
 class SkippedBase:
-    """A value a config read from a base file slimkit skipped (one of another OpenMMLab package).
+    """A value a config read from a base file slimkit skipped (one of another MMEngine-based package).
 
     ``sources``: the skipped base files; ``path``: what was read (``"model.neck"``). Reading an attribute of
     it gives another placeholder; assigning one is ignored. :func:`slimkit.faces.mmrazor.build` refuses to build it and
@@ -273,7 +273,7 @@ def load_config(source: str | os.PathLike | Mapping[str, Any],
                 scope_roots: Mapping[str, str | os.PathLike] | None = None) -> ConfigDict:
     """The config in ``source`` (a dict, or a .py / .json / .yaml file) with its ``_base_`` configs merged in.
 
-    Returns a :class:`ConfigDict` (``cfg.model`` or ``cfg["model"]``). Bases of other OpenMMLab packages are
+    Returns a :class:`ConfigDict` (``cfg.model`` or ``cfg["model"]``). Bases of other MMEngine-based packages are
     skipped with a logged note (see the module doc); :func:`skipped_bases` lists them.
     """
     loader = _Loader(scope_roots)
@@ -290,7 +290,7 @@ def load_config(source: str | os.PathLike | Mapping[str, Any],
         raise ConfigError(f"load_config takes a dict or a path to a .py/.json/.yaml file, got {type(source).__name__}.")
     object.__setattr__(out, "_skipped_bases", list(dict.fromkeys(loader.skipped)))
     if loader.skipped:
-        log.warning("Skipped %d base config(s) of other OpenMMLab packages: %s. slimkit does not read them: the "
+        log.warning("Skipped %d base config(s) of other MMEngine-based packages: %s. slimkit does not read them: the "
                     "datasets, schedules and models they define come from you (your batches, architecture=..., "
                     "teacher=... when you build).", len(out._skipped_bases), ", ".join(out._skipped_bases))
     return out
