@@ -61,6 +61,14 @@ class FakeGpuTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    # A "traceable" wrapper (``module.to`` swaps such tensors into the Parameters it converts); see enable()
+    def __tensor_flatten__(self) -> tuple[list[str], None]:  # noqa: D105
+        return ["cpu_data"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, meta: Any, outer_size: Any, outer_stride: Any) -> FakeGpuTensor:  # noqa: D105
+        return FakeGpuTensor(inner["cpu_data"])
+
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # noqa: D105
         return f"FakeGpuTensor({self.cpu_data!r}, device='{_state['device']}')"
 
@@ -105,7 +113,7 @@ class FakeGpuTensor(torch.Tensor):
 
 
 def _is_fake_device(device: Any) -> bool:
-    return device is not None and torch.device(device).type == DEVICE_TYPE
+    return torch.device(device).type == DEVICE_TYPE
 
 
 def _check_devices(func: Any, flat: list[Any]) -> None:
@@ -125,9 +133,9 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     flat, _ = pytree.tree_flatten((args, kwargs))
     _check_devices(func, flat)
     wrap = any(isinstance(a, FakeGpuTensor) for a in flat)
-    if "device" in kwargs:  # factories and copies name their device: fakegpu runs on the CPU and is wrapped
-        wrap = _is_fake_device(kwargs["device"])
-        kwargs = {**kwargs, "device": torch.device("cpu")}
+    args, kwargs, named = _device_to_cpu(func, args, kwargs)
+    if named is not None:  # factories and copies naming a device: fakegpu runs on the CPU, wrapped
+        wrap = _is_fake_device(named)
     unwrapped_args, unwrapped_kwargs = pytree.tree_map_only(FakeGpuTensor, lambda t: t.cpu_data, (args, kwargs))
     out = func(*unwrapped_args, **unwrapped_kwargs)
     if not func._schema.returns:
@@ -144,8 +152,25 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return out
     if _is_view(func) and torch.is_inference_mode_enabled() and not args[0].is_inference():
         with torch.inference_mode(False):  # a view of a normal tensor is a normal tensor, in inference mode too
-            return pytree.tree_map_only(torch.Tensor, FakeGpuTensor, out)
+            return _wrap(out)
+    return _wrap(out)
+
+
+def _wrap(out: Any) -> Any:
     return pytree.tree_map_only(torch.Tensor, lambda t: t if isinstance(t, FakeGpuTensor) else FakeGpuTensor(t), out)
+
+
+def _device_to_cpu(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, Any]:
+    """``args``/``kwargs`` with a ``device`` argument (positional or keyword) set to the CPU, and the device named."""
+    for i, argument in enumerate(func._schema.arguments):
+        if argument.name != "device":
+            continue
+        if i < len(args) and not argument.kwarg_only:
+            if args[i] is not None:
+                return (*args[:i], torch.device("cpu"), *args[i + 1:]), kwargs, args[i]
+        elif kwargs.get("device") is not None:
+            return args, {**kwargs, "device": torch.device("cpu")}, kwargs["device"]
+    return args, kwargs, None
 
 
 def _is_view(func: Any) -> bool:
@@ -173,8 +198,8 @@ def _mutated_returns(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 #: factories without a tensor argument whose torch implementation resizes an empty output: run on the CPU whole
-_FACTORIES = ("arange", "arange.start", "arange.start_step", "range", "range.step", "linspace", "logspace",
-              "tril_indices", "triu_indices")
+_FACTORIES = ("arange", "arange.start", "arange.start_step", "range", "range.step", "linspace", "logspace", "eye",
+              "eye.m", "tril_indices", "triu_indices")
 
 
 def _factory(name: str) -> Any:
@@ -214,6 +239,9 @@ def enable() -> torch.device:
         if name == "privateuseone":
             _setup_privateuseone_for_python_backend(DEVICE_TYPE)
         _state["device"] = torch.device(DEVICE_TYPE, 0)
+        # module.to() across fakegpu and the CPU keeps each Parameter object (its contents swapped), so tied weights
+        # (an embedding and its head) stay one object as on CUDA, where set_data moves them in place
+        torch.__future__.set_swap_module_params_on_conversion(True)
         lib = torch.library.Library("aten", "IMPL")
         lib.impl("empty.memory_format", _empty, "PrivateUse1")
         lib.impl("empty_strided", _empty_strided, "PrivateUse1")

@@ -4,7 +4,8 @@
 device bugs a first GPU run found (issue 32): streaming GPTQ with the rotary ``position_embeddings`` left on the
 CPU, channel-energy pruning of a Llama, packed dynamic batching of a sentence encoder and SPOS search (each
 through the algorithm harness, as ``tests/algorithms/test_algorithms_cuda.py`` runs them on CUDA), plus the device
-itself. Every case fails on the code before the fix and passes after it.
+itself. Every case fails on the code before the fix and passes after it. Marked slow: every other tester that
+``test_algorithms_cuda.py`` runs on CUDA, run on the fake device the same way.
 
 Registering the device changes process-wide torch state (``torch.accelerator`` reports it), which the rest of
 the suite must not see, so the cases run in one child process: ``python -m tests.test_fake_device CASE...``
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.algorithms.test_algorithms_cuda import _cuda_cases
 
 #: name -> a function that raises when the case fails (run in the child process only)
 CASES: dict[str, Callable[[], None]] = {}
@@ -151,13 +154,25 @@ def spos_search() -> None:
     _harness("TestSposSearch")
 
 
+#: the other harness testers that run on CUDA, each on the fake device too (slow: about a minute together)
+_COVERED = {"TestChannelEnergyLlama", "TestDynamicBatchPacked", "TestSposSearch"}  # cases above
+SWEEP = sorted({f"harness_{param.values[0].__name__}" for param in _cuda_cases()} - {f"harness_{n}" for n in _COVERED})
+
+
+def _run(name: str) -> None:
+    if name.startswith("harness_"):
+        _harness(name.removeprefix("harness_"))
+    else:
+        CASES[name]()
+
+
 def main(names: list[str]) -> None:
     """Run the cases ``names`` in this process and print ``{name: error or None}`` as one JSON line."""
     torch.set_num_threads(1)
     errors: dict[str, str | None] = {}
     for name in names:
         try:
-            CASES[name]()
+            _run(name)
             errors[name] = None
         except BaseException:  # noqa: BLE001  (every case reports, whatever it raised)
             errors[name] = traceback.format_exc()[-6000:]
@@ -170,13 +185,13 @@ def fake_device_errors(request: pytest.FixtureRequest) -> dict[str, str | None]:
     selected = [item.callspec.params["name"] for item in request.session.items
                 if item.module is request.module and hasattr(item, "callspec")]
     child = subprocess.run([sys.executable, "-m", "tests.test_fake_device", *selected], capture_output=True,
-                           text=True, timeout=900, cwd=Path(__file__).resolve().parents[1])
+                           text=True, timeout=1800, cwd=Path(__file__).resolve().parents[1])
     lines = child.stdout.strip().splitlines()
     assert child.returncode == 0 and lines, f"the child process failed ({child.returncode}):\n{child.stderr[-4000:]}"
     return json.loads(lines[-1])
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [*CASES, *(pytest.param(n, marks=pytest.mark.slow) for n in SWEEP)])
 def test_on_the_fake_device(name: str, fake_device_errors: dict[str, str | None]) -> None:
     assert name in fake_device_errors, f"case {name} did not run in the child process"
     assert fake_device_errors[name] is None, f"{name} failed on the fakegpu device:\n{fake_device_errors[name]}"
