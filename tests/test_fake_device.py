@@ -115,6 +115,27 @@ def stream_gptq_moves_rotary_inputs() -> None:
         assert smash_folder(folder, cfg, Path(tmp) / "awq", stream=True, progress=False, verbose=False).blocks == 2
 
 
+@_case
+def distiller_follows_the_student() -> None:
+    """A distiller's loss buffers and connectors move to the student's device when it is prepared."""
+    from slimkit.training.distill import ConfigurableDistiller
+
+    dev = _device()
+    student, teacher = torch.nn.Sequential(torch.nn.Linear(4, 4)).to(dev), torch.nn.Sequential(torch.nn.Linear(4, 4))
+    distiller = ConfigurableDistiller(
+        student_recorders={"s": dict(type="ModuleOutputs", source="0")},
+        teacher_recorders={"t": dict(type="ModuleOutputs", source="0")},
+        distill_losses={"crd": dict(type="CRDLoss", neg_num=8, sample_n=20, dim_out=4)},
+        connectors={"c": dict(type="LinearConnector", in_features=4, out_features=4)},
+        loss_forward_mappings={"crd": dict(s_feats=dict(from_student=True, recorder="s", connector="c"),
+                                           t_feats=dict(from_student=False, recorder="t"),
+                                           data_samples=dict(from_student=True, recorder="s"))})
+    distiller.prepare(student, teacher)
+    placed = {name: t.device for name, t in distiller.state_dict().items()}
+    assert placed and set(placed.values()) == {dev}, placed
+    assert teacher[0].weight.device.type == "cpu"  # the teacher is not the distiller's to move
+
+
 def _harness(tester_name: str) -> None:
     from tests.algorithms.test_algorithms import TESTERS
     from tests.algorithms.test_algorithms_cuda import smash_save_load_on

@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from slimkit.compression.speedup.experts import experts_spec
+from slimkit.core.devices import accumulator_dtype
 
 
 def weight_importance(module: nn.Module, p: int) -> torch.Tensor:
@@ -30,8 +31,10 @@ class RoutedEnergy:
 
     def __init__(self, modules: dict[str, nn.Module]) -> None:
         self.modules = modules
-        self.sums = {n: torch.zeros(experts_spec(m).num_experts, experts_spec(m).intermediate, dtype=torch.float64)
-                     for n, m in modules.items()}
+        # accumulated on the experts' device (no host round trip per expert and call), read back once at the end
+        devices = {n: m.gate_up_proj.device for n, m in modules.items()}
+        self.sums = {n: torch.zeros(experts_spec(m).num_experts, experts_spec(m).intermediate,
+                                    dtype=accumulator_dtype(devices[n]), device=devices[n]) for n, m in modules.items()}
         self.counts = {n: torch.zeros(experts_spec(m).num_experts, dtype=torch.float64) for n, m in modules.items()}
         self.handles: list[RemovableHandle] = []
 
@@ -58,7 +61,7 @@ class RoutedEnergy:
                         continue
                     gate_up = nn.functional.linear(x[tokens].float(), module.gate_up_proj[e].detach().float())
                     h = module.act_fn(gate_up[:, :inter]) * gate_up[:, inter:]
-                    self.sums[name][e] += h.double().pow(2).sum(0).cpu()
+                    self.sums[name][e] += h.to(self.sums[name].dtype).pow(2).sum(0)
                     self.counts[name][e] += tokens.numel()
         return hook
 
@@ -69,7 +72,7 @@ class RoutedEnergy:
             return None
         module = self.modules[name]
         column = module.down_proj.detach().double().pow(2).sum(1).cpu()  # ||down[e][:, i]||^2
-        energy = self.sums[name] / counts.clamp_min(1)[:, None] * column
+        energy = self.sums[name].cpu().double() / counts.clamp_min(1)[:, None] * column
         fallback = weight_importance(module, 2).double().cpu()
         unseen = counts == 0
         energy[unseen] = fallback[unseen]

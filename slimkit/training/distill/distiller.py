@@ -26,6 +26,7 @@ from slimkit.errors import ConfigError, closest
 from slimkit.training.distill.connectors import OFDTeacherConnector, bn_margin, connector_for
 from slimkit.training.distill.losses import OFDLoss
 from slimkit.training.distill.recorders import RecorderManager
+from slimkit.utils import model_device
 
 log = logging.getLogger(__name__)
 _ARG_FIELDS = {"from_student", "recorder", "record_idx", "data_idx", "connector"}
@@ -114,9 +115,13 @@ class ConfigurableDistiller(nn.Module):
         return {k: {a: dict(s) for a, s in v.items()} for k, v in mappings.items()}
 
     def prepare(self, student: nn.Module, teacher: nn.Module) -> None:
-        """Bind the recorders to ``student`` and ``teacher`` (unknown module names list the real ones)."""
+        """Bind the recorders to ``student`` and ``teacher`` (unknown module names list the real ones).
+
+        The distiller's own connectors and loss buffers move to the student's device (they meet its features).
+        """
         self.student_recorders.initialize(student)
         self.teacher_recorders.initialize(teacher)
+        self.to(model_device(student))
 
     def student_recording(self) -> RecorderManager:
         """Context manager: record the student while the block runs (hooks removed on exit)."""
