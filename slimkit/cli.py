@@ -107,13 +107,9 @@ def _cmd_smash(args: argparse.Namespace) -> int:
 
     default_name = Path(str(args.model).rstrip("/")).name.replace(":", "_") or "model"
     output = None if args.no_save else (args.output or f"smashed/{default_name}")
-    cfg = _build_config(args)
-    if demo.stream_decision(args.model, cfg, output, args.stream, args.dtype):
-        return demo.run_streaming(Path(str(args.model)).expanduser(), cfg, output, data=args.data, dtype=args.dtype,
-                                  memory_budget=args.memory_budget, overwrite=args.overwrite,
-                                  save_format=args.format)
-    return demo.run(args.model, cfg, output, threads=args.threads, repeats=args.repeats,
-                    warmup=args.warmup, data=args.data, save_format=args.format, dtype=args.dtype)
+    return demo.run(args.model, _build_config(args), output, threads=args.threads, repeats=args.repeats,
+                    warmup=args.warmup, data=args.data, save_format=args.format, dtype=args.dtype, stream=args.stream,
+                    memory_budget=args.memory_budget, overwrite=args.overwrite)
 
 
 def _cmd_algorithms(args: argparse.Namespace) -> int:

@@ -8,17 +8,18 @@ from typing import Any
 import torch
 
 from slimkit.config.smash_config import SmashConfig
-from slimkit.core import registry
 from slimkit.core.coverage import coverage_summary
-from slimkit.engine import SmashedModel, smash, smash_folder
-from slimkit.engine.interop import check_model_recipe, check_recipe, foreign_format, import_checkpoint
+from slimkit.engine import SmashedModel
+from slimkit.engine.interop import foreign_format, import_checkpoint
 from slimkit.engine.model_card import measurement_record
-from slimkit.engine.stream import estimate_in_memory_bytes, should_stream
-from slimkit.engine.stream.memory import available_bytes, format_bytes
-from slimkit.engine.stream.plan import config_streams, parse_dtype
+from slimkit.engine.prepare import Prepared, parse_dtype, prepare
+from slimkit.engine.smash import smash_prepared
+from slimkit.engine.stream import run_folder
+from slimkit.engine.stream.memory import format_bytes
 from slimkit.errors import ConfigError
 from slimkit.utils import main_tensor, model_device, move_inputs, run_model
 from slimkit.zoo import ZooModel
+from slimkit.zoo.sources import has_tokenizer
 
 DEFAULT_MODEL = "minilm"
 #: Default recipe per model: what `slimkit smash` applies when no algorithm is named.
@@ -115,6 +116,9 @@ def run(
     data: str | None = None,
     save_format: str = "slimkit",
     dtype: str | None = None,
+    stream: bool | None = None,
+    memory_budget: str | None = None,
+    overwrite: bool = False,
 ) -> int:
     """Smash ``model_name``, print the before/after table, save, reload and check outputs. Returns an exit code.
 
@@ -122,33 +126,43 @@ def run(
     data when an algorithm trains or calibrates; ``data`` names another ``slimkit.data`` id). ``save_format``
     ``"compressed-tensors"`` or ``"gptq"`` saves a checkpoint other runtimes open; a recipe that format cannot
     hold is refused before anything runs. ``dtype`` loads a Hugging Face folder in that dtype (default: as stored).
+    A model folder is streamed block by block (:func:`run_streaming`) when ``stream`` says so or it would not fit;
+    :func:`slimkit.engine.prepare.prepare` decides, once, before anything is loaded.
     """
     from slimkit.evaluation import compare
 
+    folder = Path(str(model_name)).expanduser()
+    folder = folder if folder.is_dir() and (folder / "config.json").is_file() else None
+    if stream and (folder is None or config is None or output is None):
+        raise ConfigError("--stream needs a local Hugging Face model folder (config.json + *.safetensors) as "
+                          "--model, an --algorithm (e.g. gptq) and a save (drop --no-save).")
     if save_format != "slimkit" and config is None:
         raise ConfigError(f"--format {save_format} needs a low-bit recipe: add e.g. `--algorithm gptq`.")
-    if save_format != "slimkit":
-        check_recipe(config, save_format)
+    recipe = config if config is not None else SmashConfig(DEFAULT_RECIPES.get(model_name, {"int8_dynamic": {}}),
+                                                           device="cpu")
+    source = folder if folder is not None and foreign_format(folder) is None else None  # headers of a folder to smash
+    prepared = prepare(source, recipe, output_format=save_format, stream=False if output is None else stream,
+                       dtype=dtype, memory_budget=memory_budget,
+                       data=data or ("PyDocText" if source and has_tokenizer(source) else None))  # as the zoo's
+    if prepared.stream:
+        return run_streaming(prepared, output, memory_budget=memory_budget, overwrite=overwrite)
     print(f"slimkit: loading model {model_name!r} (offline)", flush=True)
     loaded = load_model(model_name, dtype=dtype)
     if loaded.meta.get("format") and config is None:
         raise ConfigError(f"{model_name} is already quantized ({loaded.meta['format']}); name what to do with it, "
                           "e.g. `--algorithm llama_cpp` to compile it to GGUF.")
     if loaded.example_inputs is None:
-        if config is None or config.example_inputs is None:
+        if recipe.example_inputs is None:
             raise ConfigError(f"{model_name} came without example inputs, which measuring needs; pass "
                               "--example-inputs FILE.safetensors or return (model, inputs) from the factory.")
-        loaded.example_inputs = config.example_inputs
+        loaded.example_inputs = recipe.example_inputs
     base, inputs = loaded.model.eval(), loaded.example_inputs
-    if config is None:
-        config = SmashConfig(DEFAULT_RECIPES.get(model_name, {"int8_dynamic": {}}), device="cpu")
-    added = config.add_model_defaults(loaded, data=data)
-    if added:
-        print(f"slimkit: added from the zoo model: {', '.join(added)}", flush=True)
-    if save_format != "slimkit":
-        check_model_recipe(base, config, save_format)  # the model's widths vs the group size: before any work
+    prepared = prepared.bind(base, defaults=loaded)  # what the zoo model brings; the model checked, before any work
+    config = prepared.config
+    if prepared.added:
+        print(f"slimkit: added from the zoo model: {', '.join(prepared.added)}", flush=True)
     print(f"slimkit: recipe {config.get_active_algorithms()} {config.to_dict()['hyperparameters']}", flush=True)
-    smashed = smash(base, config)
+    smashed = smash_prepared(base, prepared)
     base = base.to(model_device(smashed))  # time and score both on the device the smashed model runs on
 
     print(f"slimkit: measuring base vs smashed ({threads} threads, {repeats} repeats, median)", flush=True)
@@ -179,25 +193,10 @@ def run(
     return 1
 
 
-def run_streaming(folder: str | Path, config: SmashConfig, output: str | Path, data: str | None = None,
-                  dtype: str | None = None, memory_budget: str | None = None, overwrite: bool = False,
-                  save_format: str = "slimkit") -> int:
-    """`slimkit smash` on a model folder too large to hold: stream it block by block into ``output``.
-
-    The recipe gets the folder's tokenizer and, when an algorithm calibrates, ``data`` (default PyDocText). No
-    before/after table (that needs both models in memory): the run prints its progress, peak memory and files.
-    ``save_format`` ``"compressed-tensors"`` / ``"gptq"`` writes a checkpoint transformers and vLLM open.
-    """
-    folder = Path(folder)
-    if save_format != "slimkit":
-        check_recipe(config, save_format)
-    if config.tokenizer is None and any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-        config.add_tokenizer(str(folder))
-    needs_data = any(registry.get(n).dataset_required for n in config.get_active_algorithms())
-    if needs_data and config.data is None:
-        config.add_data(data or "PyDocText")
-    result = smash_folder(folder, config, output, stream=True, dtype=dtype, memory_budget=memory_budget,
-                          overwrite=overwrite, save_format=save_format)
+def run_streaming(prepared: Prepared, output: str | Path, memory_budget: str | None = None,
+                  overwrite: bool = False) -> int:
+    """`slimkit smash` streaming a folder: no before/after table (that needs both models in memory), its files."""
+    result = run_folder(prepared, output, memory_budget=memory_budget, overwrite=overwrite)
     for name, record in result.coverage.items():
         for line in coverage_summary(record):
             print(f"slimkit: {name}: {line}", flush=True)
@@ -207,23 +206,3 @@ def run_streaming(folder: str | Path, config: SmashConfig, output: str | Path, d
           + f"; peak RSS {format_bytes(result.peak_rss_bytes)}; "
           f"load it with SmashedModel.from_pretrained({str(output)!r})")
     return 0
-
-
-def stream_decision(model: str, cfg: SmashConfig | None, output: str | None, stream: bool | None,
-                    dtype: str | None) -> bool:
-    """Whether `slimkit smash` streams: as ``stream`` forces (--stream/--no-stream), else if the folder won't fit."""
-    folder = Path(str(model)).expanduser()
-    is_folder = folder.is_dir() and (folder / "config.json").is_file()
-    if stream:
-        if not is_folder or cfg is None or output is None:
-            raise ConfigError("--stream needs a local Hugging Face model folder (config.json + *.safetensors) as "
-                              "--model, an --algorithm (e.g. gptq) and a save (drop --no-save).")
-        return True
-    if stream is False or not is_folder or cfg is None or output is None or not config_streams(cfg):
-        return False
-    if not should_stream(folder, dtype):
-        return False
-    print(f"slimkit: {folder} would need about {format_bytes(estimate_in_memory_bytes(folder, dtype))} in "
-          f"memory ({format_bytes(available_bytes())} available): streaming it block by block (--no-stream to "
-          "load it whole)", flush=True)
-    return True

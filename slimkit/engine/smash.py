@@ -1,82 +1,27 @@
-"""smash(): validate a SmashConfig against a model, then apply its algorithms in stage order."""
+"""smash(): prepare a SmashConfig for a model (:mod:`slimkit.engine.prepare`), then apply its algorithms in order."""
 
 from __future__ import annotations
 
 import copy
-import logging
 import time
 from typing import Any
-
-import torch
 
 from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
 from slimkit.core.contract import SaveFn
 from slimkit.engine.base_model import describe_base
+from slimkit.engine.prepare import Prepared, prepare
 from slimkit.engine.smashed_model import SmashedModel
 from slimkit.engine.teacher import TEACHER_KEY, load_teacher, takes_teacher
-from slimkit.errors import ConfigError, MissingComponentError, MissingPackageError, ModelNotSupportedError
-
-logger = logging.getLogger(__name__)
+from slimkit.errors import ConfigError
 
 
 def check_config(model: Any, smash_config: SmashConfig, experimental: bool = False) -> list[str]:
-    """Run every pre-smash check in order and return the algorithms to apply; raise a clear error on the first failure.
+    """Run every pre-smash check (:func:`~slimkit.engine.prepare.prepare`) and return the algorithms to apply.
 
-    Order: unknown algorithm, device, required components, incompatible combination, model refused, missing package.
+    ``smash_config`` is not changed: the device and components a smash resolves live in the prepared copy.
     """
-    if not isinstance(smash_config, SmashConfig):
-        raise ConfigError(
-            f"smash() needs a SmashConfig, got {type(smash_config).__name__}; build one with SmashConfig()."
-        )
-    names = smash_config.get_active_algorithms()
-    classes = {n: registry.get(n) for n in names}  # unknown names raise with the valid list
-    device = smash_config.device
-    cpu_only = sorted(n for n, cls in classes.items() if not cls.run_on_cuda)
-    if smash_config.device_auto and device.startswith("cuda") and cpu_only:
-        logger.info("device 'auto': running on the CPU because %s run(s) on the CPU only", ", ".join(cpu_only))
-        smash_config.device = "cpu"
-        smash_config.device_auto = True
-        device = "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("SmashConfig device is 'cuda' but no CUDA GPU is available; set cfg.device = 'cpu'.")
-    for n, cls in classes.items():
-        kind = "cuda" if device.startswith("cuda") else "cpu"
-        if kind == "cpu" and not cls.run_on_cpu or kind == "cuda" and not cls.run_on_cuda:
-            other = "cuda" if kind == "cpu" else "cpu"
-            raise ConfigError(
-                f"{n} does not run on {device}. It runs on {other} only; set cfg.device = {other!r} or pick another "
-                f"{cls.group} (`slimkit algorithms` lists devices)."
-            )
-    for n, cls in classes.items():
-        for component, needed in (("tokenizer", cls.tokenizer_required), ("processor", cls.processor_required),
-                                  ("data", cls.dataset_required)):
-            if needed and getattr(smash_config, component) is None:
-                fix = {"tokenizer": "a tokenizer; add one with cfg.add_tokenizer(...)",
-                       "processor": "a processor; add one with cfg.add_processor(...)",
-                       "data": "a dataset; add one with cfg.add_data(...)"}[component]
-                raise MissingComponentError(f"{n} needs {fix} before smash().")
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            ok, why = registry.compatible(a, b)
-            if not ok:
-                raise ConfigError(f"{a} and {b} cannot be combined: {why}. Remove one of them from the SmashConfig.")
-    for n, cls in classes.items():
-        algo = cls()
-        if not experimental and not algo.model_check_fn(model):
-            raise ModelNotSupportedError(
-                f"{n} does not support this model ({type(model).__name__}). {algo.model_check_reason()} "
-                "Pass experimental=True to smash() to try anyway."
-            )
-    for n, cls in classes.items():
-        try:
-            cls().import_algorithm_packages()
-        except ImportError as exc:
-            extra = f"pip install 'slimkit[{cls.extra}]'" if cls.extra else f"pip install {exc.name or 'the package'}"
-            raise MissingPackageError(
-                f"{n} needs a package that is not installed ({exc}). Install it: {extra}"
-            ) from exc
-    return names
+    return list(prepare(model, smash_config, experimental=experimental).algorithms)
 
 
 def smash(
@@ -96,13 +41,18 @@ def smash(
     copy), else one copy taken before anything is applied; other algorithms see no such attribute. An
     algorithm with a ``teacher_ckpt`` hyperparameter set to a folder gets that model as ``smash_config.teacher``
     (loaded before anything is applied, see :mod:`slimkit.engine.teacher`), else ``smash_config.teacher`` is None.
+    ``smash_config`` itself is not changed: the SmashedModel holds the resolved copy its save records (the device
+    that ran included).
     """
-    if isinstance(model, SmashedModel):
-        raise ConfigError("This model is already smashed; smash the original model with a SmashConfig that holds "
-                          "every algorithm you want.")
-    if not isinstance(model, torch.nn.Module):
-        raise ModelNotSupportedError(f"smash() needs a torch.nn.Module, got {type(model).__name__}.")
-    names = check_config(model, smash_config, experimental)
+    return smash_prepared(model, prepare(model, smash_config, experimental=experimental), verbose=verbose,
+                          copy_model=copy_model)
+
+
+def smash_prepared(model: Any, prepared: Prepared, *, verbose: bool = True, copy_model: bool = True) -> SmashedModel:
+    """Apply a :class:`Prepared` (bound to ``model``) in stage order; the SmashedModel holds its resolved config."""
+    if not prepared.bound:
+        raise ConfigError("smash_prepared() needs a Prepared bound to the model: prepared.bind(model).")
+    names, smash_config = list(prepared.algorithms), prepared.config
     base_spec = describe_base(model)
     wants_original = any(getattr(registry.get(n), "uses_original_model", False) for n in names)
     original = None

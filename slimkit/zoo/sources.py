@@ -67,6 +67,13 @@ def _from_factory(spec: str) -> ZooModel:
 
 SHARD_INDEX = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+#: the files that mean a folder holds a tokenizer: the one list every place that looks for one uses
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def has_tokenizer(folder: Path) -> bool:
+    """Whether ``folder`` holds a tokenizer (one of :data:`TOKENIZER_FILES`)."""
+    return any((folder / f).is_file() for f in TOKENIZER_FILES)
 
 
 def safetensors_files(folder: Path) -> list[Path]:
@@ -109,9 +116,7 @@ def _from_hf_folder(folder: Path, dtype: Any = None) -> ZooModel:
         raise ConfigError(f"{folder}/config.json names architecture {architecture!r}, which this transformers does "
                           "not have; add 'architectures' to config.json or pass a factory (package.module:fn).")
     model = cls.from_pretrained(str(folder), dtype=dtype or "auto", use_safetensors=True).eval()
-    tokenizer = None
-    if any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder)) if has_tokenizer(folder) else None
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     inputs = {"input_ids": random_tokens(vocab, 2, 16, 0)} if vocab else None
     task = "causal_lm" if architecture.endswith("ForCausalLM") else ""

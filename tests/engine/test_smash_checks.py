@@ -25,7 +25,7 @@ def test_smash_returns_module_with_config_and_keeps_the_input_model():
     before = [p.clone() for p in model.parameters()]
     cfg = SmashConfig({"level": {"sparsity": 0.5}}, device="cpu")
     smashed = smash(model, cfg, verbose=False)
-    assert isinstance(smashed, torch.nn.Module) and smashed.smash_config is cfg
+    assert isinstance(smashed, torch.nn.Module) and smashed.smash_config == cfg  # the resolved copy
     assert smashed.algorithms == ["level"]
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # base untouched
     assert smashed(torch.randn(2, 8)).shape == (2, 4)
@@ -82,25 +82,22 @@ def test_device_unsupported():
 
 def test_auto_device_falls_back_to_cpu_for_cpu_only_algorithms(monkeypatch):
     """On a GPU machine, device 'auto' with a CPU-only algorithm runs on the CPU; an explicit 'cuda' is refused."""
-    from slimkit.engine.smash import check_config
+    from slimkit.engine.prepare import prepare
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     cpu_only = make("fake_cpu_only", "cacher", run_on_cuda=False)
     with registered(cpu_only):
         auto = SmashConfig(["fake_cpu_only"])
         assert (auto.device, auto.device_auto) == ("cuda", True)
-        assert check_config(mlp(), auto) == ["fake_cpu_only"]
-        assert (auto.device, auto.device_auto) == ("cpu", True)
-        both = SmashConfig(["fake_cpu_only", "level"], device="auto")
-        check_config(mlp(), both)
-        assert both.device == "cpu"
+        prepared = prepare(mlp(), auto)
+        assert prepared.algorithms == ("fake_cpu_only",) and prepared.device == prepared.config.device == "cpu"
+        assert (auto.device, auto.device_auto) == ("cuda", True)  # the user's config is left as it was
+        assert prepare(mlp(), SmashConfig(["fake_cpu_only", "level"], device="auto")).device == "cpu"
         explicit = SmashConfig(["fake_cpu_only"], device="cuda")
         assert explicit.device_auto is False
         with pytest.raises(ConfigError, match="fake_cpu_only does not run on cuda. It runs on cpu only"):
-            check_config(mlp(), explicit)
-    gpu_fine = SmashConfig(["level"])
-    check_config(mlp(), gpu_fine)
-    assert gpu_fine.device == "cuda"  # nothing CPU-only: 'auto' keeps the GPU
+            prepare(mlp(), explicit)
+    assert prepare(mlp(), SmashConfig(["level"])).device == "cuda"  # nothing CPU-only: 'auto' keeps the GPU
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")

@@ -14,26 +14,24 @@ from pathlib import Path
 
 import torch
 
+# module objects, not names: prepare reads model folders through this package (checkpoint, memory), so either
+# side may be imported first
+import slimkit.engine.prepare as preparation
+import slimkit.engine.smash as smashing
 from slimkit.config.smash_config import SmashConfig
-from slimkit.engine.interop import check_model_recipe, check_recipe
-from slimkit.engine.smash import smash
 from slimkit.engine.stream import memory
 from slimkit.engine.stream.checkpoint import Checkpoint
-from slimkit.engine.stream.plan import Plan, make_plan, parse_dtype
+from slimkit.engine.stream.plan import Plan, make_plan
 from slimkit.engine.stream.runner import StreamResult, run_plan, staging_folder
 from slimkit.errors import ConfigError
+from slimkit.zoo.sources import load_source
 
 __all__ = ["StreamResult", "estimate_in_memory_bytes", "should_stream", "smash_folder"]
-
-#: the in-memory path holds about this many times the model (its weights, a quantizer's working copies)
-IN_MEMORY_FACTOR = 1.5
 
 
 def estimate_in_memory_bytes(folder: str | Path, dtype: str | torch.dtype | None = None) -> int:
     """Bytes an in-memory smash of ``folder`` would need: the weights in their dtype times a working factor."""
-    checkpoint = Checkpoint(folder)
-    target = parse_dtype(dtype) or checkpoint.dtype()
-    return int(IN_MEMORY_FACTOR * checkpoint.nbytes(checkpoint.tensors, target))
+    return preparation.in_memory_bytes(Checkpoint(folder), preparation.parse_dtype(dtype))
 
 
 def should_stream(folder: str | Path, dtype: str | torch.dtype | None = None, available: int | None = None) -> bool:
@@ -74,22 +72,33 @@ def smash_folder(
 ) -> StreamResult:
     """Smash the model in ``model_folder`` with ``smash_config`` and save it to ``output``; return what was done.
 
-    ``stream``: None decides by size (:func:`should_stream`), True streams block by block, False loads the whole
-    model and runs :func:`slimkit.smash`. ``dtype`` is the model's dtype (default: the checkpoint's; bf16 and fp16
-    models are calibrated in float32 on the CPU and saved in their dtype). ``memory_budget`` ("6GB") bounds the
-    streaming run: refused when one block does not fit, and what is left holds calibration inputs before they
-    spill to disk (``activation_budget`` sets that share directly). A killed streaming run continues from its last
-    finished block when called again with the same arguments; another model or config on the same ``output`` is
-    refused (``overwrite=True`` replaces a finished save of another run). ``save_format`` ``"compressed-tensors"``
-    or ``"gptq"`` writes a checkpoint transformers and vLLM open (a recipe the format cannot hold is refused before
-    anything is read). The output loads with ``SmashedModel.from_pretrained(output)``.
+    ``stream``: None streams when an in-memory smash would need more than ``memory_budget`` (default: half the
+    available memory) and every algorithm can stream, True streams block by block, False loads the whole model and
+    smashes it as :func:`slimkit.smash` does (:func:`slimkit.engine.prepare.prepare` decides, once). ``dtype`` is
+    the model's dtype (default: the checkpoint's; bf16 and fp16 models are calibrated in float32 on the CPU and
+    saved in their dtype). ``memory_budget`` ("6GB") bounds the streaming run: refused when one block does not fit,
+    and what is left holds calibration inputs before they spill to disk (``activation_budget`` sets that share
+    directly). A killed streaming run continues from its last finished block when called again with the same
+    arguments; another model or config on the same ``output`` is refused (``overwrite=True`` replaces a finished
+    save of another run). ``save_format`` ``"compressed-tensors"`` or ``"gptq"`` writes a checkpoint transformers
+    and vLLM open (a recipe the format cannot hold is refused before anything is read). ``smash_config`` is not
+    changed. The output loads with ``SmashedModel.from_pretrained(output)``.
     """
-    Checkpoint(model_folder)  # refuses pickle-only and broken folders before anything else
-    if stream is None:
-        stream = should_stream(model_folder, dtype)
-    if not stream:
-        return _in_memory(Path(model_folder), smash_config, Path(output), dtype, verbose, save_format)
-    plan = make_plan(model_folder, smash_config, dtype, save_format)
+    prepared = preparation.prepare(Path(model_folder), smash_config, stream=stream, output_format=save_format,
+                                   dtype=dtype, memory_budget=memory_budget)
+    return run_folder(prepared, output, memory_budget=memory_budget, activation_budget=activation_budget,
+                      progress=progress, overwrite=overwrite, verbose=verbose)
+
+
+def run_folder(prepared: preparation.Prepared, output: str | Path, *, memory_budget: int | str | None = None,
+               activation_budget: int | str | None = None, progress: bool = True, overwrite: bool = False,
+               verbose: bool = True) -> StreamResult:
+    """Run the :func:`~slimkit.engine.prepare.prepare` of a folder into ``output``: streamed or in memory."""
+    if verbose:
+        print(f"slimkit: {prepared.reason}", flush=True)
+    if not prepared.stream:
+        return _in_memory(prepared, Path(output), verbose)
+    plan = make_plan(prepared)
     budget = _activation_budget(plan, memory_budget, activation_budget)
     if verbose:
         print(f"slimkit: streaming {plan.checkpoint.folder} ({len(plan.blocks.modules)} blocks; largest "
@@ -104,27 +113,13 @@ def smash_folder(
     return result
 
 
-def _in_memory(folder: Path, smash_config: SmashConfig, output: Path, dtype: str | torch.dtype | None,
-               verbose: bool, save_format: str = "slimkit") -> StreamResult:
+def _in_memory(prepared: preparation.Prepared, output: Path, verbose: bool) -> StreamResult:
     """The whole model loaded (in its dtype), smashed in place, saved: for models that fit comfortably."""
-    import transformers  # heavy: imported when a model is really loaded
-
-    start = time.perf_counter()
-    config = transformers.AutoConfig.from_pretrained(str(folder))
-    architecture = (getattr(config, "architectures", None) or [None])[0]
-    cls = getattr(transformers, architecture or "", None)
-    if cls is None:
-        raise ConfigError(f"{folder}/config.json names architecture {architecture!r}, which this transformers does "
-                          "not have; add 'architectures' to config.json.")
-    model = cls.from_pretrained(str(folder), dtype=parse_dtype(dtype) or "auto", use_safetensors=True).eval()
-    tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-    if smash_config.tokenizer is None and any((folder / f).is_file() for f in tokenizer_files):
-        smash_config.add_tokenizer(str(folder))
-    if save_format != "slimkit":
-        check_recipe(smash_config, save_format)
-        check_model_recipe(model, smash_config, save_format)  # group size vs the model's widths, before quantizing
-    smashed = smash(model, smash_config, copy_model=False, verbose=verbose)
-    smashed.save_pretrained(output, format=save_format)
+    start, loaded = time.perf_counter(), load_source(prepared.checkpoint.folder, dtype=prepared.dtype)
+    loaded.example_inputs = loaded.data = None  # its tokenizer only: a folder's smash adds no inputs or data
+    smashed = smashing.smash_prepared(loaded.model, prepared.bind(loaded.model, defaults=loaded), copy_model=False,
+                                      verbose=verbose)
+    smashed.save_pretrained(output, format=prepared.output_format)
     size = sum(f.stat().st_size for f in output.rglob("*") if f.is_file())
-    return StreamResult(output, save_format, 0, 0, time.perf_counter() - start, memory.peak_rss_bytes(), size,
-                        streamed=False)
+    return StreamResult(output, prepared.output_format, 0, 0, time.perf_counter() - start, memory.peak_rss_bytes(),
+                        size, streamed=False)

@@ -1,16 +1,16 @@
-"""Everything a streaming run decides before it touches a weight: what, in which dtypes, into which format.
+"""A streaming run's plan: the skeleton, each algorithm's per-block step or output format, and the block sizes.
 
-:func:`make_plan` reads the folder's headers and config, builds the skeleton, validates the SmashConfig against
-it exactly as ``smash`` does (:func:`slimkit.engine.smash.check_config`), asks each algorithm for its per-block
-step or its output format, and sizes the largest block, so every refusal comes before any file is written.
+:func:`make_plan` takes the :class:`~slimkit.engine.prepare.Prepared` of a folder (recipe, device, dtype and
+format decided there), builds the skeleton on the meta device, binds the preparation to it (the model checks),
+asks each algorithm for its per-block step or its output format, and sizes the largest block, so every refusal
+comes before any file is written. It decides nothing :func:`~slimkit.engine.prepare.prepare` decided.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,49 +19,15 @@ from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
 from slimkit.core.contract import SlimkitAlgorithm, SmashConfigPrefixWrapper
 from slimkit.core.weights import EXPERTS, Target, find_targets, target_kind, weight_of
-from slimkit.engine.interop import check_model_recipe, check_recipe
-from slimkit.engine.smash import check_config
 from slimkit.engine.stream.checkpoint import Checkpoint
 from slimkit.engine.stream.memory import format_bytes
 from slimkit.engine.stream.skeleton import Blocks, Skeleton, build_model
 from slimkit.errors import ConfigError
 
-__all__ = ["Plan", "config_streams", "exporters", "make_plan", "parse_dtype", "streamable_algorithms"]
+if TYPE_CHECKING:  # prepare reads folders through this package: the plan only reads a Prepared's fields
+    from slimkit.engine.prepare import Prepared
 
-SLIMKIT = "slimkit"
-_DTYPE_NAMES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-                "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-
-
-def parse_dtype(value: str | torch.dtype | None) -> torch.dtype | None:
-    """``"bf16"``/``"bfloat16"``/``torch.bfloat16``... -> the torch dtype (None stays None)."""
-    if value is None or isinstance(value, torch.dtype):
-        if isinstance(value, torch.dtype) and value not in _DTYPE_NAMES.values():
-            raise ConfigError(f"dtype {value} is not a model dtype; use float32, float16 or bfloat16.")
-        return value
-    key = str(value).lower().removeprefix("torch.")
-    if key not in _DTYPE_NAMES:
-        raise ConfigError(f"dtype {value!r} is not supported; use one of float32, float16, bfloat16 (or fp32, fp16, "
-                          "bf16).")
-    return _DTYPE_NAMES[key]
-
-
-def streamable_algorithms() -> list[str]:
-    """Algorithms that quantize one block at a time (implement ``stream_step``)."""
-    return [n for n in registry.names()
-            if registry.get(n).stream_step is not SlimkitAlgorithm.stream_step]
-
-
-def exporters() -> list[str]:
-    """Algorithms that choose the output format of a streaming run (declare ``stream_format``)."""
-    return [n for n in registry.names() if registry.get(n).stream_format is not None]
-
-
-def config_streams(smash_config: SmashConfig) -> bool:
-    """Whether every active algorithm of ``smash_config`` can take part in a streaming run (one quantizer)."""
-    names = smash_config.get_active_algorithms()
-    steps = [n for n in names if n in streamable_algorithms()]
-    return len(steps) == 1 and all(n in steps or n in exporters() for n in names)
+__all__ = ["Plan", "make_plan"]
 
 
 @dataclass
@@ -150,62 +116,29 @@ def _statistics_bytes(skeleton: Skeleton, blocks: Blocks, targets: list[str], ca
     return 4 * (sum(w * w for w in widths) + (max(widths) ** 2 if device.type != "cpu" else 0))
 
 
-def make_plan(folder: str | Path, smash_config: SmashConfig, dtype: str | torch.dtype | None = None,
-              save_format: str = SLIMKIT) -> Plan:
-    """Read ``folder``'s headers, build the skeleton and validate ``smash_config`` for a streaming run.
-
-    ``save_format`` is slimkit's own (default, or GGUF when ``llama_cpp`` is in the config), or a checkpoint format
-    other runtimes open (``"compressed-tensors"``, ``"gptq"``), refused here when the recipe cannot be held.
-    """
-    if not isinstance(smash_config, SmashConfig):
-        raise ConfigError(f"Streaming needs a SmashConfig, got {type(smash_config).__name__}; build one with "
-                          "SmashConfig({'gptq': {'bits': 4}}).")
-    if save_format != SLIMKIT:
-        check_recipe(smash_config, save_format)  # an unknown format or a recipe it cannot hold: before any read
-    checkpoint = Checkpoint(folder)
-    out_dtype = parse_dtype(dtype) or checkpoint.dtype()
-    if out_dtype not in _DTYPE_NAMES.values():
-        raise ConfigError(f"{folder} stores its weights as {out_dtype}; pass dtype='bfloat16', 'float16' or "
-                          "'float32' to choose the model's dtype.")
-    device = torch.device(smash_config.device)
-    compute = torch.float32 if device.type == "cpu" else out_dtype  # CPU matmuls in bf16/fp16 are slow (no AMX)
+def make_plan(prepared: Prepared) -> Plan:
+    """Build the skeleton of ``prepared``'s folder, bind the preparation to it, and collect the per-block step."""
+    if not prepared.stream:
+        raise ConfigError("make_plan() needs the Prepared of a folder that streams: prepare(folder, cfg, stream=True).")
+    checkpoint, device, dtype = prepared.checkpoint, torch.device(prepared.device), prepared.dtype
+    compute = torch.float32 if device.type == "cpu" else dtype  # CPU matmuls in bf16/fp16 are slow (no AMX)
     model = build_model(checkpoint.folder, compute)
-    if save_format != SLIMKIT:
-        check_model_recipe(model, smash_config, save_format)  # group size vs the widths: before any block is read
+    config = prepared.bind(model).config  # the model checks, the folder's tokenizer: before any block is read
     found = find_targets(model)  # every target, found before quantizing: what the coverage record is measured against
     skeleton = Skeleton(model, checkpoint)
-    if smash_config.tokenizer is None and any((checkpoint.folder / f).is_file()
-                                              for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        smash_config.add_tokenizer(str(checkpoint.folder))
-    names = check_config(skeleton.model, smash_config)
-    algorithms, steps, formats = [], [], []
-    for i, name in enumerate(names):
-        algo, view = registry.get(name)(), smash_config.get_prefix_wrapper(name)
-        step = algo.stream_step(skeleton.model, view)
-        if step is None and algo.stream_format is None:
-            raise ConfigError(
-                f"{name} cannot run on a model streamed block by block. Streaming runs the block-wise quantizers "
-                f"({', '.join(streamable_algorithms())}), optionally with an exporter that writes the result "
-                f"({', '.join(exporters())}); smash in memory instead (--no-stream).")
+    algorithms, steps, owner = [], [], None
+    for i, name in enumerate(prepared.algorithms):
+        algo, view = registry.get(name)(), config.get_prefix_wrapper(name)
         algorithms.append((name, algo, view))
-        if step is not None:
-            steps.append((i, step))
-        if algo.stream_format is not None:
-            formats.append((i, algo.stream_format))
-    if len(steps) != 1:
-        raise ConfigError(f"Streaming needs exactly one block-wise quantizer ({', '.join(streamable_algorithms())}) "
-                          f"in the SmashConfig; it has {len(steps)}: {names}.")
-    if len(formats) > 1:
-        raise ConfigError(f"Two algorithms choose the output format ({formats}); keep one.")
-    if formats and save_format != SLIMKIT:
-        raise ConfigError(f"{names[formats[0][0]]} writes a {formats[0][1]} file, and the save format asked for is "
-                          f"{save_format}; drop one of them.")
+        step = algo.stream_step(model, view)
+        steps += [(i, step)] if step is not None else []
+        owner = i if algo.stream_format is not None else owner
     blocks = skeleton.blocks()
-    step_owner, step = steps[0]
-    targets = step.targets(skeleton.model)
+    step_owner, step = steps[0]  # prepare() refused recipes without exactly one block-wise quantizer
+    targets = step.targets(model)
     block_bytes = [checkpoint.nbytes(skeleton.stored_names(blocks.prefix(i)), compute)
                    for i in range(len(blocks.modules))]
-    owner, fmt = formats[0] if formats else (None, save_format)
-    return Plan(smash_config, checkpoint, skeleton, blocks, algorithms, step, step_owner, targets, fmt, owner,
-                out_dtype, compute, device, block_bytes,
-                _statistics_bytes(skeleton, blocks, targets, step.calibrated, device), found)
+    fmt = prepared.output_format if owner is None else algorithms[owner][1].stream_format
+    return Plan(config, checkpoint, skeleton, blocks, algorithms, step, step_owner, targets, fmt, owner, dtype,
+                compute, device, block_bytes, _statistics_bytes(skeleton, blocks, targets, step.calibrated, device),
+                found)
