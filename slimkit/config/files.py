@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from slimkit.core.devices import is_available
 from slimkit.core.io import atomic_directory, save_tensors_atomic, write_json_atomic
 from slimkit.errors import ConfigError
 
@@ -42,7 +43,7 @@ def check_payload(payload: Any) -> str:
     for field in ("algorithms", "hyperparameters"):
         if not isinstance(payload.get(field, {}), Mapping):
             raise ConfigError(f"SmashConfig {field!r} must be a JSON object of key -> value; got {payload[field]!r}.")
-    return "cpu" if device.startswith("cuda") and not torch.cuda.is_available() else device
+    return device if device == "auto" or is_available(device) else "cpu"  # saved on a GPU, loaded where there is none
 
 
 def write_config(path: str | os.PathLike, payload: Mapping[str, Any], tokenizer: Any, processor: Any,

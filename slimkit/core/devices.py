@@ -15,7 +15,7 @@ import torch
 
 from slimkit.errors import ConfigError
 
-__all__ = ["accumulator_dtype", "move_inputs", "parse_device", "resolve_device"]
+__all__ = ["accumulator_dtype", "is_available", "move_inputs", "parse_device", "resolve_device"]
 
 #: what ``device`` may be besides the devices torch names
 AUTO = "auto"
@@ -44,6 +44,23 @@ def parse_device(device: str | torch.device | None) -> torch.device:
 def resolve_device(device: str | torch.device | None) -> str:
     """:func:`parse_device` as the string a config stores (``"cpu"``, ``"cuda"``, ``"cuda:1"``...)."""
     return str(parse_device(device))
+
+
+def is_available(device: str | torch.device) -> bool:
+    """True when tensors can live on ``device`` in this process (the CPU and meta always; others as torch says).
+
+    A device torch cannot parse, or whose backend is not registered here, is not available (False, no error).
+    """
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        return False
+    if kind in ("cpu", "meta"):
+        return True
+    try:
+        return bool(torch.get_device_module(kind).is_available())
+    except (RuntimeError, AttributeError):
+        return False
 
 
 def move_inputs(inputs: Any, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Any:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from slimkit import SmashConfig
-from slimkit.core.devices import accumulator_dtype, move_inputs, parse_device, resolve_device
+from slimkit.core.devices import accumulator_dtype, is_available, move_inputs, parse_device, resolve_device
 from slimkit.errors import ConfigError
 
 
@@ -54,3 +54,15 @@ def test_move_inputs_reaches_nested_tuples_dicts_and_named_tuples():
 def test_accumulators_are_float64_except_where_the_device_has_none():
     assert accumulator_dtype("cpu") == accumulator_dtype(torch.device("cuda", 1)) == torch.float64
     assert accumulator_dtype("mps") == torch.float32
+
+
+def test_availability_is_asked_of_torch_and_never_raises():
+    assert is_available("cpu") and is_available("meta")
+    assert is_available("cuda:0") == torch.cuda.is_available()
+    assert not is_available("hpu") and not is_available("no-such-device") and not is_available("")
+
+
+def test_a_saved_device_absent_here_loads_as_the_cpu(tmp_path):
+    cfg = SmashConfig(["int8_dynamic"], device="xpu:1")
+    cfg.save_to_json(tmp_path)
+    assert SmashConfig.from_json(tmp_path).device == ("xpu:1" if is_available("xpu:1") else "cpu")
