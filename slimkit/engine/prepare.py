@@ -92,9 +92,9 @@ class Prepared:
         get_format(self.output_format).check_model_recipe(model, config)  # group size vs widths, before quantizing
         for name in self.algorithms:
             cls = registry.get(name)
-            for component in (c for c, needed in (("tokenizer", cls.tokenizer_required), ("processor",
-                              cls.processor_required), ("data", cls.dataset_required)) if needed):
-                if getattr(config, component) is None:
+            for component, needed in (("tokenizer", cls.tokenizer_required), ("processor", cls.processor_required),
+                                      ("data", cls.dataset_required)):
+                if needed and getattr(config, component) is None:
                     raise MissingComponentError(f"{name} needs {_COMPONENT_FIX[component]} before smash().")
         for name in self.algorithms:
             algo = registry.get(name)()
