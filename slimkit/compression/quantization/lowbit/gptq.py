@@ -60,6 +60,17 @@ def _inverse_cholesky(box: list[torch.Tensor], damp: float) -> torch.Tensor:
     return _inverse_cholesky_torch(box, damp)
 
 
+def inverse_hessian_factor(h: torch.Tensor, damp: float = 0.01, overwrite: bool = False) -> torch.Tensor:
+    """Upper Cholesky factor ``U`` of ``(H + damp * mean(diag H) * I)^-1`` (GPTQ's and SparseGPT's ``Hinv``).
+
+    ``h`` is a float32 ``[in, in]`` Hessian; with ``overwrite`` it is used as the working buffer (on the CPU the
+    factor is computed in its memory, see :func:`_inverse_cholesky`) instead of copied. The damping is raised
+    automatically when the factorisation fails; a ConfigError when it never succeeds.
+    """
+    h = h.float()
+    return _inverse_cholesky([h if overwrite else h.clone()], damp)
+
+
 def _inverse_cholesky_torch(box: list[torch.Tensor], damp: float) -> torch.Tensor:
     """:func:`_inverse_cholesky` with torch's factorisations (any device); ``H`` is damped in place and dropped."""
     h = box.pop()

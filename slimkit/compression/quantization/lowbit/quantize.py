@@ -111,6 +111,10 @@ class _Collector(BlockQuantizer):
         return grouped + [[n] for n in names if n not in seen]
 
 
+#: The collector's public name, for block-wise workers outside this package (the SparseGPT and Wanda pruners).
+LayerStatsCollector = _Collector
+
+
 class _GPTQ(_Collector):
     def __init__(self, bits: int, group_size: int, sym: bool, act_order: bool, damp: float, block_size: int,
                  clip_search: bool):
