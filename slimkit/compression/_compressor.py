@@ -35,6 +35,15 @@ class Compressor(Generic[W]):
     wrapper_class: ClassVar[type[nn.Module]] = nn.Module
     config_error: ClassVar[type[ConfigError]] = ConfigError
     role: ClassVar[str] = "compressor"
+    #: The name users know this class by when it differs from the class name: an engine whose NNI 1.x name went
+    #: to NNI 2.x's class (``LevelEngine`` is NNI 1.x's ``LevelPruner``). Read through :meth:`display_name`,
+    #: which honours it only on the class that sets it (a subclass is called by its own name).
+    user_name: ClassVar[str | None] = None
+
+    @classmethod
+    def display_name(cls) -> str:
+        """The name messages (and the registry's NNI alias) call this class by: its own ``user_name``, else its name."""
+        return vars(cls).get("user_name") or cls.__name__
 
     def __init__(
         self,
@@ -73,7 +82,7 @@ class Compressor(Generic[W]):
 
     def _create_wrappers(self) -> list[W]:
         """Resolve ``config_list`` and return one wrapper per selected layer, in model order."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _create_wrappers().")
+        raise NotImplementedError(f"{self.display_name()} must implement _create_wrappers().")
 
     def _buffer_device(self, wrapper: W) -> torch.device:
         """Where :meth:`set_wrappers_attribute` puts tensor attributes of ``wrapper``."""
@@ -92,16 +101,28 @@ class Compressor(Generic[W]):
                 self._set_child(wrapper.name, wrapper)
             self.is_wrapped = True
 
-    def _unwrap_model(self) -> None:
-        """Put the original layers back, keeping the wrappers for re-wrapping."""
+    def _restore_layers(self) -> None:
+        """Put the original layers back as they are, keeping the wrappers for re-wrapping (idempotent).
+
+        What the engine itself uses to look at the plain model (export, analyses): it never changes a weight.
+        """
         if self.is_wrapped:
             for wrapper in self.modules_wrapper:
                 self._set_child(wrapper.name, wrapper.module)
             self.is_wrapped = False
 
+    def _unwrap_model(self) -> None:
+        """NNI's ``_unwrap_model()``: put the original layers back, keeping the wrappers for :meth:`_wrap_model`.
+
+        NNI 1.x semantics: the layers come back as they are stored (a pruner's dense weights; masks are applied
+        only by ``unwrap_model(apply_masks=True)`` or after an optimizer step). NNI 2.x's pruners override this
+        to leave the masked weights in the layers, as NNI 2.x does.
+        """
+        self._restore_layers()
+
     def unwrap_model(self) -> nn.Module:
         """Put the original layers back and restore the optimizer's ``step``; returns the model."""
-        self._unwrap_model()
+        self._restore_layers()
         self.restore_optimizer()
         return self.bound_model
 
@@ -163,7 +184,7 @@ class Compressor(Generic[W]):
     def _unwrapped_state_dict(self) -> dict[str, torch.Tensor]:
         """A detached copy of the unwrapped model's state dict (the model is re-wrapped if it was)."""
         was_wrapped = self.is_wrapped
-        self._unwrap_model()
+        self._restore_layers()
         try:
             return {k: v.detach().clone() for k, v in self.bound_model.state_dict().items()}
         finally:
@@ -183,7 +204,7 @@ class Compressor(Generic[W]):
                 "dummy_input=..."
             )
         was_wrapped = self.is_wrapped
-        self._unwrap_model()
+        self._restore_layers()
         try:
             plain = copy.deepcopy(self.bound_model)
         finally:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from slimkit.compression import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner, ModelSpeedup, count_flops_params
+from slimkit.faces.nni.v1 import LevelPruner as LevelPrunerV1
 from tests.faces.nni.digits import accuracy, kept_channels, train
 
 CONVS = ("conv1", "conv2")
@@ -114,10 +115,33 @@ def test_level_pruner_zeroes_the_smallest_weights_of_every_default_layer(cnn, di
     assert count_flops_params(cnn, dummy, verbose=False)[:2] == (flops0, params0)
 
 
-@pytest.mark.xfail(strict=True, reason="slimkit's pruner._unwrap_model() puts the original dense weights back; "
-                   "NNI 2.x's (PrunerModuleWrapper._weight2parameter) leaves weight * mask in the layer")
 def test_unwrap_model_leaves_the_masked_weights_in_the_layers(cnn):
+    """NNI 2.x's ``_unwrap_model()`` leaves ``weight * mask`` in the layers: what a user saves is the pruned model."""
+    dense = cnn.fc1.weight.detach().clone()
+    x = torch.rand(4, 1, 8, 8)
     pruner = LevelPruner(cnn, [{"sparsity": 0.5, "op_types": ["Linear"]}])
-    pruner.compress()
+    _, masks = pruner.compress()
+    wrapped_out = cnn(x)
     pruner._unwrap_model()
+    assert isinstance(cnn.fc1, torch.nn.Linear)
+    assert torch.equal(cnn.fc1.weight, dense * masks["fc1"]["weight"])
     assert float((cnn.fc1.weight == 0).float().mean()) == pytest.approx(0.5)
+    assert torch.allclose(cnn(x), wrapped_out, atol=1e-6)  # the plain model computes what the wrapped one did
+    pruner._unwrap_model()  # a second call changes nothing
+    pruner._wrap_model()  # and wrapping again keeps the pruned weights
+    assert torch.equal(cnn.fc1.module.weight, dense * masks["fc1"]["weight"])
+    assert torch.allclose(cnn(x), wrapped_out, atol=1e-6)
+
+
+def test_nni1_level_pruner_unwrap_model_keeps_the_dense_weights(cnn):
+    """NNI 1.x's spelling keeps slimkit's engine semantics: ``_unwrap_model()`` puts the stored weights back as
+    they are; ``unwrap_model(apply_masks=True)`` is the call that multiplies the masks in."""
+    dense = cnn.fc1.weight.detach().clone()
+    pruner = LevelPrunerV1(cnn, [{"sparsity": 0.5, "op_types": ["Linear"]}])
+    pruner.compress()
+    mask = {w.name: w for w in pruner.get_modules_wrapper()}["fc1"].weight_mask.clone()
+    assert float((mask == 0).float().mean()) == pytest.approx(0.5)
+    pruner._unwrap_model()
+    assert torch.equal(cnn.fc1.weight, dense)
+    pruner._wrap_model()
+    assert torch.equal(pruner.unwrap_model(apply_masks=True).fc1.weight, dense * mask)

@@ -82,9 +82,6 @@ def test_agp_pruner_with_speedup_shrinks_the_model_every_round(cnn, digits):
     assert accuracy(model, test_batches) >= 0.8
 
 
-@pytest.mark.xfail(strict=True, reason="with speedup=True the iterative pruners keep one model that every round "
-                   "shrinks, so get_best_result() pairs the best round's task_id, score and masks with the last "
-                   "round's model")
 def test_iterative_pruner_with_speedup_returns_the_best_rounds_model(cnn):
     def evaluator(model: nn.Module) -> float:
         return float(model.conv1.out_channels)  # prefers the wider model: round 1 (5 filters) over round 2 (4)
@@ -92,9 +89,12 @@ def test_iterative_pruner_with_speedup_returns_the_best_rounds_model(cnn):
     pruner = AGPPruner(cnn, CONFIG, pruning_algorithm="l1", total_iteration=2, evaluator=evaluator, speedup=True,
                        dummy_input=torch.rand(10, 1, 8, 8))
     pruner.compress()
-    task_id, model, _, score, _ = pruner.get_best_result()
+    task_id, model, masks, score, _ = pruner.get_best_result()
     assert (task_id, score) == (1, 5.0)
-    assert model.conv1.out_channels == 5
+    assert (model.conv1.out_channels, model.bn1.num_features, model.conv2.in_channels) == (5, 5, 5)
+    assert len(kept_channels(masks["conv1"]["weight"])) == 5  # the round's masks match the round's model
+    assert model is not cnn and cnn.conv1.out_channels == 4  # the last round went on shrinking the model it pruned
+    assert model(torch.rand(3, 1, 8, 8)).shape == (3, 10)
 
 
 def test_simulated_annealing_pruner_reaches_the_total_sparsity(cnn, digits):

@@ -154,6 +154,16 @@ class V2Pruner:
             self.restore_optimizer()  # type: ignore[attr-defined]
         return model, v2_masks(self)  # type: ignore[arg-type]
 
+    def _unwrap_model(self) -> None:
+        """NNI 2.x's ``_unwrap_model()``: the layers come back holding ``weight * mask`` (the pruned model).
+
+        What a user saves or speeds up after ``compress()`` is the pruned model, as in NNI 2.x; ``_wrap_model()``
+        wraps the layers again (the zeroed weights stay zero). The optimizer's ``step`` is already restored by
+        :meth:`compress`. The engine's own code keeps the dense weights (``unwrap_model(apply_masks=False)``).
+        """
+        if self.is_wrapped:  # type: ignore[attr-defined]
+            self.unwrap_model(apply_masks=True)  # type: ignore[attr-defined]
+
     def show_pruned_weights(self, dim: int = 0) -> list[tuple[str, int, int]]:
         """Print how many units (along ``dim``) each pruned layer keeps; return the rows."""
         return show_pruned_weights(self, dim)  # type: ignore[arg-type]

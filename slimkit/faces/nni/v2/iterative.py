@@ -4,7 +4,8 @@ Each runs ``total_iteration`` rounds. Round ``i`` prunes the model to that round
 pruner ``pruning_algorithm`` names (masks only grow: units pruned earlier stay pruned), then optionally
 removes the channels (``speedup=True``), fine-tunes (``finetuner(model)``) and scores the model
 (``evaluator(model)``). ``get_best_result()`` returns ``(round, model, masks, score, config_list)`` of the best
-round (the last one without an evaluator). Schedules, for a final sparsity ``s`` over ``n`` rounds:
+round (the last one without an evaluator); the model is a copy taken at the end of that round, so with
+``speedup=True`` it has that round's shapes. Schedules, for a final sparsity ``s`` over ``n`` rounds:
 linear ``s * i / n``; AGP ``s * (1 - (1 - i / n)^3)``; lottery ticket ``1 - (1 - s)^(i / n)``, with the
 weights rewound to their values before pruning after every round (``reset_weight=True``).
 Results stay in memory; nothing is written to ``log_dir``.
@@ -161,7 +162,8 @@ class _IterativePruner:
             best = self._best[0] if self._best else None
             if best is None or self.evaluator is None or (score is not None and best.score is not None and
                                                           score >= best.score):
-                self._best = (result, model if self.speedup else copy.deepcopy(model))
+                # a copy: later rounds keep pruning (and with speedup=True shrinking) the model they share
+                self._best = (result, copy.deepcopy(model))
 
     def _finish_round(self, pruner: Any, masks: V2Masks) -> float | None:
         model = self.bound_model
