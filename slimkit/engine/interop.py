@@ -1,7 +1,7 @@
 """Save a SmashedModel as another tool's checkpoint (compressed-tensors, GPTQ), and open theirs as a SmashedModel.
 
 Export (:func:`save_checkpoint`) refuses, before anything is written, a recipe or model that the format cannot
-hold (:func:`check_recipe` for what a SmashConfig will produce, the format object's ``check_model`` for the model
+hold (the format object's ``check_recipe`` for what a SmashConfig will produce, ``check_model`` for the model
 itself; :mod:`slimkit.formats` holds the formats). Import (:func:`import_checkpoint`) rebuilds the architecture
 from ``config.json`` on the meta device and puts the checkpoint's codes, scales and zero points into
 :class:`PackedLinear` layers: nothing is re-quantized or dequantized, and the result runs on slimkit's CPU kernel,
@@ -25,18 +25,7 @@ from slimkit.engine.model_card import build_card
 from slimkit.errors import SaveLoadError
 from slimkit.formats import FormatError, export_format, get_format, read_quantization_config
 from slimkit.formats.reader import load_into
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-
-
-def check_recipe(smash_config: SmashConfig, fmt: str) -> None:
-    """Refuse a SmashConfig whose result ``fmt`` cannot hold, before anything runs (``slimkit smash --format``)."""
-    export_format(fmt).check_recipe(smash_config)
-
-
-def check_model_recipe(model: torch.nn.Module, smash_config: SmashConfig, fmt: str) -> None:
-    """Refuse, before the quantizer runs, what ``fmt`` cannot hold and only the model's shapes show (group sizes)."""
-    get_format(fmt).check_model_recipe(model, smash_config)
+from slimkit.zoo.sources import has_tokenizer
 
 
 def _check_applied(smashed: Any, fmt: str) -> None:
@@ -121,7 +110,7 @@ def import_checkpoint(path: str | os.PathLike, device: str | None = None) -> tup
         raise FormatError(f"{folder}: {len(missing)} tensor(s) of {cls.__name__} are not in the checkpoint: "
                           f"{', '.join(missing[:6])}.")
     cfg = SmashConfig(device=device or "cpu")
-    if any((folder / f).is_file() for f in TOKENIZER_FILES):
+    if has_tokenizer(folder):
         cfg.add_tokenizer(str(folder))
     model = model.to(cfg.device).eval()
     base = describe_base(model)
@@ -130,5 +119,5 @@ def import_checkpoint(path: str | os.PathLike, device: str | None = None) -> tup
     return model, cfg, [], base, None, None
 
 
-__all__ = ["check_model_recipe", "check_recipe", "check_target", "foreign_format", "import_checkpoint",
+__all__ = ["check_target", "foreign_format", "import_checkpoint",
            "save_checkpoint"]
