@@ -12,8 +12,11 @@ tensors) combine with anything, copies cross devices, and advanced indexing take
 captured input, an index or an accumulator on the CPU while the weights sit on the accelerator fails here as it
 fails on a GPU. Values are computed by the CPU kernels, so results equal a CPU run.
 
-Use :func:`enable` (idempotent) before naming the device; the ``fake_device`` fixture in ``tests/conftest.py``
-does it and gives the device string.
+Use :func:`enable` (idempotent) before naming the device. It changes process-wide state (``torch.accelerator``
+then reports ``fakegpu``; ``module.to`` swaps parameters in place so tied weights stay tied), so
+``tests/test_fake_device.py`` runs its cases in a child process. Not covered, and refused loudly: ops that change
+a fakegpu tensor's shape in place (``unsqueeze_``, an ``out=`` that resizes), NumPy views (as on CUDA); nor is
+``torch.compile`` (Dynamo traces a tensor subclass itself).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ _METADATA_INPLACE = {aten.resize_.default, aten.set_.source_Tensor, aten.set_.so
 
 
 class FakeGpuTensor(torch.Tensor):
-    """A tensor on the ``fakegpu`` device whose values live in the CPU tensor ``cpu`` (see the module doc)."""
+    """A tensor on the ``fakegpu`` device whose values live in the CPU tensor ``cpu_data`` (see the module doc)."""
 
     cpu_data: torch.Tensor
 
@@ -128,6 +131,8 @@ def _check_devices(func: Any, flat: list[Any]) -> None:
 
 
 def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    if func is aten.resize_.default and list(args[0].shape) == list(args[1]):
+        return args[0]  # an out= argument of the right size: nothing changes
     if func in _METADATA_INPLACE:
         raise RuntimeError(f"fakegpu does not support {func} (it changes a tensor's shape in place)")
     flat, _ = pytree.tree_flatten((args, kwargs))
