@@ -12,16 +12,14 @@ from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWra
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
 from slimkit.errors import SlimkitError
+from slimkit.utils import move_inputs
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def _cast_inputs_hook(dtype: torch.dtype):
-    def cast(t: Any) -> Any:
-        return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-
     def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+        return move_inputs(args, dtype=dtype), move_inputs(kwargs, dtype=dtype)  # nested floating tensors too
 
     return hook
 
