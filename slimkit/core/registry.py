@@ -28,11 +28,21 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _ALIAS_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
+def engine_name(engine: type) -> str:
+    """The name users call an engine by: its ``display_name()`` when it has one, else its class name.
+
+    The compression engines define ``display_name()``: an engine whose NNI 1.x name went to NNI 2.x's class
+    (``LevelEngine``) is called by that NNI 1.x name (``LevelPruner``), never by its class name.
+    """
+    display = getattr(engine, "display_name", None)
+    return str(display()) if callable(display) else engine.__name__
+
+
 def _aliases(cls: type[SlimkitAlgorithm]) -> list[str]:
-    """The declared aliases plus the engine's class name (the NNI face), without repeats or the name itself."""
+    """The declared aliases plus the engine's NNI name (:func:`engine_name`), without repeats or the name itself."""
     found = list(cls.aliases)
     if cls.engine is not None:
-        found.append(cls.engine.__name__)
+        found.append(engine_name(cls.engine))
     return [a for i, a in enumerate(found) if a != cls.algorithm_name and a not in found[:i]]
 
 

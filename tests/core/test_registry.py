@@ -48,6 +48,47 @@ NNI_NAMES = {
 }
 
 
+#: Every alias -> algorithm, as before the engines were renamed (LevelPruner -> LevelEngine...): the aliases are the
+#: NNI, Auptimizer, MMRazor and Pruna spellings, never an engine's class name.
+ALIAS_TABLE = {
+    "ADMMPruner": "admm", "AGPPruner": "agp", "AMCPruner": "amc",
+    "ActivationAPoZRankFilterPruner": "activation_apoz_rank", "ActivationAPoZRankPruner": "activation_apoz_rank",
+    "ActivationMeanRankFilterPruner": "activation_mean_rank", "ActivationMeanRankPruner": "activation_mean_rank",
+    "AutoCompressPruner": "auto_compress", "BNNQuantizer": "bnn", "ChannelEnergyPruner": "channel_energy",
+    "DoReFaQuantizer": "dorefa", "FPGMPruner": "fpgm", "KDRecover": "kd_recover", "L1FilterPruner": "l1_filter",
+    "L1NormPruner": "l1_filter", "L2FilterPruner": "l2_filter", "L2NormPruner": "l2_filter", "LayerDrop": "layer_drop",
+    "LevelPruner": "level", "LotteryTicketPruner": "lottery_ticket", "LsqQuantizer": "lsq",
+    "MovementPruner": "movement", "NaiveQuantizer": "naive", "NetAdaptPruner": "net_adapt", "QATQuantizer": "qat",
+    "QAT_Quantizer": "qat", "SensitivityPruner": "sensitivity", "SimulatedAnnealingPruner": "simulated_annealing",
+    "SlimPruner": "slim", "SposSearch": "spos_search", "TaylorFOWeightFilterPruner": "taylor_fo_weight",
+    "TaylorFOWeightPruner": "taylor_fo_weight", "WidthDistill": "width_distill",
+    "activation_apoz_rank_filter": "activation_apoz_rank", "activation_mean_rank_filter": "activation_mean_rank",
+    "apoz": "activation_apoz_rank", "deepcache": "step_cache", "energy": "channel_energy", "fine_tune": "finetune",
+    "l1": "l1_filter", "l2": "l2_filter", "mean_activation": "activation_mean_rank", "one_shot_nas": "spos_search",
+    "taylor_fo_weight_filter": "taylor_fo_weight", "taylorfo": "taylor_fo_weight", "text_to_text_lora": "finetune",
+    "torch_dynamic": "int8_dynamic", "torch_structured": "l2_filter", "torch_unstructured": "level",
+}
+#: The algorithms whose engines were renamed, and their aliases in the order `slimkit algorithms` lists them.
+RENAMED = {
+    "admm": ["ADMMPruner"], "agp": ["AGPPruner"], "amc": ["AMCPruner"], "auto_compress": ["AutoCompressPruner"],
+    "fpgm": ["FPGMPruner"], "level": ["torch_unstructured", "LevelPruner"], "lottery_ticket": ["LotteryTicketPruner"],
+    "movement": ["MovementPruner"], "simulated_annealing": ["SimulatedAnnealingPruner"], "slim": ["SlimPruner"],
+}
+
+
+def test_aliases_are_the_other_tools_spellings_not_engine_class_names():
+    assert registry.aliases() == ALIAS_TABLE
+    for name, expected in RENAMED.items():
+        info = registry.info(name)
+        assert info["aliases"] == expected, name
+        engine = info["engine"].rpartition(".")[2]
+        assert engine == expected[-1].replace("Pruner", "Engine") and engine not in registry.all_names()
+    with pytest.raises(ConfigError, match=r"Unknown algorithm 'LevelEngine'\. Did you mean 'LevelPruner'"):
+        SmashConfig(["LevelEngine"])
+    with pytest.raises(ConfigError, match=r"Unknown compressor 'ADMMEngine'"):
+        get_compressor_spec("ADMMEngine", "pruning")
+
+
 @pytest.mark.parametrize(("alias", "canonical"), [("deepcache", "step_cache"), ("text_to_text_lora", "finetune")])
 def test_pruna_names_outside_compression_resolve_too(alias, canonical):
     assert registry.resolve(alias) == canonical and SmashConfig([alias]).get_active_algorithms() == [canonical]
@@ -77,8 +118,8 @@ def test_every_name_on_every_face_is_the_same_class():
         if cls.kind() in ("pruning", "quantization"):
             spec = get_compressor_spec(name, cls.kind())
             assert spec.algorithm is cls and spec.name == cls.algorithm_name
-        if cls.engine is not None:  # the NNI face: the engine's class name is an alias of the same algorithm
-            assert registry.get(cls.engine.__name__) is cls
+        if cls.engine is not None:  # the NNI face: the engine's NNI name is an alias of the same algorithm
+            assert registry.get(registry.engine_name(cls.engine)) is cls
             assert issubclass(cls.engine, Pruner if cls.kind() == "pruning" else Quantizer)
 
 

@@ -116,7 +116,7 @@ def test_net_adapt_and_simulated_annealing(data, tmp_path):
                                    stop_temperature=20, cool_down_rate=0.5, perturbation_magnitude=0.35,
                                    experiment_data_dir=str(tmp_path / "sa"))
     compressor.compress()
-    assert json.loads((tmp_path / "sa" / "search_result.json").read_text())["pruner"] == "SimulatedAnnealingEngine"
+    assert json.loads((tmp_path / "sa" / "search_result.json").read_text())["pruner"] == "SimulatedAnnealingPruner"
     _speedup_and_export(compressor, tmp_path / "sa")
 
 

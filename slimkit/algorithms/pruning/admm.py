@@ -27,7 +27,6 @@ class ADMM(BaseAlgoPruner):
     algorithm_name = "admm"
     references = {"Paper": "https://arxiv.org/abs/1804.03294",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#admm-pruner"}
-    aliases = ("ADMMPruner",)  # NNI 1.x's class name for the engine
     engine = ADMMEngine
 
     def extra_hyperparameters(self) -> list:

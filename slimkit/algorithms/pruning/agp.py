@@ -29,7 +29,6 @@ class AGP(FrameworkPruner):
     references = {"Paper": "https://arxiv.org/abs/1710.01878",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#agp-pruner"}
     dataset_required = True
-    aliases = ("AGPPruner",)  # NNI 1.x's class name for the engine
     engine = AGPEngine
 
     def extra_hyperparameters(self) -> list:

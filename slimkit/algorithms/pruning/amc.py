@@ -37,7 +37,6 @@ class AMC(BaseAlgoPruner):
     algorithm_name = "amc"
     references = {"Paper": "https://arxiv.org/abs/1802.03494",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#amc-pruner"}
-    aliases = ("AMCPruner",)  # NNI 1.x's class name for the engine
     engine = AMCEngine
     default_sparsity = 0.8
     base_algo_level = False

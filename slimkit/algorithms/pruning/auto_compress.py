@@ -38,7 +38,6 @@ class AutoCompress(BaseAlgoPruner):
     algorithm_name = "auto_compress"
     references = {"Paper": "https://arxiv.org/abs/1907.03141",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#autocompress-pruner"}
-    aliases = ("AutoCompressPruner",)  # NNI 1.x's class name for the engine
     engine = AutoCompressEngine
 
     def extra_hyperparameters(self) -> list:

@@ -18,5 +18,4 @@ class FPGM(FrameworkPruner):
     algorithm_name = "fpgm"
     references = {"Paper": "https://arxiv.org/abs/1811.00250",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#fpgm-pruner"}
-    aliases = ("FPGMPruner",)  # NNI 1.x's class name for the engine
     engine = FPGMEngine

@@ -30,7 +30,6 @@ class LotteryTicket(BaseAlgoPruner):
     references = {"Paper": "https://arxiv.org/abs/1803.03635",
                   "Rewinding": "https://arxiv.org/abs/1912.05671",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#lottery-ticket-hypothesis"}
-    aliases = ("LotteryTicketPruner",)  # NNI 1.x's class name for the engine
     engine = LotteryTicketEngine
 
     def extra_hyperparameters(self) -> list:

@@ -31,7 +31,6 @@ class Movement(FrameworkPruner):
     references = {"Paper": "https://arxiv.org/abs/2005.07683",
                   "NNI": "https://nni.readthedocs.io/en/v2.6/reference/compression/pruner.html#movement-pruner"}
     dataset_required = True
-    aliases = ("MovementPruner",)  # NNI 1.x's class name for the engine
     engine = MovementEngine
 
     def extra_hyperparameters(self) -> list:

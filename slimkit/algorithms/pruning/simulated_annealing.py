@@ -37,7 +37,6 @@ class SimulatedAnnealing(BaseAlgoPruner):
     algorithm_name = "simulated_annealing"
     references = {"Paper (AutoCompress)": "https://arxiv.org/abs/1907.03141",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#simulatedannealing-pruner"}
-    aliases = ("SimulatedAnnealingPruner",)  # NNI 1.x's class name for the engine
     engine = SimulatedAnnealingEngine
 
     def extra_hyperparameters(self) -> list:

@@ -23,7 +23,6 @@ class Slim(FrameworkPruner):
     algorithm_name = "slim"
     references = {"Paper": "https://arxiv.org/abs/1708.06519",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#slim-pruner"}
-    aliases = ("SlimPruner",)  # NNI 1.x's class name for the engine
     engine = SlimEngine
     norms_decide = True
     model_layer_types = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)

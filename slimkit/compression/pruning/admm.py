@@ -97,6 +97,8 @@ class ADMMEngine(Pruner):
     ``residuals`` holds ``||W - Z||`` per round (it shrinks as the weights become sparse).
     """
 
+    user_name = "ADMMPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
+
     def __init__(
         self,
         model: nn.Module,
@@ -113,7 +115,7 @@ class ADMMEngine(Pruner):
         dummy_input: Any = None,
         seed: int = 0,
     ) -> None:
-        who = type(self).__name__
+        who = self.display_name()
         check_trainer(who, trainer, dataloader)
         self.num_iterations = check_positive_int(who, "num_iterations", num_iterations)
         self.training_epochs = check_positive_int(who, "training_epochs", training_epochs)

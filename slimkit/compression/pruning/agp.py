@@ -115,6 +115,7 @@ class AGPEngine(Pruner):
     ``start_epoch`` or ``end_epoch`` follows :func:`epoch_sparsity`, updated by :meth:`update_epoch`.
     """
 
+    user_name = "AGPPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
     iterative = True
     extra_config_keys = EPOCH_KEYS
 

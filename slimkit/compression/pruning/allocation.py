@@ -83,7 +83,7 @@ class AllocationPruner(Pruner):
 
     def _init_allocation(self, model: nn.Module, base_algo: str, optimize_mode: str,
                          experiment_data_dir: str | os.PathLike | None) -> None:
-        who = type(self).__name__
+        who = self.display_name()
         self.base_algo = check_base_algo(who, base_algo)
         if optimize_mode not in OPTIMIZE_MODES:
             raise PruningConfigError(f"{who} optimize_mode must be 'maximize' (accuracy) or 'minimize' (loss), got "
@@ -101,7 +101,7 @@ class AllocationPruner(Pruner):
         targets = sorted({config["sparsity"] for _, _, config in layers})
         if len(targets) > 1:
             raise PruningConfigError(
-                f"{type(self).__name__} takes one overall sparsity and decides each layer's share itself, but the "
+                f"{self.display_name()} takes one overall sparsity and decides each layer's share itself, but the "
                 f"config_list gives {targets}; use one 'sparsity' for all selected layers (or 'exclude' layers)."
             )
         self.target_sparsity = targets[0] if targets else 0.0
@@ -225,7 +225,7 @@ class AllocationPruner(Pruner):
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.item()
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-            raise PruningConfigError(f"{type(self).__name__}: evaluator(model) must return a finite number (the "
+            raise PruningConfigError(f"{self.display_name()}: evaluator(model) must return a finite number (the "
                                      f"metric), got {value!r}.")
         return float(value) if self.optimize_mode == "maximize" else -float(value)
 
@@ -238,14 +238,14 @@ class AllocationPruner(Pruner):
     # --- the search -------------------------------------------------------------------------------------------
     def search(self) -> Allocation:
         """Return the allocation to install (subclasses implement their search here)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement search().")
+        raise NotImplementedError(f"{self.display_name()} must implement search().")
 
     def check_reachable(self) -> None:
         """Refuse a target the per-layer caps cannot reach."""
         most = self.overall_sparsity({n: self.cap(n) for n in self.layer_names})
         if most + 1e-9 < self.target_sparsity:
             raise PruningConfigError(
-                f"{type(self).__name__}: overall sparsity {self.target_sparsity} cannot be reached: with every layer "
+                f"{self.display_name()}: overall sparsity {self.target_sparsity} cannot be reached: with every layer "
                 f"at its max_sparsity_per_layer the selected layers lose {most:.3f} of their weights. Lower "
                 "'sparsity', select more layers, or raise 'max_sparsity_per_layer'.")
 
@@ -264,7 +264,7 @@ class AllocationPruner(Pruner):
                 wrapper.config["sparsity"] = allocation[wrapper.name]
             if self.experiment_data_dir is not None:
                 write_json_atomic(self.experiment_data_dir / "search_result.json", {
-                    "pruner": type(self).__name__, "target_sparsity": self.target_sparsity,
+                    "pruner": self.display_name(), "target_sparsity": self.target_sparsity,
                     "allocation": allocation, "sparsity": self.overall_sparsity(allocation),
                     "best_metric": None if self.best_score is None else (
                         self.best_score if self.optimize_mode == "maximize" else -self.best_score),

@@ -56,6 +56,8 @@ class AMCEngine(AllocationPruner):
     :meth:`compress`: ``allocation``, ``best_macs`` and ``history`` (one entry per episode).
     """
 
+    user_name = "AMCPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
+
     def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]],
                  evaluator: Callable[..., float] | None = None, val_loader: Iterable[Any] | None = None, *,
                  flops_ratio: float = 0.5, lbound: float = 0.2, rbound: float = 1.0, reward: str = "acc_reward",
@@ -64,7 +66,7 @@ class AMCEngine(AllocationPruner):
                  tau: float = 0.01, init_delta: float = 0.5, delta_decay: float = 0.99, train_episode: int = 800,
                  output_dir: str | os.PathLike | None = None, seed: int | None = None, base_algo: str = "l1",
                  dummy_input: Any = None, optimizer: torch.optim.Optimizer | None = None, **nni_only: Any) -> None:
-        who = type(self).__name__
+        who = self.display_name()
         unknown = sorted(set(nni_only) - set(_IGNORED))
         if unknown:
             raise PruningConfigError(f"{who} got unexpected arguments {unknown}.")

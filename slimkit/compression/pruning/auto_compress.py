@@ -39,6 +39,8 @@ class AutoCompressEngine(AllocationPruner):
     (``trainer(model, optimizer, criterion, epoch, callback)`` or ``dataloader=``).
     """
 
+    user_name = "AutoCompressPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
+
     def __init__(
         self,
         model: nn.Module,
@@ -63,7 +65,7 @@ class AutoCompressEngine(AllocationPruner):
         lr: float = 1e-3,
         seed: int = 0,
     ) -> None:
-        who = type(self).__name__
+        who = self.display_name()
         self.evaluator = check_evaluator(who, evaluator)
         check_trainer(who, trainer, dataloader)
         check_annealing(who, start_temperature, stop_temperature, cool_down_rate, perturbation_magnitude)

@@ -115,7 +115,7 @@ class Pruner(Compressor[PrunerModuleWrapper]):
         if wrapper.if_calculated:
             return None
         if self.masker is None:
-            raise NotImplementedError(f"{type(self).__name__} sets no masker; override calc_mask or set self.masker.")
+            raise NotImplementedError(f"{self.display_name()} sets no masker; override calc_mask or set self.masker.")
         masks = self.masker.calc_mask(sparsity=wrapper.config["sparsity"], wrapper=wrapper, wrapper_idx=wrapper_idx)
         wrapper.if_calculated = True
         return masks

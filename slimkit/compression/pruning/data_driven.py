@@ -56,7 +56,7 @@ class _DataDrivenPruner(DependencyAwarePruner):
         ):
             raise PruningConfigError(f"statistics_batch_num must be an int >= 1, got {statistics_batch_num!r}.")
         if trainer is not None and optimizer is None:
-            raise PruningConfigError(f"{type(self).__name__}(trainer=...) also needs optimizer=... to train with.")
+            raise PruningConfigError(f"{self.display_name()}(trainer=...) also needs optimizer=... to train with.")
         self.trainer = trainer
         self.criterion = criterion
         self.dataloader = dataloader
@@ -71,7 +71,7 @@ class _DataDrivenPruner(DependencyAwarePruner):
     def _batches(self) -> list[tuple[Any, Any]]:
         batches = [split_batch(b) for b in itertools.islice(iter(self.dataloader), self.statistics_batch_num)]
         if not batches:
-            raise DataError(f"{type(self).__name__}: the dataloader yielded no batch; give it at least one.")
+            raise DataError(f"{self.display_name()}: the dataloader yielded no batch; give it at least one.")
         return batches
 
     def _collect_statistics(self) -> None:
@@ -105,7 +105,7 @@ class _DataDrivenPruner(DependencyAwarePruner):
             if self.dataloader is None and self.trainer is None:
                 if self.optimizer is None:
                     raise PruningConfigError(
-                        f"{type(self).__name__} ranks filters with data: pass dataloader=... (and criterion=... "
+                        f"{self.display_name()} ranks filters with data: pass dataloader=... (and criterion=... "
                         "for Taylor), trainer=... with optimizer=..., or optimizer=... alone and train after "
                         "compress() (the masks follow after statistics_batch_num steps)."
                     )

@@ -62,7 +62,7 @@ class DependencyAwarePruner(Pruner):
 
     def _init_dependency(self, model: nn.Module, dependency_aware: bool, dummy_input: Any, dims: Any = None) -> None:
         """Validate the flag and, when it is on, trace ``model`` on ``dummy_input`` for the channel coupling."""
-        name = type(self).__name__
+        name = self.display_name()
         if not isinstance(dependency_aware, bool):
             raise PruningConfigError(
                 f"{name} dependency_aware must be True or False, got {type(dependency_aware).__name__} "
@@ -90,7 +90,7 @@ class DependencyAwarePruner(Pruner):
     def use_coupling(self, coupling: ChannelCoupling, dims: Any = None) -> None:
         """Turn dependency-aware pruning on with a trace already made (the smash pruners share theirs)."""
         self.dependency_aware, self.coupling, self.graph = True, coupling, coupling.graph
-        self.dims = parse_dims(dims, f"{type(self).__name__} dims") if dims is not None else None
+        self.dims = parse_dims(dims, f"{self.display_name()} dims") if dims is not None else None
 
     def _active(self, dim: str) -> bool:
         return self.dims is None or dim in self.dims
@@ -131,7 +131,7 @@ class DependencyAwarePruner(Pruner):
                         if w.name not in handled and self.coupling.layer_classes(w.name) is None]
         if self.skipped:
             warnings.warn(
-                f"{type(self).__name__}: {self.skipped} did not run on dummy_input as Conv/Linear producers (or "
+                f"{self.display_name()}: {self.skipped} did not run on dummy_input as Conv/Linear producers (or "
                 "are attention projections whose q/k/v are not all selected), so they were left unpruned.",
                 UserWarning, stacklevel=2)
         self.groups = self.coupling.reconcile(self, lock=True, balance=False, dims=self.dims) + heads

@@ -42,7 +42,7 @@ class GroupFilterPruner(WeightFilterPruner):
     ) -> None:
         if importance not in GROUP_IMPORTANCE:
             raise PruningConfigError(
-                f"{type(self).__name__} importance must be one of {', '.join(GROUP_IMPORTANCE)}, got {importance!r}."
+                f"{self.display_name()} importance must be one of {', '.join(GROUP_IMPORTANCE)}, got {importance!r}."
             )
         self.importance = importance
         self.masker_class = GROUP_IMPORTANCE[importance]

@@ -46,6 +46,7 @@ class LotteryTicketEngine(Pruner):
     to keep pruned weights at zero and to count steps for ``rewind_step``).
     """
 
+    user_name = "LotteryTicketPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
     extra_config_keys = ("prune_iterations",)
 
     def __init__(
@@ -59,7 +60,7 @@ class LotteryTicketEngine(Pruner):
         rewind_step: int = 0,
         dummy_input: Any = None,
     ) -> None:
-        who = type(self).__name__
+        who = self.display_name()
         if optimizer is None:
             raise PruningConfigError(f"{who} trains between rounds: pass the optimizer you train with "
                                      "(LotteryTicketPruner(model, config_list, optimizer)).")

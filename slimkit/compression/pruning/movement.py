@@ -62,6 +62,7 @@ class MovementEngine(Pruner):
     when ``training_steps``, or ``dataloader`` with ``training_epochs``, fix them.
     """
 
+    user_name = "MovementPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
     iterative = True
 
     def __init__(
@@ -83,7 +84,7 @@ class MovementEngine(Pruner):
         dummy_input: Any = None,
         seed: int = 0,
     ) -> None:
-        who = type(self).__name__
+        who = self.display_name()
         if optimizer is not None and traced_optimizer is not None and optimizer is not traced_optimizer:
             raise PruningConfigError(f"{who} got two optimizers (optimizer= and traced_optimizer=); pass one.")
         optimizer = optimizer if optimizer is not None else traced_optimizer

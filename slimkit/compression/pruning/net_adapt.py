@@ -47,7 +47,7 @@ class NetAdaptPruner(AllocationPruner):
         optimizer: torch.optim.Optimizer | None = None,
         dummy_input: Any = None,
     ) -> None:
-        who = type(self).__name__
+        who = self.display_name()
         self.evaluator = check_evaluator(who, evaluator)
         if short_term_fine_tuner is not None and not callable(short_term_fine_tuner):
             raise PruningConfigError(f"{who} short_term_fine_tuner must be a function fine_tune(model), got "

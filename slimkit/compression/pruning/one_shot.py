@@ -31,6 +31,7 @@ class LevelEngine(Pruner):
     named explicitly.
     """
 
+    user_name = "LevelPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
     default_op_types = LEVEL_OP_TYPES
     supported_op_types = None
     masker_class = LevelPrunerMasker
@@ -92,6 +93,7 @@ class L2FilterPruner(WeightFilterPruner):
 class FPGMEngine(WeightFilterPruner):
     """Prune the filters nearest the geometric median of their layer (Conv2d and Linear by default)."""
 
+    user_name = "FPGMPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
     masker_class = FPGMPrunerMasker
 
 
@@ -105,6 +107,7 @@ class SlimEngine(Pruner):
     BN scales beforehand for the best results.
     """
 
+    user_name = "SlimPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
     default_op_types = ("BatchNorm2d",)
     supported_op_types = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
     masker_class = SlimPrunerMasker

@@ -65,7 +65,7 @@ class SensitivityPruner(AllocationPruner):
         optimizer: torch.optim.Optimizer | None = None,
         dummy_input: Any = None,
     ) -> None:
-        who = type(self).__name__
+        who = self.display_name()
         self.evaluator = check_evaluator(who, evaluator)
         for name, fn in (("finetuner", finetuner), ("sparsity_proportion_calc", sparsity_proportion_calc)):
             if fn is not None and not callable(fn):

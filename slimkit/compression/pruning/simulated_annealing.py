@@ -78,6 +78,8 @@ class SimulatedAnnealingEngine(AllocationPruner):
     best candidate are installed by :meth:`compress`; ``history`` lists every candidate.
     """
 
+    user_name = "SimulatedAnnealingPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
+
     def __init__(
         self,
         model: nn.Module,
@@ -94,7 +96,7 @@ class SimulatedAnnealingEngine(AllocationPruner):
         dummy_input: Any = None,
         seed: int = 0,
     ) -> None:
-        who = type(self).__name__
+        who = self.display_name()
         self.evaluator = check_evaluator(who, evaluator)
         check_annealing(who, start_temperature, stop_temperature, cool_down_rate, perturbation_magnitude)
         self.start_temperature, self.stop_temperature = float(start_temperature), float(stop_temperature)
