@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
-from slimkit.errors import ConfigError, DataError
+from slimkit.errors import ConfigError, DataError, MissingPackageError
 from slimkit.faces.pruna import EvaluationAgent, PrunaDataModule, Task
 from slimkit.faces.pruna.evaluation.metrics import (
     CMMD,
@@ -119,3 +121,33 @@ def test_outputs_a_metric_cannot_score(digits):
 
     with pytest.raises(DataError, match="read the classes from logits"):
         EvaluationAgent(request=["accuracy"], datamodule=digits).evaluate(Scalar())
+
+
+USER_MANUAL_DIRECT = '''
+from slimkit.faces.pruna.evaluation.evaluation_agent import EvaluationAgent
+from slimkit.faces.pruna.data.pruna_datamodule import PrunaDataModule
+
+eval_agent = EvaluationAgent(
+    request=["cmmd", "ssim"],
+    datamodule=datamodule,  # offline: Pruna's PrunaDataModule.from_string('LAION256') downloads LAION
+    device="cpu"
+)
+'''
+
+
+def test_pruna_user_manual_cmmd_request_is_refused_clearly(digits):
+    with pytest.raises(ConfigError, match="cmmd needs network weights .* cannot run offline in slimkit"):
+        exec(compile(USER_MANUAL_DIRECT, "<pruna snippet>", "exec"), {"datamodule": digits})  # noqa: S102
+
+
+def test_local_weights_path_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match="model_path '.*missing' does not exist"):
+        TorchMetricWrapper("clip_score", model_path=str(tmp_path / "missing"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_fidelity") is not None, reason="torch-fidelity is installed")
+def test_fid_without_torch_fidelity_names_the_package(tmp_path):
+    weights = tmp_path / "pt_inception.pth"
+    weights.write_bytes(b"not read before torch-fidelity is found")
+    with pytest.raises(MissingPackageError, match="fid needs a package.*torch-fidelity"):
+        TorchMetricWrapper("fid", model_path=str(weights))

@@ -11,6 +11,7 @@ scored against them; ``call_type="single"`` scores the outputs against the batch
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -56,6 +57,8 @@ def require_local_weights(name: str, model_path: Any) -> str:
         raise ConfigError(f"{name} needs model weights that Pruna downloads from a hub; slimkit works offline. "
                           f"Download {what} once and pass its local path: "
                           f"TorchMetricWrapper({name!r}, model_path='/path/to/weights').")
+    if not Path(model_path).exists():
+        raise ConfigError(f"{name}: model_path {str(model_path)!r} does not exist; pass the local copy of {what}.")
     return str(model_path)
 _CLASSIFICATION = ("accuracy", "precision", "recall")
 _UNITS = {"psnr": "dB"}
@@ -131,6 +134,8 @@ class TorchMetricWrapper(StatefulMetric):
     def _build(self, kwargs: dict[str, Any]) -> Any:
         try:
             metric = self._factory(**kwargs)
+        except ImportError as exc:  # torchmetrics' own optional dependencies (torch-fidelity for FID, ...)
+            raise MissingPackageError(f"{self.metric_name} needs a package torchmetrics did not find: {exc}") from exc
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{self.metric_name}: torchmetrics refused the arguments {kwargs}: {exc}") from exc
         self.higher_is_better = metric.higher_is_better
