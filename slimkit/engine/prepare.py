@@ -21,6 +21,7 @@ import torch
 from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
 from slimkit.core.contract import SlimkitAlgorithm
+from slimkit.core.devices import is_available
 from slimkit.engine.smashed_model import SmashedModel
 from slimkit.engine.stream import memory
 from slimkit.engine.stream.checkpoint import Checkpoint
@@ -163,17 +164,24 @@ def _copy(config: SmashConfig) -> SmashConfig:
 
 
 def _device(config: SmashConfig, classes: dict[str, type[SlimkitAlgorithm]]) -> str:
-    """The device the algorithms run on: ``"auto"`` falls back to the CPU for CPU-only algorithms; refusals."""
+    """The device the algorithms run on: ``"auto"`` falls back to the CPU for CPU-only algorithms; refusals.
+
+    Any accelerator (CUDA, MPS, XPU, a backend a library registered) is held to ``run_on_cuda``: the algorithms'
+    contract has one flag for "runs on an accelerator".
+    """
     device = config.device
+    accelerator = torch.device(device).type != "cpu"
     cpu_only = sorted(n for n, cls in classes.items() if not cls.run_on_cuda)
-    if config.device_auto and device.startswith("cuda") and cpu_only:
+    if config.device_auto and accelerator and cpu_only:
         logger.info("device 'auto': running on the CPU because %s run(s) on the CPU only", ", ".join(cpu_only))
-        device = "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("SmashConfig device is 'cuda' but no CUDA GPU is available; set cfg.device = 'cpu'.")
-    kind, other = ("cuda", "cpu") if device.startswith("cuda") else ("cpu", "cuda")
+        device, accelerator = "cpu", False
+    if accelerator and not is_available(device):
+        kind = torch.device(device).type
+        what = "CUDA GPU" if kind == "cuda" else f"{kind} device"
+        raise ConfigError(f"SmashConfig device is {device!r} but no {what} is available; set cfg.device = 'cpu'.")
+    other = "cpu" if accelerator else "cuda"
     for n, cls in classes.items():
-        if not (cls.run_on_cuda if kind == "cuda" else cls.run_on_cpu):
+        if not (cls.run_on_cuda if accelerator else cls.run_on_cpu):
             raise ConfigError(
                 f"{n} does not run on {device}. It runs on {other} only; set cfg.device = {other!r} or pick another "
                 f"{cls.group} (`slimkit algorithms` lists devices).")

@@ -80,7 +80,7 @@ def make_config(algorithm: str, **hyperparameters) -> SmashConfig:
         hps = {"n_calibration_samples": 4, "seq_len": 64, "clip_search": False, **hps}
     if algorithm == "awq":
         hps = {"n_grid": 4, **hps}
-    cfg = SmashConfig({algorithm: hps})
+    cfg = SmashConfig({algorithm: hps}, device="cpu")  # a CPU reference on every machine (auto picks a GPU)
     if algorithm in ("gptq", "awq"):
         cfg.add_tokenizer(ByteTokenizer())
         cfg.add_data(calibration_data())
