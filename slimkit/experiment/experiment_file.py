@@ -23,28 +23,28 @@ from typing import Any
 
 from slimkit.errors import ConfigError
 from slimkit.experiment.compressors import KINDS, check_config_list_keys, get_compressor_spec
+from slimkit.experiment.early_stop import parse_early_stop
 from slimkit.experiment.files import read_mapping
+from slimkit.experiment.hyperparameters import parameter_config_params
+from slimkit.experiment.objectives import TARGETS, measured_objectives, multi_res_labels, script_objectives
 from slimkit.experiment.proposers import (
     ALL_FIELDS,
     MULTI_FIDELITY,
     check_proposer,
     default_n_samples,
     parse_proposer_options,
+    refuse_resource,
 )
 from slimkit.experiment.smash_space import SmashSpace, parse_search
 from slimkit.experiment.space import Param, config_list_params, ranked
 
 FIELDS = ("name", "script", "resource", "workingdir", "n_parallel", "n_samples", "target", "proposer",
           "random_seed", "job_failure", "resource_args", "runtime_args", "compression", "expand_op_names",
-          "job_timeout", "model", "data", "search", "objectives", "storage", *ALL_FIELDS)
+          "job_timeout", "model", "data", "search", "objectives", "storage", "parameter_config", *ALL_FIELDS)
 COMPRESSION_FIELDS = ("framework", "type", "compressor", "config_list")
 JOB_FAILURE_FIELDS = ("ignore_fail", "job_retries")
-RESOURCE_ARGS_FIELDS = ("save_model", "early_stop", "track_intermediate_results")
+RESOURCE_ARGS_FIELDS = ("save_model", "early_stop", "track_intermediate_results", "multi_res_labels")
 RESOURCES = ("cpu", "gpu")
-TARGETS = ("min", "max")
-#: objective -> default direction
-OBJECTIVES = {"accuracy": "max", "perplexity": "min", "cosine": "max", "latency": "min", "size": "min",
-              "params": "min", "macs": "min"}
 
 
 @dataclass
@@ -67,6 +67,12 @@ class Experiment:
     job_retries: int = 0
     save_model: bool = False
     early_stop: bool = False
+    #: the checked ``early_stop`` policy (:mod:`slimkit.experiment.early_stop`), None without early stopping
+    early_stop_policy: dict[str, Any] | None = None
+    #: names of the extra values a script reports after its metric (``print_result([metric, *extras])``)
+    multi_res_labels: list[str] = field(default_factory=list)
+    #: the ``parameter_config`` names: each trial's value sits at the top of the job config
+    hyperparameters: list[str] = field(default_factory=list)
     track_intermediate_results: bool = False
     runtime_args: dict[str, Any] = field(default_factory=dict)
     job_timeout: float = 3600.0
@@ -141,8 +147,7 @@ def _section(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> dict
 def _resource(raw: Mapping[str, Any]) -> str:
     resource = _choice(raw, "resource", RESOURCES + ("passive", "node", "aws"), "cpu")
     if resource in ("passive", "node", "aws"):
-        raise ConfigError(f"resource: {resource!r} (remote/passive jobs) is not supported; slimkit runs jobs on this "
-                          "machine: use 'cpu' or 'gpu'.")
+        raise refuse_resource(resource)
     if resource == "gpu":
         import torch
 
@@ -176,41 +181,14 @@ def _compression(raw: Mapping[str, Any], expand: bool) -> tuple[dict[str, Any], 
     return {**block, "type": spec.kind, "framework": "torch"}, params
 
 
-def _objectives(raw: Mapping[str, Any]) -> dict[str, str]:
-    value = raw.get("objectives", {"cosine": "max", "latency": "min"})
-    if isinstance(value, list):
-        bad = [name for name in value if not isinstance(name, str)]
-        if bad:
-            raise ConfigError(f"objectives: names of measurements ({', '.join(OBJECTIVES)}); got {bad[0]!r}.")
-        value = {name: OBJECTIVES.get(name, "") for name in value}
-    if not isinstance(value, Mapping) or not value:
-        raise ConfigError(f"objectives: an object such as {{\"accuracy\": \"max\", \"latency\": \"min\"}}; "
-                          f"got {value!r}.")
-    for name, goal in value.items():
-        if name not in OBJECTIVES:
-            raise ConfigError(f"objectives.{name}: not a measurement slimkit makes. Valid (closest first): "
-                              f"{', '.join(ranked(str(name), tuple(OBJECTIVES)))}.")
-        if goal not in TARGETS:
-            raise ConfigError(f"objectives.{name}: {goal!r} is not a direction; use 'min' or 'max'.")
-    return dict(value)
-
-
-def _script_objectives(value: Any) -> dict[str, str]:
-    """A script's own objectives: ``{"accuracy": "max", "latency_ms": "min"}``, the order of print_result([...])."""
-    if not isinstance(value, Mapping) or not value:
-        raise ConfigError(f"objectives: the values your script reports with print_result([a, b]), in that order, "
-                          f"each 'min' or 'max', e.g. {{\"accuracy\": \"max\", \"latency_ms\": \"min\"}}; "
-                          f"got {value!r}.")
-    for name, goal in value.items():
-        if goal not in TARGETS:
-            raise ConfigError(f"objectives.{name}: {goal!r} is not a direction; use 'min' or 'max'.")
-    return dict(value)
-
-
 def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bool = False) -> Experiment:
-    """Read and validate an experiment file (or dict); ``automatic`` allows (and needs) search ranges."""
+    """Read and validate an experiment file (or dict); ``automatic`` allows (and needs) search ranges.
+
+    A file with ``parameter_config`` (Auptimizer's hyperparameter search) is always a search.
+    """
     path = None if isinstance(source, Mapping) else Path(source)
     raw = dict(source) if isinstance(source, Mapping) else read_mapping(path, "experiment")
+    automatic = automatic or "parameter_config" in raw
     for key in raw:
         if key not in FIELDS:
             raise _unknown(key, FIELDS, "")
@@ -233,9 +211,12 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
     exp.job_retries = _int(failure, "job_retries", "job_failure.job_retries", 0, 0)
     args = _section(raw, "resource_args", RESOURCE_ARGS_FIELDS)
     exp.save_model = _bool(args, "save_model", "resource_args.save_model", False)
-    exp.early_stop = _bool(args, "early_stop", "resource_args.early_stop", False)
-    exp.track_intermediate_results = _bool(args, "track_intermediate_results",
-                                           "resource_args.track_intermediate_results", exp.early_stop)
+    exp.early_stop_policy = parse_early_stop(args.get("early_stop"))
+    exp.early_stop = exp.early_stop_policy is not None
+    # as in Auptimizer, early stopping tracks the intermediate results whatever track_intermediate_results says
+    exp.track_intermediate_results = exp.early_stop or _bool(args, "track_intermediate_results",
+                                                             "resource_args.track_intermediate_results", False)
+    exp.multi_res_labels = multi_res_labels(args.get("multi_res_labels", []))
     exp.runtime_args = raw.get("runtime_args", {})
     if not isinstance(exp.runtime_args, Mapping):
         raise ConfigError(f"runtime_args: an object of extra values for the job config; got {exp.runtime_args!r}.")
@@ -263,14 +244,28 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
             raise ConfigError(f"script: {script!r} is not a file in {exp.workingdir}; give the path of the "
                               "compression script (relative to workingdir).")
         exp.script = (exp.workingdir / script).resolve()
-        if "compression" not in raw:
-            raise ConfigError("compression: missing; a script experiment names its compressor and config_list, e.g. "
-                              "{'framework': 'torch', 'type': 'pruning', 'compressor': 'l1_filter', "
-                              "'config_list': [...]}.")
-        exp.compression, exp.params = _compression(raw, exp.expand_op_names)
+        if "compression" not in raw and "parameter_config" not in raw:
+            raise ConfigError("parameter_config / compression: missing; a script experiment searches training "
+                              "hyperparameters "
+                              "(\"parameter_config\": [{\"name\": \"lr\", \"range\": [0.001, 0.1], \"type\": "
+                              "\"float\"}]), names a compression (\"compression\": {'framework': 'torch', 'type': "
+                              "'pruning', 'compressor': 'l1_filter', 'config_list': [...]}), or both.")
+        if "parameter_config" in raw:
+            exp.params = parameter_config_params(raw["parameter_config"])
+            exp.hyperparameters = [p.name for p in exp.params]
+        if "compression" in raw:
+            exp.compression, searched = _compression(raw, exp.expand_op_names)
+            exp.params += searched
         if "objectives" in raw:
-            exp.objectives = _script_objectives(raw["objectives"])
+            exp.objectives = script_objectives(raw["objectives"])
+            if exp.multi_res_labels and len(exp.objectives) > 1:
+                raise ConfigError("resource_args.multi_res_labels: names extra values beside ONE metric; with several "
+                                  "objectives report them all in print_result([...]) and name them in 'objectives'.")
     else:
+        if "parameter_config" in raw:
+            raise ConfigError("parameter_config: needs a 'script' that trains with these values (it reads them with "
+                              "BasicConfig().load(sys.argv[1])); without a script, search SmashConfig keys in "
+                              "'search'.")
         for key in ("compression",):
             if key in raw:
                 raise ConfigError("compression: needs a 'script' that calls create_compressor; without a script write "
@@ -285,7 +280,7 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
             raise ConfigError(f"data: a slimkit.data id such as 'Digits' or 'PyDocText'; got {exp.data!r}.")
         exp.smash_space = parse_search(raw.get("search", {}), automatic)
         exp.params = exp.smash_space.params
-        exp.objectives = _objectives(raw)
+        exp.objectives = measured_objectives(raw)
     exp.proposer = check_proposer(raw, len(exp.directions))
     exp.proposer_options = parse_proposer_options(raw, exp.proposer)
     if exp.proposer in MULTI_FIDELITY:  # the pruner needs the script's intermediate values

@@ -27,7 +27,7 @@ from slimkit.core.io import write_json_atomic
 from slimkit.errors import ConfigError
 from slimkit.experiment.experiment_file import Experiment
 from slimkit.experiment.proposers import budget as proposer_budget
-from slimkit.experiment.result import parse_intermediate, parse_result
+from slimkit.experiment.result import RESULT_PREFIX, parse_intermediate, parse_result
 from slimkit.experiment.space import fixed_config_list
 
 LOG_TAIL_LINES = 20
@@ -52,18 +52,18 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def job_config(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, number: int) -> dict[str, Any]:
-    """The job config a script receives (Auptimizer's keys; ranges replaced by this trial's values)."""
-    assert exp.compression is not None
-    config = dict(
-        compression_framework="torch",
-        compression_type=exp.compression["type"],
-        compressor=exp.compression["compressor"],
-        config_list=fixed_config_list(exp.compression["config_list"], values),
-        folder_name=str(trial_dir / "model"),
-        save_model=exp.save_model,
-        job_id=number,
-        resource=exp.resource,
-    )
+    """The job config a script receives (Auptimizer's keys; ranges replaced by this trial's values).
+
+    Each ``parameter_config`` name holds its value at the top (``config.lr``); a ``compression`` block adds
+    ``compression_framework``, ``compression_type``, ``compressor`` and the ``config_list`` with this trial's values.
+    """
+    config: dict[str, Any] = {name: values[name] for name in exp.hyperparameters}
+    if exp.compression is not None:
+        config.update(compression_framework="torch", compression_type=exp.compression["type"],
+                      compressor=exp.compression["compressor"],
+                      config_list=fixed_config_list(exp.compression["config_list"], values))
+    config.update(folder_name=str(trial_dir / "model"), save_model=exp.save_model, job_id=number,
+                  resource=exp.resource)
     budget = proposer_budget(exp.proposer, exp.proposer_options)
     if budget is not None:  # hyperband/bohb: the most steps a trial may run (the pruner may stop it sooner)
         config["n_iterations"] = budget
@@ -121,6 +121,8 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
 
         threading.Thread(target=pump, daemon=True).start()
         output: list[str] = []
+        explicit_steps = False  # print_result(v, step=k) lines; without them each result line is a step
+        results = 0
         deadline = time.monotonic() + exp.job_timeout
         reason = ""
         while True:
@@ -138,6 +140,10 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
             log.write(line)
             log.flush()
             step = parse_intermediate(line)
+            explicit_steps = explicit_steps or step is not None
+            if step is None and not explicit_steps and line.strip().startswith(RESULT_PREFIX):
+                results += 1  # Auptimizer's way: every print_result(value) before the last is a step
+                step = _first_value(line, results)
             if step is not None and on_intermediate is not None and on_intermediate(*step):
                 _kill(process)
                 reason = "pruned"
@@ -160,6 +166,8 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
         return JobOutcome("failed", reason="the script reported no result (call slimkit.print_result(metric) at the "
                           "end)", log_tail=log_tail(log_path))
     names = exp.objective_names
+    if exp.multi_res_labels:
+        return _split_labels(exp, result.values, result.extra, log_tail(log_path))
     if len(result.values) != len(names) and (len(names) > 1 or len(result.values) > 1):
         return JobOutcome("failed", reason=f"the script reported {len(result.values)} value(s) but the experiment "
                           f"names {len(names)} objective(s) ({', '.join(names)}); report one per objective in that "
@@ -168,6 +176,28 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
         return JobOutcome("failed", reason=f"the script reported {result.metric if len(names) == 1 else result.values}",
                           log_tail=log_tail(log_path))
     return JobOutcome("complete", list(result.values), extra=result.extra, log_tail=log_tail(log_path))
+
+
+def _first_value(line: str, step: int) -> tuple[int, float] | None:
+    """``(step, value)`` of a result line read as an intermediate value (its first number), None when unreadable."""
+    try:
+        result = parse_result(line)
+    except ConfigError:
+        return None
+    return None if result is None else (step, result.metric)
+
+
+def _split_labels(exp: Experiment, values: list[float], extra: dict[str, Any], tail: str) -> JobOutcome:
+    """``print_result([metric, *extras])`` with ``multi_res_labels``: the metric is the result, the rest are named."""
+    labels = exp.multi_res_labels
+    if len(values) != 1 + len(labels):
+        return JobOutcome("failed", reason=f"the script reported {len(values)} value(s) but resource_args."
+                          f"multi_res_labels names {len(labels)} beside the metric; report print_result([metric, "
+                          f"{', '.join(labels)}])", log_tail=tail)
+    if not math.isfinite(values[0]):
+        return JobOutcome("failed", reason=f"the script reported {values[0]}", log_tail=tail)
+    return JobOutcome("complete", values[:1], extra={**extra, **dict(zip(labels, values[1:], strict=True))},
+                      log_tail=tail)
 
 
 class JobTimeout(BaseException):

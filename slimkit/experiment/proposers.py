@@ -1,8 +1,11 @@
 """Proposers: the name an experiment file gives, the Optuna sampler (and pruner) it becomes, and its own fields.
 
-``random`` -> ``RandomSampler``; ``sequence``/``grid`` -> ``GridSampler``; ``tpe``/``hyperopt`` ->
-``TPESampler``; ``cmaes`` -> ``CmaEsSampler``; ``nsga2`` -> ``NSGAIISampler``; and the ones with fields of
-their own (Auptimizer's spellings, at the top level of the file):
+``random`` -> ``RandomSampler``; ``sequence``/``grid`` -> ``GridSampler``; ``tpe`` -> ``TPESampler``;
+``cmaes`` -> ``CmaEsSampler``; ``nsga2`` -> ``NSGAIISampler``; and the ones with fields of their own
+(Auptimizer's spellings, at the top level of the file; names are read case-insensitively, as Auptimizer does):
+
+* ``hyperopt``: ``TPESampler`` (Hyperopt's Tree of Parzen Estimators); ``engine`` ``tpe`` (default) or
+  ``random`` (Hyperopt's ``rand.suggest``: ``RandomSampler``).
 
 * ``hyperband``: Optuna's ``HyperbandPruner`` over a sampler. ``max_iter`` (default 81) is the most steps a
   trial reports, ``eta`` (3) the reduction factor, ``engine`` (``random``; or ``tpe``) the sampler;
@@ -17,6 +20,11 @@ their own (Auptimizer's spellings, at the top level of the file):
   (``GPEIOptChooser``, the GP expected-improvement choosers), ``grid_size`` (candidates; Optuna optimises the
   acquisition itself), ``engine_config`` and ``spearmint_dir`` (the study lives in the experiment folder) are
   accepted.
+
+Refused, with the closest working name: ``eas`` (efficient architecture search by network transformation is not
+built; search architectures with the MMRazor face's one-shot NAS, or widths/depths as ``int`` hyperparameters
+with ``tpe``) and ``passive`` (jobs run by hand; slimkit runs its jobs itself: ``sequence`` for a fixed list, or
+``slimkit worker`` processes that join a shared study).
 
 A multi-fidelity proposer (hyperband, bohb) needs the script to report intermediate values —
 ``slimkit.print_result(accuracy, step=epoch)`` — which the runner hands to Optuna; a trial the pruner stops
@@ -36,12 +44,18 @@ from slimkit.experiment.space import ranked
 PROPOSERS = {"random": "RandomSampler", "sequence": "GridSampler", "grid": "GridSampler", "tpe": "TPESampler",
              "hyperopt": "TPESampler", "cmaes": "CmaEsSampler", "nsga2": "NSGAIISampler",
              "hyperband": "HyperbandPruner", "bohb": "TPESampler + HyperbandPruner", "spearmint": "GPSampler"}
+#: Auptimizer's proposers slimkit does not build -> why, and the closest working proposer
+REFUSED = {"eas": ("efficient architecture search (EAS, network transformations driven by a reinforcement-learning "
+                   "meta-controller) is not built in slimkit", "tpe"),
+           "passive": ("'passive' waits for jobs started by hand; slimkit starts its jobs itself (several machines: "
+                       "`slimkit worker` with a shared --storage)", "sequence")}
 #: proposers whose pruner stops trials from the intermediate values the script reports
 MULTI_FIDELITY = ("hyperband", "bohb")
 SPEARMINT_ENGINES = ("GPEIOptChooser", "GPEIChooser", "GPEIperSecChooser", "GPConstrainedEIChooser")
 #: each proposer's own fields and defaults
 PROPOSER_FIELDS: dict[str, dict[str, Any]] = {
     "hyperband": {"max_iter": 81, "eta": 3, "skip_last": 0, "engine": "random"},
+    "hyperopt": {"engine": "tpe"},
     "bohb": {"min_budget": 0.01, "max_budget": 1, "eta": 3, "n_iterations": 4, "min_points_in_model": None,
              "top_n_percent": 15, "num_samples": 64, "random_fraction": 1 / 3, "bandwidth_factor": 3,
              "min_bandwidth": 0.001},
@@ -53,7 +67,7 @@ ALL_FIELDS = tuple(sorted({k for fields in PROPOSER_FIELDS.values() for k in fie
 def _number(raw: Mapping[str, Any], key: str, default: Any, low: float, integer: bool = False,
             high: float | None = None) -> Any:
     value = raw.get(key, default)
-    if value is None:
+    if value is None or (value == "" and default is None):  # Auptimizer's files write "" for "not set"
         return None
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind) or value < low or (high is not None and value > high):
@@ -82,6 +96,8 @@ def parse_proposer_options(raw: Mapping[str, Any], proposer: str) -> dict[str, A
         return {"max_iter": _number(raw, "max_iter", 81, 1, integer=True), "eta": _number(raw, "eta", 3, 2, True),
                 "skip_last": _number(raw, "skip_last", 0, 0, True, 1),
                 "engine": _choice(raw, "engine", "random", ("random", "tpe", "hyperopt"))}
+    if proposer == "hyperopt":
+        return {"engine": _choice(raw, "engine", "tpe", ("tpe", "random"))}
     if proposer == "bohb":
         options = {"min_budget": _number(raw, "min_budget", 0.01, 1e-9), "max_budget": _number(raw, "max_budget", 1,
                                                                                                  1e-9),
@@ -112,6 +128,12 @@ def check_proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
     """The file's ``proposer`` (default ``nsga2`` for several objectives, else ``tpe``), checked."""
     default = "nsga2" if n_objectives > 1 else "tpe"
     proposer = raw.get("proposer", default)
+    if isinstance(proposer, str):
+        proposer = proposer.lower()
+        if proposer in REFUSED:
+            why, closest = REFUSED[proposer]
+            raise ConfigError(f"proposer: {proposer!r} is not available: {why}. The closest working proposer is "
+                              f"{closest!r} (all: {', '.join(PROPOSERS)}).")
     if not isinstance(proposer, str) or proposer not in PROPOSERS:
         raise ConfigError(f"proposer: {proposer!r} is not available. Valid proposers (closest first): "
                           f"{', '.join(ranked(str(proposer), tuple(PROPOSERS)))}.")
@@ -119,6 +141,17 @@ def check_proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
         raise ConfigError(f"proposer: {proposer!r} optimises one objective but {n_objectives} are given; use "
                           "'nsga2', 'tpe' or 'random' for several.")
     return proposer
+
+
+def refuse_resource(resource: str) -> ConfigError:
+    """The error for Auptimizer's remote or manual ``resource`` values, naming slimkit's way to do the same."""
+    ways = {"node": "jobs on other machines run through a shared Optuna study: give \"storage\": "
+                    "\"postgresql://USER@HOST:5432/DB\" and start `slimkit worker EXPERIMENT --storage URL` on each "
+                    "machine",
+            "aws": "start `slimkit worker EXPERIMENT --storage postgresql://...` on each cloud machine instead",
+            "passive": "jobs started by hand join the study as `slimkit worker EXPERIMENT --storage URL`"}
+    return ConfigError(f"resource: {resource!r} is not a resource slimkit starts jobs on; use 'cpu' or 'gpu' "
+                       f"(this machine). For what {resource!r} did: {ways[resource]}.")
 
 
 def default_n_samples(proposer: str, options: Mapping[str, Any]) -> int | None:

@@ -108,6 +108,8 @@ def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[di
         row["seconds"] = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None
         row["reason"] = t.user_attrs.get("reason", "")
         row["log_tail"] = t.user_attrs.get("log_tail", "")
+        row["attempts"] = t.user_attrs.get("attempts", 1)
+        row["intermediate"] = {int(k): v for k, v in sorted(t.intermediate_values.items())}
         row["trial_dir"] = t.user_attrs.get("trial_dir", "")
         model = Path(row["trial_dir"]) / "model"
         row["model"] = str(model) if row["trial_dir"] else ""
@@ -126,13 +128,13 @@ def clean_models(folder: Path, keep: set[int]) -> None:
 
 def _write_csv(path: Path, exp: Experiment, rows: list[dict[str, Any]]) -> Path:
     names = sorted({k for r in rows for k in r["params"]})
-    header = ["number", "state", "kept", *exp.objective_names, *names, "seconds", "reason", "model"]
+    header = ["number", "state", "kept", *exp.objective_names, *names, "seconds", "attempts", "reason", "model"]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)
     for r in rows:
         writer.writerow([r["number"], r["state"], r["kept"], *[r["values"][n] for n in exp.objective_names],
-                         *[r["params"].get(n) for n in names], r["seconds"], r["reason"],
+                         *[r["params"].get(n) for n in names], r["seconds"], r["attempts"], r["reason"],
                          r["model"] if r["kept"] and exp.save_model else ""])
     with atomic_file(path) as tmp:
         tmp.write_text(buffer.getvalue())
@@ -266,7 +268,8 @@ def print_table(exp: Experiment, result: ExperimentResult) -> None:
     for r in result.rows:
         if r["state"] == "failed" and r["log_tail"]:
             tail = "\n    ".join(r["log_tail"].splitlines()[-5:])
-            print(f"slimkit: trial {r['number']} failed: {r['reason']}; log tail:\n    {tail}")
+            tries = f" after {r['attempts']} attempts" if r.get("attempts", 1) > 1 else ""
+            print(f"slimkit: trial {r['number']} failed{tries}: {r['reason']}; log tail:\n    {tail}")
 
 
 def finish(folder: Path, exp: Experiment, quiet: bool = False, store: Store | None = None) -> ExperimentResult:

@@ -186,6 +186,7 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
     that study beside other workers (no exclusive folder lock, no local recovery: heartbeats find dead workers).
     """
     exp = load_experiment(source, automatic or worker)
+    automatic = automatic or bool(exp.hyperparameters)  # Auptimizer's parameter_config is always a search
     url = storage or exp.storage
     if worker and url is None:
         raise ConfigError("slimkit worker joins a study in a database several machines share; give --storage "

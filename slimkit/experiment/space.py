@@ -54,8 +54,7 @@ class Param:
         if self.kind == "choice":
             return list(self.choices)
         if self.kind == "int":
-            step = int(self.step or 1)
-            return list(range(int(self.low), int(self.high) + 1, step))
+            return list(range(int(self.low), int(self.high) + 1, self._int_step()))
         if self.step:
             count = int(math.floor((self.high - self.low) / self.step + 1e-9)) + 1
             return [round(self.low + i * self.step, 12) for i in range(count)]
@@ -65,12 +64,20 @@ class Param:
             return [round(self.low + i * (self.high - self.low) / (self.n - 1), 12) for i in range(self.n)]
         return None
 
+    def _int_step(self) -> int:
+        """An int range's step: ``interval``, or from ``n`` points (Auptimizer: floor((max - min) / (n - 1)))."""
+        if self.step:
+            return max(1, int(self.step))
+        if self.n and self.n > 1:
+            return max(1, (int(self.high) - int(self.low)) // (self.n - 1))
+        return 1
+
     def suggest(self, trial: Any) -> Any:
         """Ask an Optuna trial for this parameter's value."""
         if self.kind == "choice":
             return trial.suggest_categorical(self.name, self.choices)
         if self.kind == "int":
-            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+            return trial.suggest_int(self.name, int(self.low), int(self.high), step=self._int_step(), log=self.log)
         if self.step:
             return trial.suggest_float(self.name, self.low, self.high, step=self.step)
         if self.n:

@@ -5,7 +5,8 @@ safe for several local processes) or in a database several machines share (``sto
 Proposers map to Optuna's samplers: ``random`` -> ``RandomSampler``,
 ``sequence``/``grid`` -> ``GridSampler``, ``tpe``/``hyperopt`` -> ``TPESampler``, ``cmaes`` -> ``CmaEsSampler``,
 ``nsga2`` -> ``NSGAIISampler``, ``spearmint`` -> ``GPSampler``; ``hyperband`` and ``bohb`` add Optuna's
-``HyperbandPruner`` (see :mod:`slimkit.experiment.proposers`); ``early_stop`` turns on Optuna's ``MedianPruner``.
+``HyperbandPruner`` (see :mod:`slimkit.experiment.proposers`); ``early_stop`` turns on Optuna's ``MedianPruner``
+or the pruner of its ``aup_policy`` (:mod:`slimkit.experiment.early_stop`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ except ImportError as _exc:  # pragma: no cover - the experiment extra is missin
     raise MissingPackageError("Running experiments needs Optuna, which is not installed; install it with "
                               "`pip install 'slimkit[experiment]'` (or `pip install optuna`).") from _exc
 
+from slimkit.experiment.pruners import policy_pruner
 from slimkit.experiment.storage import Store, redact
 
 #: trial user attribute marking a trial whose runner was killed (not counted; its parameters are re-run)
@@ -78,6 +80,8 @@ def make_sampler(exp: Experiment, offset: int = 0) -> optuna.samplers.BaseSample
             return optuna.samplers.RandomSampler(seed=seed)
         if exp.proposer in ("grid", "sequence"):
             return _AskTellGridSampler(grid_space(exp), seed=seed)
+        if exp.proposer == "hyperopt" and exp.proposer_options.get("engine") == "random":
+            return optuna.samplers.RandomSampler(seed=seed)  # Hyperopt's rand.suggest
         if exp.proposer in ("tpe", "hyperopt"):
             startup = min(10, max(2, exp.n_samples // 3))
             return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True, group=True)
@@ -104,7 +108,14 @@ def _auptimizer_sampler(exp: Experiment, seed: int | None) -> optuna.samplers.Ba
 
 
 def make_pruner(exp: Experiment) -> optuna.pruners.BasePruner:
-    """Hyperband for ``hyperband``/``bohb``, Optuna's median pruner with ``early_stop``, else none."""
+    """The early-stopping policy's pruner, else Hyperband for ``hyperband``/``bohb``, else none.
+
+    An ``early_stop`` object (Auptimizer's ``aup_policy``) wins over the proposer's Hyperband pruner: the file
+    asked for that rule; ``early_stop: true`` is Optuna's median pruner.
+    """
+    policy = exp.early_stop_policy
+    if policy is not None and (policy.get("startup_trials") == 1 or exp.proposer not in MULTI_FIDELITY):
+        return policy_pruner(policy)
     if exp.proposer in MULTI_FIDELITY:
         options = exp.proposer_options
         if exp.proposer == "hyperband":
@@ -114,8 +125,6 @@ def make_pruner(exp: Experiment) -> optuna.pruners.BasePruner:
             low, high = (int(options["min_budget"]), int(options["max_budget"])) if whole else (1, "auto")
         return optuna.pruners.HyperbandPruner(min_resource=low, max_resource=high,
                                               reduction_factor=options["eta"])
-    if exp.early_stop:
-        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
     return optuna.pruners.NopPruner()
 
 

@@ -79,7 +79,7 @@ def test_yaml_files_load_too(tmp_path):
     ({"proposer": "bohb", "resource_args": {"track_intermediate_results": False}},
      r"track_intermediate_results: the 'bohb' proposer stops trials from their intermediate values"),
     ({"target": "maximize"}, r"target: 'maximize' is not allowed; use one of \(closest first\): max, min"),
-    ({"resource": "node"}, r"resource: 'node' \(remote/passive jobs\) is not supported; .* 'cpu' or 'gpu'"),
+    ({"resource": "node"}, r"resource: 'node' is not a resource slimkit starts jobs on; use .* --storage URL"),
     ({"resource": "tpu"}, r"resource: 'tpu' is not allowed"),
     ({"n_parallel": 0}, r"n_parallel: must be a whole number >= 1; got 0"),
     ({"n_samples": "4"}, r"n_samples: must be a whole number >= 1; got '4'"),
@@ -92,7 +92,7 @@ def test_yaml_files_load_too(tmp_path):
     ({"script": "missing.py"}, r"script: 'missing.py' is not a file in "),
     ({"model": "digits_cnn"}, r"exactly one of 'script' .* or 'model' .*; got both"),
     ({"workingdir": "nowhere"}, r"workingdir: 'nowhere' is not an existing folder"),
-    ({"compression": None}, r"compression: missing; a script experiment names its compressor"),
+    ({"compression": None}, r"parameter_config / compression: missing; a script experiment searches training"),
 ])
 def test_top_level_field_errors(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=message):

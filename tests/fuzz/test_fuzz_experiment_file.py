@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slimkit.experiment.compressors import available_compressors
-from slimkit.experiment.experiment_file import FIELDS, OBJECTIVES, Experiment, load_experiment
+from slimkit.experiment.experiment_file import FIELDS, Experiment, load_experiment
+from slimkit.experiment.objectives import OBJECTIVES
 from slimkit.experiment.proposers import PROPOSERS
 from tests.fuzz._fuzz import clear_or_ok, examples
 from tests.fuzz.test_fuzz_config_list import config_lists
