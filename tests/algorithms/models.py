@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from slimkit import zoo
+from tests.compression.quantization.tiny_moe import tiny_moe
 
 
 class ConvOnly(torch.nn.Module):
@@ -76,6 +77,16 @@ def tiny_opt() -> torch.nn.Module:
     return transformers.OPTForCausalLM(config).eval()
 
 
+def tiny_deit() -> torch.nn.Module:
+    """transformers' DeiT with its distillation token (two tokens ToMe must keep), 32x32 images, random weights."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.DeiTConfig(image_size=32, patch_size=8, hidden_size=64, intermediate_size=128,
+                                     num_hidden_layers=2, num_attention_heads=4)
+    return transformers.DeiTForImageClassificationWithTeacher(config).eval()
+
+
 def _token_inputs() -> dict[str, torch.Tensor]:
     return {"input_ids": torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))}
 
@@ -104,6 +115,9 @@ LOCAL = {
     "tiny_cond_unet": (tiny_cond_unet, lambda: _unet_inputs(4, text=True)),
     "tiny_sentence_encoder": (tiny_sentence_encoder, _sentence_inputs),
     "tiny_opt": (tiny_opt, _token_inputs),
+    "tiny_mixtral": (lambda: tiny_moe("mixtral"), _token_inputs),
+    "tiny_qwen2_moe": (lambda: tiny_moe("qwen2_moe"), _token_inputs),
+    "tiny_deit": (tiny_deit, lambda: torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))),
 }
 
 

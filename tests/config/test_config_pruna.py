@@ -71,7 +71,7 @@ def test_add_and_device_item():
 
 
 @pytest.mark.parametrize(("pruna", "closest"), [
-    ("hqq_diffusers", "hqq"), ("quanto", "hqq"), ("torchao", "int8_dynamic"), ("llm_int8", "int8_dynamic"),
+    ("hqq_diffusers", "hqq"), ("llm_int8", "int8_dynamic"),
     ("ifw", "dynamic_batch"), ("stable_fast", "torch_compile"), ("fora", "step_cache"),
     ("text_to_text_perp", "finetune"),
 ])

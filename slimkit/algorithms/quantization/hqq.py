@@ -39,7 +39,7 @@ class HQQ(LowBitQuantizer):
 
     algorithm_name = "hqq"
     produces = LayerResult(integer_zeros=False)  # fitted fractional zero points
-    near_names = ("hqq_diffusers", "quanto")  # Pruna's names for close algorithms (errors point here)
+    near_names = ("hqq_diffusers",)  # Pruna's names for close algorithms (errors point here)
     renamed_hyperparameters = {"hqq": {"weight_bits": "bits"}}  # Pruna's name
     references = {"HQQ": "https://mobiusml.github.io/hqq_blog/"}
 

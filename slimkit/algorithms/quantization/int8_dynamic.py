@@ -34,7 +34,7 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
     """
 
     algorithm_name = "int8_dynamic"
-    near_names = ("llm_int8", "diffusers_int8", "torchao")  # Pruna's names for close algorithms (errors point here)
+    near_names = ("llm_int8", "diffusers_int8")  # Pruna's names for close algorithms (errors point here)
     aliases = ("torch_dynamic",)  # Pruna's name: PyTorch dynamic int8 of Linear layers
     references = {
         "PyTorch": "https://pytorch.org/docs/stable/quantization.html#dynamic-quantization",

@@ -1,0 +1,79 @@
+"""Testers of Pruna's library-backed quantizers: torchao (quantize_) and quanto (optimum-quanto)."""
+
+from __future__ import annotations
+
+import torch
+
+from slimkit.evaluation import fidelity, size_on_disk
+from slimkit.utils import main_tensor, run_model
+from tests.algorithms.testers.base import AlgorithmTesterBase
+
+
+def _linear_names(model: torch.nn.Module, skip: str = "") -> list[str]:
+    return sorted(n for n, m in model.named_modules() if type(m) is torch.nn.Linear and not (skip and n.endswith(skip)))
+
+
+def _cosine_no_grad(base: torch.nn.Module, smashed: torch.nn.Module, inputs) -> float:
+    """Mean output cosine under no_grad: quanto's int2/int4 Linear is an autograd Function that fails under
+    torch.inference_mode (which ``fidelity`` uses), a limitation of optimum-quanto 0.2.7."""
+    with torch.no_grad():
+        a, b = (main_tensor(run_model(m, inputs)).float().flatten(1) for m in (base, smashed))
+    return torch.nn.functional.cosine_similarity(a, b, dim=1).mean().item()
+
+
+class TestTorchao(AlgorithmTesterBase):
+    algorithm = "torchao"
+    models = ["mlp", "tiny_llama"]
+    reject_models = ["conv_only", "not_a_module"]
+    hyperparameters = {"quant_type": "int8wo", "exclude": ["lm_head"]}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        from torchao.utils import TorchAOBaseTensor
+
+        wanted = _linear_names(base, "lm_head")
+        quantized = sorted(n for n, m in smashed.model.named_modules()
+                           if isinstance(getattr(m, "weight", None), TorchAOBaseTensor))
+        assert quantized == wanted and wanted
+        assert smashed.applied[0]["state"]["torchao_type"] == "Int8Tensor"
+        assert size_on_disk(smashed) < 0.6 * size_on_disk(base)
+        assert fidelity(base, smashed, inputs).cosine_mean > 0.999  # int8 per-channel weights
+
+
+class TestTorchaoInt4Dynamic(TestTorchao):
+    models = ["tiny_llama"]
+    hyperparameters = {"quant_type": "int4dq", "group_size": 32, "exclude": ["lm_head"]}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        assert smashed.applied[0]["state"]["torchao_type"] == "IntxUnpackedToInt8Tensor"
+        assert smashed.coverage["torchao"]["share_not_excluded"] == 1.0
+        assert fidelity(base, smashed, inputs).cosine_mean > 0.98  # int4 weights, int8 activations
+
+
+class TestQuanto(AlgorithmTesterBase):
+    algorithm = "quanto"
+    models = ["mlp", "tiny_llama"]
+    reject_models = ["conv_only", "not_a_module"]
+    hyperparameters = {"weight_bits": "qint4"}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        from optimum.quanto import QLinear, QTensor
+
+        layers = {n: m for n, m in smashed.model.named_modules() if isinstance(m, QLinear)}
+        assert sorted(layers) == _linear_names(base) and layers
+        assert all(isinstance(m.weight, QTensor) and m.weight.qtype.bits == 4 for m in layers.values())  # frozen
+        assert size_on_disk(smashed) < 0.5 * size_on_disk(base)
+        assert _cosine_no_grad(base, smashed, inputs) > 0.99
+
+
+class TestQuantoActivations(TestQuanto):
+    models = ["tiny_bert"]
+    hyperparameters = {"weight_bits": "qint8", "act_bits": "qint8", "calibration_samples": 2}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        from optimum.quanto import QLinear
+
+        state = smashed.applied[0]["state"]
+        assert state["calibration"] == "SmashConfig example inputs"
+        scales = [float(m.input_scale) for m in smashed.model.modules() if isinstance(m, QLinear)]
+        assert scales and all(s != 1.0 and s > 0 for s in scales)  # calibrated, not quanto's initial scale
+        assert fidelity(base, smashed, inputs).cosine_mean > 0.99
