@@ -72,15 +72,20 @@ def _masks(x: torch.Tensor, spatial_t: float, channel_t: float) -> tuple[torch.T
 
 
 class _FBKDBase(nn.Module):
-    def __init__(self, in_channels: int, reduction: int, conv_cfg: Mapping[str, Any] | None,
-                 norm_cfg: Mapping[str, Any] | None, mode: str, sub_sample: bool, maxpool_stride: int,
-                 zeros_init: bool, spatial_T: float, channel_T: float) -> None:  # noqa: N803 (MMRazor names)
+    def __init__(self, in_channels: int, reduction: int = 2, conv_cfg: Mapping[str, Any] | None = None,
+                 norm_cfg: Mapping[str, Any] | None = _BN, mode: str = "dot_product", sub_sample: bool = False,
+                 maxpool_stride: int = 2, zeros_init: bool = True, spatial_T: float = 0.5,  # noqa: N803
+                 channel_T: float = 0.5) -> None:  # noqa: N803 (MMRazor names)
         super().__init__()
         if conv_cfg is not None and dict(conv_cfg).get("type") not in ("Conv2d", "Conv"):
             raise ConfigError(f"{type(self).__name__}: conv_cfg={conv_cfg!r} is not supported (dict(type='Conv2d')).")
         self.in_channels, self.spatial_T, self.channel_T = int(in_channels), float(spatial_T), float(channel_T)
         self.non_local = NonLocal2d(self.in_channels, reduction, norm_cfg, mode, sub_sample, maxpool_stride,
                                     zeros_init)
+        self._add_layers(self.in_channels)
+
+    def _add_layers(self, c: int) -> None:
+        """Layers a side adds after the shared non-local block (the student's adaptations)."""
 
     def _check(self, x: torch.Tensor) -> None:
         if x.dim() != 4 or x.shape[1] != self.in_channels:
@@ -91,13 +96,7 @@ class _FBKDBase(nn.Module):
 class FBKDStudentConnector(_FBKDBase):
     """The student side of FBKD: masks, adapted channel/spatial descriptors, adapted relation and feature."""
 
-    def __init__(self, in_channels: int, reduction: int = 2, conv_cfg: Mapping[str, Any] | None = None,
-                 norm_cfg: Mapping[str, Any] | None = _BN, mode: str = "dot_product", sub_sample: bool = False,
-                 maxpool_stride: int = 2, zeros_init: bool = True, spatial_T: float = 0.5,  # noqa: N803
-                 channel_T: float = 0.5) -> None:  # noqa: N803 (MMRazor names)
-        super().__init__(in_channels, reduction, conv_cfg, norm_cfg, mode, sub_sample, maxpool_stride, zeros_init,
-                         spatial_T, channel_T)
-        c = self.in_channels
+    def _add_layers(self, c: int) -> None:
         self.channel_wise_adaptation = nn.Linear(c, c)
         self.spatial_wise_adaptation = nn.Conv2d(1, 1, 3, padding=1)
         self.adaptation_layers = nn.Conv2d(c, c, 1)
@@ -114,13 +113,6 @@ class FBKDStudentConnector(_FBKDBase):
 
 class FBKDTeacherConnector(_FBKDBase):
     """The teacher side of FBKD: masks, spatial descriptor, non-local relation and the feature itself."""
-
-    def __init__(self, in_channels: int, reduction: int = 2, conv_cfg: Mapping[str, Any] | None = None,
-                 norm_cfg: Mapping[str, Any] | None = _BN, mode: str = "dot_product", sub_sample: bool = False,
-                 maxpool_stride: int = 2, zeros_init: bool = True, spatial_T: float = 0.5,  # noqa: N803
-                 channel_T: float = 0.5) -> None:  # noqa: N803 (MMRazor names)
-        super().__init__(in_channels, reduction, conv_cfg, norm_cfg, mode, sub_sample, maxpool_stride, zeros_init,
-                         spatial_T, channel_T)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """(spatial mask, channel mask, spatial descriptor, relation, feature)."""
