@@ -202,5 +202,76 @@ def test_energy_and_co2_with_codecarbon_offline(digits):
     results = EvaluationAgent(request=request, datamodule=datamodule, device="cpu").evaluate(model)
     assert results["energy_consumed"].result > 0 and results["energy_consumed"].unit == "kWh"
     assert results["co2_emissions"].result > 0 and results["co2_emissions"].unit == "kgCO2e"
+    assert results["energy_consumed"].notes[0] == "codecarbon offline, 3 forwards of the first test batch, grid of FRA"
     intensity = results["co2_emissions"].result / results["energy_consumed"].result  # kg per kWh: one run gave both
     assert 0.001 < intensity < 1.5
+
+
+@pytest.mark.slow
+def test_minilm_latency_params_and_disk():
+    encoder = zoo.load("minilm")
+    datamodule = PrunaDataModule.from_string("PyDocText", tokenizer=encoder.tokenizer,
+                                             collate_fn_args={"max_seq_len": 32}, dataloader_args={"batch_size": 8})
+    request = [LatencyMetric(n_iterations=3, n_warmup_iterations=1), "total_params", "disk_memory"]
+    results = EvaluationAgent(request=request, datamodule=datamodule, device="cpu").evaluate(encoder.model)
+    assert results["latency"].result > 0 and "3 timed forwards of a batch of 8" in results["latency"].notes[0]
+    assert results["total_params"].result == count_parameters(encoder.model)
+    assert results["disk_memory"].result == pytest.approx(size_on_disk(encoder.model) / 2**20)
+    assert 40 < results["disk_memory"].result < 120  # MiniLM-L6: 22.7 M float32 weights
+
+
+def _tiny_clip(folder) -> str:
+    """A randomly initialised CLIP with a letters-only tokenizer, saved as a local copy of hub weights would be."""
+    import json
+
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
+
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for letter in "abcdefghijklmnopqrstuvwxyz":
+        vocab[letter] = len(vocab)
+        vocab[letter + "</w>"] = len(vocab)
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    tokenizer = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    torch.manual_seed(0)
+    small = {"hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 1, "num_attention_heads": 2}
+    config = CLIPConfig(text_config={**small, "vocab_size": len(vocab), "bos_token_id": 0, "eos_token_id": 1,
+                                     "pad_token_id": 1},
+                        vision_config={**small, "image_size": 32, "patch_size": 8}, projection_dim=16)
+    path = folder / "clip"
+    CLIPModel(config).save_pretrained(path)
+    CLIPProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(path)
+    return str(path)
+
+
+class _Painter(torch.nn.Module):
+    """A stand-in text-to-image model: each prompt gives a fixed uint8 image that depends on its length."""
+
+    def forward(self, prompts: list[str]) -> torch.Tensor:
+        base = torch.arange(3 * 32 * 32).reshape(3, 32, 32)
+        return torch.stack([((base * (len(p) + 1)) % 256).to(torch.uint8) for p in prompts])
+
+
+def test_clip_score_from_a_local_copy_of_the_weights(tmp_path):
+    from transformers import CLIPModel, CLIPProcessor
+
+    path = _tiny_clip(tmp_path)
+    prompts = ["a red cat", "two dogs", "the sea", "a tree in snow"]
+    data = [{"text": p} for p in prompts]
+    datamodule = PrunaDataModule(data, data, data, dataloader_args={"batch_size": 2},
+                                 collate_fn=lambda items: ([i["text"] for i in items], None))  # Pruna's (x, gt)
+    metric = TorchMetricWrapper("clip_score", model_path=path)
+    assert metric.params()["model_path"] == path
+    results = EvaluationAgent(request=[metric], datamodule=datamodule, device="cpu").evaluate(_Painter())
+    clip, processor = CLIPModel.from_pretrained(path).eval(), CLIPProcessor.from_pretrained(path)
+    images = _Painter()(prompts)
+    with torch.no_grad():  # CLIP score by hand: 100 * cosine of the image and text embeddings, floored at 0
+        pixels = processor(images=list(images), return_tensors="pt")["pixel_values"]
+        tokens = processor(text=prompts, return_tensors="pt", padding=True)
+        image_embeddings = clip.get_image_features(pixel_values=pixels)
+        text_embeddings = clip.get_text_features(**tokens)
+    image_embeddings = getattr(image_embeddings, "pooler_output", image_embeddings)
+    text_embeddings = getattr(text_embeddings, "pooler_output", text_embeddings)
+    cosine = F.cosine_similarity(image_embeddings, text_embeddings, dim=-1)
+    assert results["clip_score"].result == pytest.approx(float((100 * cosine).clamp_min(0).mean()), rel=1e-4)

@@ -55,7 +55,12 @@ def first_inputs(dataloader: Any, device: str) -> Inputs:
 
 
 def run_inference(model: Any, inputs: Inputs) -> torch.Tensor:
-    """The model's main output tensor on ``inputs`` (logits, images, the first tensor it returns)."""
+    """The model's main output tensor on ``inputs`` (logits, images, the first tensor it returns).
+
+    A list of strings (prompts) is one argument, not one argument per prompt.
+    """
+    if isinstance(inputs, list) and inputs and all(isinstance(item, str) for item in inputs):
+        return main_tensor(model(inputs))
     return main_tensor(run_model(model, move_batch(inputs, model_device(model))))
 
 

@@ -25,6 +25,7 @@ from slimkit.faces.pruna.evaluation.metrics.result import MetricResult
 
 ENERGY_CONSUMED, CO2_EMISSIONS = "energy_consumed", "co2_emissions"
 COUNTRY_VARIABLE = "SLIMKIT_CO2_COUNTRY"
+_ESTIMATED_MODES = {"cpu_load", "constant", "tdp"}  # codecarbon CPU modes that estimate instead of reading counters
 _ENERGY_ONLY_COUNTRY = "USA"  # energy does not depend on the grid; codecarbon's offline tracker wants a country
 
 
@@ -70,12 +71,17 @@ class EnvironmentalImpactStats(SharedStats):
             finally:
                 emissions = tracker.stop()
         energy = tracker.final_emissions_data.energy_consumed
-        return {ENERGY_CONSUMED: float(energy), CO2_EMISSIONS: float(emissions) if self.country_iso_code else None}
+        modes = {str(getattr(h, "_mode", "")) for h in getattr(tracker, "_hardware", [])}  # how codecarbon got power
+        return {ENERGY_CONSUMED: float(energy), CO2_EMISSIONS: float(emissions) if self.country_iso_code else None,
+                "cpu_estimated": bool(modes & _ESTIMATED_MODES)}
 
     def notes(self, raw: dict[str, float | int]) -> list[str]:
-        """What the number covers."""
+        """What the number covers, and whether codecarbon estimated the CPU's power rather than reading it."""
         where = f", grid of {self.country_iso_code}" if self.country_iso_code else ""
-        return [f"codecarbon offline, {self.n_iterations} forwards of the first test batch{where}"]
+        lines = [f"codecarbon offline, {self.n_iterations} forwards of the first test batch{where}"]
+        if raw.get("cpu_estimated"):
+            lines.append("CPU power estimated by codecarbon from the CPU's TDP and load (no power counters readable)")
+        return lines
 
 
 class EnergyConsumedMetric(EnvironmentalImpactStats):

@@ -93,6 +93,35 @@ def resolve_call_type(metric_name: str, call_type: str, default: str) -> str:
                       f"got {call_type!r}.")
 
 
+def _embedding(features: Any) -> torch.Tensor:
+    """The embedding tensor of ``get_*_features``: Transformers 5 wraps it in an output's ``pooler_output``."""
+    return features if isinstance(features, torch.Tensor) else features.pooler_output
+
+
+class _EmbeddingCLIP(torch.nn.Module):
+    """A CLIP model whose ``get_image_features`` / ``get_text_features`` return tensors, as torchmetrics expects."""
+
+    def __init__(self, clip: Any) -> None:
+        super().__init__()
+        self.clip = clip
+        self.config = clip.config
+
+    def get_image_features(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return _embedding(self.clip.get_image_features(*args, **kwargs))
+
+    def get_text_features(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return _embedding(self.clip.get_text_features(*args, **kwargs))
+
+
+def _clip_loader(path: str) -> Callable[[], tuple[Any, Any]]:
+    """Torchmetrics' way to give CLIPScore a model of one's own: a callable returning (model, processor)."""
+    def load() -> tuple[Any, Any]:
+        from transformers import CLIPModel, CLIPProcessor
+
+        return _EmbeddingCLIP(CLIPModel.from_pretrained(path)), CLIPProcessor.from_pretrained(path)
+    return load
+
+
 def _classification_task(outputs: torch.Tensor) -> dict[str, Any]:
     if outputs.dim() < 2 or outputs.shape[-1] < 2:
         raise DataError(
@@ -114,7 +143,8 @@ class TorchMetricWrapper(StatefulMetric):
         name = ALIASES.get(metric_name, metric_name)
         if name in HUB_METRICS or name in HUB_ONLY:
             path, default_call, weights_argument, _ = HUB_METRICS.get(name) or ("", "", "", "")
-            kwargs[weights_argument] = require_local_weights(name, model_path)
+            local = require_local_weights(name, model_path)
+            kwargs[weights_argument] = _clip_loader(local) if name == "clip_score" else local
             defaults: dict[str, Any] = {}
         elif name in TORCH_METRICS:
             path, default_call, defaults = TORCH_METRICS[name]
@@ -122,6 +152,7 @@ class TorchMetricWrapper(StatefulMetric):
             raise ConfigError(f"TorchMetricWrapper has no metric {metric_name!r}; valid: "
                               f"{sorted([*TORCH_METRICS, *ALIASES, *HUB_METRICS, *HUB_ONLY])}.")
         self.metric_name = metric_name
+        self.model_path = model_path
         self.call_type = resolve_call_type(metric_name, call_type, default_call)
         self.device = resolve_device(device)
         self.kwargs = {**defaults, **kwargs}
@@ -189,4 +220,5 @@ class TorchMetricWrapper(StatefulMetric):
 
     def params(self) -> dict[str, Any]:
         """Name, call type, device and the torchmetrics arguments."""
-        return {**super().params(), **self.kwargs}
+        local = {"model_path": self.model_path} if self.model_path is not None else {}
+        return {**super().params(), **local, **{k: v for k, v in self.kwargs.items() if not callable(v)}}
