@@ -134,3 +134,8 @@ def get_model(name: str) -> tuple[Any, Any, Any]:
 def tiny_unet_with_inputs() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """``--model tests.algorithms.models:tiny_unet_with_inputs`` for the command line tests."""
     return tiny_unet().eval(), _unet_inputs(3, text=False)
+
+
+def tiny_mixtral_with_inputs() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """``--model tests.algorithms.models:tiny_mixtral_with_inputs``: a tiny Mixtral (4 experts, top-2)."""
+    return tiny_moe("mixtral"), _token_inputs()
