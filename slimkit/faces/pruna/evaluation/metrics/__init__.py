@@ -28,8 +28,8 @@ from slimkit.faces.pruna.evaluation.metrics.registry import MetricRegistry
 from slimkit.faces.pruna.evaluation.metrics.result import EvaluationResults, MetricResult
 
 __all__ = [
-    "CMMD",
     "BaseMetric",
+    "CMMD",
     "CO2EmissionsMetric",
     "DinoScore",
     "DiskMemoryMetric",
