@@ -275,3 +275,40 @@ def test_clip_score_from_a_local_copy_of_the_weights(tmp_path):
     text_embeddings = getattr(text_embeddings, "pooler_output", text_embeddings)
     cosine = F.cosine_similarity(image_embeddings, text_embeddings, dim=-1)
     assert results["clip_score"].result == pytest.approx(float((100 * cosine).clamp_min(0).mean()), rel=1e-4)
+
+
+def test_a_registered_custom_metric_runs_by_name(digits):
+    from slimkit.errors import RegistryError
+    from slimkit.faces.pruna.evaluation.metrics import MetricRegistry, StatefulMetric
+
+    class ConfidentShare(StatefulMetric):
+        """Share of samples whose top softmax probability is at least ``threshold``."""
+
+        metric_name = "confident_share"
+        higher_is_better = True
+
+        def __init__(self, threshold: float = 0.9, device=None) -> None:
+            self.threshold, self.hits, self.seen = threshold, 0, 0
+
+        def update(self, x, gt, outputs) -> None:
+            self.hits += int((outputs.softmax(-1).max(-1).values >= self.threshold).sum())
+            self.seen += len(outputs)
+
+        def compute(self) -> MetricResult:
+            return MetricResult(self.metric_name, {"threshold": self.threshold}, self.hits / self.seen)
+
+        def reset(self) -> None:
+            self.hits = self.seen = 0
+
+    model, datamodule = digits
+    MetricRegistry.register("confident_share")(ConfidentShare)
+    try:
+        with pytest.raises(RegistryError, match="already registered"):
+            MetricRegistry.register("confident_share")(ConfidentShare)
+        results = EvaluationAgent(request=["confident_share", "accuracy"], datamodule=datamodule).evaluate(model)
+    finally:
+        MetricRegistry._registry.pop("confident_share")
+    with torch.no_grad():
+        probs = torch.cat([model(x).softmax(-1).max(-1).values for x, _ in datamodule.test_dataloader()])
+    assert results["confident_share"].result == pytest.approx(float((probs >= 0.9).double().mean()))
+    assert [r.name for r in results] == ["confident_share", "accuracy"]
