@@ -27,7 +27,7 @@ from slimkit.core.io import write_json_atomic
 from slimkit.errors import ConfigError
 from slimkit.experiment.experiment_file import Experiment
 from slimkit.experiment.proposers import budget as proposer_budget
-from slimkit.experiment.result import RESULT_PREFIX, parse_intermediate, parse_result
+from slimkit.experiment.result import StepReader, parse_result
 from slimkit.experiment.space import fixed_config_list
 
 LOG_TAIL_LINES = 20
@@ -121,8 +121,7 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
 
         threading.Thread(target=pump, daemon=True).start()
         output: list[str] = []
-        explicit_steps = False  # print_result(v, step=k) lines; without them each result line is a step
-        results = 0
+        steps = StepReader()
         deadline = time.monotonic() + exp.job_timeout
         reason = ""
         while True:
@@ -139,16 +138,15 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
             output.append(line)
             log.write(line)
             log.flush()
-            step = parse_intermediate(line)
-            explicit_steps = explicit_steps or step is not None
-            if step is None and not explicit_steps and line.strip().startswith(RESULT_PREFIX):
-                results += 1  # Auptimizer's way: every print_result(value) before the last is a step
-                step = _first_value(line, results)
+            step = steps.read(line)
             if step is not None and on_intermediate is not None and on_intermediate(*step):
                 _kill(process)
                 reason = "pruned"
                 break
         code = process.wait()
+        final = steps.last()
+        if not reason and final is not None and on_intermediate is not None:
+            on_intermediate(*final)  # the last epoch's value joins the curve; the job has ended, nothing to stop
         if reason:
             log.write(f"slimkit: job stopped: {reason}\n")
     if reason == "pruned":
@@ -176,15 +174,6 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
         return JobOutcome("failed", reason=f"the script reported {result.metric if len(names) == 1 else result.values}",
                           log_tail=log_tail(log_path))
     return JobOutcome("complete", list(result.values), extra=result.extra, log_tail=log_tail(log_path))
-
-
-def _first_value(line: str, step: int) -> tuple[int, float] | None:
-    """``(step, value)`` of a result line read as an intermediate value (its first number), None when unreadable."""
-    try:
-        result = parse_result(line)
-    except ConfigError:
-        return None
-    return None if result is None else (step, result.metric)
 
 
 def _split_labels(exp: Experiment, values: list[float], extra: dict[str, Any], tail: str) -> JobOutcome:

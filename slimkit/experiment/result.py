@@ -11,7 +11,8 @@ the job's metric (the value automatic mode optimises). The lines::
 
 All lines are plain text, one per call, flushed at once; :func:`parse_result` reads the final result back and
 :func:`parse_intermediate` one intermediate line (the runner reports those to Optuna, whose pruner may stop the
-trial early).
+trial early). A script that calls ``print_result(value)`` once per epoch, as Auptimizer's scripts do, reports a
+step with each call and its result with the last (:class:`StepReader`).
 """
 
 from __future__ import annotations
@@ -91,3 +92,40 @@ def parse_intermediate(line: str) -> tuple[int, float] | None:
         return int(payload["step"]), float(payload["value"])
     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
+
+
+class StepReader:
+    """Reads a job's output line by line and returns its intermediate values as ``(step, value)``.
+
+    ``print_result(value, step=k)`` lines name their step. A script that never names one reports the way
+    Auptimizer's scripts do, ``print_result(value)`` once per epoch: then every result line is a step (1, 2, ...)
+    and the last one is also the job's result. A result line becomes a step only when another follows it, so a
+    pruner never stops a job at its last line (:meth:`last` gives that final step once the job has ended).
+    """
+
+    def __init__(self) -> None:
+        self.explicit = False
+        self.results = 0
+        self.pending: tuple[int, float] | None = None
+
+    def read(self, line: str) -> tuple[int, float] | None:
+        """``(step, value)`` when ``line`` completes an intermediate value, else None."""
+        step = parse_intermediate(line)
+        if step is not None:
+            self.explicit, self.pending = True, None
+            return step
+        if self.explicit or not line.strip().startswith(RESULT_PREFIX):
+            return None
+        try:
+            result = parse_result(line)
+        except ConfigError:
+            return None
+        if result is None:
+            return None
+        self.results += 1
+        previous, self.pending = self.pending, (self.results, result.metric)
+        return previous
+
+    def last(self) -> tuple[int, float] | None:
+        """The step of the last result line (a script reporting once per epoch), None otherwise."""
+        return None if self.explicit else self.pending

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slimkit.experiment.compressors import available_compressors
+from slimkit.experiment.early_stop import POLICIES
 from slimkit.experiment.experiment_file import FIELDS, Experiment, load_experiment
 from slimkit.experiment.objectives import OBJECTIVES
 from slimkit.experiment.proposers import PROPOSERS
@@ -67,19 +68,47 @@ compression = st.one_of(near_valid_compression, near_valid_compression, st.fixed
         "config_list": st.one_of(config_lists, st.lists(st.dictionaries(
             st.sampled_from(["sparsity", "op_types", "quant_bits"]), ranges, max_size=2), max_size=2))}),
     json_values)
+hyperparameter_entries = st.one_of(
+    st.fixed_dictionaries({"name": st.one_of(st.sampled_from(["x", "lr", "job_id", "1x", ""]), json_values),
+                           "range": st.one_of(st.lists(st.one_of(st.floats(-1, 2), st.integers(-2, 9),
+                                                                 st.sampled_from(["sgd", "adam"])), max_size=3),
+                                              json_values),
+                           "type": st.sampled_from(["float", "int", "choice", "bool"])},
+                          optional={"interval": st.one_of(st.floats(-1, 1), json_values), "n": st.integers(-1, 5),
+                                    "log": st.one_of(st.booleans(), json_values), "size": st.integers(0, 2),
+                                    "step": json_values}),
+    json_values)
+parameter_configs = st.one_of(st.lists(hyperparameter_entries, max_size=3), json_values)
+policies = st.one_of(
+    st.booleans(),
+    st.fixed_dictionaries({"aup_policy": st.sampled_from(["median", "bandit", "truncation", "curve_fitting", "x"])},
+                          optional={"aup_policy_steps": st.one_of(st.integers(-1, 5), json_values),
+                                    "warmup": st.integers(-1, 3), "bandit_factor": st.floats(-0.5, 1.5),
+                                    "truncation_percentage": st.one_of(st.floats(-0.5, 1.5), json_values),
+                                    "curve_fitting_max_iters": st.one_of(st.integers(-1, 50), json_values),
+                                    "curve_fitting_threshold": st.floats(-1, 2),
+                                    "curve_fitting_timeout": st.one_of(st.floats(-1, 60), json_values)}),
+    json_values)
 FIELD_VALUES = {
     "name": st.one_of(st.text(max_size=10), json_values), "script": st.sampled_from(["train.py", "missing.py", ""]),
-    "resource": st.sampled_from(["cpu", "gpu", "aws", "tpu"]), "workingdir": st.one_of(
+    "resource": st.sampled_from(["cpu", "gpu", "aws", "tpu", "node", "passive"]), "workingdir": st.one_of(
         st.sampled_from([".", "..", "nope", "train.py", "\x00"]), json_values),
     "n_parallel": st.one_of(st.integers(-1, 4), json_values), "n_samples": st.one_of(st.integers(-1, 4), json_values),
-    "target": st.sampled_from(["min", "max", "MAX", 1]), "proposer": st.one_of(st.sampled_from(list(PROPOSERS)),
-                                                                               json_values),
+    "target": st.sampled_from(["min", "max", "MAX", 1]),
+    "proposer": st.one_of(st.sampled_from([*PROPOSERS, "eas", "passive", "BOHB", "Random"]), json_values),
     "random_seed": st.one_of(st.integers(-1, 2**64), json_values),
     "job_failure": st.one_of(st.fixed_dictionaries({}, optional={"ignore_fail": st.one_of(st.booleans(), json_values),
                                                                  "job_retries": st.integers(-1, 3)}), json_values),
     "resource_args": st.one_of(st.dictionaries(st.sampled_from(["save_model", "early_stop",
                                                                 "track_intermediate_results", "x"]),
-                                               st.one_of(st.booleans(), json_values), max_size=3), json_values),
+                                               st.one_of(st.booleans(), json_values), max_size=3),
+                               st.fixed_dictionaries({}, optional={
+                                   "early_stop": policies, "multi_res_labels": st.one_of(
+                                       st.lists(st.sampled_from(["flops", "params", ""]), max_size=3), json_values),
+                                   "track_intermediate_results": st.one_of(st.booleans(), json_values)}),
+                               json_values),
+    "parameter_config": parameter_configs,
+    "engine": st.one_of(st.sampled_from(["tpe", "random", "GPEIChooser", "anneal"]), json_values),
     "runtime_args": json_values, "compression": compression, "expand_op_names": st.one_of(st.booleans(), json_values),
     "job_timeout": st.one_of(st.floats(allow_nan=True), st.integers(-1, 10), json_values),
     "model": st.one_of(st.sampled_from(["mlp", "digits_cnn", "os:system", "no_such_model"]), json_values),
@@ -92,13 +121,17 @@ experiments = st.one_of(
     st.fixed_dictionaries({}, optional=FIELD_VALUES),
     st.fixed_dictionaries({"script": st.just("train.py"), "compression": compression},
                           optional={k: v for k, v in FIELD_VALUES.items() if k not in ("script", "compression")}),
+    st.fixed_dictionaries({"script": st.just("train.py"), "parameter_config": parameter_configs},
+                          optional={k: v for k, v in FIELD_VALUES.items() if k not in ("script", "parameter_config",
+                                                                                       "model", "search")}),
     st.fixed_dictionaries({"model": st.just("mlp"), "search": search},
                           optional={k: v for k, v in FIELD_VALUES.items() if k not in ("model", "search", "script",
-                                                                                       "compression")}),
+                                                                                       "compression",
+                                                                                       "parameter_config")}),
     st.dictionaries(st.one_of(st.sampled_from(FIELDS), st.text(max_size=8)), json_values, max_size=4),
     json_values,
 )
-WORDS = (*FIELDS, "experiment", "JSON", "YAML", "object", "field")
+WORDS = (*FIELDS, "experiment", "JSON", "YAML", "object", "field", "parameter_config", "early_stop", "aup_policy")
 
 
 def _check(exp: object) -> None:
@@ -106,6 +139,10 @@ def _check(exp: object) -> None:
         assert exp.n_samples >= 1 and exp.n_parallel >= 1 and exp.job_timeout > 0
         assert (exp.script is None) != (exp.model is None)
         assert len(exp.directions) == len(exp.objective_names)
+        assert len(exp.hyperparameters) == len(set(exp.hyperparameters))
+        assert exp.early_stop == (exp.early_stop_policy is not None)
+        if exp.early_stop_policy is not None:
+            assert exp.track_intermediate_results and exp.early_stop_policy["aup_policy"] in POLICIES
 
 
 @examples(300)

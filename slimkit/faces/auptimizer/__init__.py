@@ -4,8 +4,10 @@
 ``.compress()``, ``.apply_speedup(dummy_input)`` and ``.export_model(...)`` run the job and
 ``load_compressed_model`` reloads its export; ``BasicConfig`` is the job config (a dict with attribute access);
 ``print_result(metric)`` reports the script's metric (or a list, one per objective) to the runner as a
-``#Auto: result=...`` line; ``@aup_args`` fills a main function's arguments from the job config. The experiment
-file, the runner and the Optuna study are the engine's, :mod:`slimkit.experiment`.
+``#Auto: result=...`` line (called once per epoch, as Auptimizer's scripts do, each call is a step of the
+learning curve early stopping reads, and the last is the result); ``@aup_args`` fills a main function's
+arguments from the job config (a hyperparameter search's ``parameter_config`` values too). The experiment file,
+the runner and the Optuna study are the engine's, :mod:`slimkit.experiment`.
 """
 
 from slimkit.faces.auptimizer.aup_args import aup_args, aup_save_model

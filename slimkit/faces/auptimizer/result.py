@@ -37,7 +37,9 @@ def print_result(metric: float | list[float] | tuple[float, ...], step: int | No
     JSON-serialisable (numbers, strings, lists, dicts); the runner stores them beside the metric. With
     ``step=k`` the value is an intermediate one (e.g. the accuracy after epoch ``k``): the runner records it
     and, with ``early_stop``, Optuna's pruner may stop a trial whose intermediate values lag behind; the final
-    result is the last call without ``step``.
+    result is the last call without ``step``. Auptimizer's own way works as well: call ``print_result(value)``
+    once per epoch (its signature is ``print_result(result)``); each call is then the next step's value and
+    the last call the result. With ``resource_args.multi_res_labels`` the list form is ``[metric, *extras]``.
     """
     if isinstance(metric, (list, tuple)):
         if step is not None:
