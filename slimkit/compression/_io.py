@@ -1,4 +1,4 @@
-"""ONNX export for every compression family, written atomically (a crash never leaves half a file)."""
+"""Files every compression family shares: ONNX export (atomic: a crash never leaves half a file), safetensors reads."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 
 from slimkit.core.io import atomic_file
 from slimkit.errors import SaveLoadError
 from slimkit.utils import run_model
 
-__all__ = ["export_onnx"]
+__all__ = ["export_onnx", "read_safetensors"]
 
 
 def export_onnx(model: torch.nn.Module, dummy_input: Any, path: str | os.PathLike) -> Path:
@@ -34,3 +35,17 @@ def export_onnx(model: torch.nn.Module, dummy_input: Any, path: str | os.PathLik
     except Exception as exc:
         raise SaveLoadError(f"ONNX export to {str(target)!r} failed: {exc}") from exc
     return target
+
+
+def read_safetensors(path: str | os.PathLike, what: str, hint: str) -> tuple[str | None, dict[str, torch.Tensor]]:
+    """``(metadata "format", tensors)`` of safetensors file ``path``, or a SaveLoadError naming the ``what`` file.
+
+    ``hint`` completes the message for a missing file: "pass the ``hint`` export_model wrote".
+    """
+    if not Path(path).is_file():
+        raise SaveLoadError(f"{what} file {str(path)!r} does not exist; pass the {hint} export_model wrote.")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return (handle.metadata() or {}).get("format"), {key: handle.get_tensor(key) for key in handle.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise SaveLoadError(f"{what} file {str(path)!r} is not a readable safetensors file ({exc}).") from exc

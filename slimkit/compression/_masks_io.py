@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 
+from slimkit.compression._io import read_safetensors
 from slimkit.core.io import save_tensors_atomic
 from slimkit.errors import SaveLoadError
 
@@ -45,12 +45,7 @@ def save_masks(masks: Mapping[str, Mapping[str, Any]], path: str | os.PathLike) 
 
 
 def _read_safetensors(path: Path) -> Masks:
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            fmt = (handle.metadata() or {}).get("format")
-            flat = {key: handle.get_tensor(key) for key in handle.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise SaveLoadError(f"Mask file {str(path)!r} is not a readable safetensors file ({exc}).") from exc
+    fmt, flat = read_safetensors(path, "Mask", "mask_path")
     if fmt not in (None, MASK_FORMAT):
         raise SaveLoadError(f"{str(path)!r} is a {fmt!r} file, not a pruning mask file (format {MASK_FORMAT!r}); "
                             "pass the mask_path given to export_model.")

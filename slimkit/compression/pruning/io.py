@@ -7,16 +7,12 @@ re-exported here for existing imports.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
-from slimkit.compression._io import export_onnx
+from slimkit.compression._io import export_onnx, read_safetensors
 from slimkit.compression._masks_io import MASK_FORMAT, Masks, read_mask_file, save_masks
 from slimkit.core.io import save_tensors_atomic
-from slimkit.errors import SaveLoadError
 
 __all__ = [
     "MASK_FORMAT", "MODEL_FORMAT", "Masks", "export_onnx", "load_masks", "load_state_dict_file", "save_masks",
@@ -26,18 +22,6 @@ __all__ = [
 MODEL_FORMAT = "slimkit-pruned-state-dict"
 
 
-def _read(path: str | os.PathLike, what: str) -> dict[str, torch.Tensor]:
-    if not Path(path).is_file():
-        raise SaveLoadError(f"{what} file {str(path)!r} does not exist; pass the path export_model wrote.")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise SaveLoadError(
-            f"{what} file {str(path)!r} is not a readable safetensors file ({exc}); "
-            "it must be written by Pruner.export_model."
-        ) from exc
-
-
 def load_masks(mask_path: str | os.PathLike) -> Masks:
     """Read masks written by :meth:`Pruner.export_model` back into :meth:`Pruner.get_masks` format."""
     return read_mask_file(mask_path)
@@ -45,4 +29,4 @@ def load_masks(mask_path: str | os.PathLike) -> Masks:
 
 def load_state_dict_file(model_path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """Read a pruned model's weights written by :meth:`Pruner.export_model` (a plain state dict)."""
-    return _read(model_path, "Model")
+    return read_safetensors(model_path, "Model", "model_path")[1]

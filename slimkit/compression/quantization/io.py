@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 
+from slimkit.compression._io import read_safetensors
 from slimkit.core.io import save_tensors_atomic
 from slimkit.errors import SaveLoadError
 
@@ -44,15 +44,7 @@ def save_calibration(calibration: Mapping[str, Mapping[str, Any]], path: str | o
 
 def load_calibration(path: str | os.PathLike) -> Calibration:
     """Read a calibration file written by ``Quantizer.export_model`` (bits come back as ints)."""
-    file = Path(path)
-    if not file.is_file():
-        raise SaveLoadError(f"Calibration file {str(path)!r} does not exist; pass the path export_model wrote.")
-    try:
-        with safe_open(str(file), framework="pt") as handle:
-            fmt = (handle.metadata() or {}).get("format")
-            flat = {key: handle.get_tensor(key) for key in handle.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise SaveLoadError(f"Calibration file {str(path)!r} is not a readable safetensors file ({exc}).") from exc
+    fmt, flat = read_safetensors(path, "Calibration", "path")
     if fmt != CALIBRATION_FORMAT:
         raise SaveLoadError(
             f"{str(path)!r} is a {fmt or 'foreign'} file, not a quantization calibration file "
