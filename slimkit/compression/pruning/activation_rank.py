@@ -101,13 +101,6 @@ class _ActivationRankPruner(_DataDrivenPruner):
     def _stop_collecting(self) -> None:
         self.remove_activation_collector(self._collector_id)
 
-    def _collect_statistics(self) -> None:
-        collector_id = self.add_activation_collector(self._collector)
-        try:
-            self._feed_statistics()
-        finally:
-            self.remove_activation_collector(collector_id)
-
 
 class ActivationAPoZRankFilterPruner(_ActivationRankPruner):
     """Prune the filters whose activations (after ``activation``, ReLU by default) are most often zero."""

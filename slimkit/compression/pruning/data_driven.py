@@ -75,7 +75,12 @@ class _DataDrivenPruner(DependencyAwarePruner):
         return batches
 
     def _collect_statistics(self) -> None:
-        raise NotImplementedError
+        """Collect over the statistics batches through the hooks that also serve the user's training steps."""
+        self._start_collecting()
+        try:
+            self._feed_statistics()
+        finally:
+            self._stop_collecting()
 
     def _feed_statistics(self) -> None:
         """Run the statistics batches through the model in eval mode without gradients (or the user's trainer)."""

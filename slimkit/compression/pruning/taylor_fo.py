@@ -83,13 +83,8 @@ class TaylorFOWeightFilterPruner(_DataDrivenPruner):
         return loss
 
     def _collect_statistics(self) -> None:
-        if self.dataloader is None:
-            self._collecting, self._seen = True, 0
-            try:
-                self._run_trainer()
-            finally:
-                self._collecting = False
-            return
+        if self.dataloader is None:  # the user's trainer: its optimizer steps accumulate (see _before_optimizer_step)
+            return super()._collect_statistics()
         model = self.bound_model
         params = list(model.parameters())
         saved = [p.grad for p in params]
