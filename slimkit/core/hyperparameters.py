@@ -96,8 +96,8 @@ def is_legal(hp: Hyperparameter, value: Any) -> bool:
 
 
 def describe_allowed(hp: Hyperparameter) -> str:
-    """Human-readable description of what ``hp`` accepts."""
-    if isinstance(hp, (ConfigListHyperparameter, NameRatiosHyperparameter)):
+    """Human-readable description of what ``hp`` accepts (a type with its own ``describe()`` says it itself)."""
+    if callable(getattr(hp, "describe", None)):
         return hp.describe()
     if isinstance(hp, ListHyperparameter):
         return "a list of strings"

@@ -34,6 +34,13 @@ def test_torchao_fp8_weights_run_on_the_cpu():
         torch.testing.assert_close(smashed(x), model(x), atol=0.1, rtol=0.05)
 
 
+@pytest.mark.parametrize("algorithm", ["torchao", "quanto"])
+def test_target_modules_that_match_no_layer(algorithm):
+    with pytest.raises(ConfigError, match=rf"{algorithm}_target_modules=\{{'include': \['decoder\.\*'\]\}} "
+                                          r"matches none of the layers it could quantize \(fc1, fc2"):
+        _smash(load("mlp").model, algorithm, target_modules={"include": ["decoder.*"]})
+
+
 def test_torchao_int4_group_size_that_fits_no_layer():
     with pytest.raises(ConfigError, match=r"no layer left to quantize .* torchao_group_size=256"):
         _smash(load("mlp").model, "torchao", quant_type="int4wo", group_size=256)  # inputs 32 and 64
@@ -42,7 +49,8 @@ def test_torchao_int4_group_size_that_fits_no_layer():
 @pytest.mark.parametrize(("key", "value"), [
     ("torchao_quant_type", "int3wo"), ("torchao_group_size", 48), ("quanto_weight_bits", "qint3"),
     ("quanto_act_bits", "qint4"), ("quanto_calibration_samples", 0), ("reduce_noe_num_experts_per_token", 0),
-    ("token_merging_r", 129), ("token_merging_r", -1),
+    ("token_merging_r", 129), ("token_merging_r", -1), ("torchao_target_modules", {"include": "model.*"}),
+    ("quanto_target_modules", {"only": ["model.*"]}), ("quanto_target_modules", ["model.*"]),
 ])
 def test_out_of_range_hyperparameters_name_the_key(key, value):
     cfg = SmashConfig()

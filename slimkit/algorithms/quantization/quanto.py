@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, OrdinalHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage, select_or_refuse
+from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose
+from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.compression.quantization.int8.calibration import calibration_batches
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
@@ -65,6 +66,9 @@ class Quanto(TargetsMixin, SlimkitQuantizer):
                                                      "(only used when act_bits is set)."}),
             UniformIntegerHyperparameter("calibration_samples", 1, 100000, default_value=64, meta={
                 "desc": "Samples run through the model to calibrate activation scales."}),
+            TargetModulesHyperparameter(meta={"desc": "Pruna's layer choice: None (every Linear) or {'include': "
+                                                      "[globs], 'exclude': [globs]} over module paths, e.g. "
+                                                      "{'include': ['model.*attn*']}."}),
             ListHyperparameter("exclude", (), meta={"desc": "Module names kept in full precision: exact names or "
                                                             "glob patterns, e.g. ['lm_head']."}),
         ]
@@ -85,7 +89,9 @@ class Quanto(TargetsMixin, SlimkitQuantizer):
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         exclude = tuple(smash_config["exclude"])
         targets = model_targets(model)
-        names = [t.name for t in select_or_refuse(targets, self.target_kinds, exclude, self.algorithm_name)]
+        chosen, reasons = choose(targets, self.target_kinds, exclude, smash_config["target_modules"],
+                                 self.algorithm_name)
+        names = [t.name for t in chosen]
         quanto = self._quantize(model, names, smash_config)
         source = None
         if smash_config["act_bits"] != "none" and smash_config["calibrate"]:
@@ -97,7 +103,7 @@ class Quanto(TargetsMixin, SlimkitQuantizer):
         # calibration leaves outputs that only feed non-quantized functions unquantized: replayed on load
         plain_outputs = [n for n in names if _output_unquantized(model.get_submodule(n))]
         smash_config.state.update(layers=names, calibration=source, plain_outputs=plain_outputs)
-        record_coverage(smash_config.state, targets, names, exclude)
+        record_coverage(smash_config.state, targets, names, exclude, reasons=reasons)
         return model
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:

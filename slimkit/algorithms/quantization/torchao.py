@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, OrdinalHyperparameter
 
-from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage, select_or_refuse
+from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose
+from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.core.registry import register
@@ -119,6 +120,9 @@ class Torchao(TargetsMixin, SlimkitQuantizer):
             OrdinalHyperparameter("group_size", [32, 64, 128, 256], default_value=128, meta={
                 "desc": "int4 only: inputs sharing one scale; a layer whose input size it does not divide is kept "
                         "in full precision (recorded in the coverage)."}),
+            TargetModulesHyperparameter(meta={"desc": "Pruna's layer choice: None (every Linear) or {'include': "
+                                                      "[globs], 'exclude': [globs]} over module paths, e.g. "
+                                                      "{'include': ['model.*attn*']}."}),
             ListHyperparameter("exclude", (), meta={"desc": "Module names kept in full precision: exact names or "
                                                             "glob patterns, e.g. ['lm_head', '*.attention.*']."}),
         ]
@@ -143,8 +147,8 @@ class Torchao(TargetsMixin, SlimkitQuantizer):
         _check_device(quant_type, next(model.parameters()).device)
         exclude = (*smash_config["exclude"], *EXCLUDED_MODULES[smash_config["excluded_modules"]])
         targets = model_targets(model)
-        chosen = select_or_refuse(targets, self.target_kinds, exclude, self.algorithm_name)
-        reasons = {}
+        chosen, reasons = choose(targets, self.target_kinds, exclude, smash_config["target_modules"],
+                                 self.algorithm_name)
         if quant_type.startswith("int4"):
             group = smash_config["group_size"]
             for t in chosen:
@@ -153,7 +157,7 @@ class Torchao(TargetsMixin, SlimkitQuantizer):
                                       f"not a multiple of torchao_group_size={group}"
         names = [t.name for t in chosen if t.name not in reasons]
         if not names:
-            raise ConfigError(f"torchao: no layer left to quantize ({next(iter(reasons.values()))}); set "
+            raise ConfigError(f"torchao: no layer left to quantize ({reasons[chosen[0].name]}); set "
                               "cfg['torchao_group_size'] to a divisor of the layers' input sizes, e.g. 32.")
         self._quantize(model, names, smash_config)
         smash_config.state.update(layers=names, torchao_type=type(model.get_submodule(names[0]).weight).__name__)

@@ -41,11 +41,17 @@ class TestTorchao(AlgorithmTesterBase):
 
 class TestTorchaoInt4Dynamic(TestTorchao):
     models = ["tiny_llama"]
-    hyperparameters = {"quant_type": "int4dq", "group_size": 32, "exclude": ["lm_head"]}
+    #: Pruna's target_modules: the attention projections only (lm_head is not included, the MLPs are excluded)
+    hyperparameters = {"quant_type": "int4dq", "group_size": 32,
+                       "target_modules": {"include": ["model.layers.*"], "exclude": ["*.mlp.*"]}}
 
     def post_smash_hook(self, smashed, base, inputs):
-        assert smashed.applied[0]["state"]["torchao_type"] == "IntxUnpackedToInt8Tensor"
-        assert smashed.coverage["torchao"]["share_not_excluded"] == 1.0
+        state = smashed.applied[0]["state"]
+        assert state["torchao_type"] == "IntxUnpackedToInt8Tensor"
+        wanted = [n for n in _linear_names(base) if n.startswith("model.layers.") and ".mlp." not in n]
+        assert sorted(state["layers"]) == wanted and all(".self_attn." in n for n in wanted)
+        assert smashed.coverage["torchao"]["share_not_excluded"] == 1.0  # the rest is left by the user's choice
+        assert all("target_modules=" in x["reason"] for x in smashed.coverage["torchao"]["left"])
         assert fidelity(base, smashed, inputs).cosine_mean > 0.98  # int4 weights, int8 activations
 
 
