@@ -172,7 +172,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _storage_flags(p: argparse.ArgumentParser) -> None:
+def _experiment_flags(p: argparse.ArgumentParser, output_help: str) -> None:
+    """The experiment file, ``--output`` and the shared-study flags of ``run`` and ``worker``."""
+    p.add_argument("experiment", metavar="EXPERIMENT", help="the experiment file (.json, .yaml)")
+    p.add_argument("--output", metavar="DIR", help=f"{output_help} (default <workingdir>/runs/<name>)")
     p.add_argument("--storage", metavar="URL", help="a database URL several machines share (postgresql://USER:PW@"
                                                     "HOST:PORT/DB); default the file's \"storage\", else the "
                                                     "journal file in the experiment folder")
@@ -255,10 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "n_parallel worker processes; "
                                    "rerunning the same command resumes the study. Results: a table, results.csv, "
                                    "results.json and PNG plots in the experiment folder.")
-    p.add_argument("experiment", metavar="EXPERIMENT", help="the experiment file (.json, .yaml)")
     p.add_argument("--automatic", action="store_true", help="search the ranges in the file (default: one job)")
-    p.add_argument("--output", metavar="DIR", help="experiment folder (default <workingdir>/runs/<name>)")
-    _storage_flags(p)
+    _experiment_flags(p, "experiment folder")
     p.set_defaults(func=_cmd_run, automatic=False)
 
     p = sub.add_parser("worker", help="join an experiment's search in a shared database (one per machine)",
@@ -267,10 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "postgresql://USER@HOST/DB` on each machine. Each runs n_parallel trials at a "
                                    "time; a dead worker's trial is failed after its heartbeats stop and run again. "
                                    "All stop when n_samples trials have finished.")
-    p.add_argument("experiment", metavar="EXPERIMENT", help="the experiment file (.json, .yaml)")
-    p.add_argument("--output", metavar="DIR", help="this machine's folder for trial logs and models "
-                                                   "(default <workingdir>/runs/<name>)")
-    _storage_flags(p)
+    _experiment_flags(p, "this machine's folder for trial logs and models")
     p.set_defaults(func=_cmd_run, automatic=True)
 
     p = sub.add_parser("report", help="reprint an experiment's results and rewrite its CSV, JSON and plots")
