@@ -94,7 +94,6 @@ class SlimkitWriter(ModelWriter):
 
     def __init__(self, stage: Path, context: Any) -> None:
         super().__init__(stage, context)
-        self._order: list[str] = []
         self._sha256: str | None = None
 
     def _piece(self, key: str) -> Path:
