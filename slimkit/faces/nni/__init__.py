@@ -2,6 +2,8 @@
 
 - :mod:`slimkit.faces.nni.v2`: NNI 2.x's pruners (``L1NormPruner``, ``LevelPruner``, ``AGPPruner``...,
   ``compress() -> (model, masks)``), ``ModelSpeedupTensorRT`` and ``trace``;
+- :mod:`slimkit.faces.nni.v3`: NNI 3.0's evaluators (``TorchEvaluator``...), ``TaylorPruner``, 3.0's config keys
+  and paths (``slimkit.faces.nni.v3.pruning|speedup|utils``); the classes 2.x and 3.0 share take both signatures;
 - :mod:`slimkit.faces.nni.v1`: NNI 1.x's names that NNI 2.x reused (``LevelPruner``...) or that are not the
   engine's own (``QAT_Quantizer``).
 
@@ -29,6 +31,9 @@ from slimkit.compression.speedup import (
 from slimkit.evaluation.flops import count_flops_params
 from slimkit.faces.nni.v1 import QAT_Quantizer
 from slimkit.faces.nni.v2 import *  # noqa: F403  (NNI 2.x's classes, ModelSpeedup included)
+from slimkit.faces.nni.v3 import LightningEvaluator, TorchEvaluator, TransformersEvaluator
+from slimkit.faces.nni.v3.taylor import TaylorPruner
+from slimkit.faces.nni.v3.utils import auto_set_denpendency_group_ids
 
 _FACE = [
     "ADMMPruner", "AGPPruner", "AMCPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner",
@@ -36,8 +41,9 @@ _FACE = [
     "KeptChannels", "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner", "LotteryTicketPruner",
     "LsqQuantizer", "ModelSpeedup", "ModelSpeedupTensorRT", "MovementPruner", "NaiveQuantizer", "ObserverQuantizer",
     "QATQuantizer", "QAT_Quantizer", "QuantGrad", "QuantType", "Quantizer", "SimulatedAnnealingPruner", "SlimPruner",
-    "SpeedupError", "SpeedupWarning", "TaylorFOWeightPruner", "UnsupportedOpError", "apply_kept_channels",
-    "channel_dependency_report", "count_flops_params", "load_calibration", "set_quant_scheme_dtype", "trace",
-    "trace_channels",
+    "SpeedupError", "SpeedupWarning", "TaylorFOWeightPruner", "TaylorPruner", "UnsupportedOpError",
+    "apply_kept_channels", "auto_set_denpendency_group_ids", "channel_dependency_report", "count_flops_params",
+    "load_calibration", "set_quant_scheme_dtype", "trace", "trace_channels", "LightningEvaluator", "TorchEvaluator",
+    "TransformersEvaluator",
 ]
 __all__ = sorted({*_PRUNING, *_FACE})  # noqa: PLE0605

@@ -26,6 +26,8 @@ from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.maskers import StructuredWeightMasker
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 from slimkit.faces.nni.v2.config import GlobalGroup, canonical_config_list
+from slimkit.faces.nni.v3.config import is_v3_config, v2_config_from_v3
+from slimkit.faces.nni.v3.evaluator import Evaluator
 
 V2Masks = dict[str, dict[str, torch.Tensor]]
 
@@ -126,13 +128,33 @@ class V2Pruner:
     """
 
     mode: str = "normal"
+    dependency_input: Any = None
+    #: the NNI 3.0 evaluator the pruner was given (``None`` for NNI 2.x's signatures)
+    evaluator: Evaluator | None = None
     _groups: list[GlobalGroup]
     _v2_config_list: list[dict[str, Any]]
 
-    def _v2_config(self, model: nn.Module, config_list: Any, mode: str) -> list[dict[str, Any]]:
-        """Translate NNI 2.x keys; remember the global groups for :meth:`update_mask`."""
+    def _v2_config(self, model: nn.Module, config_list: Any, mode: str, v3: bool = False,
+                   dummy_input: Any = None) -> list[dict[str, Any]]:
+        """Translate NNI 2.x keys (NNI 3.0's first, when ``v3`` or the list uses them); remember the global groups.
+
+        An NNI 3.0 list sets :attr:`mode`: ``"global"`` with a ``global_group_id``, ``"dependency_aware"`` with a
+        ``dependency_group_id`` (traced on :attr:`dependency_input`: the input ``auto_set_denpendency_group_ids``
+        saw, else ``dummy_input``), else ``"normal"``.
+        """
         if not isinstance(model, nn.Module):
             raise PruningConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
+        self.dependency_input = dummy_input
+        if v3 or is_v3_config(config_list):
+            translated3 = v2_config_from_v3(model, config_list, self.default_op_types,  # type: ignore[attr-defined]
+                                            type(self).__name__)
+            config_list, mode = translated3.config_list, "global" if translated3.global_ranking else "normal"
+            if translated3.dependency_aware and not translated3.global_ranking:
+                mode, self.dependency_input = "dependency_aware", translated3.dummy_input or dummy_input
+                if self.dependency_input is None:
+                    raise PruningConfigError(f"{type(self).__name__}: dependency_group_id needs the model traced: "
+                                             "build the config with auto_set_denpendency_group_ids(model, "
+                                             "config_list, dummy_input), or give the evaluator a dummy_input.")
         self.mode = mode
         translated, self._groups = canonical_config_list(model, config_list, mode)
         self._v2_config_list = translated

@@ -24,7 +24,7 @@ from slimkit.compression.config_list import select_layers
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.maskers import num_to_prune
 from slimkit.errors import closest
-from slimkit.faces.nni.v2.base import V2Masks, check_schedule, to_v1_masks
+from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, check_schedule, to_v1_masks
 from slimkit.faces.nni.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner
 from slimkit.faces.nni.v2.speedup import ModelSpeedup
 from slimkit.faces.nni.v2.trace import rebuild
@@ -35,6 +35,7 @@ from slimkit.faces.nni.v2.trained import (
     TaylorFOWeightPruner,
 )
 from slimkit.faces.nni.v2.training import ADMMPruner
+from slimkit.faces.nni.v3.scheduled import check_schedule_v3, run_schedule
 
 __all__ = ["AGPPruner", "LinearPruner", "LotteryTicketPruner", "PRUNER_DICT"]
 
@@ -61,12 +62,26 @@ class RoundResult:
 class _IterativePruner:
     """The scheduler shared by the three iterative pruners; subclasses define :meth:`ratio`."""
 
-    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], pruning_algorithm: str,
-                 total_iteration: int, log_dir: str = ".", keep_intermediate_result: bool = False,
-                 finetuner: Callable[[nn.Module], Any] | None = None, speedup: bool = False,
-                 dummy_input: Any = None, evaluator: Callable[[nn.Module], float] | None = None,
-                 pruning_params: Mapping[str, Any] | None = None, reset_weight: bool = False) -> None:
+    def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]] | Any = None,
+                 pruning_algorithm: str | Any = None, total_iteration: int | Any = None, log_dir: str = ".",
+                 keep_intermediate_result: bool = False, finetuner: Callable[[nn.Module], Any] | None = None,
+                 speedup: bool = False, dummy_input: Any = None, evaluator: Any = None,
+                 pruning_params: Mapping[str, Any] | None = None, reset_weight: bool = False,
+                 **v3_kwargs: Any) -> None:
         name = type(self).__name__
+        self._sub: V2Pruner | None = None
+        if isinstance(model, V2Pruner):  # NNI 3.0: (pruner, interval_steps, total_times, evaluator=None)
+            self.interval_steps = v3_kwargs.pop("interval_steps", config_list)
+            self.total_iteration = v3_kwargs.pop("total_times", pruning_algorithm)
+            chosen = evaluator if evaluator is not None else total_iteration
+            if v3_kwargs:
+                raise PruningConfigError(f"{name} got unexpected argument(s) {', '.join(sorted(v3_kwargs))}.")
+            self._evaluator = check_schedule_v3(name, model, self.interval_steps, self.total_iteration, chosen)
+            self._sub, self.bound_model = model, model.bound_model
+            return
+        if v3_kwargs:
+            raise PruningConfigError(f"{name} got unexpected argument(s) {', '.join(sorted(v3_kwargs))}; NNI 3.0's "
+                                     f"form is {name}(pruner, interval_steps, total_times, evaluator=None).")
         check_schedule(name, model, finetuner, evaluator, speedup, dummy_input)
         if pruning_algorithm not in PRUNER_DICT:
             raise PruningConfigError(f"{name} pruning_algorithm {pruning_algorithm!r} is unknown."
@@ -135,8 +150,26 @@ class _IterativePruner:
             params.setdefault("dummy_input", self.dummy_input)
         return params
 
-    def compress(self) -> None:
-        """Run every round (see the module docstring); the results are in :meth:`get_best_result`."""
+    def compress(self, max_steps: int | None = None, max_epochs: int | None = None) -> tuple[nn.Module, V2Masks] | None:
+        """Run every round (see the module docstring); the results are in :meth:`get_best_result`.
+
+        With NNI 3.0's arguments: ``total_times`` rounds of ``interval_steps`` steps, then ``(model, masks)``
+        of the bound pruner (``max_steps``, when given, must cover them; the rounds set the duration).
+        """
+        if self._sub is not None:
+            return run_schedule(self._sub, lambda t: self.ratio(t, 1.0), self.interval_steps,
+                                self.total_iteration, self._evaluator, max_steps)
+        self._compress_rounds()
+        return None
+
+    def unwrap_model(self) -> None:
+        """NNI 3.0: unwrap the bound pruner's layers, which keep ``weight * mask``."""
+        if self._sub is None:
+            raise PruningConfigError(f"{type(self).__name__}.unwrap_model() is NNI 3.0's; with NNI 2.x's arguments "
+                                     "the model is unwrapped after every round.")
+        self._sub._unwrap_model()
+
+    def _compress_rounds(self) -> None:
         model = self.bound_model
         rewind = copy.deepcopy(model.state_dict()) if self.reset_weight else None
         masks: V2Masks = {}
@@ -195,6 +228,9 @@ class _IterativePruner:
 class LinearPruner(_IterativePruner):
     """Iterative pruning with a linear schedule: round ``i`` of ``n`` prunes to ``s * i / n``.
 
+    NNI 3.0: ``LinearPruner(pruner, interval_steps, total_times, evaluator=None)`` then
+    ``compress(max_steps, max_epochs) -> (model, masks)``: the bound pruner's sparsity rises over ``total_times``
+    rounds of ``interval_steps`` training steps (:mod:`slimkit.faces.nni.v3.scheduled`). NNI 2.x:
     ``LinearPruner(model, config_list, pruning_algorithm, total_iteration, log_dir=".",
     keep_intermediate_result=False, finetuner=None, speedup=False, dummy_input=None, evaluator=None,
     pruning_params={})``.
@@ -208,7 +244,8 @@ class LinearPruner(_IterativePruner):
 class AGPPruner(_IterativePruner):
     """Iterative pruning on AGP's cubic schedule: round ``i`` of ``n`` prunes to ``s * (1 - (1 - i / n)^3)``.
 
-    Same arguments as :class:`LinearPruner`; large steps first, small ones as the model gets sparse.
+    Same arguments (NNI 2.x's or 3.0's) as :class:`LinearPruner`; large steps first, small ones as the model gets
+    sparse.
     """
 
     def ratio(self, iteration: int, final: float) -> float:

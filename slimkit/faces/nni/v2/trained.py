@@ -21,6 +21,7 @@ from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.one_shot import SlimEngine
 from slimkit.compression.pruning.taylor_fo import TaylorFOWeightFilterPruner
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
+from slimkit.faces.nni.v3.evaluator import Evaluator
 
 __all__ = ["ActivationAPoZRankPruner", "ActivationMeanRankPruner", "SlimPruner", "TaylorFOWeightPruner"]
 
@@ -35,43 +36,74 @@ def _positive_int(name: str, key: str, value: Any) -> int:
 
 def _no_evaluator(name: str, kwargs: Mapping[str, Any]) -> None:
     if "evaluator" in kwargs:
-        raise PruningConfigError(f"{name}(evaluator=...) is NNI 2.9's newer form; slimkit takes the trainer form: "
+        raise PruningConfigError(f"{name}(evaluator=...) takes an NNI 3.0 evaluator (TorchEvaluator, "
+                                 f"TransformersEvaluator) where the class has NNI 3.0's form (SlimPruner, "
+                                 f"TaylorPruner, MovementPruner); otherwise slimkit takes the trainer form: "
                                  f"{name}(model, config_list, trainer, traced_optimizer, criterion, ...).")
     if kwargs:
         raise PruningConfigError(f"{name} got unexpected argument(s) {', '.join(sorted(kwargs))}.")
 
 
 class SlimPruner(V2Pruner, SlimEngine):
-    """Network Slimming with NNI 2.x's signature: train with an L1 penalty on BatchNorm scales, then prune.
+    """Network Slimming (NNI 2.x and 3.0 signatures): train with an L1 penalty on BatchNorm scales, then prune.
 
+    NNI 3.0: ``SlimPruner(model, config_list, evaluator, training_steps, regular_scale=1.0)``: :meth:`compress`
+    trains ``training_steps`` steps of the evaluator's loop with ``loss + regular_scale * mean_l(|gamma_l|_1)``
+    (the penalty patched into the loss, as NNI 3.0 does), then masks the channels with the smallest ``|gamma|``
+    of each selected BatchNorm layer (ranked together across a ``global_group_id``). NNI 2.x:
     ``SlimPruner(model, config_list, trainer, traced_optimizer, criterion, training_epochs, scale=0.0001,
-    mode="global")``. :meth:`compress` runs ``training_epochs`` epochs of ``trainer`` with
-    ``criterion + scale * sum(|gamma|)`` over the selected BatchNorm layers, then masks the channels with the
-    smallest ``|gamma|``: with ``mode="global"`` and ``total_sparsity`` ranked across all of them (capped by
-    ``max_sparsity_per_layer``), with ``"normal"`` per layer.
+    mode="global")``: ``training_epochs`` epochs of ``trainer`` with ``criterion + scale * sum(|gamma|)``, then
+    global ranking of ``total_sparsity`` (capped by ``max_sparsity_per_layer``) or per layer with ``"normal"``.
+    slimkit's Slim prunes BatchNorm scales: select BatchNorm layers (``op_types: ["BatchNorm2d"]``).
     """
 
     def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
                  traced_optimizer: Any = None, criterion: Callable[..., torch.Tensor] = None,
                  training_epochs: int = 1, scale: float = 0.0001, mode: str = "global", **kwargs: Any) -> None:
-        _no_evaluator("SlimPruner", kwargs)
-        check_training_args("SlimPruner", trainer, traced_optimizer, criterion)
-        check_mode("SlimPruner", mode, ("normal", "global"))
-        self.training_epochs = _positive_int("SlimPruner", "training_epochs", training_epochs)
+        given = kwargs.pop("evaluator", None)
+        self.evaluator = given if given is not None else trainer
+        if isinstance(self.evaluator, Evaluator):  # NNI 3.0: (evaluator, training_steps, regular_scale)
+            steps = kwargs.pop("training_steps", traced_optimizer)
+            scale = kwargs.pop("regular_scale", 1.0 if criterion is None else criterion)
+            _no_evaluator("SlimPruner", kwargs)
+            self.training_steps = _positive_int("SlimPruner", "training_steps", steps)
+            self.trainer = self.traced_optimizer = self.criterion = None
+            self.training_epochs = 1
+        else:
+            self.evaluator = None
+            _no_evaluator("SlimPruner", {**kwargs, **({"evaluator": given} if given is not None else {})})
+            check_training_args("SlimPruner", trainer, traced_optimizer, criterion)
+            check_mode("SlimPruner", mode, ("normal", "global"))
+            self.training_epochs = _positive_int("SlimPruner", "training_epochs", training_epochs)
+            self.trainer, self.traced_optimizer, self.criterion = trainer, traced_optimizer, criterion
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale < 0:
             raise PruningConfigError(f"SlimPruner scale must be a number >= 0 (the L1 penalty weight), got {scale!r}.")
-        self.trainer, self.traced_optimizer, self.criterion, self.scale = trainer, traced_optimizer, criterion, scale
-        super().__init__(model, self._v2_config(model, config_list, mode), scope="layer")
+        self.scale = scale
+        v3 = self.evaluator is not None
+        super().__init__(model, self._v2_config(model, config_list, mode, v3), scope="layer")
         self._trained = False
 
+    def _penalty(self) -> torch.Tensor:
+        return sum(w.module.weight.abs().sum() for w in self.modules_wrapper)  # type: ignore[return-value]
+
     def _penalised(self, output: Any, target: Any) -> torch.Tensor:
-        loss = self.criterion(output, target)
-        return loss + self.scale * sum(w.module.weight.abs().sum() for w in self.modules_wrapper)
+        return self.criterion(output, target) + self.scale * self._penalty()
+
+    def _train_v3(self, evaluator: Evaluator) -> None:
+        layers = max(1, len(self.modules_wrapper))
+        evaluator.bind_model(self.bound_model)
+        evaluator.patch_loss(lambda loss, batch: loss + self.scale * self._penalty() / layers)
+        try:
+            evaluator.train(max_steps=self.training_steps)
+        finally:
+            evaluator.unbind_model()
 
     def compress(self) -> tuple[nn.Module, V2Masks]:  # type: ignore[override]
         """Train with the sparsity penalty (once), then compute the masks; return ``(model, masks)``."""
         if not self._trained:
-            for epoch in range(self.training_epochs):
+            if self.evaluator is not None:
+                self._train_v3(self.evaluator)
+            for epoch in range(self.training_epochs if self.evaluator is None else 0):
                 call_trainer(self.trainer, self.bound_model, self.traced_optimizer, self._penalised, epoch)
             self._trained = True
         return super().compress()

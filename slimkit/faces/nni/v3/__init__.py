@@ -1,0 +1,19 @@
+"""NNI 3.0's compression face: evaluators, pruners with 3.0's signatures and config keys, 3.0's import paths.
+
+NNI 3.0 scripts import ``nni.compression.pruning``, ``nni.compression.speedup``, ``nni.compression.utils`` and
+``from nni.compression import TorchEvaluator``; here those are :mod:`slimkit.faces.nni.v3.pruning`,
+:mod:`~slimkit.faces.nni.v3.speedup`, :mod:`~slimkit.faces.nni.v3.utils` and ``slimkit.compression.TorchEvaluator``
+(this package's evaluators, re-exported by :mod:`slimkit.faces.nni`). Where NNI 3.0 reuses an NNI 2.x class
+name (``L1NormPruner``, ``SlimPruner``, ``AGPPruner``...) the one class of :mod:`slimkit.faces.nni.v2` takes both
+signatures; 3.0's ``config_list`` keys are translated once (:mod:`~slimkit.faces.nni.v3.config`).
+
+This package's ``__init__`` imports only the modules that do not import :mod:`slimkit.faces.nni.v2` (which
+imports them), so either face can be imported first.
+"""
+
+from slimkit.faces.nni.v3.config import V3_KEYS, is_v3_config, v2_config_from_v3
+from slimkit.faces.nni.v3.evaluator import Evaluator, LightningEvaluator, OptimizerRelay, TorchEvaluator
+from slimkit.faces.nni.v3.hf_evaluator import TransformersEvaluator
+
+__all__ = ["Evaluator", "LightningEvaluator", "OptimizerRelay", "TorchEvaluator", "TransformersEvaluator", "V3_KEYS",
+           "is_v3_config", "v2_config_from_v3"]

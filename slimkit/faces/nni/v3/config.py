@@ -1,0 +1,189 @@
+"""NNI 3.0's pruning ``config_list`` keys, translated once into NNI 2.x's (which the 2.x face turns into slimkit's).
+
+An NNI 3.0 entry selects modules by ``op_names``, ``op_names_re``, ``op_types``, ``exclude_op_names``,
+``exclude_op_names_re`` and ``exclude_op_types`` (``(op_names | op_names_re) & op_types - excluded``, as NNI
+3.0 does) and says how much to prune with ``sparse_ratio`` (each layer's share), ``max_sparse_ratio`` (a cap under
+global ranking), ``global_group_id`` (entries with the same id are ranked together: ``sparse_ratio`` is then the
+share the group loses), ``dependency_group_id`` (coupled layers share one channel choice) and ``granularity``
+(``"default"``/``"out_channel"``: output channels for the filter pruners, single weights for ``LevelPruner``).
+``target_names`` may name ``"weight"`` and ``"bias"`` (the bias follows the weight's channels) and
+``target_settings`` may carry the same keys for ``"weight"``.
+
+:func:`v2_config_from_v3` turns such a list into one NNI 2.x list (one entry per layer, ``op_names`` explicit;
+one ``total_sparsity`` entry per global group) and says whether it needs global ranking or dependency-aware
+pruning. ``sparse_threshold`` and ``min_sparse_ratio`` are refused: slimkit's engines prune to ratios.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.errors import closest
+
+__all__ = ["V3_KEYS", "V3Config", "is_v3_config", "remember_dummy_input", "select_modules", "v2_config_from_v3"]
+
+_SELECT = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
+_SPARSE = ("sparse_ratio", "max_sparse_ratio", "global_group_id", "dependency_group_id", "granularity")
+_REFUSED = {
+    "sparse_threshold": "slimkit's pruners prune to a ratio; give 'sparse_ratio' (the share of weights to remove)",
+    "min_sparse_ratio": "global ranking in slimkit caps layers from above only ('max_sparse_ratio'); drop it",
+}
+#: every key an NNI 3.0 pruning entry may carry here
+V3_KEYS = (*_SELECT, *_SPARSE, "target_names", "target_settings", *_REFUSED)
+#: keys only NNI 3.0 uses: an entry with one of them is read as NNI 3.0's
+_V3_ONLY = tuple(k for k in V3_KEYS if k not in ("op_names", "op_types"))
+_TARGETS = ("weight", "bias")
+_GRANULARITIES = ("default", "out_channel")
+
+#: dummy inputs :func:`auto_set_denpendency_group_ids` traced a model with, for the pruner that reads its groups
+_DUMMY_INPUTS: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
+
+
+def remember_dummy_input(model: nn.Module, dummy_input: Any) -> None:
+    """Keep the input a dependency analysis of ``model`` was traced with (the pruner retraces with it)."""
+    _DUMMY_INPUTS[model] = dummy_input
+
+
+@dataclass
+class V3Config:
+    """An NNI 3.0 config list translated: the NNI 2.x list and what it needs from the pruner."""
+
+    config_list: list[dict[str, Any]]
+    global_ranking: bool
+    dependency_aware: bool
+    dummy_input: Any = None
+
+
+def is_v3_config(config_list: Any) -> bool:
+    """Whether ``config_list`` is NNI 3.0's: some entry carries a key only NNI 3.0 uses."""
+    if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence):
+        return False
+    return any(isinstance(e, Mapping) and any(k in e for k in _V3_ONLY) for e in config_list)
+
+
+def _names(value: Any, where: str) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise PruningConfigError(f"{where} must be a list of strings, got {value!r}.")
+    return list(value)
+
+
+def _fraction(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise PruningConfigError(f"{where} must be a number in [0, 1), got {value!r}.")
+    return float(value)
+
+
+def _flatten(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The entry with ``target_settings['weight']`` merged in and ``target_names`` checked."""
+    out = dict(entry)
+    unknown = [k for k in out if k not in V3_KEYS]
+    if unknown:
+        raise PruningConfigError(f"{where} has unknown key {unknown[0]!r}.{closest(unknown[0], V3_KEYS)} NNI 3.0's "
+                                 f"pruning keys: {', '.join(V3_KEYS)}.")
+    for key, why in _REFUSED.items():
+        if key in out:
+            raise PruningConfigError(f"{where}[{key!r}] is not supported: {why}.")
+    targets = _names(out.pop("target_names", ["weight", "bias"]), f"{where}['target_names']")
+    bad = [t for t in targets if t not in _TARGETS]
+    if bad or "weight" not in targets:
+        raise PruningConfigError(f"{where}['target_names'] must name 'weight' (and may name 'bias'), got {targets!r}; "
+                                 "slimkit prunes weights (the bias follows the weight's channels), not inputs or "
+                                 "outputs.")
+    settings = out.pop("target_settings", {})
+    if not isinstance(settings, Mapping) or any(t not in _TARGETS for t in settings):
+        raise PruningConfigError(f"{where}['target_settings'] must be a dict keyed by 'weight' (or 'bias'), got "
+                                 f"{settings!r}.")
+    for target, values in settings.items():
+        allowed = ("sparse_ratio", "max_sparse_ratio", "global_group_id", "dependency_group_id", "granularity")
+        if not isinstance(values, Mapping) or any(k not in allowed for k in values):
+            raise PruningConfigError(f"{where}['target_settings'][{target!r}] must be a dict of "
+                                     f"{', '.join(allowed)}; got {values!r}.")
+        out.update({k: v for k, v in values.items() if target == "weight" or k not in out})
+    granularity = out.pop("granularity", "default")
+    if granularity not in _GRANULARITIES:
+        raise PruningConfigError(f"{where}['granularity'] must be one of {', '.join(map(repr, _GRANULARITIES))} "
+                                 f"(slimkit prunes output channels, or single weights with LevelPruner), got "
+                                 f"{granularity!r}.")
+    return out
+
+
+def _modules(model: nn.Module) -> list[tuple[str, str]]:
+    return [(n, type(m).__name__) for n, m in model.named_modules() if n]
+
+
+def select_modules(model: nn.Module, entry: Mapping[str, Any], default_types: Sequence[str], where: str) -> list[str]:
+    """The layer names an NNI 3.0 entry selects: ``(op_names | op_names_re) & op_types - excluded``, in model order."""
+    modules = _modules(model)
+    known = [n for n, _ in modules]
+    names = _names(entry.get("op_names", []), f"{where}['op_names']")
+    for name in names:
+        if name not in known:
+            raise PruningConfigError(f"{where} op_names entry {name!r} is no layer of the model."
+                                     f"{closest(name, known)}")
+    patterns = [re.compile(p) for p in _names(entry.get("op_names_re", []), f"{where}['op_names_re']")]
+    types = _names(entry.get("op_types", list(default_types)), f"{where}['op_types']")
+    by_name = set(names) | {n for n in known if any(p.match(n) for p in patterns)}
+    chosen = [n for n, t in modules if t in types and (n in by_name or not (names or patterns))]
+    drop = set(_names(entry.get("exclude_op_names", []), f"{where}['exclude_op_names']"))
+    drop_re = [re.compile(p) for p in _names(entry.get("exclude_op_names_re", []), f"{where}['exclude_op_names_re']")]
+    drop_types = set(_names(entry.get("exclude_op_types", []), f"{where}['exclude_op_types']"))
+    return [n for n, t in modules if n in chosen and n not in drop and t not in drop_types
+            and not any(p.match(n) for p in drop_re)]
+
+
+def v2_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequence[str],
+                      who: str = "pruner") -> V3Config:
+    """Translate an NNI 3.0 pruning ``config_list`` for ``model`` into NNI 2.x's (see the module docstring)."""
+    if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence) or not config_list:
+        raise PruningConfigError(f"{who} config_list must be a non-empty list of dicts, e.g. [{{'sparse_ratio': 0.5, "
+                                 "'op_types': ['Conv2d']}].")
+    types = dict(_modules(model))
+    per_layer: dict[str, dict[str, Any]] = {}
+    groups: dict[Any, dict[str, Any]] = {}
+    dependency = False
+    for index, given in enumerate(config_list):
+        where = f"config_list[{index}]"
+        if not isinstance(given, Mapping):
+            raise PruningConfigError(f"{where} must be a dict like {{'sparse_ratio': 0.5, 'op_types': ['Conv2d']}}, "
+                                     f"got {type(given).__name__}.")
+        entry = _flatten(given, where)
+        if "sparse_ratio" not in entry:
+            raise PruningConfigError(f"{where} gives no 'sparse_ratio' (the share of each selected layer's weights "
+                                     "to prune).")
+        ratio = _fraction(entry["sparse_ratio"], f"{where}['sparse_ratio']")
+        cap = _fraction(entry.get("max_sparse_ratio", 0.99), f"{where}['max_sparse_ratio']") \
+            if "max_sparse_ratio" in entry else 1.0
+        dependency = dependency or "dependency_group_id" in entry
+        layers = select_modules(model, entry, default_types, where)
+        if not layers:
+            continue  # NNI 3.0 skips an entry that selects nothing
+        for name in layers:  # a later entry overrides an earlier one for the same layer
+            for group in groups.values():
+                if name in group["op_names"]:
+                    group["op_names"].remove(name)
+            per_layer.pop(name, None)
+        if "global_group_id" in entry:
+            group = groups.setdefault(entry["global_group_id"], {"total_sparsity": ratio, "op_names": [],
+                                                                 "max_sparsity_per_layer": {}})
+            if group["total_sparsity"] != ratio:
+                raise PruningConfigError(f"{where}: entries of global_group_id {entry['global_group_id']!r} give "
+                                         f"different sparse_ratio ({group['total_sparsity']} and {ratio}); a global "
+                                         "group shares one.")
+            group["op_names"] += layers
+            group["max_sparsity_per_layer"].update({n: cap for n in layers})
+        else:
+            per_layer.update({n: {"sparsity": ratio, "op_names": [n], "op_types": [types[n]]} for n in layers})
+    kept = [g for g in groups.values() if g["op_names"]]
+    for group in kept:
+        group["op_types"] = sorted({types[n] for n in group["op_names"]})
+    out = list(per_layer.values()) + kept
+    if not out:
+        raise PruningConfigError(f"{who}: no entry of config_list selects a layer of the model.")
+    return V3Config(out, bool(groups), dependency, _DUMMY_INPUTS.get(model))

@@ -1,0 +1,54 @@
+"""``nni.compression.utils`` of NNI 3.0: ``auto_set_denpendency_group_ids`` (NNI's spelling) over slimkit's tracer.
+
+``config_list = auto_set_denpendency_group_ids(model, config_list, dummy_input)`` traces the model once
+(:func:`slimkit.compression.speedup.report.channel_dependency_report`) and returns the list with one entry per
+selected layer; layers whose output channels are coupled (a residual add, a depthwise conv, a concat feeding one
+consumer) carry the same ``dependency_group_id``, so the pruner keeps one channel choice for them and the speedup
+removes the channels from all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torch import nn
+
+from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.compression.speedup.report import channel_dependency_report
+from slimkit.faces.nni.v3.config import remember_dummy_input, select_modules
+
+__all__ = ["auto_set_denpendency_group_ids", "auto_set_dependency_group_ids"]
+
+_SELECTORS = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
+_DEFAULT_TYPES = ("Conv2d", "Linear")
+
+
+def auto_set_denpendency_group_ids(model: nn.Module, config_list: Sequence[Mapping[str, Any]],
+                                   dummy_input: Any) -> list[dict[str, Any]]:
+    """``config_list`` with one entry per selected layer and a shared ``dependency_group_id`` per coupled group."""
+    if not isinstance(model, nn.Module):
+        raise PruningConfigError(f"auto_set_denpendency_group_ids needs a torch.nn.Module, got {type(model).__name__}.")
+    if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence):
+        raise PruningConfigError("auto_set_denpendency_group_ids needs config_list as a list of dicts.")
+    group_of: dict[str, int] = {}
+    for index, group in enumerate(channel_dependency_report(model, dummy_input)):
+        names = list(group)
+        if len(names) > 1:
+            group_of.update({name: index for name in names})
+    types = {n: type(m).__name__ for n, m in model.named_modules() if n}
+    out: list[dict[str, Any]] = []
+    for index, entry in enumerate(config_list):
+        if not isinstance(entry, Mapping):
+            raise PruningConfigError(f"config_list[{index}] must be a dict, got {type(entry).__name__}.")
+        rest = {k: v for k, v in entry.items() if k not in _SELECTORS}
+        for name in select_modules(model, entry, _DEFAULT_TYPES, f"config_list[{index}]"):
+            one = {**rest, "op_names": [name], "op_types": [types[name]]}
+            if name in group_of:
+                one["dependency_group_id"] = group_of[name]
+            out.append(one)
+    remember_dummy_input(model, dummy_input)
+    return out
+
+
+auto_set_dependency_group_ids = auto_set_denpendency_group_ids  # the spelling without NNI's typo
