@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from slimkit.errors import ConfigError, MissingPackageError, closest
-from slimkit.faces.mmrazor.pyeval import Evaluator, literal_bases
+from slimkit.faces.mmrazor.pyeval import ConfigEvaluator, literal_bases
 
 BASE_KEY = "_base_"
 DELETE_KEY = "_delete_"
@@ -252,7 +252,7 @@ class _Loader:
         entries, body = literal_bases(tree, path)
         base = self.bases(entries, path.parent, seen, strict=True)
         names: dict[str, Any] = {BASE_KEY: base}
-        Evaluator(names, path, _attr_get, _attr_set, ConfigDict).run(body)
+        ConfigEvaluator(names, path, _attr_get, _attr_set, ConfigDict).run(body)
         own = {k: v for k, v in names.items() if k != BASE_KEY and not k.startswith("__")
                and not isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType))}
         out = merge_configs(base, to_config(own))

@@ -23,7 +23,7 @@ def check_name(ev: Any, name: str, node: ast.AST) -> None:
 
 
 class CallsMixin:
-    """Calls, comprehensions and module attributes of :class:`~slimkit.faces.mmrazor.pyeval.Evaluator`."""
+    """Calls, comprehensions and module attributes of :class:`~slimkit.faces.mmrazor.pyeval.ConfigEvaluator`."""
 
     names: dict[str, Any]
     functions: dict[str, Callable[..., Any]]

@@ -30,7 +30,7 @@ from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.pycalls import ALLOWED_IMPORTS, MAX_SIZE, CallsMixin, check_name
 
 
-class Evaluator(CallsMixin):
+class ConfigEvaluator(CallsMixin):
     """Evaluates one parsed config module into ``namespace``.
 
     ``attr_get(obj, name, node)`` / ``attr_set(obj, name, value)`` are the config's attribute rules (a dict's
