@@ -295,6 +295,8 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
                           "search it, or write one value.")
     if exp.proposer in ("grid", "sequence"):
         for param in exp.params:
+            if param.grid() is None and param.name in exp.hyperparameters and exp.proposer == "sequence":
+                param.step = 1  # Auptimizer's sequence proposer: "Using default interval of 1"
             if param.grid() is None:
                 raise ConfigError(f"{param.path}: the {exp.proposer!r} proposer needs a grid; add \"interval\": step "
                                   "or \"n\": points to this float range.")

@@ -93,6 +93,11 @@ def test_every_parameter_type(tmp_path):
         study.tell(trial, 0.0)
 
 
+def test_sequence_steps_a_bare_float_range_by_one(tmp_path):
+    exp = load_experiment(_write(tmp_path, BOWL, proposer="sequence"))  # Auptimizer's default interval
+    assert [p.grid() for p in exp.params] == [[float(v) for v in range(-5, 6)]] * 2
+
+
 def test_sequence_runs_the_whole_grid(tmp_path):
     grid = [{"name": "x", "range": [0, 1], "type": "int"}, {"name": "y", "range": [-3, -2], "type": "float",
                                                            "interval": 1.0}]
@@ -196,7 +201,9 @@ def test_auptimizer_proposers_map_to_optuna(tmp_path, fields, sampler, pruner):
     ({"resource": "node"}, "slimkit worker"),
     ({"resource": "passive"}, "slimkit worker"),
     ({"proposer": "hyperopt", "engine": "anneal"}, "engine: 'anneal' is not allowed"),
-    ({"proposer": "sequence"}, "needs a grid"),
+    ({"proposer": "sequence", "compression": {"framework": "torch", "type": "pruning", "compressor": "fpgm",
+                                              "config_list": [{"sparsity": {"range": [0.1, 0.9], "type": "float"}}]}},
+     "compression.config_list[0].sparsity: the 'sequence' proposer needs a grid"),
     ({"resource_args": {"multi_res_labels": "flops"}}, "resource_args.multi_res_labels"),
 ])
 def test_bad_fields_are_named(tmp_path, fields, message):
