@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
@@ -175,7 +175,6 @@ class BaseAlgoPruner(FrameworkPruner):
     """A smash pruner whose engine ranks units with ``base_algo``: filters (shrunk by the speedup) or weights."""
 
     dataset_required = True
-    base_algo_level: ClassVar[bool] = True
 
     def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
         """Level pruning accepts any weighted layer; filter pruning Conv/Linear."""

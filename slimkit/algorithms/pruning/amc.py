@@ -39,7 +39,6 @@ class AMC(BaseAlgoPruner):
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#amc-pruner"}
     engine = AMCEngine
     default_sparsity = 0.8
-    base_algo_level = False
 
     def get_hyperparameters(self) -> list:
         """As the other pruners, but ``sparsity`` is each layer's largest sparsity (AMC picks the actual one)."""
