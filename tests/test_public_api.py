@@ -93,8 +93,8 @@ PUBLIC = {
                                  "print_result", "read_kept_channels"],
     "slimkit.evaluation": ["Accuracy", "Comparison", "Fidelity", "Latency", "MetricRow", "accuracy", "compare",
                            "count_macs", "count_macs_by_dtype", "count_parameters", "fidelity", "measure_latency",
-                           "measure_latency_pair", "peak_memory",
-                           "perplexity", "plot_comparison", "set_threads", "size_on_disk"],
+                           "measure_latency_pair", "peak_bytes", "peak_memory",
+                           "perplexity", "plot_comparison", "set_threads", "size_on_disk", "training_peak_memory"],
     "slimkit.razor": ["MODES", "BaseAlgorithm", "SingleTeacherDistill", "batch_loss", "build", "build_module",
                       "load_config", "merge_configs", "register_module", "task_loss", "zoo_model",
                       # one-shot NAS

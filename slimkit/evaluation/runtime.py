@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -226,11 +226,12 @@ def _cpu_peak_from_profile(prof: Any) -> int:
     return peak
 
 
-def _input_bytes(inputs: Inputs) -> int:
+def input_bytes(inputs: Inputs) -> int:
+    """Bytes of every tensor in ``inputs`` (nested mappings and sequences included)."""
     if isinstance(inputs, torch.Tensor):
         return inputs.numel() * inputs.element_size()
     values = inputs.values() if isinstance(inputs, Mapping) else inputs if isinstance(inputs, Sequence) else []
-    return sum(_input_bytes(v) for v in values if isinstance(v, (torch.Tensor, Mapping, list, tuple)))
+    return sum(input_bytes(v) for v in values if isinstance(v, (torch.Tensor, Mapping, list, tuple)))
 
 
 def peak_memory(model: Any, inputs: Inputs) -> int:
@@ -242,24 +243,35 @@ def peak_memory(model: Any, inputs: Inputs) -> int:
     Weight bytes count quantized weights at their integer width (see ``size.state_bytes``), so the number is
     comparable between a model and its smashed version on either device.
     """
+
+    def forward(m: nn.Module, x: Inputs) -> None:
+        with torch.inference_mode(), eval_mode(m):
+            run_model(m, x)
+
+    return peak_bytes(model, inputs, forward)
+
+
+def peak_bytes(model: Any, inputs: Inputs, step: Callable[[nn.Module, Inputs], Any]) -> int:
+    """Peak bytes in use while ``step(model, inputs)`` runs: weights + inputs + the step's working set.
+
+    The inputs are moved to the model's device first; the working set is measured as :func:`peak_memory` says.
+    """
     from slimkit.evaluation.size import state_bytes
 
     device = model_device(model)
     inputs = move_inputs(inputs, device)
-    resident = state_bytes(model) + _input_bytes(inputs)
-    with torch.inference_mode(), eval_mode(model):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            before = torch.cuda.memory_allocated(device)
-            output = run_model(model, inputs)
-            torch.cuda.synchronize(device)
-            working = torch.cuda.max_memory_allocated(device) - before
-        else:
-            from torch.profiler import ProfilerActivity, profile
+    resident = state_bytes(model) + input_bytes(inputs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step(model, inputs)
+        torch.cuda.synchronize(device)
+        working = torch.cuda.max_memory_allocated(device) - before
+    else:
+        from torch.profiler import ProfilerActivity, profile
 
-            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-                output = run_model(model, inputs)
-            working = _cpu_peak_from_profile(prof)
-    del output
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step(model, inputs)
+        working = _cpu_peak_from_profile(prof)
     return resident + max(working, 0)

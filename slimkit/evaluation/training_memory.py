@@ -10,9 +10,8 @@ import torch
 from torch import nn
 
 from slimkit.errors import ModelNotSupportedError
-from slimkit.evaluation.runtime import _cpu_peak_from_profile, _input_bytes, eval_mode
-from slimkit.evaluation.size import state_bytes
-from slimkit.utils import Inputs, main_tensor, model_device, move_inputs, run_model
+from slimkit.evaluation.runtime import eval_mode, peak_bytes
+from slimkit.utils import Inputs, main_tensor, run_model
 
 
 @contextmanager
@@ -22,14 +21,15 @@ def _train_mode(model: nn.Module) -> Iterator[None]:
         yield
 
 
-def _step(model: nn.Module, inputs: Inputs) -> None:
-    output = main_tensor(run_model(model, inputs))
-    if not output.requires_grad:
-        raise ModelNotSupportedError(
-            f"training memory needs a model with trainable float weights; the output of {type(model).__name__} "
-            "does not require grad (frozen or integer-only weights). Measure inference memory instead."
-        )
-    output.float().sum().backward()
+def _train_step(model: nn.Module, inputs: Inputs) -> None:
+    with torch.enable_grad(), _train_mode(model):
+        output = main_tensor(run_model(model, inputs))
+        if not output.requires_grad:
+            raise ModelNotSupportedError(
+                f"training memory needs a model with trainable float weights; the output of {type(model).__name__} "
+                "does not require grad (frozen or integer-only weights). Measure inference memory instead."
+            )
+        output.float().sum().backward()
 
 
 def training_peak_memory(model: Any, inputs: Inputs) -> int:
@@ -45,25 +45,8 @@ def training_peak_memory(model: Any, inputs: Inputs) -> int:
         raise ModelNotSupportedError(
             f"training memory needs a torch.nn.Module, got {type(model).__name__}; pass the model itself."
         )
-    device = model_device(model)
-    inputs = move_inputs(inputs, device)
-    resident = state_bytes(model) + _input_bytes(inputs)
     model.zero_grad(set_to_none=True)
     try:
-        with torch.enable_grad(), _train_mode(model):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-                torch.cuda.reset_peak_memory_stats(device)
-                before = torch.cuda.memory_allocated(device)
-                _step(model, inputs)
-                torch.cuda.synchronize(device)
-                working = torch.cuda.max_memory_allocated(device) - before
-            else:
-                from torch.profiler import ProfilerActivity, profile
-
-                with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-                    _step(model, inputs)
-                working = _cpu_peak_from_profile(prof)
+        return peak_bytes(model, inputs, _train_step)
     finally:
         model.zero_grad(set_to_none=True)
-    return resident + max(working, 0)
