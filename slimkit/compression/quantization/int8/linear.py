@@ -31,7 +31,6 @@ from slimkit.core.weights import weight_of
 
 FULL_RANGE = "full_range"
 SATURATION_SAFE = "saturation_safe"
-PATHS = (FULL_RANGE, SATURATION_SAFE)
 FORCE_ENV = "SLIMKIT_INT8_SATURATION_SAFE"
 PAIR_LIMIT = 128  # |q_a| + |q_b| <= 128: 255 * 128 = 32640 <= 32767, the int16 maximum
 
