@@ -12,6 +12,7 @@ import ctypes
 import math
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -155,7 +156,8 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
     if reason:
         return JobOutcome("failed", reason=reason, log_tail=log_tail(log_path))
     if code != 0:
-        return JobOutcome("failed", reason=f"the script exited with status {code}", log_tail=log_tail(log_path))
+        return JobOutcome("failed", reason=f"the script exited with status {code}{_missing_module(output)}",
+                          log_tail=log_tail(log_path))
     try:
         result = parse_result("".join(output))
     except ConfigError as exc:
@@ -174,6 +176,16 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
         return JobOutcome("failed", reason=f"the script reported {result.metric if len(names) == 1 else result.values}",
                           log_tail=log_tail(log_path))
     return JobOutcome("complete", list(result.values), extra=result.extra, log_tail=log_tail(log_path))
+
+
+def _missing_module(output: list[str]) -> str:
+    """``: it imports 'tensorflow', which is not installed`` when the job died of a missing package, else ''."""
+    for line in reversed(output[-50:]):
+        found = re.search(r"ModuleNotFoundError: No module named '([^']+)'", line)
+        if found:
+            return (f": it imports {found.group(1)!r}, which is not installed here (the script needs it; slimkit "
+                    "runs any script, whatever it imports)")
+    return ""
 
 
 def _split_labels(exp: Experiment, values: list[float], extra: dict[str, Any], tail: str) -> JobOutcome:

@@ -137,6 +137,15 @@ def test_a_failure_stops_the_study_without_ignore_fail(tmp_path):
     assert [(r["state"], r["attempts"]) for r in result.rows] == [("failed", 2)]
 
 
+def test_a_script_whose_framework_is_missing_fails_naming_it(tmp_path):
+    script = "import json, sys\nimport keras_is_not_installed_here\n"
+    result = run_experiment(_write(tmp_path, script, n_samples=1), quiet=True)
+    (row,) = result.rows
+    assert row["state"] == "failed" and "ModuleNotFoundError" in row["log_tail"]
+    assert row["reason"] == ("the script exited with status 1: it imports 'keras_is_not_installed_here', which is not "
+                             "installed here (the script needs it; slimkit runs any script, whatever it imports)")
+
+
 def test_joint_search_of_training_and_compression_settings(tmp_path):
     compression = {"framework": "torch", "type": "pruning", "compressor": "fpgm",
                    "config_list": [{"sparsity": {"range": [0.1, 0.9], "type": "float"}, "op_types": ["Conv2d"]}]}
