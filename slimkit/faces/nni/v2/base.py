@@ -150,7 +150,8 @@ class V2Pruner:
                                             type(self).__name__)
             config_list, mode = translated3.config_list, "global" if translated3.global_ranking else "normal"
             if translated3.dependency_aware and not translated3.global_ranking:
-                mode, self.dependency_input = "dependency_aware", translated3.dummy_input or dummy_input
+                mode = "dependency_aware"
+                self.dependency_input = dummy_input if translated3.dummy_input is None else translated3.dummy_input
                 if self.dependency_input is None:
                     raise PruningConfigError(f"{type(self).__name__}: dependency_group_id needs the model traced: "
                                              "build the config with auto_set_denpendency_group_ids(model, "

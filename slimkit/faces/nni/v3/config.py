@@ -39,6 +39,9 @@ _REFUSED = {
 V3_KEYS = (*_SELECT, *_SPARSE, "target_names", "target_settings", *_REFUSED)
 #: keys only NNI 3.0 uses: an entry with one of them is read as NNI 3.0's
 _V3_ONLY = tuple(k for k in V3_KEYS if k not in ("op_names", "op_types"))
+#: keys an NNI 1.x/2.x entry carries (a list with none of them and no 3.0 key is read as 3.0's, to name its keys)
+_V2_MARKS = ("sparsity", "sparsity_per_layer", "total_sparsity", "exclude", "op_partial_names",
+             "max_sparsity_per_layer", "quant_types", "quant_bits")
 _TARGETS = ("weight", "bias")
 _GRANULARITIES = ("default", "out_channel")
 
@@ -62,10 +65,13 @@ class V3Config:
 
 
 def is_v3_config(config_list: Any) -> bool:
-    """Whether ``config_list`` is NNI 3.0's: some entry carries a key only NNI 3.0 uses."""
+    """Whether ``config_list`` is NNI 3.0's: some entry carries a key only NNI 3.0 uses, or none an NNI 2.x one."""
     if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence):
         return False
-    return any(isinstance(e, Mapping) and any(k in e for k in _V3_ONLY) for e in config_list)
+    entries = [e for e in config_list if isinstance(e, Mapping)]
+    if any(any(k in e for k in _V3_ONLY) for e in entries):
+        return True
+    return bool(entries) and not any(any(k in e for k in _V2_MARKS) for e in entries)
 
 
 def _names(value: Any, where: str) -> list[str]:
@@ -86,7 +92,8 @@ def _flatten(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     unknown = [k for k in out if k not in V3_KEYS]
     if unknown:
         raise PruningConfigError(f"{where} has unknown key {unknown[0]!r}.{closest(unknown[0], V3_KEYS)} NNI 3.0's "
-                                 f"pruning keys: {', '.join(V3_KEYS)}.")
+                                 f"pruning keys: {', '.join(V3_KEYS)} (NNI 2.x's lists give 'sparsity' or "
+                                 "'total_sparsity' instead).")
     for key, why in _REFUSED.items():
         if key in out:
             raise PruningConfigError(f"{where}[{key!r}] is not supported: {why}.")
