@@ -65,6 +65,15 @@ def test_2d_function_search_finds_the_minimum(tmp_path):
     assert job["x"] == best["params"]["x"] and job["y"] == best["params"]["y"] and job["job_id"] == best["number"]
 
 
+def test_slimkit_run_takes_an_auptimizer_file_as_written(tmp_path, capsys):
+    from slimkit.cli import main
+
+    path = _write(tmp_path, BOWL, n_samples=2)
+    assert main(["run", str(path)]) == 0  # no --automatic: parameter_config is a search
+    err = capsys.readouterr()
+    assert "automatic search, 2 trial(s), proposer random" in err.err and "2 complete" in err.out
+
+
 def test_parallel_workers_and_runtime_args(tmp_path):
     path = _write(tmp_path, BOWL, n_samples=6, n_parallel=2, runtime_args={"scale": 10.0})
     result = run_experiment(path, quiet=True)
