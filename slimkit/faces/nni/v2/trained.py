@@ -36,10 +36,10 @@ def _positive_int(name: str, key: str, value: Any) -> int:
 
 def _no_evaluator(name: str, kwargs: Mapping[str, Any]) -> None:
     if "evaluator" in kwargs:
-        raise PruningConfigError(f"{name}(evaluator=...) takes an NNI 3.0 evaluator (TorchEvaluator, "
-                                 f"TransformersEvaluator) where the class has NNI 3.0's form (SlimPruner, "
-                                 f"TaylorPruner, MovementPruner); otherwise slimkit takes the trainer form: "
-                                 f"{name}(model, config_list, trainer, traced_optimizer, criterion, ...).")
+        raise PruningConfigError(f"{name}(evaluator=...) is NNI 2.9's newer form; slimkit takes the trainer form: "
+                                 f"{name}(model, config_list, trainer, traced_optimizer, criterion, ...). NNI 3.0's "
+                                 "evaluator form (a TorchEvaluator / TransformersEvaluator) is taken by SlimPruner, "
+                                 "TaylorPruner and MovementPruner.")
     if kwargs:
         raise PruningConfigError(f"{name} got unexpected argument(s) {', '.join(sorted(kwargs))}.")
 
