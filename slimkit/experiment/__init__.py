@@ -1,10 +1,12 @@
 """The experiment engine: an experiment file's trials on an Optuna study, their jobs and the Pareto report.
 
 ``load_experiment(path, automatic)`` reads and checks an experiment file (Auptimizer's fields plus slimkit's
-script-free form); ``run_experiment(path, automatic)`` runs it (``slimkit run``): one job, or a search on
-Optuna whose trials run scripts (which report with ``#Auto:`` result lines, :func:`parse_result`) or smash and
-measure a model, with a measured Pareto front; ``report_experiment(folder)`` reprints a finished one. The calls
-a compression script makes (``create_compressor``, ``BasicConfig``, ``print_result``, ``aup_args``) are
+script-free form, and a training script's ``parameter_config`` hyperparameters, alone or with compression
+ranges); ``run_experiment(path, automatic)`` runs it (``slimkit run``): one job, or a search on Optuna (with
+Auptimizer's early-stopping policies as pruners) whose trials run scripts (which report with ``#Auto:`` result
+lines, :func:`parse_result`) or smash and measure a model, with a measured Pareto front;
+``report_experiment(folder)`` reprints a finished one. The calls a compression script makes
+(``create_compressor``, ``BasicConfig``, ``print_result``, ``aup_args``) are
 Auptimizer's face, :mod:`slimkit.faces.auptimizer`.
 """
 

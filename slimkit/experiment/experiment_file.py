@@ -7,6 +7,9 @@ Script form (Auptimizer)::
      "compression": {"framework": "torch", "type": "pruning", "compressor": "l1_filter",
                      "config_list": [{"sparsity": {"range": [0.2, 0.8], "type": "float"}, "op_types": ["Conv2d"]}]}}
 
+A script's ``parameter_config`` (training hyperparameters, :mod:`slimkit.experiment.hyperparameters`; always a
+search) may stand alone or beside ``compression`` ranges; early stopping: :mod:`slimkit.experiment.early_stop`.
+
 Script-free form: ``"model"`` (a zoo name, a Hugging Face folder or ``package.module:factory``), ``"search"``
 (SmashConfig keys with choices/ranges) and ``"objectives"`` (``{"accuracy": "max", "latency": "min"}``)
 measured by slimkit itself. Every error names the field's path and what is allowed.
