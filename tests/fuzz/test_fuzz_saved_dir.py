@@ -41,12 +41,14 @@ def _tiny_llama() -> torch.nn.Module:
 
 @pytest.fixture(scope="module")
 def saves(tmp_path_factory):
-    """Four real saves: pruned (kept channels), low-bit (layer specs), int8 (real-weight replay), Hugging Face."""
+    """Six real saves: pruned (kept channels), low-bit (layer specs), int8 (real-weight replay), torchao and quanto
+    (library tensors saved as their plain parts), Hugging Face."""
     root = tmp_path_factory.mktemp("saves")
     mlp, x = zoo.load("mlp")
     made = {}
     for name, algos in (("pruned", {"l1_filter": {"sparsity": 0.5}}), ("lowbit", {"rtn": {"bits": 4}}),
-                        ("int8", {"int8_dynamic": {}})):
+                        ("int8", {"int8_dynamic": {}}), ("torchao", {"torchao": {"quant_type": "int8wo"}}),
+                        ("quanto", {"quanto": {"weight_bits": "qint4"}})):
         cfg = SmashConfig(algos, device="cpu")
         cfg.add_example_inputs(x)
         smash(zoo.load("mlp").model, cfg, verbose=False).save_pretrained(root / name)
@@ -168,7 +170,7 @@ def _peak_mib() -> float:
 
 
 @examples(520)
-@given(st.sampled_from(["pruned", "lowbit", "int8", "hf"]), st.booleans(), st.data())
+@given(st.sampled_from(["pruned", "lowbit", "int8", "torchao", "quanto", "hf"]), st.booleans(), st.data())
 def test_damaged_or_crafted_directory_loads_or_is_refused(saves, name, keep_checksum, data):
     root, inputs = saves
     before = _peak_mib()

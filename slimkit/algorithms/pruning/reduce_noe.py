@@ -44,7 +44,7 @@ class ReduceNOE(SlimkitPruner):
     """
 
     algorithm_name = "reduce_noe"
-    references = {"Pruna": "https://docs.pruna.ai/en/stable/compression.html"}
+    references = {"Pruna": "https://github.com/PrunaAI/pruna"}
     save_fn = SaveFn.REAPPLY  # the weights are the base model's; the top-k is set again on load
 
     def get_hyperparameters(self) -> list:

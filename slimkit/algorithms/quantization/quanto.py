@@ -39,8 +39,9 @@ def _batches(model: torch.nn.Module, smash_config: SmashConfigPrefixWrapper) -> 
 class Quanto(TargetsMixin, SlimkitQuantizer):
     """Quantize nn.Linear layers with optimum-quanto: int2/int4/int8/fp8 weights, optionally int8/fp8 activations.
 
-    Weights are quantized per output channel (int8, fp8) or per group of 64/128 inputs (int2, int4, with a zero
-    point) and frozen into quanto's packed tensors. With ``act_bits`` set, activation scales are calibrated on
+    Weights are quantized per output channel (int8, fp8) or, for int2/int4 (with a zero point), per group of up
+    to 128 inputs (quanto picks the largest multiple of 32 that divides the layer's inputs), and frozen into
+    quanto's packed tensors. With ``act_bits`` set, activation scales are calibrated on
     ``cfg.data`` (else a tokenizer's calibration text, else the example inputs) inside quanto's ``Calibration``
     context before freezing. Saved as quanto's own state dict (plain int8/uint8/fp8 tensors and scales).
     """

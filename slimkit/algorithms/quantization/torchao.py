@@ -78,6 +78,12 @@ def _load_inner(module: torch.nn.Module, state: dict[str, Any], prefix: str, *ar
     if set(names) != set(inner):
         raise SaveLoadError(f"torchao: the saved weight of {prefix[:-1]!r} holds {sorted(inner)}, the rebuilt "
                             f"layer expects {sorted(names)}: the save was made with another quant_type or torchao.")
+    for name in names:
+        want, got = getattr(current, name), inner[name]
+        if got.dtype != want.dtype or got.shape != want.shape:
+            raise SaveLoadError(f"torchao: the saved {prefix}{_INNER}{name} is {got.dtype} {tuple(got.shape)}, the "
+                                f"rebuilt layer holds {want.dtype} {tuple(want.shape)}: the weights file was edited "
+                                "or comes from another model.")
     state[prefix + "weight"] = type(current).__tensor_unflatten__(
         {n: inner[n].to(getattr(current, n).device) for n in names}, context, current.shape, current.stride())
 
