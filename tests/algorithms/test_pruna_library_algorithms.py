@@ -95,3 +95,18 @@ def test_token_merging_identical_tokens_merge_into_one_exact_mean():
     merged, size = bipartite_merge(x, torch.ones(1, 5, 1), x, r=1, protected=1)
     assert merged.shape[1] == 4 and sorted(size.flatten().tolist()) == [1.0, 1.0, 1.0, 2.0]
     assert torch.equal(merged[0, 0], x[0, 0])
+
+
+def test_quanto_calibrates_activations_on_the_configs_data():
+    from optimum.quanto import QLinear
+
+    model, x = load("digits_cnn")
+    cfg = SmashConfig({"quanto": {"weight_bits": "qint8", "act_bits": "qint8", "calibration_samples": 32}})
+    cfg.add_data("Digits")
+    smashed = smash(model, cfg, verbose=False)
+    assert smashed.applied[0]["state"]["calibration"] == "data Digits"
+    scales = [float(m.input_scale) for m in smashed.model.modules() if isinstance(m, QLinear)]
+    assert len(scales) == 2 and all(0 < s != 1.0 for s in scales)  # quanto starts every scale at 1
+    with torch.no_grad():
+        cosine = torch.nn.functional.cosine_similarity(smashed(x), model(x), dim=1).mean().item()
+    assert cosine > 0.99
