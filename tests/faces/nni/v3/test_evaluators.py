@@ -9,6 +9,7 @@ from torch import nn
 from slimkit.errors import ConfigError, MissingPackageError
 from slimkit.faces.nni import trace
 from slimkit.faces.nni.v3 import LightningEvaluator, OptimizerRelay, TorchEvaluator, TransformersEvaluator
+from slimkit.faces.nni.v3.pruning import TaylorPruner
 from tests.faces.nni.digits import DigitCNN
 from tests.faces.nni.v3.loop import make_evaluator, make_training_func, training_step
 
@@ -81,7 +82,8 @@ def test_lightning_evaluator_says_lightning_is_missing():
         LightningEvaluator(object(), object())
 
 
-def test_transformers_evaluator_trains_a_real_trainer_with_the_patched_loss(tmp_path):
+def _tiny_bert_trainer(tmp_path):
+    """A real transformers.Trainer over a one-layer BERT built from a config, on 16 random rows."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -92,7 +94,12 @@ def test_transformers_evaluator_trains_a_real_trainer_with_the_patched_loss(tmp_
     args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=50,
                                           learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True,
                                           logging_strategy="no", disable_tqdm=True)
-    trainer = trace(transformers.Trainer)(model=model, args=args, train_dataset=rows)
+    return trace(transformers.Trainer)(model=model, args=args, train_dataset=rows)
+
+
+def test_transformers_evaluator_trains_a_real_trainer_with_the_patched_loss(tmp_path):
+    trainer = _tiny_bert_trainer(tmp_path)
+    model = trainer.model
     evaluator, extra = TransformersEvaluator(trainer), []
 
     def add(loss, batch):
@@ -106,8 +113,20 @@ def test_transformers_evaluator_trains_a_real_trainer_with_the_patched_loss(tmp_
     evaluator.train(max_steps=3)
     assert evaluator.steps_taken == 3 and trainer.state.global_step == 3
     assert extra == [4, 4, 4] and order == ["b", "a"] * 3
-    assert args.max_steps == 50  # the trainer's own duration comes back
+    assert trainer.args.max_steps == 50  # the trainer's own duration comes back
     with pytest.raises(ConfigError, match="prune that same model"):
         evaluator.bind_model(nn.Linear(2, 2))
     with pytest.raises(ConfigError, match="needs a transformers.Trainer"):
         TransformersEvaluator(object())
+
+
+def test_taylor_pruner_collects_its_statistics_from_a_transformers_trainer(tmp_path):
+    trainer = _tiny_bert_trainer(tmp_path)
+    evaluator = TransformersEvaluator(trainer)
+    config = [{"op_types": ["Linear"], "op_names_re": [r".*intermediate\.dense"], "sparse_ratio": 0.5}]
+    pruner = TaylorPruner(trainer.model, config, evaluator, training_steps=3)
+    _, masks = pruner.compress()
+    assert evaluator.steps_taken == 3
+    assert [w.contribution_batches for w in pruner.get_modules_wrapper()] == [3]
+    mask = masks["bert.encoder.layer.0.intermediate.dense"]["weight"]
+    assert tuple(mask.shape) == (32, 16) and int(mask.any(dim=1).sum()) == 16

@@ -38,7 +38,7 @@ def test_norm_pruners_reach_the_ratio_and_the_speedup_removes_the_channels(cnn, 
         assert sorted(masks[name]) == ["bias", "weight"] and tuple(masks[name]["weight"].shape) == shapes
         assert len(kept_channels(masks[name]["weight"])) == shapes[0] // 2
         assert layer_sparsity(masks[name]["bias"]) == 0.5
-    pruner._unwrap_model()
+    pruner.unwrap_model()  # NNI 3.0's spelling: the layers come back, the speedup applies the masks
     ModelSpeedup(cnn, DUMMY, masks).speedup_model()
     assert (cnn.conv1.out_channels, cnn.conv2.in_channels, cnn.conv2.out_channels, cnn.bn2.num_features) == \
         (8, 8, 16, 16)
