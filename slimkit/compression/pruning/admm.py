@@ -24,7 +24,7 @@ from torch import nn
 from slimkit.compression.pruning.allocation import BASE_MASKERS, base_op_types, check_base_algo
 from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.training import Trainer, check_positive_int, check_trainer, run_epoch
+from slimkit.compression.pruning.training import Trainer, check_positive, check_positive_int, check_trainer, run_epoch
 
 #: ``train_epoch(epoch, penalty, penalty_grad)``: one W-step epoch with the augmented term added
 EpochFn = Callable[[int, Callable[[], torch.Tensor], Callable[[], None]], None]
@@ -121,8 +121,7 @@ class ADMMEngine(Pruner):
         self.training_epochs = check_positive_int(who, "training_epochs", training_epochs)
         self.row = check_row(who, row)
         self.base_algo = check_base_algo(who, base_algo)
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-            raise PruningConfigError(f"{who} lr must be a number > 0, got {lr!r}.")
+        check_positive(who, "lr", lr)
         self.trainer, self.criterion, self.dataloader, self.lr, self.seed = trainer, criterion, dataloader, lr, seed
         self.default_op_types, self.supported_op_types = base_op_types(self.base_algo)
         self.masker = BASE_MASKERS[self.base_algo](model, self)

@@ -12,6 +12,7 @@ from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.maskers import MaskDict
 from slimkit.compression.pruning.one_shot import LevelEngine, WeightFilterPruner
+from slimkit.compression.pruning.training import check_positive_int
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 from slimkit.core import registry
 from slimkit.errors import AlgorithmNotFoundError
@@ -133,8 +134,7 @@ class AGPEngine(Pruner):
     ) -> None:
         engine = agp_engine(pruning_algorithm)
         for label, value in (("num_iterations", num_iterations), ("frequency", frequency)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PruningConfigError(f"AGPPruner {label} must be an int >= 1, got {value!r}.")
+            check_positive_int("AGPPruner", label, value)
         if schedule not in ("step", "epoch"):
             raise PruningConfigError(f"AGPPruner schedule must be 'step' or 'epoch', got {schedule!r}.")
         if not 0.0 <= float(initial_sparsity) < 1.0:

@@ -23,9 +23,8 @@ from torch import nn
 
 from slimkit.compression.pruning.admm import admm_solve, check_row
 from slimkit.compression.pruning.allocation import Allocation, AllocationPruner, Evaluator, check_evaluator
-from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.simulated_annealing import anneal, check_annealing
-from slimkit.compression.pruning.training import Trainer, check_positive_int, check_trainer, run_epoch
+from slimkit.compression.pruning.training import Trainer, check_positive, check_positive_int, check_trainer, run_epoch
 
 
 class AutoCompressEngine(AllocationPruner):
@@ -76,8 +75,7 @@ class AutoCompressEngine(AllocationPruner):
         self.admm_num_iterations = check_positive_int(who, "admm_num_iterations", admm_num_iterations)
         self.admm_training_epochs = check_positive_int(who, "admm_training_epochs", admm_training_epochs)
         self.row = check_row(who, row)
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-            raise PruningConfigError(f"{who} lr must be a number > 0, got {lr!r}.")
+        check_positive(who, "lr", lr)
         self.trainer, self.criterion, self.dataloader, self.lr, self.seed = trainer, criterion, dataloader, lr, seed
         self.residuals: list[list[float]] = []
         self._init_allocation(model, base_algo, optimize_mode, experiment_data_dir)

@@ -21,6 +21,7 @@ from torch import nn
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.dependency import DependencyAwarePruner
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES
+from slimkit.compression.pruning.training import check_positive_int
 from slimkit.data.batches import split_batch
 from slimkit.errors import DataError
 from slimkit.utils import run_model
@@ -51,10 +52,7 @@ class _DataDrivenPruner(DependencyAwarePruner):
         dependency_aware: bool = False,
         dims: Any = None,
     ) -> None:
-        if isinstance(statistics_batch_num, bool) or not isinstance(statistics_batch_num, int) or (
-            statistics_batch_num < 1
-        ):
-            raise PruningConfigError(f"statistics_batch_num must be an int >= 1, got {statistics_batch_num!r}.")
+        check_positive_int(self.display_name(), "statistics_batch_num", statistics_batch_num)
         if trainer is not None and optimizer is None:
             raise PruningConfigError(f"{self.display_name()}(trainer=...) also needs optimizer=... to train with.")
         self.trainer = trainer

@@ -24,7 +24,7 @@ from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError, layer_weight
 from slimkit.compression.pruning.maskers import MaskDict, channel_masks, lowest_indices, num_to_prune
 from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
-from slimkit.compression.pruning.training import Trainer, check_positive_int, run_epoch
+from slimkit.compression.pruning.training import Trainer, check_positive, check_positive_int, run_epoch
 from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
 from slimkit.training import criterion_loss, default_loss, fit
 
@@ -113,8 +113,7 @@ class MovementEngine(Pruner):
                                      "dataloader= with training_epochs=.")
         self.cool_down_beginning_step = check_positive_int(who, "cool_down_beginning_step", cool_down_beginning_step,
                                                            minimum=self.warm_up_step + 1)
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-            raise PruningConfigError(f"{who} lr must be a number > 0, got {lr!r}.")
+        check_positive(who, "lr", lr)
         self.granularity, self.trainer, self.criterion, self.dataloader = granularity, trainer, criterion, dataloader
         self.lr, self.seed = lr, seed
         self.default_op_types = ("Conv2d", "Linear")

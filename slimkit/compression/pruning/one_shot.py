@@ -18,6 +18,7 @@ from slimkit.compression.pruning.maskers import (
     LevelPrunerMasker,
     SlimPrunerMasker,
 )
+from slimkit.compression.pruning.training import check_positive_int
 
 FILTER_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear", "Conv1D")
 LEVEL_OP_TYPES: tuple[str, ...] = ("Conv1d", "Conv2d", "Conv3d", "Linear")
@@ -47,9 +48,7 @@ class LevelEngine(Pruner):
     ) -> None:
         if method not in ("l1", "random"):
             raise PruningConfigError(f"LevelPruner method must be 'l1' or 'random', got {method!r}.")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise PruningConfigError(f"LevelPruner seed must be an int >= 0, got {seed!r}.")
-        self.method, self.seed = method, seed
+        self.method, self.seed = method, check_positive_int("LevelPruner", "seed", seed, minimum=0)
         super().__init__(model, config_list, optimizer, dummy_input)
 
 

@@ -23,7 +23,7 @@ from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.io import save_masks
 from slimkit.compression.pruning.one_shot import FPGMEngine, L1FilterPruner, L2FilterPruner, LevelEngine
-from slimkit.compression.pruning.training import check_fraction
+from slimkit.compression.pruning.training import check_fraction, check_positive
 from slimkit.compression.pruning.utils import Sensitivity, sensitivity_analysis
 
 ProportionFn = Callable[[float, float, Sensitivity], Mapping[str, float]]
@@ -72,10 +72,7 @@ class SensitivityPruner(AllocationPruner):
                 raise PruningConfigError(f"{who} {name} must be a function, got {type(fn).__name__}.")
         self.finetuner, self.proportion_fn = finetuner, sparsity_proportion_calc
         self.sparsity_per_iter = check_fraction(who, "sparsity_per_iter", sparsity_per_iter, 1e-6)
-        if isinstance(acc_drop_threshold, bool) or not isinstance(acc_drop_threshold, (int, float)) or \
-                acc_drop_threshold < 0:
-            raise PruningConfigError(f"{who} acc_drop_threshold must be a number >= 0, got {acc_drop_threshold!r}.")
-        self.acc_drop_threshold = float(acc_drop_threshold)
+        self.acc_drop_threshold = check_positive(who, "acc_drop_threshold", acc_drop_threshold, zero=True)
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.sensitivities: list[Sensitivity] = []
         self._eval_call: tuple[Sequence[Any], Mapping[str, Any]] | None = None

@@ -21,15 +21,14 @@ from torch import nn
 
 from slimkit.compression.pruning.allocation import Allocation, AllocationPruner, Evaluator, check_evaluator
 from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.training import check_fraction
+from slimkit.compression.pruning.training import check_fraction, check_positive
 
 
 def check_annealing(who: str, start_temperature: Any, stop_temperature: Any, cool_down_rate: Any,
                     perturbation_magnitude: Any) -> None:
     """Validate the annealing schedule (clear errors naming the argument)."""
     for name, value in (("start_temperature", start_temperature), ("stop_temperature", stop_temperature)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise PruningConfigError(f"{who} {name} must be a number > 0, got {value!r}.")
+        check_positive(who, name, value)
     if not start_temperature > stop_temperature:
         raise PruningConfigError(f"{who} start_temperature ({start_temperature}) must be above stop_temperature "
                                  f"({stop_temperature}); the search runs while the temperature cools between them.")

@@ -50,6 +50,13 @@ def check_positive_int(who: str, name: str, value: Any, minimum: int = 1) -> int
     return value
 
 
+def check_positive(who: str, name: str, value: Any, *, zero: bool = False) -> float:
+    """``value`` as a float > 0 (>= 0 with ``zero``), else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 if zero else value > 0):
+        raise PruningConfigError(f"{who} {name} must be a number {'>=' if zero else '>'} 0, got {value!r}.")
+    return float(value)
+
+
 def check_fraction(who: str, name: str, value: Any, low: float = 0.0, high: float = 1.0, *,
                    closed_high: bool = False) -> float:
     """``value`` as a float in ``[low, high)`` (or ``[low, high]``), else a clear error."""
