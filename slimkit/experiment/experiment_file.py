@@ -28,7 +28,7 @@ from slimkit.errors import ConfigError
 from slimkit.experiment.compressors import KINDS, check_config_list_keys, get_compressor_spec
 from slimkit.experiment.early_stop import parse_early_stop
 from slimkit.experiment.files import read_mapping
-from slimkit.experiment.hyperparameters import parameter_config_params
+from slimkit.experiment.hyperparameters import check_clashes, parameter_config_params
 from slimkit.experiment.objectives import TARGETS, measured_objectives, multi_res_labels, script_objectives
 from slimkit.experiment.proposers import (
     ALL_FIELDS,
@@ -255,7 +255,7 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
                               "'pruning', 'compressor': 'l1_filter', 'config_list': [...]}), or both.")
         if "parameter_config" in raw:
             exp.params = parameter_config_params(raw["parameter_config"])
-            exp.hyperparameters = [p.name for p in exp.params]
+            exp.hyperparameters = check_clashes([p.name for p in exp.params], exp.runtime_args)
         if "compression" in raw:
             exp.compression, searched = _compression(raw, exp.expand_op_names)
             exp.params += searched

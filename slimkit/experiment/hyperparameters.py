@@ -66,3 +66,12 @@ def parameter_config_params(value: Any, path: str = "parameter_config") -> list[
         seen.add(name)
         params.append(parse_spec({k: v for k, v in entry.items() if k in SPEC_KEYS}, where, name))
     return params
+
+
+def check_clashes(names: list[str], runtime_args: Mapping[str, Any]) -> list[str]:
+    """``names``, refused when ``runtime_args`` would overwrite a searched value in the job config."""
+    both = [name for name in names if name in runtime_args]
+    if both:
+        raise ConfigError(f"runtime_args.{both[0]}: also a parameter_config name; the search sets it in every job, "
+                          "so remove one of the two.")
+    return names

@@ -214,6 +214,7 @@ def test_auptimizer_proposers_map_to_optuna(tmp_path, fields, sampler, pruner):
     ({"parameter_config": [{"name": "x", "type": "float"}]}, "parameter_config[0].range: missing"),
     ({"parameter_config": []}, "parameter_config: a non-empty list"),
     ({"parameter_config": None, "proposer": "random"}, "parameter_config: a non-empty list"),
+    ({"runtime_args": {"y": 2}}, "runtime_args.y: also a parameter_config name"),
     ({"proposer": "eas"}, "closest working proposer is 'tpe'"),
     ({"proposer": "passive"}, "closest working proposer is 'sequence'"),
     ({"resource": "node"}, "slimkit worker"),
