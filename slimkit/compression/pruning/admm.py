@@ -26,9 +26,6 @@ from slimkit.compression.pruning.compressor import Pruner
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.pruning.training import Trainer, check_positive, check_positive_int, check_trainer, run_epoch
 
-#: ``train_epoch(epoch, penalty, penalty_grad)``: one W-step epoch with the augmented term added
-EpochFn = Callable[[int, Callable[[], torch.Tensor], Callable[[], None]], None]
-
 
 def check_row(who: str, row: Any) -> float:
     """The penalty weight ``row`` (rho) must be a number > 0."""
@@ -52,9 +49,11 @@ def project(pruner: Pruner, index: int, value: torch.Tensor, sparsity: float) ->
 
 
 def admm_solve(pruner: Pruner, sparsities: Mapping[str, float], num_iterations: int, training_epochs: int,
-               row: float, train_epoch: EpochFn) -> list[float]:
+               row: float, optimizer: torch.optim.Optimizer) -> list[float]:
     """Run the ADMM rounds on ``pruner``'s wrapped layers; returns ``||W - Z||`` after each round.
 
+    Each W-step epoch trains with ``optimizer`` the way ``pruner`` was told to (its ``trainer`` or ``dataloader``,
+    ``criterion`` and ``seed``: :func:`~slimkit.compression.pruning.training.run_epoch`), the augmented term added.
     The weights end close to their sparse projections; the caller installs the hard masks.
     """
     wrappers = pruner.modules_wrapper
@@ -75,7 +74,9 @@ def admm_solve(pruner: Pruner, sparsities: Mapping[str, float], num_iterations: 
     residuals = []
     for _ in range(num_iterations):
         for epoch in range(training_epochs):
-            train_epoch(epoch, penalty, penalty_grad)
+            run_epoch(pruner.bound_model, epoch, trainer=pruner.trainer, dataloader=pruner.dataloader,
+                      optimizer=optimizer, criterion=pruner.criterion, penalty=penalty, penalty_grad=penalty_grad,
+                      seed=pruner.seed)
         with torch.no_grad():
             for i, w in enumerate(weights):
                 z[i] = project(pruner, i, w.detach() + u[i], target[i])
@@ -128,19 +129,11 @@ class ADMMEngine(Pruner):
         self.residuals: list[float] = []
         super().__init__(model, config_list, optimizer, dummy_input)
 
-    def _train_epoch(self, optimizer: torch.optim.Optimizer) -> EpochFn:
-        def epoch_fn(epoch: int, penalty: Callable[[], torch.Tensor], penalty_grad: Callable[[], None]) -> None:
-            run_epoch(self.bound_model, epoch, trainer=self.trainer, dataloader=self.dataloader, optimizer=optimizer,
-                      criterion=self.criterion, penalty=penalty, penalty_grad=penalty_grad, seed=self.seed)
-
-        return epoch_fn
-
     def compress(self) -> nn.Module:
         """Run the ADMM rounds, then install the hard masks (once)."""
         if all(w.if_calculated for w in self.modules_wrapper):
             return self.bound_model
         optimizer = self.optimizer or torch.optim.Adam(self.bound_model.parameters(), lr=self.lr)
         sparsities = {w.name: float(w.config["sparsity"]) for w in self.modules_wrapper}
-        self.residuals = admm_solve(self, sparsities, self.num_iterations, self.training_epochs, self.row,
-                                    self._train_epoch(optimizer))
+        self.residuals = admm_solve(self, sparsities, self.num_iterations, self.training_epochs, self.row, optimizer)
         return super().compress()

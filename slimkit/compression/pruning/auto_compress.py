@@ -24,7 +24,7 @@ from torch import nn
 from slimkit.compression.pruning.admm import admm_solve, check_row
 from slimkit.compression.pruning.allocation import Allocation, AllocationPruner, Evaluator, check_evaluator
 from slimkit.compression.pruning.simulated_annealing import anneal, check_annealing
-from slimkit.compression.pruning.training import Trainer, check_positive, check_positive_int, check_trainer, run_epoch
+from slimkit.compression.pruning.training import Trainer, check_positive, check_positive_int, check_trainer
 
 
 class AutoCompressEngine(AllocationPruner):
@@ -97,14 +97,8 @@ class AutoCompressEngine(AllocationPruner):
                                             **self.anneal_args)
             chosen = self.snap({n: max(found[n], current[n]) for n in self.layer_names})
             self.apply_allocation(current)  # train with what is already pruned, toward what is chosen
-
-            def epoch_fn(epoch: int, penalty: Callable[[], torch.Tensor], grad: Callable[[], None]) -> None:
-                run_epoch(self.bound_model, epoch, trainer=self.trainer, dataloader=self.dataloader,
-                          optimizer=optimizer, criterion=self.criterion, penalty=penalty, penalty_grad=grad,
-                          seed=self.seed)
-
             self.residuals.append(admm_solve(self, chosen, self.admm_num_iterations, self.admm_training_epochs,
-                                             self.row, epoch_fn))
+                                             self.row, optimizer))
             current = chosen
             self.commit(current)
         return current
