@@ -84,6 +84,7 @@ PUBLIC = {
                              "TransformersEvaluator", "V3_KEYS", "is_v3_config", "v2_config_from_v3"],
     "slimkit.faces.nni.v3.pruning": ["AGPPruner", "FPGMPruner", "L1NormPruner", "L2NormPruner", "LevelPruner",
                                      "LinearPruner", "MovementPruner", "SlimPruner", "TaylorPruner"],
+    "slimkit.faces.nni.v3.quantization": ["PtqQuantizer"],
     "slimkit.faces.nni.v3.speedup": ["ModelSpeedup"],
     "slimkit.faces.nni.v3.utils": ["auto_set_denpendency_group_ids", "auto_set_dependency_group_ids"],
     "slimkit.faces.pruna": ["EvaluationAgent", "PrunaDataModule", "PrunaModel", "Task"],

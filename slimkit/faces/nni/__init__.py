@@ -32,6 +32,7 @@ from slimkit.evaluation.flops import count_flops_params
 from slimkit.faces.nni.v1 import QAT_Quantizer
 from slimkit.faces.nni.v2 import *  # noqa: F403  (NNI 2.x's classes, ModelSpeedup included)
 from slimkit.faces.nni.v3 import LightningEvaluator, TorchEvaluator, TransformersEvaluator
+from slimkit.faces.nni.v3.ptq import PtqQuantizer
 from slimkit.faces.nni.v3.taylor import TaylorPruner
 from slimkit.faces.nni.v3.utils import auto_set_denpendency_group_ids
 
@@ -40,6 +41,7 @@ _FACE = [
     "AutoCompressPruner", "BNNQuantizer", "ChannelGraph", "ChannelGroups", "DoReFaQuantizer", "FPGMPruner",
     "KeptChannels", "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner", "LotteryTicketPruner",
     "LsqQuantizer", "ModelSpeedup", "ModelSpeedupTensorRT", "MovementPruner", "NaiveQuantizer", "ObserverQuantizer",
+    "PtqQuantizer",
     "QATQuantizer", "QAT_Quantizer", "QuantGrad", "QuantType", "Quantizer", "SimulatedAnnealingPruner", "SlimPruner",
     "SpeedupError", "SpeedupWarning", "TaylorFOWeightPruner", "TaylorPruner", "UnsupportedOpError",
     "apply_kept_channels", "auto_set_denpendency_group_ids", "channel_dependency_report", "count_flops_params",

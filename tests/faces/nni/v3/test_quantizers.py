@@ -1,0 +1,58 @@
+"""NNI 3.0-style post-training quantization on the digits: calibrated through the evaluator, frozen to int8."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from slimkit.compression.quantization.config import QuantizationConfigError
+from slimkit.faces.nni import trace
+from slimkit.faces.nni.v3 import TorchEvaluator
+from slimkit.faces.nni.v3.quantization import PtqQuantizer
+from tests.faces.nni.digits import accuracy
+from tests.faces.nni.v3.loop import make_evaluator, make_training_func, training_step
+
+CONFIG = [{"op_types": ["Conv2d", "Linear"], "target_names": ["_input_", "weight", "_output_"],
+           "quant_dtype": "int8", "quant_scheme": "affine", "granularity": "default"},
+          {"op_names": ["fc2"], "target_names": ["weight"], "target_settings": {"weight": {"quant_dtype": "int4"}}}]
+
+
+def test_ptq_calibrates_through_the_evaluator_and_freezes_to_integer_codes(cnn, digits, pretrained):
+    quantizer = PtqQuantizer(cnn, CONFIG, make_evaluator(cnn, digits))
+    model, calibration = quantizer.compress()
+    assert sorted(calibration) == ["conv1", "conv2", "fc1", "fc2"]
+    assert calibration["conv1"]["input_bits"] == calibration["conv1"]["weight_bits"] == 8
+    assert calibration["fc2"]["weight_bits"] == 4 and "input_bits" not in calibration["fc2"]
+    low, high = calibration["conv1"]["tracked_min_input"], calibration["conv1"]["tracked_max_input"]
+    assert low <= float(torch.cat([x for x, _ in digits[1]]).min()) and high > 0
+    fake_quantized = accuracy(model, digits[1])
+    assert fake_quantized >= pretrained[1] - 0.05
+    quantizer.freeze()
+    codes = model.conv1.state_dict()["weight_codes"]
+    assert codes.dtype == torch.uint8 and tuple(codes.shape) == (16, 1, 3, 3)
+    assert accuracy(model, digits[1]) == pytest.approx(fake_quantized, abs=0.02)
+
+
+def test_ptq_can_observe_while_the_evaluator_trains(cnn, digits):
+    losses = []
+    optimizer = trace(torch.optim.SGD)(cnn.parameters(), lr=0.001)
+    evaluator = TorchEvaluator(make_training_func(digits[0], losses), optimizer, training_step)
+    quantizer = PtqQuantizer(cnn, CONFIG[:1], evaluator)
+    with pytest.raises(QuantizationConfigError, match="evaluating_func, or compress"):
+        quantizer.compress()
+    _, calibration = quantizer.compress(max_steps=3, max_epochs=None)
+    assert len(losses) == 3 and calibration["fc1"]["output_bits"] == 8
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtype": "int8", "fuse_names": [["fc1"]]},
+     "unknown key 'fuse_names'.*fusion.*not offered"),
+    ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtype": "int8", "granularity": "per_channel"},
+     "granularity.*one scale per tensor"),
+    ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtype": "float8"}, "'int<bits>' or 'uint<bits>'"),
+    ({"op_types": ["Linear"], "target_names": ["_input_0"], "quant_dtype": "int8"}, "weight, _input_, _output_"),
+    ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtyp": "int8"}, "Did you mean 'quant_dtype'"),
+])
+def test_bad_quantization_keys_are_refused_clearly(cnn, digits, entry, message):
+    with pytest.raises(QuantizationConfigError, match=message):
+        PtqQuantizer(cnn, [entry], make_evaluator(cnn, digits))
