@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter
-from torch import nn
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
+from slimkit.compression.pruning.sparsegpt import PruningStep, run_pruner
+from slimkit.compression.quantization.lowbit.quantize import LayerStatsCollector
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Hyperparameter, ListHyperparameter
+from slimkit.core.weights import DENSE, Target, select
 from slimkit.errors import ConfigError
 
 #: llm-compressor's ``mask_structure`` spellings: "0:0" unstructured, else N:M with N zeros in every M columns
@@ -62,23 +64,40 @@ class CalibratedLLMPruner(TargetsMixin, SlimkitPruner):
                                              "matches the last name part); lm_head by default."}),
         ]
 
-    def prune(self, model: nn.Module, ids: Any, smash_config: SmashConfigPrefixWrapper, prune_n: int,
-              prune_m: int) -> tuple[dict[str, dict], list[str]]:
-        """Run the engine: ``({layer: {"sparsity": ..., ["packed": spec]}}, layers outside the blocks)``."""
+    def worker(self, smash_config: SmashConfigPrefixWrapper, prune_n: int, prune_m: int) -> LayerStatsCollector:
+        """The engine's block-wise worker for these hyperparameters (N:M already parsed)."""
         raise NotImplementedError
 
-    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+    def _worker(self, smash_config: SmashConfigPrefixWrapper) -> LayerStatsCollector:
         sparsity = float(smash_config["sparsity"])
-        prune_n, prune_m = parse_mask_structure(smash_config["mask_structure"], sparsity)
+        return self.worker(smash_config, *parse_mask_structure(smash_config["mask_structure"], sparsity))
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        worker = self._worker(smash_config)
         targets = model_targets(model)
         ids = support.read_calibration_ids(model, smash_config)
-        records, outside = self.prune(model, ids, smash_config, prune_n, prune_m)
+        records, _ = run_pruner(model, ids, worker, tuple(smash_config["exclude"]), 1, self.algorithm_name)
+        self._record(smash_config, records, targets)
+        return model
+
+    def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> PruningStep:
+        """The same worker on each block's calibration inputs, for a model streamed block by block."""
+        return PruningStep(self._worker(smash_config), support.read_calibration_ids(model, smash_config),
+                           self.algorithm_name, tuple(smash_config["exclude"]))
+
+    def stream_finish(self, smash_config: SmashConfigPrefixWrapper, summary: dict[str, Any]) -> None:
+        """Record the per-layer sparsity, packed specs and coverage of a streaming run, as ``_apply`` does."""
+        self._record(smash_config, summary["specs"], summary["targets"])
+
+    @staticmethod
+    def _record(smash_config: SmashConfigPrefixWrapper, records: dict[str, dict], targets: list[Target]) -> None:
+        """State: ``sparsity`` per pruned layer, ``layers`` (packed specs, sparse + low-bit), ``coverage``."""
+        exclude = tuple(smash_config["exclude"])
+        outside = {t.name: OUTSIDE_REASON for t in select(targets, DENSE, exclude) if t.name not in records}
         state = smash_config.state
         state[SPARSITY_KEY] = {n: round(r["sparsity"], 6) for n, r in records.items()}
         state[support.STATE_KEY] = {n: r["packed"] for n, r in records.items() if "packed" in r}
-        record_coverage(state, targets, records, tuple(smash_config["exclude"]), support.DEFAULT_EXCLUDE,
-                        {n: OUTSIDE_REASON for n in outside})
-        return model
+        record_coverage(state, targets, records, exclude, support.DEFAULT_EXCLUDE, outside)
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Swap the packed layers (sparse + low-bit) for empty ones; pruned dense weights need nothing."""

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
-from torch import nn
 
 from slimkit.algorithms.pruning._calibrated import CalibratedLLMPruner
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import clip_search_hyperparameter
-from slimkit.compression.pruning.sparsegpt import prune_model_sparsegpt
+from slimkit.compression.pruning.sparsegpt import sparsegpt_worker
+from slimkit.compression.quantization.lowbit.quantize import LayerStatsCollector
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
@@ -52,11 +50,9 @@ class SparseGPT(CalibratedLLMPruner):
             *support.calibration_hyperparameters(),
         ]
 
-    def prune(self, model: nn.Module, ids: Any, smash_config: SmashConfigPrefixWrapper, prune_n: int,
-              prune_m: int) -> tuple[dict[str, dict], list[str]]:
-        """SparseGPT block by block (:func:`prune_model_sparsegpt`)."""
-        return prune_model_sparsegpt(model, ids, float(smash_config["sparsity"]), prune_n, prune_m,
-                                     int(smash_config["block_size"]), float(smash_config["dampening_frac"]),
-                                     int(smash_config["bits"]), int(smash_config["group_size"]),
-                                     bool(smash_config["sym"]), bool(smash_config["clip_search"]),
-                                     tuple(smash_config["exclude"]))
+    def worker(self, smash_config: SmashConfigPrefixWrapper, prune_n: int, prune_m: int) -> LayerStatsCollector:
+        """SparseGPT's block-wise worker (:func:`sparsegpt_worker`)."""
+        return sparsegpt_worker(float(smash_config["sparsity"]), prune_n, prune_m, int(smash_config["block_size"]),
+                                float(smash_config["dampening_frac"]), int(smash_config["bits"]),
+                                int(smash_config["group_size"]), bool(smash_config["sym"]),
+                                bool(smash_config["clip_search"]))

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from torch import nn
-
 from slimkit.algorithms.pruning._calibrated import CalibratedLLMPruner
 from slimkit.algorithms.quantization import _lowbit_support as support
-from slimkit.compression.pruning.wanda import prune_model_wanda
+from slimkit.compression.pruning.wanda import wanda_worker
+from slimkit.compression.quantization.lowbit.quantize import LayerStatsCollector
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
@@ -31,8 +28,6 @@ class Wanda(CalibratedLLMPruner):
         """Sparsity and pattern, calibration size, exclusions."""
         return [*self.pattern_hyperparameters(), *support.calibration_hyperparameters()]
 
-    def prune(self, model: nn.Module, ids: Any, smash_config: SmashConfigPrefixWrapper, prune_n: int,
-              prune_m: int) -> tuple[dict[str, dict], list[str]]:
-        """Wanda block by block (:func:`prune_model_wanda`)."""
-        return prune_model_wanda(model, ids, float(smash_config["sparsity"]), prune_n, prune_m,
-                                 tuple(smash_config["exclude"]))
+    def worker(self, smash_config: SmashConfigPrefixWrapper, prune_n: int, prune_m: int) -> LayerStatsCollector:
+        """Wanda's block-wise worker (:func:`wanda_worker`)."""
+        return wanda_worker(float(smash_config["sparsity"]), prune_n, prune_m)

@@ -18,13 +18,15 @@ coming from the already pruned blocks before it.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.calibration import run_blockwise
+from slimkit.compression.quantization.lowbit.blockwise import BlockStep
+from slimkit.compression.quantization.lowbit.calibration import InputStore, process_block, run_blockwise
 from slimkit.compression.quantization.lowbit.gptq import HessianAccumulator, inverse_hessian_factor
 from slimkit.compression.quantization.lowbit.layers import pack_layer, replace_module, require_targets, weight_of
 from slimkit.compression.quantization.lowbit.linear import n_groups, row_groups
@@ -228,9 +230,17 @@ def prune_model_sparsegpt(model: nn.Module, calibration_ids: torch.Tensor, spars
     zeros) and, with ``bits``, the packed layer's replay spec (``"packed"``); ``outside`` are the selected layers
     outside every block (no calibrated inputs there), left dense.
     """
+    return run_pruner(model, calibration_ids, sparsegpt_worker(sparsity, prune_n, prune_m, block_size, damp, bits,
+                                                                group_size, sym, clip_search),
+                      exclude, batch_size, "sparsegpt")
+
+
+def sparsegpt_worker(sparsity: float = 0.5, prune_n: int = 0, prune_m: int = 0, block_size: int = 128,
+                     damp: float = 0.01, bits: int = 0, group_size: int = 128, sym: bool = False,
+                     clip_search: bool = True) -> LayerStatsCollector:
+    """The block-wise SparseGPT worker (for :func:`run_pruner` or a streaming :class:`PruningStep`)."""
     check_pattern(sparsity, prune_n, prune_m)
-    worker = _SparseGPT(sparsity, prune_n, prune_m, block_size, damp, bits, group_size, sym, clip_search)
-    return run_pruner(model, calibration_ids, worker, exclude, batch_size, "sparsegpt")
+    return _SparseGPT(sparsity, prune_n, prune_m, block_size, damp, bits, group_size, sym, clip_search)
 
 
 def run_pruner(model: nn.Module, calibration_ids: torch.Tensor, worker: LayerStatsCollector, exclude: Iterable[str],
@@ -244,3 +254,37 @@ def run_pruner(model: nn.Module, calibration_ids: torch.Tensor, worker: LayerSta
     finally:
         model.train(was_training)
     return {n: worker.specs[n] for n in names if n in worker.specs}, outside
+
+
+class PruningStep(BlockStep):
+    """A block-wise pruner as the step of a streaming run: the in-memory worker on each block's calibration inputs.
+
+    Its targets are the dense layers (Linear and subclasses, Conv1D; MoE experts are left dense), the same selection
+    as :func:`run_pruner`; layers outside the blocks have no calibrated inputs and are left dense, as in memory.
+    """
+
+    calibrated = True
+
+    def __init__(self, worker: LayerStatsCollector, calibration_ids: torch.Tensor, method: str,
+                 exclude: tuple[str, ...] = ("lm_head",), batch_size: int = 1) -> None:
+        self.worker, self.calibration_ids, self.method = worker, calibration_ids, method
+        self.exclude, self.batch_size = tuple(exclude), batch_size
+        self.bits, self.group_size = worker.bits, worker.group_size
+
+    def targets(self, model: nn.Module) -> list[str]:  # noqa: D102
+        return [t.name for t in require_targets(model, self.exclude, what=self.method)]
+
+    def __call__(self, model: nn.Module, prefix: str, block: nn.Module, names: list[str],
+                 inputs: InputStore | None = None, advance: bool = False) -> Specs:
+        """Prune ``names`` of one block from its calibration inputs; returns their records."""
+        if inputs is None:
+            raise ValueError(f"{self.method} prunes a block from its calibration inputs; none were given.")
+        process_block(model, prefix, block, names, inputs, self.worker, advance)
+        return {n: self.worker.specs.pop(n) for n in names}
+
+    def outside(self, model: nn.Module, names: list[str]) -> Specs:
+        """Nothing: layers outside the blocks stay dense (warned once, recorded by the algorithm's coverage)."""
+        if names:
+            warnings.warn(f"{self.method}: layers outside the transformer blocks ({', '.join(names)}) have no "
+                          "calibrated inputs and were left dense.", RuntimeWarning, stacklevel=2)
+        return {}

@@ -85,5 +85,10 @@ def prune_model_wanda(model: nn.Module, calibration_ids: torch.Tensor, sparsity:
     Returns ``({layer: {"sparsity": share of exact zeros}}, outside)`` like
     :func:`~slimkit.compression.pruning.sparsegpt.prune_model_sparsegpt`.
     """
+    return run_pruner(model, calibration_ids, wanda_worker(sparsity, prune_n, prune_m), exclude, batch_size, "wanda")
+
+
+def wanda_worker(sparsity: float = 0.5, prune_n: int = 0, prune_m: int = 0) -> LayerStatsCollector:
+    """The block-wise Wanda worker (for :func:`run_pruner` or a streaming ``PruningStep``)."""
     check_pattern(sparsity, prune_n, prune_m)
-    return run_pruner(model, calibration_ids, _Wanda(sparsity, prune_n, prune_m), exclude, batch_size, "wanda")
+    return _Wanda(sparsity, prune_n, prune_m)
