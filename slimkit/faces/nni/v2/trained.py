@@ -22,6 +22,7 @@ from slimkit.compression.pruning.one_shot import SlimEngine
 from slimkit.compression.pruning.taylor_fo import TaylorFOWeightFilterPruner
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
 from slimkit.faces.nni.v3.evaluator import Evaluator
+from slimkit.faces.nni.v3.utils import slim_norm_config
 
 __all__ = ["ActivationAPoZRankPruner", "ActivationMeanRankPruner", "SlimPruner", "TaylorFOWeightPruner"]
 
@@ -54,7 +55,9 @@ class SlimPruner(V2Pruner, SlimEngine):
     ``SlimPruner(model, config_list, trainer, traced_optimizer, criterion, training_epochs, scale=0.0001,
     mode="global")``: ``training_epochs`` epochs of ``trainer`` with ``criterion + scale * sum(|gamma|)``, then
     global ranking of ``total_sparsity`` (capped by ``max_sparsity_per_layer``) or per layer with ``"normal"``.
-    slimkit's Slim prunes BatchNorm scales: select BatchNorm layers (``op_types: ["BatchNorm2d"]``).
+    slimkit's Slim prunes BatchNorm scales: select BatchNorm layers (``op_types: ["BatchNorm2d"]``); with NNI
+    3.0's form, selected convs/linears stand for the BatchNorm layers after them (found by tracing the
+    evaluator's ``dummy_input``: :func:`slimkit.faces.nni.v3.utils.slim_norm_config`).
     """
 
     def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], trainer: Callable[..., Any] = None,
@@ -80,6 +83,8 @@ class SlimPruner(V2Pruner, SlimEngine):
             raise PruningConfigError(f"SlimPruner scale must be a number >= 0 (the L1 penalty weight), got {scale!r}.")
         self.scale = scale
         v3 = self.evaluator is not None
+        if v3 and isinstance(model, nn.Module) and not isinstance(config_list, (str, bytes, Mapping)):
+            config_list = slim_norm_config(model, config_list, self.evaluator.get_dummy_input())
         super().__init__(model, self._v2_config(model, config_list, mode, v3), scope="layer")
         self._trained = False
 

@@ -27,7 +27,8 @@ from torch import nn
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.errors import closest
 
-__all__ = ["V3_KEYS", "V3Config", "is_v3_config", "remember_dummy_input", "select_modules", "v2_config_from_v3"]
+__all__ = ["V3_KEYS", "V3Config", "dummy_input_of", "is_v3_config", "remember_dummy_input", "select_modules",
+           "v2_config_from_v3"]
 
 _SELECT = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
 _SPARSE = ("sparse_ratio", "max_sparse_ratio", "global_group_id", "dependency_group_id", "granularity")
@@ -52,6 +53,11 @@ _DUMMY_INPUTS: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictio
 def remember_dummy_input(model: nn.Module, dummy_input: Any) -> None:
     """Keep the input a dependency analysis of ``model`` was traced with (the pruner retraces with it)."""
     _DUMMY_INPUTS[model] = dummy_input
+
+
+def dummy_input_of(model: nn.Module) -> Any:
+    """The input :func:`remember_dummy_input` kept for ``model`` (``None`` when none was)."""
+    return _DUMMY_INPUTS.get(model)
 
 
 @dataclass
@@ -126,7 +132,11 @@ def _modules(model: nn.Module) -> list[tuple[str, str]]:
 
 
 def select_modules(model: nn.Module, entry: Mapping[str, Any], default_types: Sequence[str], where: str) -> list[str]:
-    """The layer names an NNI 3.0 entry selects: ``(op_names | op_names_re) & op_types - excluded``, in model order."""
+    """The layer names an NNI 3.0 entry selects: ``(op_names | op_names_re) & op_types - excluded``, in model order.
+
+    Without ``op_types`` the named layers are taken whatever their type (NNI 3.0's rule); an entry naming no
+    layer and no type selects ``default_types``.
+    """
     modules = _modules(model)
     known = [n for n, _ in modules]
     names = _names(entry.get("op_names", []), f"{where}['op_names']")
@@ -135,8 +145,11 @@ def select_modules(model: nn.Module, entry: Mapping[str, Any], default_types: Se
             raise PruningConfigError(f"{where} op_names entry {name!r} is no layer of the model."
                                      f"{closest(name, known)}")
     patterns = [re.compile(p) for p in _names(entry.get("op_names_re", []), f"{where}['op_names_re']")]
-    types = _names(entry.get("op_types", list(default_types)), f"{where}['op_types']")
     by_name = set(names) | {n for n in known if any(p.match(n) for p in patterns)}
+    if "op_types" in entry:
+        types = set(_names(entry["op_types"], f"{where}['op_types']"))
+    else:  # NNI 3.0: named layers of any type; nothing named: the pruner's default types
+        types = {t for n, t in modules if n in by_name} if names or patterns else set(default_types)
     chosen = [n for n, t in modules if t in types and (n in by_name or not (names or patterns))]
     drop = set(_names(entry.get("exclude_op_names", []), f"{where}['exclude_op_names']"))
     drop_re = [re.compile(p) for p in _names(entry.get("exclude_op_names_re", []), f"{where}['exclude_op_names_re']")]
@@ -193,4 +206,4 @@ def v2_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequenc
     out = list(per_layer.values()) + kept
     if not out:
         raise PruningConfigError(f"{who}: no entry of config_list selects a layer of the model.")
-    return V3Config(out, bool(groups), dependency, _DUMMY_INPUTS.get(model))
+    return V3Config(out, bool(groups), dependency, dummy_input_of(model))

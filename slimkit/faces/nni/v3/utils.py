@@ -16,12 +16,13 @@ from torch import nn
 
 from slimkit.compression.pruning.config import PruningConfigError
 from slimkit.compression.speedup.report import channel_dependency_report
-from slimkit.faces.nni.v3.config import remember_dummy_input, select_modules
+from slimkit.faces.nni.v3.config import dummy_input_of, remember_dummy_input, select_modules
 
-__all__ = ["auto_set_denpendency_group_ids", "auto_set_dependency_group_ids"]
+__all__ = ["auto_set_denpendency_group_ids", "auto_set_dependency_group_ids", "slim_norm_config"]
 
 _SELECTORS = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
 _DEFAULT_TYPES = ("Conv2d", "Linear")
+_NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 
 
 def auto_set_denpendency_group_ids(model: nn.Module, config_list: Sequence[Mapping[str, Any]],
@@ -52,3 +53,45 @@ def auto_set_denpendency_group_ids(model: nn.Module, config_list: Sequence[Mappi
 
 
 auto_set_dependency_group_ids = auto_set_denpendency_group_ids  # the spelling without NNI's typo
+
+
+def slim_norm_config(model: nn.Module, config_list: Sequence[Mapping[str, Any]],
+                     dummy_input: Any = None) -> list[dict[str, Any]]:
+    """NNI 3.0 ``SlimPruner`` entries selecting convs/linears, re-aimed at the BatchNorm layers that follow them.
+
+    NNI 3.0 learns a scaling factor per output channel of the selected layers; slimkit's Slim (the paper's form)
+    uses the scales of the BatchNorm after each of them, found by tracing the model on ``dummy_input`` (else the
+    input ``auto_set_denpendency_group_ids`` saw). Entries that already select norms are kept.
+    """
+    types = {n: type(m).__name__ for n, m in model.named_modules() if n}
+    picked = [select_modules(model, e, _NORMS, f"config_list[{i}]") if isinstance(e, Mapping) else []
+              for i, e in enumerate(config_list)]
+    if all(types[n] in _NORMS for names in picked for n in names):
+        return [dict(e) for e in config_list]
+    given = dummy_input if dummy_input is not None else dummy_input_of(model)
+    if given is None:
+        raise PruningConfigError("SlimPruner prunes by BatchNorm scales: select the BatchNorm layers (op_types "
+                                 "['BatchNorm2d']), or give the evaluator a dummy_input so the norms after the "
+                                 "selected layers can be found.")
+    norm_of: dict[str, list[str]] = {}
+    for info in channel_dependency_report(model, given).infos:
+        for member in info.members:
+            norm_of[member] = [f for f in info.followers if types.get(f) in _NORMS]
+    out = []
+    for entry, names in zip(config_list, picked, strict=True):
+        if not isinstance(entry, Mapping):
+            out.append(entry)  # the config translation names what is wrong with it
+            continue
+        rest = {k: v for k, v in entry.items() if k not in _SELECTORS}
+        norms = []
+        for name in names:
+            if types[name] in _NORMS:
+                norms.append(name)
+            elif not norm_of.get(name):
+                raise PruningConfigError(f"SlimPruner: layer {name!r} is followed by no BatchNorm, whose scales "
+                                         "Slim ranks; leave it out of config_list or use L1NormPruner / TaylorPruner.")
+            else:
+                norms += [n for n in norm_of[name] if n not in norms]
+        if norms:
+            out.append({**rest, "op_names": norms, "op_types": sorted({types[n] for n in norms})})
+    return out

@@ -108,6 +108,17 @@ def test_slim_pruner_trains_the_steps_with_the_penalty_then_prunes_batchnorm(cnn
     assert (cnn.conv1.out_channels, cnn.conv2.out_channels) == (8, 16)
 
 
+def test_slim_pruner_given_convs_as_in_nni_3_0_ranks_the_batchnorms_after_them(cnn, digits):
+    config = [{"op_types": ["Conv2d"], "sparse_ratio": 0.25}]
+    with pytest.raises(PruningConfigError, match="select the BatchNorm layers.*dummy_input"):
+        SlimPruner(cnn, config, make_evaluator(cnn, digits), training_steps=2)
+    evaluator = make_evaluator(cnn, digits, dummy_input=DUMMY)
+    _, masks = SlimPruner(cnn, config, evaluator, training_steps=2).compress()
+    assert {n: layer_sparsity(m["weight"]) for n, m in masks.items()} == {"bn1": 0.25, "bn2": 0.25}
+    with pytest.raises(PruningConfigError, match="'fc1' is followed by no BatchNorm"):
+        SlimPruner(cnn, [{"op_names": ["fc1"], "sparse_ratio": 0.5}], evaluator, training_steps=2)
+
+
 def test_slim_pruner_refuses_an_evaluator_that_is_a_function(cnn):
     with pytest.raises(PruningConfigError, match="NNI 3.0.s evaluator form.*SlimPruner"):
         SlimPruner(cnn, [{"op_types": ["BatchNorm2d"], "sparsity": 0.5}], evaluator=lambda m: 1.0)
