@@ -129,6 +129,8 @@ class V2Pruner:
 
     mode: str = "normal"
     dependency_input: Any = None
+    #: an NNI 3.0 entry asked for ``granularity: "out_channel"``
+    out_channel: bool = False
     #: the NNI 3.0 evaluator the pruner was given (``None`` for NNI 2.x's signatures)
     evaluator: Evaluator | None = None
     _groups: list[GlobalGroup]
@@ -149,6 +151,7 @@ class V2Pruner:
             translated3 = v2_config_from_v3(model, config_list, self.default_op_types,  # type: ignore[attr-defined]
                                             type(self).__name__)
             config_list, mode = translated3.config_list, "global" if translated3.global_ranking else "normal"
+            self.out_channel = translated3.out_channel
             if translated3.dependency_aware and not translated3.global_ranking:
                 mode = "dependency_aware"
                 self.dependency_input = dummy_input if translated3.dummy_input is None else translated3.dummy_input

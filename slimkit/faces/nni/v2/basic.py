@@ -53,7 +53,11 @@ class LevelPruner(V2Pruner, LevelEngine):
                                      "sparsity needs sparse kernels slimkit does not ship. Use mode='normal' (plain "
                                      "magnitude pruning) or a filter pruner such as L1NormPruner for real speed.")
         check_mode("LevelPruner", mode, ("normal",))
-        super().__init__(model, self._v2_config(model, config_list, mode, self.evaluator is not None))
+        translated = self._v2_config(model, config_list, mode, self.evaluator is not None)
+        if self.out_channel:
+            raise PruningConfigError("LevelPruner prunes single weights; granularity 'out_channel' prunes whole "
+                                     "channels: use L1NormPruner (or 'granularity': 'default').")
+        super().__init__(model, translated)
 
 
 class _NormPruner(V2Pruner):

@@ -50,7 +50,8 @@ class MovementPruner(V2Pruner, MovementEngine):
 
     NNI 3.0: ``MovementPruner(model, config_list, evaluator, warmup_step, cooldown_begin_step,
     regular_scale=1.0)`` then ``compress(max_steps, max_epochs)``: the evaluator's loop trains, each optimizer
-    step (relayed to the engine) moves the scores and masks, the sparsity rising between the two steps. slimkit's
+    step (relayed to the engine) moves the scores and masks, the sparsity rising between the two steps
+    (``granularity: "out_channel"`` prunes whole output channels, else single weights). slimkit's
     engine learns plain movement scores (no L1 penalty on them), so ``regular_scale`` is recorded, not used.
     NNI 2.x: ``MovementPruner(model, config_list, trainer, traced_optimizer, criterion, training_epochs,
     warm_up_step, cool_down_beginning_step)``: weights whose score (learned from ``-weight * grad`` while
@@ -84,9 +85,10 @@ class MovementPruner(V2Pruner, MovementEngine):
                                      "needs both steps: scores warm up until warmup_step, the final sparsity is "
                                      "reached at cooldown_begin_step.")
         self.evaluator, self._relay = evaluator, OptimizerRelay()
-        super().__init__(model, self._v2_config(model, config_list, "normal", True),  # type: ignore[call-arg]
-                         trainer=self._train_v3, traced_optimizer=self._relay, training_steps=cooldown,
-                         warm_up_step=warmup, cool_down_beginning_step=cooldown)
+        translated = self._v2_config(model, config_list, "normal", True)
+        super().__init__(model, translated, trainer=self._train_v3,  # type: ignore[call-arg]
+                         traced_optimizer=self._relay, training_steps=cooldown, warm_up_step=warmup,
+                         cool_down_beginning_step=cooldown, granularity="filter" if self.out_channel else "fine")
 
     def _train_v3(self, model: nn.Module, optimizer: Any = None, criterion: Any = None, epoch: int = 0) -> None:
         """One call of the engine's loop: the evaluator trains the remaining steps (or one epoch)."""

@@ -68,6 +68,8 @@ class V3Config:
     global_ranking: bool
     dependency_aware: bool
     dummy_input: Any = None
+    #: some entry asked for ``granularity: "out_channel"`` (whole output channels, even for element pruners)
+    out_channel: bool = False
 
 
 def is_v3_config(config_list: Any) -> bool:
@@ -119,7 +121,7 @@ def _flatten(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise PruningConfigError(f"{where}['target_settings'][{target!r}] must be a dict of "
                                      f"{', '.join(allowed)}; got {values!r}.")
         out.update({k: v for k, v in values.items() if target == "weight" or k not in out})
-    granularity = out.pop("granularity", "default")
+    granularity = out.get("granularity", "default")
     if granularity not in _GRANULARITIES:
         raise PruningConfigError(f"{where}['granularity'] must be one of {', '.join(map(repr, _GRANULARITIES))} "
                                  f"(slimkit prunes output channels, or single weights with LevelPruner), got "
@@ -167,7 +169,7 @@ def v2_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequenc
     types = dict(_modules(model))
     per_layer: dict[str, dict[str, Any]] = {}
     groups: dict[Any, dict[str, Any]] = {}
-    dependency = False
+    dependency = out_channel = False
     for index, given in enumerate(config_list):
         where = f"config_list[{index}]"
         if not isinstance(given, Mapping):
@@ -176,11 +178,12 @@ def v2_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequenc
         entry = _flatten(given, where)
         if "sparse_ratio" not in entry:
             raise PruningConfigError(f"{where} gives no 'sparse_ratio' (the share of each selected layer's weights "
-                                     "to prune).")
+                                     "to prune; NNI 2.x's lists say 'sparsity' or 'total_sparsity').")
         ratio = _fraction(entry["sparse_ratio"], f"{where}['sparse_ratio']")
         cap = _fraction(entry.get("max_sparse_ratio", 0.99), f"{where}['max_sparse_ratio']") \
             if "max_sparse_ratio" in entry else 1.0
         dependency = dependency or "dependency_group_id" in entry
+        out_channel = out_channel or entry.get("granularity") == "out_channel"
         layers = select_modules(model, entry, default_types, where)
         if not layers:
             continue  # NNI 3.0 skips an entry that selects nothing
@@ -206,4 +209,4 @@ def v2_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequenc
     out = list(per_layer.values()) + kept
     if not out:
         raise PruningConfigError(f"{who}: no entry of config_list selects a layer of the model.")
-    return V3Config(out, bool(groups), dependency, dummy_input_of(model))
+    return V3Config(out, bool(groups), dependency, dummy_input_of(model), out_channel)

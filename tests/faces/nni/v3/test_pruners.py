@@ -175,6 +175,17 @@ def test_movement_pruner_prunes_while_the_evaluator_trains(cnn, digits):
     assert list(masks) == ["fc1"] and layer_sparsity(masks["fc1"]["weight"]) == pytest.approx(0.8, abs=1e-3)
 
 
+def test_out_channel_granularity_prunes_whole_rows_or_is_refused(cnn, digits):
+    config = [{"op_names": ["fc1"], "sparse_ratio": 0.5, "granularity": "out_channel"}]
+    pruner = MovementPruner(cnn, config, make_evaluator(cnn, digits), warmup_step=1, cooldown_begin_step=3)
+    _, masks = pruner.compress(max_steps=4, max_epochs=None)
+    rows = masks["fc1"]["weight"].any(dim=1)
+    assert int(rows.sum()) == 32 and bool((masks["fc1"]["weight"][rows] == 1).all())
+    pruner._unwrap_model()
+    with pytest.raises(PruningConfigError, match="LevelPruner prunes single weights.*L1NormPruner"):
+        LevelPruner(cnn, config)
+
+
 class Residual(nn.Module):
     """conv0 feeds a block whose output is added back to it: conv0 and conv2 share channels."""
 
