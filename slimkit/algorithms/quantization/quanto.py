@@ -9,6 +9,7 @@ from ConfigSpace import CategoricalHyperparameter, OrdinalHyperparameter, Unifor
 
 from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
+from slimkit.compression._patch import patch_forward
 from slimkit.compression.quantization.int8.calibration import calibration_batches
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
@@ -27,6 +28,18 @@ def _output_unquantized(module: torch.nn.Module) -> bool:
     """Whether quanto's streamlined calibration turned off ``module``'s output quantization (not in its state dict)."""
     handle = getattr(module, "_quantize_hooks", {}).get("output")
     return handle is not None and handle.id not in module._forward_hooks
+
+
+def _outside_inference_mode(module: torch.nn.Module, inner: Any, args: tuple, kwargs: dict) -> Any:
+    """Run a quanto layer under no_grad instead of inference mode (evaluation and serving use inference mode).
+
+    Its int2/int4 matmul is an autograd Function, which fails on inference tensors ("Cannot set version_counter
+    for inference tensor", optimum-quanto 0.2.7).
+    """
+    if not torch.is_inference_mode_enabled():
+        return inner(*args, **kwargs)
+    with torch.inference_mode(False), torch.no_grad():
+        return inner(*args, **kwargs)
 
 
 def _batches(model: torch.nn.Module, smash_config: SmashConfigPrefixWrapper) -> tuple[list[Any], str]:
@@ -85,6 +98,8 @@ class Quanto(TargetsMixin, SlimkitQuantizer):
         act = smash_config["act_bits"]
         quanto.quantize(model, weights=getattr(quanto, smash_config["weight_bits"]),
                         activations=None if act == "none" else getattr(quanto, act), include=names)
+        for name in names:  # evaluation and serving run models under torch.inference_mode
+            patch_forward(model.get_submodule(name), "_slimkit_quanto_mode", _outside_inference_mode)
         return quanto
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
