@@ -125,11 +125,10 @@ def sparsegpt_prune(w: torch.Tensor, hinv: torch.Tensor, sparsity: float = 0.5, 
                 if (start + i) % quant.group_size == 0:  # a group starts: its range from its current kept weights
                     quant.fit_group(start + i, block[:, i:].masked_fill(bmask[:, i:], 0.0), weight[:, end:])
                 kept = quant.column(start + i, kept, removed)
-            err = (column - kept) / diag[i]
-            block[:, i] = kept
+            err = (column - kept).div_(diag[i])
             if spread:
-                block[:, i:].sub_(err.unsqueeze(1) * ublock[i, i:].unsqueeze(0))
-                block[:, i] = kept
+                block[:, i + 1 :].addr_(err, ublock[i, i + 1 :], alpha=-1.0)
+            block[:, i] = kept
             errors[:, i] = err
         weight[:, start:end] = block
         if spread:
