@@ -14,7 +14,7 @@ from ConfigSpace import Constant
 
 from slimkit.algorithms.quantization._targets import select_or_refuse
 from slimkit.core.weights import EXCLUDED, Target
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, SaveLoadError
 
 KEYS = ("include", "exclude")
 
@@ -65,3 +65,14 @@ def choose(targets: Sequence[Target], kinds: Sequence[str], exclude: Sequence[st
                           "module paths, e.g. {'include': ['model.layers.*']}.")
     reasons = {t.name: outside_reason(target_modules) for t in candidates if t not in chosen}
     return chosen, reasons
+
+
+def replay_layers(model: Any, state: Mapping[str, Any], who: str) -> list[str]:
+    """The layers a save of ``who`` quantized (``state["layers"]``); a rebuilt model lacking one is refused."""
+    names = list(state.get("layers", []))
+    present = {n for n, _ in model.named_modules()}
+    missing = [n for n in names if n not in present]
+    if missing:
+        raise SaveLoadError(f"{who} quantized {missing[:3]}, which the rebuilt architecture does not have; "
+                            "pass model= the architecture that was smashed.")
+    return names

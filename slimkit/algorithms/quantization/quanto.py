@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, OrdinalHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose
+from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose, replay_layers
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.compression._patch import patch_forward
 from slimkit.compression.quantization.int8.calibration import calibration_batches
@@ -15,7 +15,6 @@ from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWra
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
 from slimkit.core.weights import LINEAR
-from slimkit.errors import SaveLoadError
 from slimkit.utils import run_model
 
 #: Pruna's ``weight_bits`` values (optimum-quanto's qtype names)
@@ -124,12 +123,7 @@ class Quanto(TargetsMixin, SlimkitQuantizer):
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Swap the same layers for quanto's; its own load hooks then rebuild the saved quantized weights."""
-        names = list(state.get("layers", []))
-        present = {n for n, _ in model.named_modules()}
-        missing = [n for n in names if n not in present]
-        if missing:
-            raise SaveLoadError(f"quanto quantized {missing[:3]}, which the rebuilt architecture does not have; "
-                                "pass model= the architecture that was smashed.")
+        names = replay_layers(model, state, "quanto")
         self._quantize(model, names, smash_config)
         for name in state.get("plain_outputs", []):
             model.get_submodule(name).disable_output_quantization()

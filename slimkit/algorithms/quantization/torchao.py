@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, OrdinalHyperparameter
 
-from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose
+from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose, replay_layers
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
@@ -172,11 +172,6 @@ class Torchao(TargetsMixin, SlimkitQuantizer):
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Quantize the same layers of the fresh base; the saved inner tensors then load into them strictly."""
-        names = list(state.get("layers", []))
-        present = {n for n, _ in model.named_modules()}
-        missing = [n for n in names if n not in present]
-        if missing:
-            raise SaveLoadError(f"torchao quantized {missing[:3]}, which the rebuilt architecture does not have; "
-                                "pass model= the architecture that was smashed.")
+        names = replay_layers(model, state, "torchao")
         self._quantize(model, names, smash_config)
         return model
