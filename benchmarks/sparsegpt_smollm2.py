@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line, print_table  # noqa: E402
 
-from slimkit import SmashConfig, smash, zoo  # noqa: E402
+from slimkit import SmashConfig, SmashedModel, smash, zoo  # noqa: E402
 from slimkit.compression.pruning.sparsegpt import lowest_mask, nm_mask  # noqa: E402
 from slimkit.compression.quantization.lowbit import PackedLinear  # noqa: E402
 from slimkit.compression.quantization.lowbit.calibration import find_blocks  # noqa: E402
@@ -36,7 +36,7 @@ METHODS = ("magnitude", "wanda", "sparsegpt")
 
 
 def block_linears(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    prefix, _ = find_blocks(model)
+    prefix, _ = find_blocks(model)  # a dense model here (packed layers are no Linear: see zero_share)
     return {n: m for n, m in model.named_modules() if n.startswith(prefix + ".") and isinstance(m, torch.nn.Linear)}
 
 
@@ -66,9 +66,9 @@ def pruned(base, tok, method: str, structure: str, args, bits: int = 0) -> torch
         return smash(base, cfg, verbose=False)
 
 
-def zero_share(model: torch.nn.Module) -> float:
-    """Share of exact zeros over the weights of the layers inside the blocks (packed ones dequantized)."""
-    prefix, _ = find_blocks(model)
+def zero_share(model: torch.nn.Module, prefix: str) -> float:
+    """Share of exact zeros over the weights of the layers inside the blocks at ``prefix`` (packed ones dequantized)."""
+    model = model.model if isinstance(model, SmashedModel) else model
     zeros = total = 0
     for name, module in model.named_modules():
         if not name.startswith(prefix + "."):
@@ -99,7 +99,8 @@ def main() -> None:
     base, tok = loaded.model.eval(), loaded.tokenizer
     test_ids = pydoc_text_blocks(tok, 8, 256, split="test")
     fp32 = perplexity(base, test_ids)
-    rows = [["fp32 (dense)", "-", f"{100 * zero_share(base):.1f}%", f"{fp32:.2f}", "+0.0%", "-"]]
+    prefix, _ = find_blocks(base)  # found on the dense model: a packed model's blocks hold no nn.Linear
+    rows = [["fp32 (dense)", "-", f"{100 * zero_share(base, prefix):.1f}%", f"{fp32:.2f}", "+0.0%", "-"]]
     print(f"fp32 perplexity {fp32:.2f}", flush=True)
     jobs = [(method, s, 0) for s in args.patterns for method in args.methods]
     if not args.no_4bit and "sparsegpt" in args.methods:
@@ -112,11 +113,11 @@ def main() -> None:
             model = pruned(base, tok, method, structure, args, bits)
         seconds = time.perf_counter() - start
         ppl = perplexity(model, test_ids)
+        print(f"{method} {structure} bits={bits}: perplexity {ppl:.2f} in {seconds:.1f} s", flush=True)
         pattern = "50 % unstructured" if structure == "0:0" else structure
         name = f"{method}" + (" + 4-bit g64" if bits else "")
-        rows.append([name, pattern, f"{100 * zero_share(model):.1f}%", f"{ppl:.2f}",
+        rows.append([name, pattern, f"{100 * zero_share(model, prefix):.1f}%", f"{ppl:.2f}",
                      f"{100 * (ppl / fp32 - 1):+.1f}%", f"{seconds:.1f}"])
-        print(f"{name} {pattern}: perplexity {ppl:.2f} in {seconds:.1f} s", flush=True)
         del model
 
     print(f"\nSmolLM2-135M pruning of the Linear layers inside the blocks; {machine_line(args.threads)}")
