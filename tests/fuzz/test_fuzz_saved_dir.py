@@ -48,7 +48,7 @@ def saves(tmp_path_factory):
     made = {}
     for name, algos in (("pruned", {"l1_filter": {"sparsity": 0.5}}), ("lowbit", {"rtn": {"bits": 4}}),
                         ("int8", {"int8_dynamic": {}}), ("torchao", {"torchao": {"quant_type": "int8wo"}}),
-                        ("quanto", {"quanto": {"weight_bits": "qint4"}})):
+                        ("quanto", {"quanto": {"weight_bits": "qint8"}})):
         cfg = SmashConfig(algos, device="cpu")
         cfg.add_example_inputs(x)
         smash(zoo.load("mlp").model, cfg, verbose=False).save_pretrained(root / name)
