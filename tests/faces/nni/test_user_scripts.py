@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from slimkit.compression import ModelSpeedup, count_flops_params
@@ -42,6 +43,7 @@ def test_pruning_quick_start_script(tmp_path):
     assert result["pretrained"] >= 80 and result["finetuned"] >= 80  # percent, on 256 held-out digits
 
 
+@pytest.mark.slow  # a second ~5 s subprocess; its QAT calibration and the TensorRT refusal also run in-process
 def test_quantization_quick_start_script_stops_at_tensorrt_with_the_slimkit_path(tmp_path):
     done, result = _run("quantization_quick_start.py", tmp_path)
     assert done.returncode != 0  # the user's script ends with ModelSpeedupTensorRT, which slimkit refuses
