@@ -69,7 +69,6 @@ class TestQuantoInt4(TestQuanto):
     """qint4: quanto compiles its C++ unpacking extension on first use (~20 s on 2 cores), so the slow tier."""
 
     models = ["mlp"]
-    reject_models = []
     hyperparameters = {"weight_bits": "qint4"}
     bits = 4
     marks = ["slow"]
