@@ -27,11 +27,11 @@ from torch import nn
 
 from slimkit.compression.quantization.lowbit.blockwise import BlockStep
 from slimkit.compression.quantization.lowbit.calibration import InputStore, process_block, run_blockwise
-from slimkit.compression.quantization.lowbit.gptq import HessianAccumulator, inverse_hessian_factor
+from slimkit.compression.quantization.lowbit.gptq import inverse_hessian_factor
 from slimkit.compression.quantization.lowbit.layers import pack_layer, replace_module, require_targets, weight_of
 from slimkit.compression.quantization.lowbit.linear import n_groups, row_groups
 from slimkit.compression.quantization.lowbit.packing import check_bits
-from slimkit.compression.quantization.lowbit.quantize import LayerStatsCollector
+from slimkit.compression.quantization.lowbit.quantize import HessianCollector, LayerStatsCollector
 from slimkit.compression.quantization.lowbit.rtn import row_slices, search_params
 from slimkit.errors import ConfigError
 
@@ -172,7 +172,7 @@ class _Grid:
         return (q - z) * s
 
 
-class _SparseGPT(LayerStatsCollector):
+class _SparseGPT(HessianCollector):
     """The block-wise worker: one Hessian per input tensor, each layer pruned (and packed with ``bits``)."""
 
     def __init__(self, sparsity: float, prune_n: int, prune_m: int, block_size: int, damp: float, bits: int,
@@ -180,10 +180,6 @@ class _SparseGPT(LayerStatsCollector):
         super().__init__(bits, group_size, sym)
         self.sparsity, self.prune_n, self.prune_m = sparsity, prune_n, prune_m
         self.block_size, self.damp, self.clip_search = block_size, damp, clip_search
-        self.hessians: dict[str, HessianAccumulator] = {}
-
-    def observe(self, name: str, x: torch.Tensor) -> None:  # noqa: D102
-        self._add(self.hessians, name, x, HessianAccumulator)
 
     def quantize_block(self, model, block_name, block, names, shared, producers, probe=None) -> None:  # noqa: D102
         self._last = None

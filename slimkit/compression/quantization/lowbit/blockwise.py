@@ -28,7 +28,14 @@ from slimkit.compression.quantization.lowbit.experts_quantize import (
 from slimkit.compression.quantization.lowbit.hqq import quantize_hqq
 from slimkit.compression.quantization.lowbit.layers import require_targets, weight_of
 from slimkit.compression.quantization.lowbit.linear import PackedLinear
-from slimkit.compression.quantization.lowbit.quantize import _AWQ, _GPTQ, TARGET_KINDS, Specs, _Collector, _swap
+from slimkit.compression.quantization.lowbit.quantize import (
+    _AWQ,
+    _GPTQ,
+    TARGET_KINDS,
+    LayerStatsCollector,
+    Specs,
+    _swap,
+)
 from slimkit.compression.quantization.lowbit.rtn import quantize_rtn
 from slimkit.core.weights import EXPERTS
 
@@ -106,8 +113,8 @@ class CalibratedStep(BlockStep):
 
     calibrated = True
 
-    def __init__(self, worker: _Collector, calibrator: ExpertsCalibrator, calibration_ids: torch.Tensor, method: str,
-                 exclude: tuple[str, ...] = (), batch_size: int = 1) -> None:
+    def __init__(self, worker: LayerStatsCollector, calibrator: ExpertsCalibrator, calibration_ids: torch.Tensor,
+                 method: str, exclude: tuple[str, ...] = (), batch_size: int = 1) -> None:
         self.worker, self.calibration_ids, self.method, self.batch_size = worker, calibration_ids, method, batch_size
         self.exclude, self.calibrator = tuple(exclude), calibrator
         self.bits, self.group_size = worker.bits, worker.group_size

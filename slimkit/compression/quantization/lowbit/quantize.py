@@ -82,7 +82,7 @@ def quantize_model_hqq(model: nn.Module, bits: int = 4, group_size: int = 128, i
     return specs
 
 
-class _Collector(BlockQuantizer):
+class LayerStatsCollector(BlockQuantizer):
     """Shared bookkeeping: the layers fed one tensor are grouped (they share statistics and a quantization call)."""
 
     def __init__(self, bits: int, group_size: int, sym: bool) -> None:
@@ -106,24 +106,28 @@ class _Collector(BlockQuantizer):
 
     @staticmethod
     def groups(names: list[str], shared: list[list[str]]) -> list[list[str]]:
+        """The layers of one block in groups: those fed one tensor together, the others alone."""
         grouped = [g for g in shared if g]
         seen = {n for g in grouped for n in g}
         return grouped + [[n] for n in names if n not in seen]
 
 
-#: The collector's public name, for block-wise workers outside this package (the SparseGPT and Wanda pruners).
-LayerStatsCollector = _Collector
+class HessianCollector(LayerStatsCollector):
+    """A collector whose statistics are each layer's input Hessian (GPTQ, SparseGPT)."""
 
-
-class _GPTQ(_Collector):
-    def __init__(self, bits: int, group_size: int, sym: bool, act_order: bool, damp: float, block_size: int,
-                 clip_search: bool):
+    def __init__(self, bits: int, group_size: int, sym: bool) -> None:
         super().__init__(bits, group_size, sym)
-        self.act_order, self.damp, self.block_size, self.clip_search = act_order, damp, block_size, clip_search
         self.hessians: dict[str, HessianAccumulator] = {}
 
     def observe(self, name: str, x: torch.Tensor) -> None:  # noqa: D102
         self._add(self.hessians, name, x, HessianAccumulator)
+
+
+class _GPTQ(HessianCollector):
+    def __init__(self, bits: int, group_size: int, sym: bool, act_order: bool, damp: float, block_size: int,
+                 clip_search: bool):
+        super().__init__(bits, group_size, sym)
+        self.act_order, self.damp, self.block_size, self.clip_search = act_order, damp, block_size, clip_search
 
     def quantize_block(self, model, block_name, block, names, shared, producers, probe=None) -> None:  # noqa: D102
         self._last = None
@@ -150,7 +154,7 @@ class _GPTQ(_Collector):
         return h
 
 
-class _AWQ(_Collector):
+class _AWQ(LayerStatsCollector):
     def __init__(self, bits: int, group_size: int, sym: bool, n_grid: int, clip_search: bool,
                  fold_only: bool = False):
         super().__init__(bits, group_size, sym)
@@ -214,7 +218,7 @@ class _AWQ(_Collector):
         return plans
 
 
-def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: _Collector, batch_size: int,
+def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: LayerStatsCollector, batch_size: int,
          method: str, experts: ExpertsCalibrator) -> Specs:
     names, moe = _targets(model, exclude, method)  # MoE experts modules: calibrated per expert by `experts`
     was_training = model.training
