@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from common import machine_line, print_table  # noqa: E402
 
-from slimkit.compression.quantization.lowbit import gptq  # noqa: E402
+from slimkit.engines.quantization.lowbit import gptq  # noqa: E402
 
 STATUS = Path("/proc/self/status")
 

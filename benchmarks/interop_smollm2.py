@@ -36,8 +36,8 @@ import transformers  # noqa: E402
 from common import interleaved_samples, machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo  # noqa: E402
-from slimkit.compression.quantization.lowbit import PackedLinear  # noqa: E402
 from slimkit.data import pydoc_text_blocks  # noqa: E402
+from slimkit.engines.quantization.lowbit import PackedLinear  # noqa: E402
 
 
 def plain_perplexity(model, ids: torch.Tensor) -> float:

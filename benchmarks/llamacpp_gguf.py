@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved_samples, machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, smash, zoo  # noqa: E402
-from slimkit.compression.gguf import LlamaCppModule, export_gguf  # noqa: E402
-from slimkit.compression.gguf.runtime import import_llama_cpp  # noqa: E402
 from slimkit.data import pydoc_text_blocks  # noqa: E402
+from slimkit.engines.gguf import LlamaCppModule, export_gguf  # noqa: E402
+from slimkit.engines.gguf.runtime import import_llama_cpp  # noqa: E402
 from slimkit.evaluation import perplexity  # noqa: E402
 from slimkit.training import fit  # noqa: E402
 from slimkit.zoo import smollm2  # noqa: E402

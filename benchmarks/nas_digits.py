@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from slimkit.compression.nas import measure_subnet
+from slimkit.engines.nas import measure_subnet
 from slimkit.razor import SPOS, EvolutionSearchLoop, SearchableCNN, batch_loss, calibrate_bn, export_subnet
 from slimkit.training import fit
 from slimkit.zoo.digits_cnn import accuracy, digits_split

@@ -25,8 +25,8 @@ from common import job_seconds, machine_line, print_table  # noqa: E402
 from serving import pydoc_sentences  # noqa: E402
 
 from slimkit import zoo  # noqa: E402
-from slimkit.compression.batching.packing import Packer  # noqa: E402
-from slimkit.compression.batching.padding import collate, length_groups  # noqa: E402
+from slimkit.engines.batching.packing import Packer  # noqa: E402
+from slimkit.engines.batching.padding import collate, length_groups  # noqa: E402
 
 
 def main() -> None:

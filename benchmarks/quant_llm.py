@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved_samples, machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo  # noqa: E402
-from slimkit.compression.quantization.lowbit import PackedLinear, native  # noqa: E402
 from slimkit.data import pydoc_split_topics, pydoc_text_blocks  # noqa: E402
+from slimkit.engines.quantization.lowbit import PackedLinear, native  # noqa: E402
 from slimkit.evaluation import perplexity, size_on_disk  # noqa: E402
 
 METHODS = ("rtn", "hqq", "gptq", "awq")

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved_latency, machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo  # noqa: E402
-from slimkit.compression.quantization.int8 import FORCE_ENV, cpu_int8_capability, emulate_avx2  # noqa: E402
 from slimkit.demo import retrieval_top1  # noqa: E402
+from slimkit.engines.quantization.int8 import FORCE_ENV, cpu_int8_capability, emulate_avx2  # noqa: E402
 from slimkit.evaluation import fidelity, size_on_disk  # noqa: E402
 
 warnings.simplefilter("ignore")

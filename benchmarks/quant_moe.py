@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import interleaved_samples, machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, SmashedModel, smash  # noqa: E402
-from slimkit.compression.quantization.int8.experts import Int8Experts  # noqa: E402
-from slimkit.compression.quantization.lowbit import native  # noqa: E402
-from slimkit.compression.quantization.lowbit.experts import PackedExperts  # noqa: E402
+from slimkit.engines.quantization.int8.experts import Int8Experts  # noqa: E402
+from slimkit.engines.quantization.lowbit import native  # noqa: E402
+from slimkit.engines.quantization.lowbit.experts import PackedExperts  # noqa: E402
 from slimkit.evaluation import size_on_disk  # noqa: E402
 
 

@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, smash, zoo  # noqa: E402
-from slimkit.compression.pruning.maskers import num_to_prune  # noqa: E402
 from slimkit.core import registry  # noqa: E402
 from slimkit.data import pydoc_text_blocks  # noqa: E402
+from slimkit.engines.pruning.maskers import num_to_prune  # noqa: E402
 from slimkit.evaluation import count_parameters, perplexity  # noqa: E402
 
 PRUNERS = ("channel_energy", "taylor_fo_weight", "activation_mean_rank", "activation_apoz_rank", "l1_filter",

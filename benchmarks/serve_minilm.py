@@ -42,8 +42,8 @@ from common import job_seconds, machine_line, print_table  # noqa: E402
 from serving import Server, percentile, pydoc_sentences, save_minilm  # noqa: E402
 
 from slimkit import SmashedModel  # noqa: E402
-from slimkit.compression.batching.packing import Packer  # noqa: E402
-from slimkit.compression.batching.padding import collate, length_groups  # noqa: E402
+from slimkit.engines.batching.packing import Packer  # noqa: E402
+from slimkit.engines.batching.padding import collate, length_groups  # noqa: E402
 
 MAX_BATCH, MAX_WAIT_MS, MAX_PADDING = 16, 10.0, 0.25
 

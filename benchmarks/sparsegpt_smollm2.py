@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo  # noqa: E402
-from slimkit.compression.pruning.sparsegpt import lowest_mask, nm_mask  # noqa: E402
-from slimkit.compression.quantization.lowbit import PackedLinear  # noqa: E402
-from slimkit.compression.quantization.lowbit.calibration import find_blocks  # noqa: E402
 from slimkit.data import pydoc_text_blocks  # noqa: E402
+from slimkit.engines.pruning.sparsegpt import lowest_mask, nm_mask  # noqa: E402
+from slimkit.engines.quantization.lowbit import PackedLinear  # noqa: E402
+from slimkit.engines.quantization.lowbit.calibration import find_blocks  # noqa: E402
 from slimkit.evaluation import perplexity  # noqa: E402
 
 METHODS = ("magnitude", "wanda", "sparsegpt")

@@ -1,8 +1,6 @@
 """slimkit: make PyTorch models smaller and faster — offline, on a CPU, with honest measurements."""
 
-# slimkit.compression first: its faces import the experiment engine, whose imports reach slimkit.compression's
-# engine subpackages (and so its __init__) again; imported first, that __init__ runs once, before the rest.
-from slimkit import compression
+from slimkit import compression  # NNI's and Auptimizer's import path (``aup.compression.create_compressor``)
 from slimkit.config import SmashConfig, SmashConfigPrefixWrapper
 from slimkit.engine import SmashedModel, smash, smash_folder
 from slimkit.faces.auptimizer import BasicConfig, aup_args, aup_save_model, create_compressor, print_result

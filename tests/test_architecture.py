@@ -17,24 +17,19 @@ ROOT = Path(slimkit.__file__).parent
 
 #: Top to bottom. A package may import its own layer's packages or any lower layer, never a higher one.
 LAYERS: list[tuple[str, ...]] = [
-    ("slimkit", "slimkit.__main__", "slimkit.cli", "slimkit.demo", "slimkit.razor"),
+    ("slimkit", "slimkit.__main__", "slimkit.cli", "slimkit.demo", "slimkit.razor", "slimkit.compression"),
     ("slimkit.faces", "slimkit.serve"),
     ("slimkit.experiment",),
     ("slimkit.engine",),
     ("slimkit.config", "slimkit.formats"),
     ("slimkit.algorithms",),
-    ("slimkit.compression",),
+    ("slimkit.engines",),
     ("slimkit.training",),
     ("slimkit.evaluation",),
     ("slimkit.data", "slimkit.zoo"),
     ("slimkit.core", "slimkit.errors", "slimkit.utils"),
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
-#: Face entry points that sit in an engine's folder: these modules themselves (not their packages) are in the top
-#: layer. ``slimkit.compression`` re-exports NNI's and Auptimizer's names; its subpackages are the engines.
-ENTRY_POINTS = {"slimkit.compression", "slimkit.compression.__main__"}
-
-
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -92,12 +87,11 @@ def _package(module: str) -> str:
 
 
 def _layer(module: str) -> int:
-    return 0 if module in ENTRY_POINTS else LAYER_OF[_package(module)]
+    return LAYER_OF[_package(module)]
 
 
 def test_every_package_has_a_layer():
     assert {_package(m) for m in MODULES} <= set(LAYER_OF)
-    assert ENTRY_POINTS <= MODULES
 
 
 def test_imports_run_downward():
@@ -107,7 +101,7 @@ def test_imports_run_downward():
             if target == "slimkit" and module != "slimkit":  # importing the root package = a public face
                 upward.append(f"{module} -> slimkit (import the submodule itself)")
                 continue
-            if _layer(target) < _layer(module):  # an engine importing slimkit.compression itself is upward too
+            if _layer(target) < _layer(module):
                 upward.append(f"{module} -> {target}")
     assert not upward, "imports that run upward:\n" + "\n".join(sorted(upward))
 
@@ -194,6 +188,6 @@ def test_public_class_names_are_defined_once():
 def test_the_duplicate_check_sees_classes_of_public_modules_and_exported_ones():
     defined = _public_classes()
     assert defined["LevelPruner"] == ["slimkit.faces.nni.v2.basic"]  # NNI 1.x's is the engine, LevelEngine
-    assert defined["LevelEngine"] == ["slimkit.compression.pruning.one_shot"]
-    assert "slimkit.compression._compressor" not in defined["Compressor"]  # the engines' base: private, unexported
+    assert defined["LevelEngine"] == ["slimkit.engines.pruning.one_shot"]
+    assert "slimkit.engines._compressor" not in defined["Compressor"]  # the engines' base: private, unexported
     assert "_NormPruner" not in defined

@@ -120,7 +120,7 @@ def test_no_python_call_survives_in_any_error_text_shown_on_the_command_line():
 
     root = Path(slimkit.__file__).parent
     texts = []
-    for folder in ("algorithms", "engine", "config", "compression/quantization/lowbit"):
+    for folder in ("algorithms", "engine", "config", "engines/quantization/lowbit"):
         for path in (root / folder).rglob("*.py"):
             tree = ast.parse(path.read_text())
             docstrings = {id(n.body[0].value) for n in ast.walk(tree)

@@ -155,7 +155,7 @@ def channel_energy_llama() -> None:
 @_case
 def dynamic_batch_packed() -> None:
     """Issue 32 (c): packed dynamic batching of tiny_sentence_encoder through the harness, and callers' CPU ids."""
-    from slimkit.compression.batching.packing import Packer
+    from slimkit.engines.batching.packing import Packer
     from tests.algorithms.models import tiny_sentence_encoder
 
     _harness("TestDynamicBatchPacked")

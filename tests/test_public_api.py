@@ -7,10 +7,10 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "slimkit.compression.gguf": ["BLOCK", "DTYPES", "FAMILIES", "Family", "LlamaCppModule", "PACKED", "Packed",
+    "slimkit.engines.gguf": ["BLOCK", "DTYPES", "FAMILIES", "Family", "LlamaCppModule", "PACKED", "Packed",
                                  "architecture", "block_type", "export_gguf", "open_llama", "pack_blocks",
                                  "supported_names"],
-    "slimkit.compression.pruning": [
+    "slimkit.engines.pruning": [
         "ADMMEngine", "AGPEngine", "AMCEngine", "ActivationAPoZRankFilterPruner",
         "ActivationAPoZRankFilterPrunerMasker",
         "ActivationMeanRankFilterPruner", "ActivationMeanRankFilterPrunerMasker", "AllocationPruner",
@@ -25,13 +25,13 @@ PUBLIC = {
         "format_sensitivity_table", "load_masks", "load_state_dict_file", "num_to_prune", "plot_sensitivity",
         "resolve_config_list", "save_masks", "sensitivity_analysis"
     ],
-    "slimkit.compression.nas": [
+    "slimkit.engines.nas": [
         "BaseMutable", "ChannelSupernet", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear", "EvolutionSearchLoop",
         "METRICS", "MutableChannels", "MutableSequential", "NasMutator", "OneShotMutableOP", "SearchResult",
         "calibrate_bn", "export_subnet", "load_subnet", "make_searchable", "measure_subnet", "read_subnet",
         "save_subnet", "subnet_key", "write_subnet"
     ],
-    "slimkit.compression.quantization": [
+    "slimkit.engines.quantization": [
         "BNNGrad", "BNNQuantizer", "ClipGrad", "DoReFaQuantizer", "Int8Linear", "LsqQuantizer", "NaiveQuantizer",
         "ObserverQuantizer", "QATQuantizer", "QuantGrad", "QuantType", "QuantizationConfigError", "QuantizedLayer",
         "Quantizer",
@@ -39,7 +39,7 @@ PUBLIC = {
         "quantize_codes", "quantized_layer_specs", "rebuild_quantized_layers", "resolve_quant_config_list",
         "round_ste", "set_quant_scheme_dtype"
     ],
-    "slimkit.compression.speedup": [
+    "slimkit.engines.speedup": [
         "ChannelGraph", "ChannelGroups", "KeptChannels", "ModelSpeedup", "SpeedupError", "SpeedupWarning",
         "UnsupportedOpError", "apply_kept_channels", "channel_dependency_report", "trace_channels"
     ],

@@ -1,10 +1,10 @@
 """NNI-shaped compression: what NNI and Auptimizer scripts import as ``slimkit.compression``.
 
-This module is a face entry point over the engines in its subpackages (:mod:`.pruning`, :mod:`.quantization`,
-:mod:`.speedup`, ...): ``from slimkit.compression import L1NormPruner, ModelSpeedup, count_flops_params,
-QAT_Quantizer`` are NNI's names (:mod:`slimkit.faces.nni`; NNI 2.x's class where NNI 1.x and 2.x share a name,
-NNI 1.x's are in :mod:`slimkit.faces.nni.v1`) and ``create_compressor`` is Auptimizer's
-``aup.compression.create_compressor`` (``import slimkit as aup``). No engine imports it.
+This module is a face
+entry point over the engines in :mod:`slimkit.engines`: ``from slimkit.compression import L1NormPruner,
+ModelSpeedup, count_flops_params, QAT_Quantizer`` are NNI's names (:mod:`slimkit.faces.nni`; NNI 2.x's class where
+NNI 1.x and 2.x share a name, NNI 1.x's are in :mod:`slimkit.faces.nni.v1`) and ``create_compressor`` is
+Auptimizer's ``aup.compression.create_compressor`` (``import slimkit as aup``). No engine imports it.
 """
 
 from slimkit.faces.auptimizer import create_compressor

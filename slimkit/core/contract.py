@@ -166,7 +166,7 @@ class SlimkitAlgorithm(ABC):
         """The per-block worker of a streaming smash, or None when the algorithm cannot run one block at a time.
 
         ``model`` is the skeleton (architecture with parameters on the meta device, read-only here). A quantizer
-        returns a :class:`slimkit.compression.quantization.lowbit.blockwise.BlockStep`; an algorithm that only
+        returns a :class:`slimkit.engines.quantization.lowbit.blockwise.BlockStep`; an algorithm that only
         chooses the output (``stream_format``) returns None and still takes part.
         """
         return None

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from slimkit import zoo
-from slimkit.compression.quantization.lowbit.layers import replay_layers
-from slimkit.compression.quantization.lowbit.linear import PackedLinear
+from slimkit.engines.quantization.lowbit.layers import replay_layers
+from slimkit.engines.quantization.lowbit.linear import PackedLinear
 from slimkit.errors import SaveLoadError
 from slimkit.zoo.sources import FACTORY_ATTR, rebuild_from_factory
 

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slimkit.compression.pruning import LevelEngine, Pruner
-from slimkit.compression.pruning.agp import agp_engine
-from slimkit.compression.pruning.config import BASE_CONFIG_KEYS
-from slimkit.compression.quantization import Quantizer
-from slimkit.compression.quantization.config import QUANT_CONFIG_KEYS
 from slimkit.core import registry
 from slimkit.core.contract import SlimkitAlgorithm
+from slimkit.engines.pruning import LevelEngine, Pruner
+from slimkit.engines.pruning.agp import agp_engine
+from slimkit.engines.pruning.config import BASE_CONFIG_KEYS
+from slimkit.engines.quantization import Quantizer
+from slimkit.engines.quantization.config import QUANT_CONFIG_KEYS
 from slimkit.errors import AlgorithmNotFoundError, ConfigError
 
 #: The experiment kinds a compression job may have.

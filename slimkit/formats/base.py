@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.linear import PackedLinear
+from slimkit.engines.quantization.lowbit.linear import PackedLinear
 from slimkit.formats.kinds import FormatError, LayerKind, layer_kind, made_by, recipe_kinds
 from slimkit.formats.writer import ModelWriter, WriteContext
 
@@ -31,7 +31,7 @@ def llama_cpp_line(model: nn.Module, in_slimkit: bool) -> str:
     how = (f"`slimkit smash --model DIR --algorithm {compiler}` (or a SmashConfig with the `{compiler}` compiler) "
            "writes `model.gguf`")
     try:
-        from slimkit.compression.gguf import architecture, block_type  # needs the optional gguf package
+        from slimkit.engines.gguf import architecture, block_type  # needs the optional gguf package
     except ImportError:  # gguf not installed: state the rule instead of checking it
         return (f"- **llama.cpp**: {how} when every packed layer is 4-bit (or 8-bit symmetric) with groups of a "
                 "multiple of 32 (needs `pip install 'slimkit[llamacpp]'`).")

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
+from slimkit.engines.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.errors import MissingPackageError
 from slimkit.formats.hf_format import HFCheckpointFormat, quantizer_options
 from slimkit.formats.kinds import FormatError

@@ -1,6 +1,6 @@
-"""GGUF for llama.cpp, written piece by piece: a thin adapter over :mod:`slimkit.compression.gguf`.
+"""GGUF for llama.cpp, written piece by piece: a thin adapter over :mod:`slimkit.engines.gguf`.
 
-Each piece's tensors are named, transformed and encoded exactly as :func:`~slimkit.compression.gguf.export_gguf`
+Each piece's tensors are named, transformed and encoded exactly as :func:`~slimkit.engines.gguf.export_gguf`
 does (the family table, the row orders, packed low-bit grids as GGUF blocks, floats as F32/F16/Q8_0) and staged
 as raw bytes with a small JSON index. Large float matrices (an 8B model's embedding) are encoded in row chunks,
 so no piece is held twice. ``finish`` writes the GGUF header, metadata and tokenizer, then copies each tensor's
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from slimkit.compression.gguf.export import GGUFLayout
-from slimkit.compression.gguf.tensors import Packed, encode
 from slimkit.core.io import atomic_file, write_json_atomic
+from slimkit.engines.gguf.export import GGUFLayout
+from slimkit.engines.gguf.tensors import Packed, encode
 from slimkit.formats.base import GGUF
 from slimkit.formats.writer import ModelWriter, WriteContext, copy_bytes
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
+from slimkit.engines.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.formats.hf_format import HFCheckpointFormat, quantizer_options
 from slimkit.formats.kinds import FormatError
 from slimkit.formats.scheme import FORMAT_BITS, GPTQ, WeightScheme

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.linear import PackedLinear
+from slimkit.engines.quantization.lowbit.linear import PackedLinear
 from slimkit.formats.kinds import FormatError
 from slimkit.formats.scheme import WeightScheme
 

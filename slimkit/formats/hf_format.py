@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.layers import select_targets
-from slimkit.compression.quantization.lowbit.linear import PER_CHANNEL, PackedLinear
 from slimkit.core.weights import EXPERTS, weight_of
+from slimkit.engines.quantization.lowbit.layers import select_targets
+from slimkit.engines.quantization.lowbit.linear import PER_CHANNEL, PackedLinear
 from slimkit.formats.base import SLIMKIT_LOAD, CheckpointFormat, llama_cpp_line
 from slimkit.formats.hf_checkpoint import check_architecture, refuse_experts
 from slimkit.formats.hf_writer import HFCheckpointWriter

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.linear import PackedLinear
 from slimkit.core.io import save_tensors_atomic, write_json_atomic
+from slimkit.engines.quantization.lowbit.linear import PackedLinear
 from slimkit.formats.hf_checkpoint import DEFAULT_SHARD_BYTES, Shards, checkpoint_blocks, hf_config
 from slimkit.formats.scheme import WeightScheme, own_scheme, unify_schemes
 from slimkit.formats.slimkit_writer import concat_safetensors, tensor_names

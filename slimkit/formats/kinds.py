@@ -12,11 +12,11 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.quantization.experts import DOWN, FIRST
-from slimkit.compression.quantization.int8.linear import Int8Linear
-from slimkit.compression.quantization.lowbit.experts import PackedExperts
-from slimkit.compression.quantization.lowbit.linear import PER_CHANNEL, PackedLinear
 from slimkit.core import registry
+from slimkit.engines.quantization.experts import DOWN, FIRST
+from slimkit.engines.quantization.int8.linear import Int8Linear
+from slimkit.engines.quantization.lowbit.experts import PackedExperts
+from slimkit.engines.quantization.lowbit.linear import PER_CHANNEL, PackedLinear
 from slimkit.errors import ConfigError
 
 FLOAT = "float"

@@ -19,8 +19,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.layers import replace_module
-from slimkit.compression.quantization.lowbit.linear import PackedLinear
+from slimkit.engines.quantization.lowbit.layers import replace_module
+from slimkit.engines.quantization.lowbit.linear import PackedLinear
 from slimkit.formats.hf_format import HFCheckpointFormat
 from slimkit.formats.kinds import FormatError, symmetric_grid
 from slimkit.formats.scheme import WeightScheme

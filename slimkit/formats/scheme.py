@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.linear import PackedLinear
+from slimkit.engines.quantization.lowbit.linear import PackedLinear
 from slimkit.formats.kinds import FLOAT, PACKED, PACKED_EXPERTS, FormatError, LayerKind, input_scale_fix, producers
 
 COMPRESSED_TENSORS = "compressed-tensors"

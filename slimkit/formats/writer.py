@@ -23,11 +23,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.experts import DOWN, FIRST
-from slimkit.compression.quantization.lowbit.experts import PackedExperts
-from slimkit.compression.quantization.lowbit.layers import replace_module
-from slimkit.compression.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.core.io import atomic_directory, write_json_atomic
+from slimkit.engines.quantization.experts import DOWN, FIRST
+from slimkit.engines.quantization.lowbit.experts import PackedExperts
+from slimkit.engines.quantization.lowbit.layers import replace_module
+from slimkit.engines.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.formats.kinds import symmetric_grid
 
 __all__ = ["RUN_FILE", "ModelWriter", "WriteContext", "copy_bytes", "grid_record", "packed_on_meta"]

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from slimkit import zoo
-from tests.compression.quantization.tiny_moe import tiny_moe
+from tests.engines.quantization.tiny_moe import tiny_moe
 
 
 class ConvOnly(torch.nn.Module):

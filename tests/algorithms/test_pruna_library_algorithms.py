@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from slimkit import SmashConfig, smash
-from slimkit.compression.token_merging import bipartite_merge
+from slimkit.engines.token_merging import bipartite_merge
 from slimkit.errors import ConfigError, MissingPackageError
 from slimkit.zoo import load
-from tests.compression.quantization.tiny_moe import tiny_moe
+from tests.engines.quantization.tiny_moe import tiny_moe
 
 
 def _smash(model, algorithm: str, **hyperparameters):

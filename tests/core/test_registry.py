@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from slimkit import SmashConfig
-from slimkit.compression.pruning import Pruner
-from slimkit.compression.quantization import Quantizer
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS, KIND_OF_GROUP
+from slimkit.engines.pruning import Pruner
+from slimkit.engines.quantization import Quantizer
 from slimkit.errors import AlgorithmNotFoundError, ConfigError
 from slimkit.experiment import available_compressors, get_compressor_spec
 

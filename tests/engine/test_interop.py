@@ -19,7 +19,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from slimkit import SmashConfig, SmashedModel, smash
-from slimkit.compression.quantization.lowbit import PackedLinear
+from slimkit.engines.quantization.lowbit import PackedLinear
 from slimkit.formats import FormatError
 from slimkit.zoo._hf import byte_tokenizer
 

@@ -22,8 +22,8 @@ from compressed_tensors.quantization import (
 from compressed_tensors.quantization.utils import calculate_qparams
 
 from slimkit import SmashedModel
-from slimkit.compression.gguf import export_gguf
-from slimkit.compression.quantization.lowbit import PackedLinear
+from slimkit.engines.gguf import export_gguf
+from slimkit.engines.quantization.lowbit import PackedLinear
 from slimkit.errors import ConfigError, SaveLoadError
 from slimkit.formats import FormatError
 from slimkit.zoo._hf import byte_tokenizer
@@ -206,7 +206,7 @@ def test_plain_folders_are_not_taken_for_checkpoints(tmp_path):
 @pytest.mark.llamacpp
 def test_foreign_checkpoint_compiles_to_gguf_and_runs_in_llama_cpp(tmp_path):
     """compressed-tensors (another tool) -> slimkit's packed layers -> llama_cpp compiler: llama.cpp's logits match
-    what transformers computes from the same checkpoint, as for slimkit's own exports (tests/compression/gguf): within
+    what transformers computes from the same checkpoint, as for slimkit's own exports (tests/engines/gguf): within
     0.15 (llama.cpp rounds activations to 8 bits) and far closer than the checkpoint is to the float model."""
     from slimkit import SmashConfig, smash
 

@@ -15,11 +15,11 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo
-from slimkit.compression.quantization.lowbit import PackedLinear
 from slimkit.core import registry
 from slimkit.core.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.engine import base_model, serialization
 from slimkit.engine.base_model import meta_parameters, meta_tensors, rebuild_base
+from slimkit.engines.quantization.lowbit import PackedLinear
 from slimkit.errors import SaveLoadError
 from tests.algorithms.testers.lowbit import ByteTokenizer
 from tests.engine.fakes import make, registered

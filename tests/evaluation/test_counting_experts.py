@@ -7,10 +7,10 @@ import copy
 import pytest
 import torch
 
-from slimkit.compression.quantization.int8.experts import quantize_experts_int8
-from slimkit.compression.quantization.lowbit import quantize_model_rtn
+from slimkit.engines.quantization.int8.experts import quantize_experts_int8
+from slimkit.engines.quantization.lowbit import quantize_model_rtn
 from slimkit.evaluation import count_macs, count_macs_by_dtype
-from tests.compression.quantization.tiny_moe import experts_of, tiny_moe
+from tests.engines.quantization.tiny_moe import experts_of, tiny_moe
 
 
 @pytest.mark.parametrize("implementation", ["grouped_mm", "eager"])

@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.int8 import quantize_layers
-from slimkit.compression.quantization.lowbit import quantize_model_rtn
+from slimkit.engines.quantization.int8 import quantize_layers
+from slimkit.engines.quantization.lowbit import quantize_model_rtn
 from slimkit.errors import ModelNotSupportedError
 from slimkit.evaluation import count_macs, count_macs_by_dtype, count_parameters
 

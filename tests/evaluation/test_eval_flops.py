@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from slimkit.compression.pruning import L1FilterPruner
+from slimkit.engines.pruning import L1FilterPruner
 from slimkit.errors import ConfigError
 from slimkit.evaluation.flops import count_flops_params
 

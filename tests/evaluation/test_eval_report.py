@@ -8,9 +8,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import slimkit.evaluation.report as report
-from slimkit.compression.quantization.int8 import quantize_layers
 from slimkit.core.coverage import coverage
 from slimkit.core.weights import find_targets
+from slimkit.engines.quantization.int8 import quantize_layers
 from slimkit.errors import ConfigError
 from slimkit.evaluation import Comparison, compare
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from slimkit import zoo
-from slimkit.compression.caching import attach_embedding_cache
+from slimkit.engines.caching import attach_embedding_cache
 from slimkit.errors import ConfigError
 from slimkit.evaluation import Latency, measure_latency, measure_latency_pair, peak_memory, set_threads
 from slimkit.evaluation.runtime import fresh_inputs

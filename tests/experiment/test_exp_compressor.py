@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file
 
 from slimkit import zoo
-from slimkit.compression.pruning import load_masks
-from slimkit.compression.speedup import SpeedupWarning, apply_kept_channels
+from slimkit.engines.pruning import load_masks
+from slimkit.engines.speedup import SpeedupWarning, apply_kept_channels
 from slimkit.evaluation import count_macs, count_parameters
 from slimkit.faces.auptimizer import create_compressor, load_compressed_model
 

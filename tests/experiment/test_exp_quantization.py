@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from slimkit import zoo
-from slimkit.compression.quantization import QATQuantizer, QuantizedLayer
+from slimkit.engines.quantization import QATQuantizer, QuantizedLayer
 from slimkit.errors import ConfigError
 from slimkit.faces.auptimizer import create_compressor, load_compressed_model
 from slimkit.zoo.digits_cnn import accuracy, digits_split

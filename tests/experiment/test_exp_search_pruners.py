@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from slimkit import zoo
-from slimkit.compression import pruning
+from slimkit.engines import pruning
 from slimkit.errors import ConfigError
 from slimkit.evaluation import count_macs
 from slimkit.experiment import get_compressor_spec, load_experiment, run_experiment

@@ -10,8 +10,8 @@ import torch
 
 import slimkit
 from slimkit import SmashConfig, SmashedModel, smash
-from slimkit.compression.quantization.lowbit import PackedLinear, quantize_rtn
 from slimkit.core import registry
+from slimkit.engines.quantization.lowbit import PackedLinear, quantize_rtn
 from slimkit.formats import FORMATS, FormatError, LayerKind, get_format, layer_kind
 from slimkit.formats.kinds import FLOAT, INT8, PACKED
 from slimkit.zoo._hf import byte_tokenizer

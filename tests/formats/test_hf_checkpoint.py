@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from slimkit.compression.quantization.lowbit import PackedLinear, quantize_model_rtn, quantize_rtn
+from slimkit.engines.quantization.lowbit import PackedLinear, quantize_model_rtn, quantize_rtn
 from slimkit.formats import FormatError, get_format, gptq, read_quantization_config
 from slimkit.formats import compressed_tensors as ct
 from slimkit.formats.reader import load_into

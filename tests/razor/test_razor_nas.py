@@ -10,8 +10,8 @@ import torch
 import yaml
 from torch import nn
 
-from slimkit.compression.nas.dynamic_ops import DYNAMIC_OPS
-from slimkit.compression.nas.mutables import BaseMutable
+from slimkit.engines.nas.dynamic_ops import DYNAMIC_OPS
+from slimkit.engines.nas.mutables import BaseMutable
 from slimkit.errors import ConfigError, SaveLoadError
 from slimkit.razor import (
     SPOS,

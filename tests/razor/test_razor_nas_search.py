@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from slimkit.compression.nas import measure_subnet
+from slimkit.engines.nas import measure_subnet
 from slimkit.errors import ConfigError, SaveLoadError
 from slimkit.razor import SPOS, EvolutionSearchLoop, SearchableCNN, build, calibrate_bn
 

@@ -9,7 +9,7 @@ import uvicorn
 
 import slimkit.serve as serve_module
 from slimkit import SmashConfig, smash
-from slimkit.compression.quantization.lowbit import PackedLinear
+from slimkit.engines.quantization.lowbit import PackedLinear
 from slimkit.serve import build_app
 from slimkit.zoo._hf import byte_tokenizer
 from tests.engine.test_interop import tiny

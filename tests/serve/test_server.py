@@ -11,7 +11,7 @@ import torch
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo
 from slimkit.cli import build_parser
-from slimkit.compression.batching import attach_dynamic_batcher
+from slimkit.engines.batching import attach_dynamic_batcher
 from slimkit.serve import build_app
 from tests.serve.live import live_server
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import slimkit.training
-from slimkit.compression.pruning import data_driven
 from slimkit.data import LABEL_KEYS, move_batch, split_batch
+from slimkit.engines.pruning import data_driven
 from slimkit.errors import DataError
 from slimkit.evaluation import accuracy
 from slimkit.training import criterion_loss, cross_entropy, default_loss

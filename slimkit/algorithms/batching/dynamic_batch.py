@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.compression.batching import attach_dynamic_batcher
-from slimkit.compression.batching.packing import PACK_MODES
 from slimkit.core.contract import SaveFn, SlimkitBatcher, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.batching import attach_dynamic_batcher
+from slimkit.engines.batching.packing import PACK_MODES
 
 
 def _pad_token_id(model: torch.nn.Module) -> int:

@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from ConfigSpace import UniformIntegerHyperparameter
 
-from slimkit.compression.caching import attach_prefix_cache
 from slimkit.core.contract import SaveFn, SlimkitCacher, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.caching import attach_prefix_cache
 
 
 @register

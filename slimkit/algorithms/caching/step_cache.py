@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from ConfigSpace import UniformIntegerHyperparameter
 
-from slimkit.compression.caching import attach_step_cache
-from slimkit.compression.caching.step import deep_blocks
 from slimkit.core.contract import SaveFn, SlimkitCacher, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.caching import attach_step_cache
+from slimkit.engines.caching.step import deep_blocks
 from slimkit.errors import ConfigError
 
 UNETS = ("UNet2DModel", "UNet2DConditionModel")

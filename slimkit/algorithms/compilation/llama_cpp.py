@@ -10,10 +10,10 @@ from typing import Any
 
 from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.compression.gguf import LlamaCppModule, architecture, export_gguf, supported_names
-from slimkit.compression.gguf.runtime import import_llama_cpp
 from slimkit.core.contract import SaveFn, SlimkitCompiler, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.gguf import LlamaCppModule, architecture, export_gguf, supported_names
+from slimkit.engines.gguf.runtime import import_llama_cpp
 from slimkit.errors import ModelNotSupportedError, SaveLoadError
 
 GGUF_FILE = "model.gguf"
@@ -24,7 +24,7 @@ class LlamaCpp(SlimkitCompiler):
     """Write the model into one GGUF file (weights + tokenizer) and run it with llama.cpp's CPU engine.
 
     Llama, Mistral, Granite, Mixtral, OLMo, Qwen2, Qwen3, Qwen2-MoE, Gemma, Gemma 2, Phi-3, GPT-2, GPT-NeoX, Falcon
-    and StableLM causal LMs (one table, :mod:`slimkit.compression.gguf.families`; MoE experts as GGUF's 3-D
+    and StableLM causal LMs (one table, :mod:`slimkit.engines.gguf.families`; MoE experts as GGUF's 3-D
     ``ffn_*_exps``). Float weights go out as F32, F16 or Q8_0; slimkit's packed
     low-bit layers keep their exact grid: 4-bit group 32 (or a multiple of 32) as Q4_1 (asymmetric, the min
     rounded to fp16) or Q4_0 (``sym=True``), 8-bit symmetric as Q8_0. So ``gptq`` (``group_size=32``) followed

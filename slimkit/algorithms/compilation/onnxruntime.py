@@ -8,11 +8,11 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.compression.onnx import LEVELS, OnnxRuntimeModule, compile_onnx, open_saved, save_files
-from slimkit.compression.quantization.int8.calibration import example_inputs
 from slimkit.core.contract import SaveFn, SlimkitCompiler, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+from slimkit.engines.onnx import LEVELS, OnnxRuntimeModule, compile_onnx, open_saved, save_files
+from slimkit.engines.quantization.int8.calibration import example_inputs
 from slimkit.errors import MissingPackageError
 
 

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from slimkit.algorithms.recovery._training import validation_loss
-from slimkit.compression.nas import EvolutionSearchLoop, NasMutator, SearchResult, calibrate_bn, measure_subnet
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.engines.nas import EvolutionSearchLoop, NasMutator, SearchResult, calibrate_bn, measure_subnet
 from slimkit.errors import ConfigError, DataError
 from slimkit.evaluation import count_macs
 from slimkit.evaluation.runtime import eval_mode

@@ -22,11 +22,11 @@ from slimkit.algorithms.recovery._training import (
     teacher_hyperparameter,
     train_student,
 )
-from slimkit.compression.nas import export_subnet
-from slimkit.compression.nas.searchable import SUPPORTED_SHAPES, layer_shapes, make_searchable, resize_layers
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ConfigListHyperparameter
 from slimkit.core.registry import register
+from slimkit.engines.nas import export_subnet
+from slimkit.engines.nas.searchable import SUPPORTED_SHAPES, layer_shapes, make_searchable, resize_layers
 from slimkit.errors import ConfigError
 from slimkit.training.distill import DistillObjective, KLDivergence, frozen_teacher
 
@@ -60,7 +60,7 @@ class SposSearch(SlimkitDistiller):
     """One-shot NAS of a CNN's channel widths: SPOS supernet training, evolution search, then distillation.
 
     The model becomes a width supernet (every group of coupled conv/linear channels gets the choices
-    ``width_ratios`` of its width, strongest channels first, see :mod:`slimkit.compression.nas.searchable`), is
+    ``width_ratios`` of its width, strongest channels first, see :mod:`slimkit.engines.nas.searchable`), is
     trained one uniformly sampled subnet per step (SPOS) on the model's softened outputs and the task loss, then
     ``EvolutionSearchLoop`` finds the subnet of lowest validation loss whose FLOPs stay under ``flops_ratio`` of
     the model's (and ``max_flops`` / ``max_params`` when set). That subnet is exported as plain layers and

@@ -9,8 +9,8 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, statistics_batches
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.engines.pruning import Pruner
 
 
 class ActivationRankPruner(FrameworkPruner):

@@ -13,11 +13,11 @@ from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
-from slimkit.compression.pruning.sparsegpt import PruningStep, run_pruner
-from slimkit.compression.quantization.lowbit.quantize import LayerStatsCollector
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Hyperparameter, ListHyperparameter
 from slimkit.core.weights import DENSE, Target, select
+from slimkit.engines.pruning.sparsegpt import PruningStep, run_pruner
+from slimkit.engines.quantization.lowbit.quantize import LayerStatsCollector
 from slimkit.errors import ConfigError
 
 #: llm-compressor's ``mask_structure`` spellings: "0:0" unstructured, else N:M with N zeros in every M columns

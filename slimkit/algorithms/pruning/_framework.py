@@ -1,4 +1,4 @@
-"""Shared machinery of the smash pruners built on :mod:`slimkit.compression.pruning` (one small file each).
+"""Shared machinery of the smash pruners built on :mod:`slimkit.engines.pruning` (one small file each).
 
 ``_apply`` of every such pruner runs the same steps:
 
@@ -31,12 +31,12 @@ from slimkit.algorithms.pruning._selection import (
     resolve_dummy_input,
     selection_hyperparameters,
 )
-from slimkit.compression.pruning import DependencyAwarePruner, Pruner
-from slimkit.compression.pruning.coupling import ChannelCoupling
-from slimkit.compression.speedup import ModelSpeedup, SpeedupError, UnsupportedOpError, apply_kept_channels
-from slimkit.compression.speedup.hf_config import record_sizes
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
+from slimkit.engines.pruning import DependencyAwarePruner, Pruner
+from slimkit.engines.pruning.coupling import ChannelCoupling
+from slimkit.engines.speedup import ModelSpeedup, SpeedupError, UnsupportedOpError, apply_kept_channels
+from slimkit.engines.speedup.hf_config import record_sizes
 from slimkit.errors import ConfigError, DataError, SlimkitError
 
 Masks = dict[str, dict[str, Any]]
@@ -44,7 +44,7 @@ LAYER_TYPES: tuple[type[nn.Module], ...] = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.
 
 
 class FrameworkPruner(SlimkitPruner):
-    """Base of the smash pruners that run a :mod:`slimkit.compression.pruning` pruner (not registered)."""
+    """Base of the smash pruners that run a :mod:`slimkit.engines.pruning` pruner (not registered)."""
 
     engine: ClassVar[type[Pruner]]
     #: whether masks remove whole output channels (then ``speedup`` can shrink the layers)

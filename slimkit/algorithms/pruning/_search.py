@@ -25,9 +25,9 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning.allocation import base_op_types
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.data import move_batch
+from slimkit.engines.pruning.allocation import base_op_types
 from slimkit.errors import DataError
 from slimkit.evaluation import accuracy
 from slimkit.training import default_loss, fit, make_optimizer

@@ -2,7 +2,7 @@
 
 With ``speedup`` on, the model is traced once; ``"default"`` op types then mean the layers whose channels
 the speedup can really remove in the dimensions ``dims`` asks for (``mlp``, ``heads``, ``hidden``, see
-:mod:`slimkit.compression.pruning.dims`). The layers left dense are listed with the reason (the op and layer
+:mod:`slimkit.engines.pruning.dims`). The layers left dense are listed with the reason (the op and layer
 that pins their channels, the producer they are tied to) and the hyperparameter that gets around it.
 """
 
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
 
-from slimkit.compression.pruning import PruningConfigError, resolve_config_list
-from slimkit.compression.pruning.blockers import Blocker, explain, summarize
-from slimkit.compression.pruning.coupling import ChannelCoupling
-from slimkit.compression.pruning.dims import DIMS, Dims
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ConfigListHyperparameter, ListHyperparameter, NameRatiosHyperparameter
 from slimkit.data import split_batch
+from slimkit.engines.pruning import PruningConfigError, resolve_config_list
+from slimkit.engines.pruning.blockers import Blocker, explain, summarize
+from slimkit.engines.pruning.coupling import ChannelCoupling
+from slimkit.engines.pruning.dims import DIMS, Dims
 from slimkit.errors import ConfigError, DataError
 from slimkit.utils import model_device, move_inputs
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from slimkit.algorithms.pruning._activation import ActivationRankPruner
-from slimkit.compression.pruning import ActivationAPoZRankFilterPruner
 from slimkit.core.registry import register
+from slimkit.engines.pruning import ActivationAPoZRankFilterPruner
 
 
 @register

@@ -7,9 +7,9 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import BaseAlgoPruner, base_algo_hyperparameter, training_hyperparameters
-from slimkit.compression.pruning import ADMMEngine, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import ADMMEngine, Pruner
 from slimkit.training import make_optimizer
 
 

@@ -7,10 +7,10 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import AGPEngine, Pruner
-from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import AGPEngine, Pruner
+from slimkit.engines.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
 from slimkit.training import fit, make_optimizer
 
 

@@ -16,9 +16,9 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     tune_as_scored,
 )
-from slimkit.compression.pruning import AMCEngine, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import AMCEngine, Pruner
 
 
 @register

@@ -19,9 +19,9 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     with_cap,
 )
-from slimkit.compression.pruning import AutoCompressEngine, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import AutoCompressEngine, Pruner
 from slimkit.training import make_optimizer
 
 

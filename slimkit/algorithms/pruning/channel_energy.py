@@ -6,9 +6,9 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, statistics_batches
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import ChannelEnergyPruner, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import ChannelEnergyPruner, Pruner
 
 
 @register

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import FPGMEngine
 from slimkit.core.registry import register
+from slimkit.engines.pruning import FPGMEngine
 
 
 @register

@@ -8,9 +8,9 @@ from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner, count_zero_fraction
-from slimkit.compression.pruning import LevelEngine, Pruner
 from slimkit.core.contract import SaveFn, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import LevelEngine, Pruner
 
 
 @register

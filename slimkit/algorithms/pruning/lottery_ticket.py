@@ -9,9 +9,9 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import BaseAlgoPruner, base_algo_hyperparameter, training_hyperparameters
-from slimkit.compression.pruning import LotteryTicketEngine, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import LotteryTicketEngine, Pruner
 from slimkit.training import fit, make_optimizer
 
 

@@ -10,11 +10,11 @@ from torch import nn
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
 from slimkit.algorithms.pruning._search import training_hyperparameters
-from slimkit.compression.nas.constraints import calibrate_bn
-from slimkit.compression.pruning import MovementEngine, Pruner
-from slimkit.compression.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.nas.constraints import calibrate_bn
+from slimkit.engines.pruning import MovementEngine, Pruner
+from slimkit.engines.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
 from slimkit.training import fit, make_optimizer
 
 

@@ -17,9 +17,9 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     with_cap,
 )
-from slimkit.compression.pruning import NetAdaptPruner, Pruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import NetAdaptPruner, Pruner
 
 
 @register

@@ -17,16 +17,16 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     with_cap,
 )
-from slimkit.compression.pruning import Pruner, SensitivityPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import Pruner, SensitivityPruner
 
 
 @register
 class Sensitivity(BaseAlgoPruner):
     """Sensitivity pruning: each layer loses weights in proportion to how much of it the model tolerates.
 
-    Every step analyses the current model (``slimkit.compression.pruning.sensitivity_analysis``: each selected
+    Every step analyses the current model (``slimkit.engines.pruning.sensitivity_analysis``: each selected
     layer alone pruned at 10%, 20%, ... and scored on the validation split), takes per layer the largest
     sparsity whose accuracy stays within ``acc_drop_threshold`` of the current model's, allocates the next
     ``sparsity_per_iter`` of overall sparsity in proportion to those tolerances (no layer goes down), and

@@ -18,9 +18,9 @@ from slimkit.algorithms.pruning._search import (
     tune_as_scored,
     with_cap,
 )
-from slimkit.compression.pruning import Pruner, SimulatedAnnealingEngine
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import Pruner, SimulatedAnnealingEngine
 
 
 @register

@@ -6,9 +6,9 @@ from ConfigSpace import CategoricalHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import Pruner, SlimEngine
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import Pruner, SlimEngine
 
 
 @register

@@ -7,10 +7,10 @@ from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
 from slimkit.algorithms.pruning._calibrated import CalibratedLLMPruner
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import clip_search_hyperparameter
-from slimkit.compression.pruning.sparsegpt import sparsegpt_worker
-from slimkit.compression.quantization.lowbit.quantize import LayerStatsCollector
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning.sparsegpt import sparsegpt_worker
+from slimkit.engines.quantization.lowbit.quantize import LayerStatsCollector
 
 
 @register

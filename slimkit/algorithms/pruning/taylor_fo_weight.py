@@ -6,9 +6,9 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, criterion_for, statistics_batches
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.compression.pruning import Pruner, TaylorFOWeightFilterPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning import Pruner, TaylorFOWeightFilterPruner
 
 
 @register

@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from ConfigSpace import UniformIntegerHyperparameter
 
-from slimkit.compression.token_merging import apply_token_merging, vit_layers
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+from slimkit.engines.token_merging import apply_token_merging, vit_layers
 
 
 def _protected(model: torch.nn.Module) -> int:
@@ -26,7 +26,7 @@ class TokenMerging(SlimkitPruner):
     patches each already holds), so the sequence shrinks by ``r`` per block and the later blocks compute on fewer
     tokens; proportional attention keeps a merged token's weight. No training; the class token is never merged,
     so classification heads work unchanged (the last hidden state has fewer tokens). Our implementation of the
-    paper (slimkit.compression.token_merging) for transformers' ViT and DeiT.
+    paper (slimkit.engines.token_merging) for transformers' ViT and DeiT.
     """
 
     algorithm_name = "token_merging"

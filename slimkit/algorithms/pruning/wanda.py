@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from slimkit.algorithms.pruning._calibrated import CalibratedLLMPruner
 from slimkit.algorithms.quantization import _lowbit_support as support
-from slimkit.compression.pruning.wanda import wanda_worker
-from slimkit.compression.quantization.lowbit.quantize import LayerStatsCollector
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.pruning.wanda import wanda_worker
+from slimkit.engines.quantization.lowbit.quantize import LayerStatsCollector
 
 
 @register

@@ -10,9 +10,9 @@ from typing import Any
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._targets import TargetsMixin
-from slimkit.compression.quantization.lowbit.quantize import TARGET_KINDS
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, Hyperparameter
+from slimkit.engines.quantization.lowbit.quantize import TARGET_KINDS
 
 
 class LowBitQuantizer(TargetsMixin, SlimkitQuantizer):

@@ -13,12 +13,12 @@ from ConfigSpace import OrdinalHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.quantization._targets import record_coverage
-from slimkit.compression.quantization.experts import is_experts_spec
-from slimkit.compression.quantization.lowbit.calibration import calibration_ids, find_blocks
-from slimkit.compression.quantization.lowbit.experts import replay_experts
-from slimkit.compression.quantization.lowbit.layers import KINDS, replay_layers, select_targets
 from slimkit.core.hyperparameters import Boolean, Hyperparameter, ListHyperparameter
 from slimkit.core.weights import Target
+from slimkit.engines.quantization.experts import is_experts_spec
+from slimkit.engines.quantization.lowbit.calibration import calibration_ids, find_blocks
+from slimkit.engines.quantization.lowbit.experts import replay_experts
+from slimkit.engines.quantization.lowbit.layers import KINDS, replay_layers, select_targets
 from slimkit.errors import ModelNotSupportedError
 
 DEFAULT_EXCLUDE = ("lm_head",)

@@ -1,7 +1,7 @@
 """Shared machinery of the training-aware smash quantizers (qat, dorefa, bnn, lsq).
 
 Each of them (a :class:`TrainingQuantizer`) wraps the model's Linear/Conv layers with a quantizer from
-:mod:`slimkit.compression.quantization`, fine-tunes for a few epochs on the SmashConfig's train data with
+:mod:`slimkit.engines.quantization`, fine-tunes for a few epochs on the SmashConfig's train data with
 :func:`slimkit.training.fit` (default loss: cross-entropy), then freezes the result
 (:meth:`Quantizer.freeze`): every quantized layer becomes a :class:`QuantizedLayer` holding integer weight
 codes (uint8) with their scales and zero points as buffers, and fixed activation scales. That is what is
@@ -21,11 +21,11 @@ from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.quantization._targets import record_coverage
-from slimkit.compression.quantization import Quantizer, quantized_layer_specs, rebuild_quantized_layers
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.core.selection import matches
 from slimkit.core.weights import DENSE, find_targets, select
+from slimkit.engines.quantization import Quantizer, quantized_layer_specs, rebuild_quantized_layers
 from slimkit.errors import ConfigError
 from slimkit.training import fit, make_optimizer
 

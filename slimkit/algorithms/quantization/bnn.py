@@ -12,10 +12,10 @@ from slimkit.algorithms.quantization._training import (
     build_config_list,
     layer_names,
 )
-from slimkit.compression.quantization import BNNQuantizer, Quantizer
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+from slimkit.engines.quantization import BNNQuantizer, Quantizer
 from slimkit.errors import ConfigError
 
 

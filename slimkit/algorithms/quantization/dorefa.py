@@ -8,10 +8,10 @@ from ConfigSpace import UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.quantization._training import TrainingQuantizer, build_config_list
-from slimkit.compression.quantization import DoReFaQuantizer, Quantizer
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+from slimkit.engines.quantization import DoReFaQuantizer, Quantizer
 
 
 @register

@@ -9,11 +9,11 @@ from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
 from slimkit.algorithms.quantization._targets import model_targets
-from slimkit.compression.quantization.lowbit import quantize_model_gptq
-from slimkit.compression.quantization.lowbit.blockwise import BlockStep, gptq_step
 from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+from slimkit.engines.quantization.lowbit import quantize_model_gptq
+from slimkit.engines.quantization.lowbit.blockwise import BlockStep, gptq_step
 
 
 @register

@@ -10,11 +10,11 @@ from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.algorithms.quantization._targets import model_targets
-from slimkit.compression.quantization.lowbit import quantize_model_hqq
-from slimkit.compression.quantization.lowbit.blockwise import BlockStep, hqq_step
 from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
+from slimkit.engines.quantization.lowbit import quantize_model_hqq
+from slimkit.engines.quantization.lowbit.blockwise import BlockStep, hqq_step
 from slimkit.errors import ConfigError
 
 #: ``compute_dtype`` values (Pruna spells them ``"torch.bfloat16"``) -> torch dtype (``None``: the model's own)

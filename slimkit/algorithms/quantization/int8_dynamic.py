@@ -6,18 +6,18 @@ import warnings
 from typing import Any
 
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
-from slimkit.compression.quantization.int8.dynamic import (
-    KINDS,
-    legacy_linear_names,
-    quantize_named,
-    quantize_targets,
-)
-from slimkit.compression.quantization.int8.experts import quantize_experts_int8, replay_int8_experts
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.coverage import refusal
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
 from slimkit.core.weights import EXPERTS, select
+from slimkit.engines.quantization.int8.dynamic import (
+    KINDS,
+    legacy_linear_names,
+    quantize_named,
+    quantize_targets,
+)
+from slimkit.engines.quantization.int8.experts import quantize_experts_int8, replay_int8_experts
 from slimkit.errors import SaveLoadError
 
 

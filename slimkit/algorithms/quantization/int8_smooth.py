@@ -8,12 +8,12 @@ import torch
 from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage, select_or_refuse
-from slimkit.compression.quantization.int8.calibration import calibration_batches
-from slimkit.compression.quantization.int8.smooth import AUTO_ALPHAS, quantize_smooth, replay_smooth
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
 from slimkit.core.weights import DENSE, FALLBACK, UNSUPPORTED, Target, weight_of
+from slimkit.engines.quantization.int8.calibration import calibration_batches
+from slimkit.engines.quantization.int8.smooth import AUTO_ALPHAS, quantize_smooth, replay_smooth
 
 
 @register

@@ -8,14 +8,14 @@ import torch
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 
 from slimkit.algorithms.quantization._targets import model_targets, record_coverage
-from slimkit.compression.quantization.int8.calibration import calibration_batches
-from slimkit.compression.quantization.int8.static import converted, quantize_static, rebuild_static
-from slimkit.compression.quantization.int8.static_fx import CONVS
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
 from slimkit.core.selection import matches
 from slimkit.core.weights import FALLBACK, UNSUPPORTED
+from slimkit.engines.quantization.int8.calibration import calibration_batches
+from slimkit.engines.quantization.int8.static import converted, quantize_static, rebuild_static
+from slimkit.engines.quantization.int8.static_fx import CONVS
 
 MIN_COSINE = 0.98
 MAX_FP32_LAYERS = 8

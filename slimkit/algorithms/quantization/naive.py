@@ -13,11 +13,11 @@ from slimkit.algorithms.quantization._training import (
     has_quantizable_layers,
     replay_frozen,
 )
-from slimkit.compression.quantization import NaiveQuantizer, quantized_layer_specs
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.core.registry import register
 from slimkit.core.weights import find_targets
+from slimkit.engines.quantization import NaiveQuantizer, quantized_layer_specs
 
 
 @register

@@ -9,12 +9,12 @@ from ConfigSpace import CategoricalHyperparameter, OrdinalHyperparameter, Unifor
 
 from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose, replay_layers
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
-from slimkit.compression._patch import patch_forward
-from slimkit.compression.quantization.int8.calibration import calibration_batches
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.registry import register
 from slimkit.core.weights import LINEAR
+from slimkit.engines._patch import patch_forward
+from slimkit.engines.quantization.int8.calibration import calibration_batches
 from slimkit.utils import run_model
 
 #: Pruna's ``weight_bits`` values (optimum-quanto's qtype names)

@@ -7,10 +7,10 @@ from typing import Any
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
 from slimkit.algorithms.quantization._targets import model_targets
-from slimkit.compression.quantization.lowbit import quantize_model_rtn
-from slimkit.compression.quantization.lowbit.blockwise import BlockStep, rtn_step
 from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
+from slimkit.engines.quantization.lowbit import quantize_model_rtn
+from slimkit.engines.quantization.lowbit.blockwise import BlockStep, rtn_step
 
 
 @register

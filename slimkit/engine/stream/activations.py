@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from slimkit.compression.quantization.lowbit.calibration import BlockInputs, InputStore
+from slimkit.engines.quantization.lowbit.calibration import BlockInputs, InputStore
 from slimkit.utils import move_inputs
 
 __all__ = ["SpillingStore"]

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from slimkit.compression.quantization.lowbit.experts_quantize import require_layout
 from slimkit.config.smash_config import SmashConfig
 from slimkit.core import registry
 from slimkit.core.contract import SlimkitAlgorithm, SmashConfigPrefixWrapper
@@ -22,6 +21,7 @@ from slimkit.core.weights import EXPERTS, Target, find_targets, target_kind, wei
 from slimkit.engine.stream.checkpoint import Checkpoint
 from slimkit.engine.stream.memory import format_bytes
 from slimkit.engine.stream.skeleton import Blocks, Skeleton, build_model
+from slimkit.engines.quantization.lowbit.experts_quantize import require_layout
 from slimkit.errors import ConfigError
 
 if TYPE_CHECKING:  # prepare reads folders through this package: the plan only reads a Prepared's fields

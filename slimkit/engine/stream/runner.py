@@ -27,8 +27,6 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from slimkit.compression.quantization.lowbit.blockwise import release_caches
-from slimkit.compression.quantization.lowbit.calibration import capture_block_inputs
 from slimkit.config.files import CONFIG_FILE
 from slimkit.engine.base_model import describe_base
 from slimkit.engine.model_card import build_card
@@ -37,6 +35,8 @@ from slimkit.engine.stream import memory
 from slimkit.engine.stream.activations import SpillingStore
 from slimkit.engine.stream.plan import Plan
 from slimkit.engine.stream.resume import RunRecord
+from slimkit.engines.quantization.lowbit.blockwise import release_caches
+from slimkit.engines.quantization.lowbit.calibration import capture_block_inputs
 from slimkit.errors import ConfigError, SaveLoadError
 from slimkit.formats import RUN_FILE, ModelWriter, WriteContext, get_format
 

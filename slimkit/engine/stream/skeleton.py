@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.lowbit.calibration import find_blocks
 from slimkit.engine.base_model import default_dtype, meta_parameters
 from slimkit.engine.stream.checkpoint import Checkpoint
 from slimkit.engine.stream.layout import Merged, stored_layout
+from slimkit.engines.quantization.lowbit.calibration import find_blocks
 from slimkit.errors import ConfigError, ModelNotSupportedError
 
 __all__ = ["Skeleton", "build_model"]

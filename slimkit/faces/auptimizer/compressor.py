@@ -26,16 +26,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.pruning import Pruner
-from slimkit.compression.pruning.coupling import has_norm_masks
-from slimkit.compression.pruning.coupling import norm_producer_masks as producer_masks
-from slimkit.compression.pruning.io import MODEL_FORMAT, save_masks
-from slimkit.compression.quantization import Quantizer, quantized_layer_specs
-from slimkit.compression.quantization.io import CALIBRATION_FORMAT, save_calibration
-from slimkit.compression.speedup import KeptChannels, ModelSpeedup
 from slimkit.config import SmashConfig
 from slimkit.core.io import save_tensors_atomic, write_json_atomic
 from slimkit.engine import SmashedModel, smash
+from slimkit.engines.pruning import Pruner
+from slimkit.engines.pruning.coupling import has_norm_masks
+from slimkit.engines.pruning.coupling import norm_producer_masks as producer_masks
+from slimkit.engines.pruning.io import MODEL_FORMAT, save_masks
+from slimkit.engines.quantization import Quantizer, quantized_layer_specs
+from slimkit.engines.quantization.io import CALIBRATION_FORMAT, save_calibration
+from slimkit.engines.speedup import KeptChannels, ModelSpeedup
 from slimkit.errors import ConfigError
 from slimkit.experiment.compressors import (
     CompressorSpec,
@@ -60,8 +60,8 @@ class Compressor(EngineCalls):
     """One compression job on one model: ``compress`` -> (``apply_speedup``) -> ``export_model``.
 
     ``kind`` is ``"pruning"`` or ``"quantization"``; only pruning compressors can be sped up. ``engine``
-    is the underlying compression object (a :class:`~slimkit.compression.pruning.Pruner` or
-    :class:`~slimkit.compression.quantization.Quantizer`; use it for ``update_epoch`` and the like), or ``None``
+    is the underlying compression object (a :class:`~slimkit.engines.pruning.Pruner` or
+    :class:`~slimkit.engines.quantization.Quantizer`; use it for ``update_epoch`` and the like), or ``None``
     for an algorithm that runs through smash (then :attr:`smashed` holds the result after :meth:`compress`).
     ``model`` is the current model: wrapped by the engine after :meth:`compress`, the physically smaller model
     after :meth:`apply_speedup`, the smashed model for smash-run algorithms.

@@ -6,7 +6,7 @@
   original architecture; after speedup, the shrunk model's state dict.
 * ``mask_path`` (optional): the pruning masks (``<layer>.weight_mask`` / ``<layer>.bias_mask``).
 * after speedup, the kept-channel record as JSON (by default ``<model_path without suffix>.kept_channels.json``):
-  ``{layer: {"out": [...], "in": [...]}}``, what :func:`slimkit.compression.speedup.apply_kept_channels` replays.
+  ``{layer: {"out": [...], "in": [...]}}``, what :func:`slimkit.engines.speedup.apply_kept_channels` replays.
 
 :func:`load_compressed_model` rebuilds a saved model from a fresh base model of the same architecture.
 """
@@ -23,9 +23,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-from slimkit.compression.quantization import rebuild_quantized_layers
-from slimkit.compression.speedup import apply_kept_channels
 from slimkit.engine import SmashedModel
+from slimkit.engines.quantization import rebuild_quantized_layers
+from slimkit.engines.speedup import apply_kept_channels
 from slimkit.errors import SaveLoadError
 
 SPEEDUP_MODEL_FORMAT = "slimkit-speedup-state-dict"

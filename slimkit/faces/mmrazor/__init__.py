@@ -5,12 +5,12 @@
 
 The builder reads the one registry's component table (:mod:`slimkit.core.registry`): distillation losses,
 recorders and connectors from :mod:`slimkit.training.distill`, ``ZooModel`` architectures, and the algorithms
-here. One-shot NAS: the engines of :mod:`slimkit.compression.nas` (mutables, ``EvolutionSearchLoop``, subnet
+here. One-shot NAS: the engines of :mod:`slimkit.engines.nas` (mutables, ``EvolutionSearchLoop``, subnet
 export) and MMRazor's ``SPOS`` and search spaces (:mod:`slimkit.faces.mmrazor.nas`).
 Configs load from dicts, JSON or YAML with ``_base_`` inheritance (:func:`load_config`).
 """
 
-from slimkit.compression.nas import (
+from slimkit.engines.nas import (
     DynamicBatchNorm2d,
     DynamicConv2d,
     DynamicLinear,

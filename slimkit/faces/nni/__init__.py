@@ -14,10 +14,10 @@ pruning framework's helpers, the speedup and ``count_flops_params``. Every name 
 engines never import this face.
 """
 
-from slimkit.compression.pruning import *  # noqa: F403  (the engines' names; none is a name NNI 2.x reused)
-from slimkit.compression.pruning import __all__ as _PRUNING
-from slimkit.compression.quantization import *  # noqa: F403
-from slimkit.compression.speedup import (
+from slimkit.engines.pruning import *  # noqa: F403  (the engines' names; none is a name NNI 2.x reused)
+from slimkit.engines.pruning import __all__ as _PRUNING
+from slimkit.engines.quantization import *  # noqa: F403
+from slimkit.engines.speedup import (
     ChannelGraph,
     ChannelGroups,
     KeptChannels,

@@ -9,15 +9,15 @@ other NNI 1.x name (``L1FilterPruner``, ``TaylorFOWeightFilterPruner``, ``Weight
 is the engine's own class name, which ``slimkit.compression`` gives.
 """
 
-from slimkit.compression.pruning.admm import ADMMEngine
-from slimkit.compression.pruning.agp import AGPEngine
-from slimkit.compression.pruning.amc import AMCEngine
-from slimkit.compression.pruning.auto_compress import AutoCompressEngine
-from slimkit.compression.pruning.lottery_ticket import LotteryTicketEngine
-from slimkit.compression.pruning.movement import MovementEngine
-from slimkit.compression.pruning.one_shot import FPGMEngine, LevelEngine, SlimEngine
-from slimkit.compression.pruning.simulated_annealing import SimulatedAnnealingEngine
-from slimkit.compression.quantization.qat import QATQuantizer
+from slimkit.engines.pruning.admm import ADMMEngine
+from slimkit.engines.pruning.agp import AGPEngine
+from slimkit.engines.pruning.amc import AMCEngine
+from slimkit.engines.pruning.auto_compress import AutoCompressEngine
+from slimkit.engines.pruning.lottery_ticket import LotteryTicketEngine
+from slimkit.engines.pruning.movement import MovementEngine
+from slimkit.engines.pruning.one_shot import FPGMEngine, LevelEngine, SlimEngine
+from slimkit.engines.pruning.simulated_annealing import SimulatedAnnealingEngine
+from slimkit.engines.quantization.qat import QATQuantizer
 
 ADMMPruner = ADMMEngine
 AGPPruner = AGPEngine

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import torch
 
-from slimkit.compression.onnx import OnnxRuntimeModule
-from slimkit.compression.quantization.int8.linear import FULL_RANGE, SATURATION_SAFE, Int8Linear, choose_path
 from slimkit.core.weights import DENSE, FALLBACK, find_targets, select
+from slimkit.engines.onnx import OnnxRuntimeModule
+from slimkit.engines.quantization.int8.linear import FULL_RANGE, SATURATION_SAFE, Int8Linear, choose_path
 from slimkit.evaluation import fidelity, size_on_disk
 from tests.algorithms import models as harness_models
 from tests.algorithms.testers.base import AlgorithmTesterBase

@@ -3,14 +3,14 @@
 fp32 export (Llama, and GPT-2 with its Conv1D layers): llama.cpp's logits match the transformers model within 0.02
 (its KV cache is fp16). gptq (group 32)
 -> llama_cpp: the file stores GPTQ's 4-bit grid as Q4_1 blocks at under 0.45x the fp32 bytes, and generates.
-(tests/compression/gguf/test_runtime.py compares llama.cpp's logits with slimkit's own quantized model.)
+(tests/engines/gguf/test_runtime.py compares llama.cpp's logits with slimkit's own quantized model.)
 """
 
 from __future__ import annotations
 
 import torch
 
-from slimkit.compression.gguf.runtime import LlamaCppModule
+from slimkit.engines.gguf.runtime import LlamaCppModule
 from slimkit.utils import main_tensor, run_model
 from slimkit.zoo._hf import byte_tokenizer
 from tests.algorithms.testers.base import AlgorithmTesterBase

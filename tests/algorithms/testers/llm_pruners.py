@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from slimkit.compression.quantization.lowbit import PackedLinear
-from slimkit.compression.quantization.lowbit.layers import is_dense
 from slimkit.core.weights import weight_of
+from slimkit.engines.quantization.lowbit import PackedLinear
+from slimkit.engines.quantization.lowbit.layers import is_dense
 from tests.algorithms.testers.base import AlgorithmTesterBase
 from tests.algorithms.testers.lowbit import ByteTokenizer
 

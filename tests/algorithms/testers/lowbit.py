@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from slimkit.compression.quantization.lowbit import PackedLinear
-from slimkit.compression.quantization.lowbit.layers import is_dense
+from slimkit.engines.quantization.lowbit import PackedLinear
+from slimkit.engines.quantization.lowbit.layers import is_dense
 from slimkit.evaluation import fidelity, size_on_disk
 from tests.algorithms.testers.base import AlgorithmTesterBase
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from slimkit.compression.quantization import QuantizedLayer
+from slimkit.engines.quantization import QuantizedLayer
 from slimkit.evaluation import count_parameters, size_on_disk
 from slimkit.zoo.digits_cnn import accuracy, digits_split
 from tests.algorithms.testers.base import AlgorithmTesterBase
@@ -52,7 +52,7 @@ class _TrainingQuantChecks:
         assert count_parameters(smashed.model) == count_parameters(base)
         assert size_on_disk(smashed) < 0.45 * size_on_disk(base)
         # a sanity check: the harness trains on the Digits DataModule's split, which overlaps the zoo's test
-        # split; the clean within-one-point measurement is tests/compression/quantization/test_quant_digits.py
+        # split; the clean within-one-point measurement is tests/engines/quantization/test_quant_digits.py
         _, _, x_test, y_test = digits_split()
         assert accuracy(smashed.model, x_test, y_test) >= accuracy(base, x_test, y_test) - self.max_accuracy_drop
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from slimkit import SmashedModel, smash_folder
-from slimkit.compression.quantization.lowbit import blockwise
+from slimkit.engines.quantization.lowbit import blockwise
 from tests.engine.stream.conftest import make_config
 
 pytestmark = pytest.mark.cuda

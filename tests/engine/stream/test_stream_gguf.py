@@ -9,8 +9,8 @@ import torch
 import transformers
 
 from slimkit import SmashConfig, SmashedModel, smash, smash_folder
-from slimkit.compression.gguf import export_gguf
-from slimkit.compression.quantization.lowbit import quantize_model_rtn
+from slimkit.engines.gguf import export_gguf
+from slimkit.engines.quantization.lowbit import quantize_model_rtn
 from slimkit.formats import WriteContext
 from slimkit.formats.gguf_writer import GGUFWriter
 from slimkit.zoo._hf import byte_tokenizer

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from slimkit.compression import ADMMPruner as ADMMPrunerV2
-from slimkit.compression.pruning import PruningConfigError
 from slimkit.core import registry
+from slimkit.engines.pruning import PruningConfigError
 from slimkit.faces.nni import v1
 
 RENAMED = ("ADMMPruner", "AGPPruner", "AMCPruner", "AutoCompressPruner", "FPGMPruner", "LevelPruner",

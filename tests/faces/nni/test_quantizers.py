@@ -26,7 +26,7 @@ from slimkit.compression import (
     load_calibration,
     set_quant_scheme_dtype,
 )
-from slimkit.compression.quantization.settings import reset_quant_scheme_dtype
+from slimkit.engines.quantization.settings import reset_quant_scheme_dtype
 from slimkit.errors import ConfigError
 from tests.faces.nni.digits import PlainCNN, accuracy, make_trainer, train
 

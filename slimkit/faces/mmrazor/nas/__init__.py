@@ -3,7 +3,7 @@
 The search spaces: ``SearchableCNN`` and MMRazor's ShuffleNetV2 and MobileNetV2, buildable from its configs.
 
 The engines (mutables, dynamic layers, the mutator, evolution search, subnet export) live in
-:mod:`slimkit.compression.nas`, where smash algorithms use them too; :mod:`slimkit.faces.mmrazor` re-exports them.
+:mod:`slimkit.engines.nas`, where smash algorithms use them too; :mod:`slimkit.faces.mmrazor` re-exports them.
 
 >>> spos = build(dict(type="SPOS", architecture=dict(type="SearchableCNN")))
 >>> fit(spos, batches, loss=batch_loss, epochs=5)                  # one random path per step

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from slimkit.compression.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
-from slimkit.compression.nas.mutables import MutableChannels, MutableSequential, OneShotMutableOP
+from slimkit.engines.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
+from slimkit.engines.nas.mutables import MutableChannels, MutableSequential, OneShotMutableOP
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.nas.mutator import NasMutator, Subnet
+from slimkit.engines.nas.mutator import NasMutator, Subnet
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.base import BaseAlgorithm
 from slimkit.faces.mmrazor.builder import build, register_module

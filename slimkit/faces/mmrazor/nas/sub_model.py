@@ -14,9 +14,9 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.nas import NasMutator, export_subnet, read_subnet
-from slimkit.compression.nas.mutator import plain_choices, unwrap
 from slimkit.core.registry import build_module, register_component
+from slimkit.engines.nas import NasMutator, export_subnet, read_subnet
+from slimkit.engines.nas.mutator import plain_choices, unwrap
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.teacher import load_pretrained
 

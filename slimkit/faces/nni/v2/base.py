@@ -3,7 +3,7 @@
 ``compress()`` returning ``(model, masks)``, NNI 2.x's mask format ``{layer: {"weight": mask, "bias": mask}}``,
 ``show_pruned_weights``, ``load_masks`` and global ranking.
 
-The classes are slimkit's own engines (:mod:`slimkit.compression.pruning`) with NNI 2.x's constructor
+The classes are slimkit's own engines (:mod:`slimkit.engines.pruning`) with NNI 2.x's constructor
 signatures; :class:`V2Pruner` is mixed in before the engine class, which each face class imports and calls
 directly.
 """
@@ -19,12 +19,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression._masks_io import read_mask_file
-from slimkit.compression.config_list import select_layers
-from slimkit.compression.pruning.compressor import Pruner
-from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.maskers import StructuredWeightMasker
-from slimkit.compression.pruning.wrapper import PrunerModuleWrapper
+from slimkit.engines._masks_io import read_mask_file
+from slimkit.engines.config_list import select_layers
+from slimkit.engines.pruning.compressor import Pruner
+from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.engines.pruning.maskers import StructuredWeightMasker
+from slimkit.engines.pruning.wrapper import PrunerModuleWrapper
 from slimkit.faces.nni.v2.config import GlobalGroup, canonical_config_list
 from slimkit.faces.nni.v3.config import is_v3_config, v2_config_from_v3
 from slimkit.faces.nni.v3.evaluator import Evaluator

@@ -13,8 +13,8 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.one_shot import FPGMEngine, L1FilterPruner, L2FilterPruner, LevelEngine
+from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.engines.pruning.one_shot import FPGMEngine, L1FilterPruner, L2FilterPruner, LevelEngine
 from slimkit.faces.nni.v2.base import V2Pruner, check_mode
 from slimkit.faces.nni.v3.evaluator import Evaluator
 

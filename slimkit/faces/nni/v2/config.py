@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.errors import closest
 
 V2_KEYS = ("total_sparsity", "max_sparsity_per_layer", "op_partial_names")

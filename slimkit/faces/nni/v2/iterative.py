@@ -20,9 +20,9 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.config_list import select_layers
-from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.maskers import num_to_prune
+from slimkit.engines.config_list import select_layers
+from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.engines.pruning.maskers import num_to_prune
 from slimkit.errors import closest
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, check_schedule, to_v1_masks
 from slimkit.faces.nni.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner

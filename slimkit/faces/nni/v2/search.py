@@ -3,7 +3,7 @@
 NNI 2.x builds them from ``(model, config_list, evaluator, ...)`` (AutoCompress: ``(model, config_list,
 total_iteration, admm_params, sa_params, ...)``; AMC: ``(total_episode, model, config_list, dummy_input,
 evaluator, ...)``), runs ``compress()`` and reads ``get_best_result() -> (task_id, model, masks, score,
-config_list)``. Each class runs slimkit's engine of the same name (:mod:`slimkit.compression.pruning`, the
+config_list)``. Each class runs slimkit's engine of the same name (:mod:`slimkit.engines.pruning`, the
 algorithm the ``simulated_annealing`` / ``auto_compress`` / ``amc`` registry entries run):
 
 * the search scores candidate allocations with ``evaluator(model)`` on the masked model, without fine-tuning
@@ -25,10 +25,10 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning.amc import AMCEngine
-from slimkit.compression.pruning.auto_compress import AutoCompressEngine
-from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.simulated_annealing import SimulatedAnnealingEngine
+from slimkit.engines.pruning.amc import AMCEngine
+from slimkit.engines.pruning.auto_compress import AutoCompressEngine
+from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.engines.pruning.simulated_annealing import SimulatedAnnealingEngine
 from slimkit.errors import closest
 from slimkit.faces.nni.v2.base import V2Masks, check_schedule, check_training_args, trainer_without_epoch, v2_masks
 from slimkit.faces.nni.v2.config import canonical_config_list

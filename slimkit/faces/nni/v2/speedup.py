@@ -2,9 +2,9 @@
 
 A BatchNorm mask (what ``SlimPruner`` returns) says which channels of the *producer* before it go;
 :class:`NormMaskSpeedup` turns such masks into masks of those producers before the speedup
-(:func:`~slimkit.compression.pruning.coupling.norm_producer_masks`), so ``ModelSpeedup(model, dummy_input,
+(:func:`~slimkit.engines.pruning.coupling.norm_producer_masks`), so ``ModelSpeedup(model, dummy_input,
 masks)`` works for every pruner's masks, as it does in NNI. NNI's name ``ModelSpeedup`` is this class on the face
-(``slimkit.compression.ModelSpeedup``); the engine it extends is :class:`slimkit.compression.speedup.ModelSpeedup`,
+(``slimkit.compression.ModelSpeedup``); the engine it extends is :class:`slimkit.engines.speedup.ModelSpeedup`,
 which refuses masks on norms (the speedup engine does not depend on the pruning engine).
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning.coupling import has_norm_masks, norm_producer_masks
-from slimkit.compression.speedup import ModelSpeedup as EngineSpeedup
-from slimkit.compression.speedup.masks import MaskDict, load_masks
+from slimkit.engines.pruning.coupling import has_norm_masks, norm_producer_masks
+from slimkit.engines.speedup import ModelSpeedup as EngineSpeedup
+from slimkit.engines.speedup.masks import MaskDict, load_masks
 
 __all__ = ["ModelSpeedup", "NormMaskSpeedup"]
 
@@ -31,7 +31,7 @@ def _slimkit_entry(entry: Any) -> Any:
 
 
 class NormMaskSpeedup(EngineSpeedup):
-    """:class:`slimkit.compression.speedup.ModelSpeedup` that also accepts masks on BatchNorm layers.
+    """:class:`slimkit.engines.speedup.ModelSpeedup` that also accepts masks on BatchNorm layers.
 
     ``ModelSpeedup(model, dummy_input, masks_file).speedup_model()`` (NNI 2.x) or ``ModelSpeedup(model,
     dummy_input, masks)``; the masks are a dict or a mask file (see the base class).

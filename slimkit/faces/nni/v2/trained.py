@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.pruning.activation_rank import ActivationAPoZRankFilterPruner, ActivationMeanRankFilterPruner
-from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.one_shot import SlimEngine
-from slimkit.compression.pruning.taylor_fo import TaylorFOWeightFilterPruner
+from slimkit.engines.pruning.activation_rank import ActivationAPoZRankFilterPruner, ActivationMeanRankFilterPruner
+from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.engines.pruning.one_shot import SlimEngine
+from slimkit.engines.pruning.taylor_fo import TaylorFOWeightFilterPruner
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
 from slimkit.faces.nni.v3.evaluator import Evaluator
 from slimkit.faces.nni.v3.utils import slim_norm_config

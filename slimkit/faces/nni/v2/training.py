@@ -1,7 +1,7 @@
 """NNI 2.x's pruners that prune while the model trains: ``ADMMPruner`` and ``MovementPruner``.
 
-Each is slimkit's engine (:class:`~slimkit.compression.pruning.admm.ADMMEngine`,
-:class:`~slimkit.compression.pruning.movement.MovementEngine`, the algorithms the ``admm`` and ``movement``
+Each is slimkit's engine (:class:`~slimkit.engines.pruning.admm.ADMMEngine`,
+:class:`~slimkit.engines.pruning.movement.MovementEngine`, the algorithms the ``admm`` and ``movement``
 registry entries run) behind NNI 2.x's constructor: the user's ``trainer(model, optimizer, criterion)`` runs each
 epoch, ``traced_optimizer`` is the optimizer it steps (used only inside ``compress()``), and ``compress()``
 returns ``(model, masks)``.
@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.pruning.admm import ADMMEngine
-from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.movement import MovementEngine
+from slimkit.engines.pruning.admm import ADMMEngine
+from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.engines.pruning.movement import MovementEngine
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, check_training_args, trainer_without_epoch
 from slimkit.faces.nni.v3.evaluator import Evaluator, OptimizerRelay
 

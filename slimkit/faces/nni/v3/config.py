@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.errors import closest
 
 __all__ = ["V3_KEYS", "V3Config", "dummy_input_of", "is_v3_config", "remember_dummy_input", "select_modules",

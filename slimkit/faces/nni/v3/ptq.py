@@ -3,7 +3,7 @@
 ``PtqQuantizer(model, config_list, evaluator)``; ``model, calibration = quantizer.compress(max_steps,
 max_epochs)`` runs the evaluator's training (when a duration is given) and its evaluating function while the
 ranges are observed, fixes the scales and zero points (slimkit's
-:class:`~slimkit.compression.quantization.observer.ObserverQuantizer`: a symmetric weight grid, an affine grid for
+:class:`~slimkit.engines.quantization.observer.ObserverQuantizer`: a symmetric weight grid, an affine grid for
 inputs and outputs, one scale per tensor) and returns the calibration. ``quantizer.freeze()`` then turns the
 layers into slimkit's integer layers (int8 weight codes and fixed scales).
 """
@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.compression.quantization.config import QuantizationConfigError
-from slimkit.compression.quantization.io import Calibration
-from slimkit.compression.quantization.observer import ObserverQuantizer
+from slimkit.engines.quantization.config import QuantizationConfigError
+from slimkit.engines.quantization.io import Calibration
+from slimkit.engines.quantization.observer import ObserverQuantizer
 from slimkit.faces.nni.v3.evaluator import Evaluator, TorchEvaluator
 from slimkit.faces.nni.v3.quant_config import quant_config_from_v3
 

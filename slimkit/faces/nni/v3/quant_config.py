@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.quantization.config import QuantizationConfigError
+from slimkit.engines.quantization.config import QuantizationConfigError
 from slimkit.errors import closest
 from slimkit.faces.nni.v3.config import select_modules
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.faces.nni.v3.evaluator import Evaluator
 
 __all__ = ["check_schedule_v3", "run_schedule"]

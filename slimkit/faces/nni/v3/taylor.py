@@ -1,6 +1,6 @@
 """NNI 3.0's ``TaylorPruner``: first-order Taylor filter pruning with statistics from the evaluator's training.
 
-The algorithm is slimkit's :class:`~slimkit.compression.pruning.taylor_fo.TaylorFOWeightFilterPruner` (the one
+The algorithm is slimkit's :class:`~slimkit.engines.pruning.taylor_fo.TaylorFOWeightFilterPruner` (the one
 NNI 2.x's ``TaylorFOWeightPruner`` runs); this class gives it NNI 3.0's signature: the evaluator's own loop
 trains ``training_steps`` steps, each optimizer step (relayed to the engine) adds ``(sum of weight * grad)^2``
 per filter, and the masks follow.
@@ -13,8 +13,8 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.pruning.taylor_fo import TaylorFOWeightFilterPruner
+from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.engines.pruning.taylor_fo import TaylorFOWeightFilterPruner
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner
 from slimkit.faces.nni.v3.evaluator import Evaluator, OptimizerRelay
 

@@ -1,7 +1,7 @@
 """``nni.compression.utils`` of NNI 3.0: ``auto_set_denpendency_group_ids`` (NNI's spelling) over slimkit's tracer.
 
 ``config_list = auto_set_denpendency_group_ids(model, config_list, dummy_input)`` traces the model once
-(:func:`slimkit.compression.speedup.report.channel_dependency_report`) and returns the list with one entry per
+(:func:`slimkit.engines.speedup.report.channel_dependency_report`) and returns the list with one entry per
 selected layer; layers whose output channels are coupled (a residual add, a depthwise conv, a concat feeding one
 consumer) carry the same ``dependency_group_id``, so the pruner keeps one channel choice for them and the speedup
 removes the channels from all of them.
@@ -14,8 +14,8 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.compression.pruning.config import PruningConfigError
-from slimkit.compression.speedup.report import channel_dependency_report
+from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.engines.speedup.report import channel_dependency_report
 from slimkit.faces.nni.v3.config import dummy_input_of, remember_dummy_input, select_modules
 
 __all__ = ["auto_set_denpendency_group_ids", "auto_set_dependency_group_ids", "slim_norm_config"]

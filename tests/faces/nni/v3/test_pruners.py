@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from slimkit.compression import TorchEvaluator, count_flops_params
-from slimkit.compression.pruning.config import PruningConfigError
+from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.faces.nni import trace
 from slimkit.faces.nni.v3.pruning import (
     AGPPruner,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from slimkit.compression.quantization.config import QuantizationConfigError
+from slimkit.engines.quantization.config import QuantizationConfigError
 from slimkit.faces.nni import trace
 from slimkit.faces.nni.v3 import TorchEvaluator
 from slimkit.faces.nni.v3.quantization import PtqQuantizer

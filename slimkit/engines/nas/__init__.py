@@ -1,0 +1,38 @@
+"""One-shot NAS engines: mutables, dynamic layers, the mutator, evolution search, cost constraints, subnet export.
+
+The razor face (:mod:`slimkit.razor.nas`) re-exports these beside ``SPOS`` and ``SearchableCNN``; the smash
+algorithm ``spos_search`` builds a supernet from a plain CNN (:func:`make_searchable`) and uses the same
+loop and export.
+"""
+
+from slimkit.engines.nas.constraints import METRICS, calibrate_bn, measure_subnet
+from slimkit.engines.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
+from slimkit.engines.nas.export import export_subnet, load_subnet, read_subnet, save_subnet, write_subnet
+from slimkit.engines.nas.mutables import BaseMutable, MutableChannels, MutableSequential, OneShotMutableOP
+from slimkit.engines.nas.mutator import NasMutator, subnet_key
+from slimkit.engines.nas.search import EvolutionSearchLoop, SearchResult
+from slimkit.engines.nas.searchable import ChannelSupernet, make_searchable
+
+__all__ = [
+    "BaseMutable",
+    "ChannelSupernet",
+    "DynamicBatchNorm2d",
+    "DynamicConv2d",
+    "DynamicLinear",
+    "EvolutionSearchLoop",
+    "METRICS",
+    "MutableChannels",
+    "MutableSequential",
+    "NasMutator",
+    "OneShotMutableOP",
+    "SearchResult",
+    "calibrate_bn",
+    "export_subnet",
+    "load_subnet",
+    "make_searchable",
+    "measure_subnet",
+    "read_subnet",
+    "save_subnet",
+    "subnet_key",
+    "write_subnet",
+]
