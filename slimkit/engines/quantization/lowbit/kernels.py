@@ -1,10 +1,7 @@
 """Matmul paths for :class:`PackedLinear` that avoid building the dense dequantised weight.
 
-- CUDA, 2/3/4 bits: PyTorch's int4 tensor-core kernel (``torch.ops.aten._weight_int4pack_mm``, "tinygemm").
-  Codes below 16 fit its 4-bit format whatever the stored width, and its dequantisation
-  ``(q - 8) * s + m`` equals ours ``(q - z) * s`` with ``m = (8 - z) * s``. The kernel layout is built once per
-  layer (int4, never fp32) and checked against the dequantise path on the first call; on any mismatch or
-  error the layer falls back to dequantise + dense matmul for good.
+- CUDA: :mod:`.int4_dispatch` measures, per layer shape and row bucket, our Triton int4 GEMV/GEMM, PyTorch's
+  int4 kernel (tinygemm) and the dequantised weight with one dense GEMM, and runs the fastest.
 - CPU, up to ``native.MAX_ROWS`` tokens (decode): the fused C kernel of :mod:`.native` (unpack in registers,
   multiply, accumulate per group; AVX-512 or AVX2 build, ``SLIMKIT_NATIVE_ISA``), called through
   :func:`.native.layer_matmul` with the layer's arguments prepared once (SmolLM2-135M 4-bit decodes 1.6-1.8x
@@ -25,28 +22,24 @@ Each returns ``None`` when it does not apply; the caller then dequantises.
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from slimkit.engines.quantization.lowbit import native
+from slimkit.engines.quantization.lowbit import int4_dispatch, native
 
 if TYPE_CHECKING:
     from slimkit.engines.quantization.lowbit.linear import PackedLinear
 
 #: largest number of tokens (rows of x) for which the CPU plane path is used; above it dequantising wins
 CPU_SMALL_BATCH = 4
-#: largest number of tokens for the CUDA int4 kernel; long prefills are faster dequantised into one dense GEMM
-CUDA_SMALL_BATCH = 128
-_TINYGEMM_GROUPS = (256, 128, 64, 32)
 
 
 def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
     """``x @ W^T + b`` from the packed weight through a low-bit path, or ``None`` if none applies."""
-    if x.device.type == "cuda" and x.numel() // max(x.shape[-1], 1) <= CUDA_SMALL_BATCH:
-        return _cuda_int4(layer, x)
+    if x.is_cuda:
+        return int4_dispatch.matmul(layer, x)
     rows = x.numel() // max(x.shape[-1], 1)
     if x.is_cpu and x.dtype in HALF_DTYPES and rows and not x.requires_grad:
         return _half_on_cpu(layer, x)
@@ -138,69 +131,3 @@ def _cpu_planes(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor:
     if layer.bias is not None:
         y = y + layer.bias.to(x.dtype)
     return y.view(*lead, out_f)
-
-
-# ---------------------------------------------------------------------------------------------- CUDA tinygemm
-def _tinygemm_group(layer: PackedLinear) -> int | None:
-    for g in _TINYGEMM_GROUPS:
-        if layer.group_size % g == 0 and layer.in_features % g == 0:
-            return g
-    return None
-
-
-def tinygemm_scales_and_mins(layer: PackedLinear, group: int) -> torch.Tensor:
-    """float32 ``[in // group, out, 2]`` of (scale, min) per tinygemm group: ``(q - 8) * s + m == (q - z) * s``.
-
-    Our groups of ``layer.group_size`` are split into tinygemm's smaller ``group`` (a divisor), repeating their
-    scale and zero. Shared by the CUDA kernel and (in tests) PyTorch's CPU int4 kernel, which uses the same format.
-    """
-    rep = layer.group_size // group
-    scales = layer.scales.float().repeat_interleave(rep, dim=1)[:, : layer.in_features // group]
-    zeros = layer.zeros.float().repeat_interleave(rep, dim=1)[:, : layer.in_features // group]
-    return torch.stack([scales.t(), ((8 - zeros) * scales).t()], dim=-1).contiguous()
-
-
-def _build_tinygemm(layer: PackedLinear, high_first: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
-    from slimkit.engines.quantization.lowbit.packing import unpack
-
-    group = _tinygemm_group(layer)
-    assert group is not None
-    q = unpack(layer.qweight, layer.bits, layer.in_features)
-    even, odd = q[:, 0::2], q[:, 1::2]
-    packed = (even << 4 | odd) if high_first else (odd << 4 | even)
-    weight = torch.ops.aten._convert_weight_to_int4pack(packed.contiguous(), 8)
-    return weight, tinygemm_scales_and_mins(layer, group).to(torch.bfloat16), group
-
-
-def _cuda_int4(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
-    state = layer.kernel_cache.setdefault("tinygemm", {})
-    if state.get("disabled") or layer.bits > 4 or layer.out_features % 8 or layer.in_features % 128:
-        return None
-    if _tinygemm_group(layer) is None or not hasattr(torch.ops.aten, "_weight_int4pack_mm"):
-        return None
-    rows = x.reshape(-1, layer.in_features)
-
-    def run(built: tuple[torch.Tensor, torch.Tensor, int]) -> torch.Tensor:
-        weight, sz, group = built
-        y = torch.ops.aten._weight_int4pack_mm(rows.to(torch.bfloat16).contiguous(), weight, group, sz).to(x.dtype)
-        if layer.bias is not None:
-            y = y + layer.bias.to(x.dtype)
-        return y.view(*x.shape[:-1], layer.out_features)
-
-    if "built" in state and state["built"][0].device == x.device:
-        return run(state["built"])
-    reference = F.linear(rows, layer.dequantize(x.dtype), None if layer.bias is None else layer.bias.to(x.dtype))
-    for high_first in (True, False):
-        try:
-            built = _build_tinygemm(layer, high_first)
-            out = run(built)
-        except (RuntimeError, NotImplementedError):
-            continue
-        err = (out.reshape_as(reference) - reference).abs().max() / reference.abs().max().clamp(min=1e-6)
-        if float(err) < 0.05:
-            state["built"] = built
-            return out
-    state["disabled"] = True
-    warnings.warn(f"PackedLinear({layer.extra_repr()}): the CUDA int4 kernel is unavailable or disagrees with "
-                  "dequantisation; using dequantise + dense matmul.", RuntimeWarning, stacklevel=3)
-    return None

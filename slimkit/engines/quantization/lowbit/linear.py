@@ -8,8 +8,10 @@ fractional zeros fit too); the dequantised weight is ``(q - z) * s``. Buffers (a
 - ``scales`` and ``zeros``: float16 ``[out, n_groups]``,
 - ``input_scale`` (optional, AWQ where no preceding layer can absorb it): ``[in]``, multiplied into the input.
 
-Nothing fp32 is cached: ``forward`` dequantises on the fly. Decoding-size batches on CPU use a bit-plane
-matmul that never builds the scaled dense weight, and CUDA uses PyTorch's int4 kernel (see :mod:`.kernels`).
+Nothing fp32 is cached on the CPU: ``forward`` dequantises on the fly, and decoding-size batches use fused kernels
+that never build the scaled dense weight. On CUDA each row bucket runs the path measured fastest for the layer's
+shape (int4 GEMV/GEMM kernels for decode and short inputs, the dequantised weight + one dense GEMM for prefill;
+:mod:`.int4_dispatch`), with everything a call needs built once per layer in :attr:`PackedLinear.kernel_cache`.
 """
 
 from __future__ import annotations
@@ -143,7 +145,10 @@ class PackedLinear(nn.Module):
 
     @property
     def kernel_cache(self) -> dict[str, Any]:
-        """What the kernels built for this layer (CPU call plan, CUDA int4 weight), by kernel; never copied or saved."""
+        """What the kernels built for this layer, by kernel; never copied or saved.
+
+        CPU: the C kernel's call plan. CUDA: per-bucket plans and the state they use (int4 layouts, dense weight).
+        """
         return self.__dict__.setdefault("_kernel_cache", {})
 
     def release_caches(self) -> None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from slimkit.engines.quantization.lowbit import kernels, native
+from slimkit.engines.quantization.lowbit import kernels, native, tinygemm
 
 
 def _avx2() -> bool:
@@ -103,11 +103,11 @@ def test_int4_kernel_scales_and_mins_reproduce_our_dequantisation(bits, group, m
     """The CUDA path's (scale, min) mapping, checked through PyTorch's CPU build of the same int4 kernel format
     (the CUDA kernel itself needs a GPU: tests marked cuda)."""
     layer = make_layer(bits, 64, 256, group)
-    tiny = kernels._tinygemm_group(layer)
+    tiny = tinygemm.group_for(layer)
     assert tiny == group  # our group sizes 32 and 128 are tinygemm group sizes themselves
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(layer.codes().to(torch.int32), 8)
     x = torch.randn(3, 256)
-    out = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, tiny, kernels.tinygemm_scales_and_mins(layer, tiny))
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, tiny, tinygemm.scales_and_mins(layer, tiny))
     torch.testing.assert_close(out + layer.bias, F.linear(x, layer.dequantize(), layer.bias), atol=1e-4, rtol=1e-4)
 
 

@@ -1,0 +1,216 @@
+"""Which matmul a :class:`PackedLinear` call runs on CUDA: measured per layer shape and row bucket, once per process.
+
+Candidates, each ``x @ W^T + b`` from the same packed weight:
+
+- ``dense``: the dequantised weight and one dense GEMM (cuBLAS). Prefill-sized inputs are compute-bound, where
+  nothing beats the dense GEMM, so this is also the floor that makes int4 never slower than the dense layer.
+- ``tinygemm``: PyTorch's int4 kernel (:mod:`.tinygemm`), for buckets up to :data:`MAX_TINYGEMM_BUCKET` rows.
+- ``gemv_*`` (one row) and ``gemm_*`` (2 to :data:`MAX_GEMM_BUCKET` rows, float16/bfloat16): our Triton kernels
+  (:mod:`.triton_int4`) with a few tile configurations each.
+
+The first call of a layer shape, dtype and row bucket (:func:`.autotune.row_bucket`) on a device builds every
+candidate, drops any whose output disagrees with the dequantised weight, times the rest with CUDA events
+(:data:`CHOOSER`) and remembers the fastest for every layer of that shape; each layer then keeps a per-bucket plan,
+a closure over buffers built once (no dtype cast, ``.contiguous()`` or copying reshape per call when the input is
+already the layer's dtype and contiguous). State a layer's plans do not use is freed after the choice.
+
+Memory of ``dense`` (``SLIMKIT_INT4_DENSE``): ``auto`` (default) keeps the dequantised weight once built, as long
+as :data:`DENSE_FREE_FRACTION` of the GPU's memory stays free after it (a layer of the 8B-class model adds 2 bytes
+per weight to its 0.5, and only where the dense GEMM won, i.e. prefill sizes); past that, and always with
+``per_call``, it dequantises on every call (no memory, slower prefill); ``cache`` always keeps it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from slimkit.engines.quantization.lowbit import tinygemm, triton_int4
+from slimkit.engines.quantization.lowbit.autotune import Chooser, cuda_event_timer, row_bucket
+
+if TYPE_CHECKING:
+    from slimkit.engines.quantization.lowbit.linear import PackedLinear
+
+#: largest row bucket for which tinygemm is a candidate (it falls far behind dense GEMMs above)
+MAX_TINYGEMM_BUCKET = 128
+#: largest row bucket for which the Triton GEMM is a candidate
+MAX_GEMM_BUCKET = 512
+#: relative max error (to the largest output) above which a candidate is dropped as wrong
+TOLERANCE = 0.05
+#: ``auto`` keeps a dense weight only while this fraction of the GPU's memory stays free after it
+DENSE_FREE_FRACTION = 0.2
+#: the process-wide decisions for CUDA calls
+CHOOSER = Chooser(cuda_event_timer)
+_HALF = (torch.float16, torch.bfloat16)
+_FAMILIES = ("dense", "tinygemm", "triton")
+
+Matmul = Callable[[torch.Tensor], torch.Tensor]
+
+
+def family(name: str) -> str:
+    """The state a candidate uses: ``dense``, ``tinygemm`` or ``triton`` (``gemv_*``/``gemm_*``)."""
+    return name if name in ("dense", "tinygemm") else "triton"
+
+
+def dense_policy() -> str:
+    """``SLIMKIT_INT4_DENSE``: ``auto``, ``cache`` or ``per_call`` (see the module doc)."""
+    policy = os.environ.get("SLIMKIT_INT4_DENSE", "auto")
+    if policy not in ("auto", "cache", "per_call"):
+        raise ValueError(f"SLIMKIT_INT4_DENSE={policy!r}; use auto, cache or per_call.")
+    return policy
+
+
+def _keep_dense(weight: torch.Tensor) -> bool:
+    policy = dense_policy()
+    if policy != "auto" or weight.device.type != "cuda":
+        return policy != "per_call"
+    free, total = torch.cuda.mem_get_info(weight.device)
+    return free >= DENSE_FREE_FRACTION * total  # the weight is already allocated here
+
+
+def _dense(layer: PackedLinear, dtype: torch.dtype) -> Matmul:
+    bias = None if layer.bias is None else layer.bias.detach().to(dtype)
+    weight = layer.dequantize(dtype)
+    if _keep_dense(weight):
+        return functools.partial(F.linear, weight=weight, bias=bias)
+    del weight
+    return lambda x: F.linear(x, layer.dequantize(dtype), bias)
+
+
+def _triton_weight(layer: PackedLinear) -> triton_int4.TritonWeight:
+    cache = layer.kernel_cache
+    if ("triton",) not in cache:
+        cache[("triton",)] = triton_int4.prepare(layer.codes(), layer.scales, layer.zeros, layer.group_size,
+                                                 layer.bias)
+    return cache[("triton",)]
+
+
+def _cached(layer: PackedLinear, key: tuple, build: Callable[[], Matmul | None]) -> Matmul | None:
+    cache = layer.kernel_cache
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
+
+
+def candidates(layer: PackedLinear, dtype: torch.dtype, bucket: int,
+               use_triton: bool | None = None) -> dict[str, Callable[[], Matmul | None]]:
+    """``name -> builder`` of every path that can run this layer for activations of ``dtype`` in ``bucket`` rows.
+
+    A builder returns the per-call function (state built once and kept in ``layer.kernel_cache``) or ``None``
+    when the path turns out not to work here. ``use_triton`` defaults to "the layer is on a CUDA device" (tests
+    pass ``True`` to run the kernels through Triton's interpreter on a CPU).
+    """
+    device = layer.qweight.device
+    out: dict[str, Callable[[], Matmul | None]] = {
+        "dense": lambda: _cached(layer, ("dense", dtype), lambda: _dense(layer, dtype))}
+    if bucket <= MAX_TINYGEMM_BUCKET and tinygemm.applies(layer, device):
+        out["tinygemm"] = lambda: _cached(layer, ("tinygemm", dtype), lambda: tinygemm.build(layer, dtype))
+    use_triton = device.type == "cuda" if use_triton is None else use_triton
+    if not (use_triton and triton_int4.AVAILABLE and layer.bits <= 4
+            and triton_int4.kernel_group(layer.group_size) is not None):
+        return out
+    if bucket == 1:
+        for cfg in triton_int4.GEMV_CONFIGS:
+            out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemv, cfg)
+    elif bucket <= MAX_GEMM_BUCKET and dtype in _HALF:
+        for cfg in triton_int4.gemm_configs(bucket):
+            out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemm, cfg)
+    return out
+
+
+def _triton_call(layer: PackedLinear, kernel: Callable, cfg: object) -> Matmul:
+    return functools.partial(kernel, tw=_triton_weight(layer), cfg=cfg)
+
+
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def decision_key(layer: PackedLinear, dtype: torch.dtype, bucket: int) -> tuple:
+    """What a decision depends on: device model, layer shape and format, activation dtype, row bucket."""
+    return (_device_name(layer.qweight.device), layer.in_features, layer.out_features, layer.group_size,
+            layer.bits <= 4, layer.bias is not None, dtype, bucket)
+
+
+def _verified(layer: PackedLinear, probe: torch.Tensor,
+              builders: dict[str, Callable[[], Matmul | None]]) -> dict[str, Matmul]:
+    """Build each candidate and keep those that reproduce the dequantised layer on ``probe``."""
+    reference = F.linear(probe.float(), layer.dequantize(torch.float32),
+                         None if layer.bias is None else layer.bias.float())
+    scale = reference.abs().max().clamp(min=1e-6)
+    good = {}
+    for name, build in builders.items():
+        try:
+            fn = build()
+            err = None if fn is None else float((fn(probe).float() - reference).abs().max() / scale)
+        except (RuntimeError, ValueError, NotImplementedError) as exc:  # a kernel this device cannot compile or run
+            fn, err = None, repr(exc)
+        if isinstance(err, float) and err < TOLERANCE:
+            good[name] = fn
+        elif name != "dense":
+            warnings.warn(f"PackedLinear({layer.extra_repr()}): int4 path {name} dropped "
+                          f"({'unavailable' if fn is None else f'error {err}'}).", RuntimeWarning, stacklevel=4)
+    return good
+
+
+def plan(layer: PackedLinear, x: torch.Tensor, chooser: Chooser | None = None,
+         use_triton: bool | None = None) -> tuple[str, Matmul] | None:
+    """``(name, fn)``: the measured-fastest path for inputs shaped like ``x``.
+
+    ``fn`` takes and returns the input's shape. ``None`` while a CUDA graph is being captured and nothing was
+    measured yet (timing cannot run inside a capture).
+    """
+    chooser = CHOOSER if chooser is None else chooser
+    k, n = layer.in_features, layer.out_features
+    bucket = row_bucket(x.numel() // max(k, 1))
+    builders = candidates(layer, x.dtype, bucket, use_triton)
+    key = decision_key(layer, x.dtype, bucket)
+    if key not in chooser.decisions:
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+            return None
+        probe = torch.randn(bucket, k, device=x.device).to(x.dtype)
+        fns = _verified(layer, probe, builders)
+        chooser.choose(key, {name: functools.partial(fn, probe) for name, fn in fns.items()})
+    name = chooser.decisions[key]
+    fn = builders[name]() if name in builders else None
+    if fn is None:  # a path that won on another layer of this shape but is not available here
+        name, fn = "dense", builders["dense"]()
+    plans = layer.kernel_cache.setdefault("plans", {})
+    used = {family(p[0]) for p in plans.values()} | {family(name)}
+    for stale in [c for c in layer.kernel_cache if isinstance(c, tuple) and c[0] in _FAMILIES and c[0] not in used]:
+        del layer.kernel_cache[stale]
+    return name, _wrap(fn, k, n)
+
+
+def _wrap(fn: Matmul, k: int, n: int) -> Matmul:
+    def run(x: torch.Tensor) -> torch.Tensor:
+        flat = x if x.dim() == 2 else x.reshape(-1, k)
+        y = fn(flat if flat.is_contiguous() else flat.contiguous())
+        return y if x.dim() == 2 else y.view(*x.shape[:-1], n)
+
+    return run
+
+
+def matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
+    """``x @ W^T + b`` through the layer's plan for this row bucket (measured on first use).
+
+    ``None`` when the caller should dequantise: gradients wanted, empty input, or a graph capture before any
+    measurement.
+    """
+    if x.requires_grad or not x.numel():
+        return None
+    plans = layer.kernel_cache.setdefault("plans", {})
+    pkey = (row_bucket(x.numel() // x.shape[-1]), x.dtype, x.get_device())
+    entry = plans.get(pkey)
+    if entry is None:
+        entry = plan(layer, x)
+        if entry is None:
+            return None
+        plans[pkey] = entry
+    return entry[1](x)

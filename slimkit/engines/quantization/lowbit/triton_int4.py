@@ -1,0 +1,241 @@
+"""int4 weight-only matmul kernels in Triton for :class:`PackedLinear` on CUDA: a GEMV for decode, a fused GEMM.
+
+Why our own kernels: PyTorch's tinygemm (``_weight_int4pack_mm``) is only ~1.2x dense bf16 at one row on an H200
+and slower from 8 rows on, and no maintained Marlin-class library ships a wheel for every torch ABI we run on
+(a wheel built against another torch fails to load). Triton ships with CUDA builds of torch, so these kernels need
+nothing extra, and the Triton interpreter (``TRITON_INTERPRET=1``) runs them on a CPU for the correctness tests.
+
+Weight layout (built once per layer by :func:`prepare`, never per call): codes below 16 (2, 3 and 4-bit layers
+alike) as nibbles of int32 words ``[Kp // 8, N]``: word ``(i, n)`` holds output ``n``'s codes of input rows
+``8i .. 8i+7``, row ``8i + j`` in bits ``4j .. 4j+3`` (``Kp`` is ``K`` padded to :data:`K_ALIGN` with zero codes;
+the input is masked there, so padding never reaches the sum). Scales and mins are float16 ``[Kp // G, N]`` with
+``w = q * s + m`` (``m = -z * s``), ``G`` a divisor of the layer's group size that every tile size divides.
+
+- :func:`gemv` (one row): each program owns ``BLOCK_N`` outputs and walks ``K`` in ``BLOCK_K`` tiles inside one
+  group: ``y += s * sum(x * q) + m * sum(x)`` in float32. The codes become floats without an int-to-float
+  conversion (``(q | 0x4B000000)`` read as float32 is ``2**23 + q``: one OR and one subtraction, full rate).
+  ``SPLIT_K > 1`` splits ``K`` over more programs (atomic adds into a float32 row): more memory traffic in flight
+  for layers with few outputs, at the price of a zero fill and a cast.
+- :func:`gemm` (any number of rows, half-precision input): tiles of ``[BLOCK_M, BLOCK_K]`` activations times the
+  dequantised ``[BLOCK_K, BLOCK_N]`` weight tile through ``tl.dot``, float32 accumulator; the weight is read once
+  as int4 per row block, never written dense.
+
+Which kernel and tile sizes run for a layer shape and row count is measured on the machine (:mod:`.cuda_int4`);
+:data:`GEMV_CONFIGS` and :func:`gemm_configs` are the candidates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+import torch
+
+try:  # Triton comes with CUDA builds of torch; without it the CUDA path uses tinygemm and the dense fallback
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - depends on the install
+    triton = None
+
+#: True when Triton imports (the kernels below exist)
+AVAILABLE = triton is not None
+#: ``K`` is padded to a multiple of this (every ``BLOCK_K * SPLIT_K`` divides it)
+K_ALIGN = 512
+#: largest scale group the kernels use; a layer's groups are split into ``gcd(group_size, MAX_GROUP)`` columns
+MAX_GROUP = 128
+#: smallest such group (``tl.dot`` needs ``BLOCK_K >= 16``)
+MIN_GROUP = 16
+#: 2**23 as float32: ``(q | 0x4B000000)`` bit-cast to float32 equals ``MAGIC + q`` for ``q < 2**23``
+MAGIC = 8388608.0
+
+
+@dataclass(frozen=True)
+class Gemv:
+    """Tile sizes of the one-row kernel."""
+
+    block_n: int
+    block_k: int
+    split_k: int = 1
+    warps: int = 4
+
+    def __post_init__(self) -> None:
+        if K_ALIGN % (self.block_k * self.split_k):
+            raise ValueError(f"block_k * split_k must divide K_ALIGN={K_ALIGN}; got {self.block_k} * {self.split_k}.")
+
+    @property
+    def name(self) -> str:
+        """Candidate name in the dispatch table, e.g. ``gemv_n32_k128_s1_w4``."""
+        return f"gemv_n{self.block_n}_k{self.block_k}_s{self.split_k}_w{self.warps}"
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """Tile sizes and pipeline depth of the fused GEMM."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps: int = 4
+    stages: int = 3
+
+    @property
+    def name(self) -> str:
+        """Candidate name in the dispatch table, e.g. ``gemm_m16_n64_k128_w4_s3``."""
+        return f"gemm_m{self.block_m}_n{self.block_n}_k{self.block_k}_w{self.warps}_s{self.stages}"
+
+
+#: one-row candidates: wide tiles (coalesced, few programs) to narrow ones and split K (many programs)
+GEMV_CONFIGS = (Gemv(32, 128), Gemv(64, 128), Gemv(16, 128, warps=2), Gemv(32, 128, split_k=4),
+                Gemv(64, 64, split_k=8))
+
+
+def gemm_configs(rows: int) -> tuple[Gemm, ...]:
+    """GEMM candidates for ``rows`` activation rows (a row bucket): ``BLOCK_M`` just covers small buckets."""
+    bm = min(max(16, 1 << (max(rows, 1) - 1).bit_length()), 64)
+    configs = [Gemm(bm, 32, 128, stages=4), Gemm(bm, 64, 128), Gemm(bm, 128, 64)]
+    if rows >= 128:
+        configs.append(Gemm(128, 128, 64, warps=8))
+    return tuple(configs)
+
+
+def kernel_group(group_size: int) -> int | None:
+    """The scale group the kernels use for a layer of ``group_size`` (a divisor of it), or ``None`` if too small."""
+    g = gcd(group_size, MAX_GROUP)
+    return g if g >= MIN_GROUP else None
+
+
+@dataclass
+class TritonWeight:
+    """A layer's weight in the kernels' layout (see the module doc)."""
+
+    words: torch.Tensor  # int32 [Kp // 8, N]
+    scales: torch.Tensor  # float16 [Kp // group, N]
+    mins: torch.Tensor  # float16 [Kp // group, N]
+    bias: torch.Tensor | None
+    in_features: int
+    out_features: int
+    group: int
+
+
+def prepare(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int,
+            bias: torch.Tensor | None) -> TritonWeight:
+    """Repack ``codes [N, K]`` (< 16) with per-group ``scales``/``zeros [N, groups]`` into :class:`TritonWeight`."""
+    n, k = codes.shape
+    group = kernel_group(group_size)
+    if group is None:
+        raise ValueError(f"group_size={group_size} has no divisor >= {MIN_GROUP} that divides {MAX_GROUP}.")
+    kp = -(-k // K_ALIGN) * K_ALIGN
+    q = torch.zeros(kp, n, dtype=torch.int32, device=codes.device)
+    q[:k] = codes.t().to(torch.int32)
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=codes.device)
+    words = (q.view(kp // 8, 8, n) << shifts.view(1, 8, 1)).sum(1, dtype=torch.int32)  # disjoint bits: sum == OR
+    rep = group_size // group
+    s = scales.float().repeat_interleave(rep, dim=1)
+    m = -zeros.float().repeat_interleave(rep, dim=1) * s
+    rows = kp // group
+    table = torch.zeros(2, rows, n, dtype=torch.float32, device=codes.device)
+    used = min(rows, s.shape[1])
+    table[0, :used], table[1, :used] = s.t()[:used], m.t()[:used]
+    table = table.to(torch.float16)
+    return TritonWeight(words.contiguous(), table[0].contiguous(), table[1].contiguous(),
+                        None if bias is None else bias.detach(), k, n, group)
+
+
+if AVAILABLE:
+    # builtins and the standard sum combiner only: the kernels then also run under an in-process interpreter that a
+    # test starts after Triton was imported (``tl.sum``/``tl.zeros`` are jit helpers bound at import time)
+    _add = tl.standard._sum_combine
+
+    @triton.jit
+    def _gemv_kernel(x_ptr, w_ptr, s_ptr, m_ptr, b_ptr, y_ptr, N, K, ITERS,
+                     GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                     HAS_BIAS: tl.constexpr):
+        pid_n = tl.program_id(0)
+        pid_k = tl.program_id(1)
+        n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n < N
+        rk = tl.arange(0, BLOCK_K)
+        shift = (rk % 8) * 4
+        acc = tl.full((BLOCK_N,), 0.0, tl.float32)
+        for i in range(0, ITERS):  # a host-side count: the interpreter cannot take a tensor as a range bound
+            k0 = (i * SPLIT_K + pid_k) * BLOCK_K
+            kk = k0 + rk
+            x = tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+            words = tl.load(w_ptr + (kk // 8)[:, None] * N + n[None, :], mask=n_ok[None, :], other=0)
+            q = (((words >> shift[:, None]) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+            g = k0 // GROUP
+            s = tl.load(s_ptr + g * N + n, mask=n_ok, other=0.0).to(tl.float32)
+            m = tl.load(m_ptr + g * N + n, mask=n_ok, other=0.0).to(tl.float32)
+            acc += s * tl.reduce(q * x[:, None], 0, _add) + m * tl.reduce(x, 0, _add)
+        if HAS_BIAS:
+            if pid_k == 0:
+                acc += tl.load(b_ptr + n, mask=n_ok, other=0.0).to(tl.float32)
+        if SPLIT_K == 1:
+            tl.store(y_ptr + n, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+        else:
+            tl.atomic_add(y_ptr + n, acc, mask=n_ok)
+
+    @triton.jit
+    def _gemm_kernel(x_ptr, w_ptr, s_ptr, m_ptr, b_ptr, y_ptr, M, N, K, ITERS, stride_xm, stride_ym,
+                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     HAS_BIAS: tl.constexpr):
+        pid_m = tl.program_id(0)  # row blocks vary fastest: programs sharing a weight tile run together (L2)
+        pid_n = tl.program_id(1)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n < N
+        rk = tl.arange(0, BLOCK_K)
+        shift = (rk % 8) * 4
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+        for i in range(0, ITERS):
+            k0 = i * BLOCK_K
+            kk = k0 + rk
+            a = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K),
+                        other=0.0)
+            words = tl.load(w_ptr + (kk // 8)[:, None] * N + n[None, :], mask=n_ok[None, :], other=0)
+            q = (((words >> shift[:, None]) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+            g = k0 // GROUP
+            s = tl.load(s_ptr + g * N + n, mask=n_ok, other=0.0).to(tl.float32)
+            m = tl.load(m_ptr + g * N + n, mask=n_ok, other=0.0).to(tl.float32)
+            w = (q * s[None, :] + m[None, :]).to(a.dtype)
+            acc = tl.dot(a, w, acc)
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        mask = (rm[:, None] < M) & n_ok[None, :]
+        tl.store(y_ptr + rm[:, None] * stride_ym + n[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+    #: the kernels by name (tests swap in interpreted copies to run them on a CPU)
+    KERNELS = {"gemv": _gemv_kernel, "gemm": _gemm_kernel}
+else:  # pragma: no cover - depends on the install
+    KERNELS = {}
+
+
+def gemv(x: torch.Tensor, tw: TritonWeight, cfg: Gemv) -> torch.Tensor:
+    """``x [1, K] @ W^T (+ bias)`` -> ``[1, N]`` in ``x.dtype`` (``x`` contiguous)."""
+    block_k = min(cfg.block_k, tw.group)
+    iters = tw.words.shape[0] * 8 // (block_k * cfg.split_k)
+    grid = (triton.cdiv(tw.out_features, cfg.block_n), cfg.split_k)
+    if cfg.split_k == 1:
+        y = torch.empty(1, tw.out_features, dtype=x.dtype, device=x.device)
+    else:
+        y = torch.zeros(1, tw.out_features, dtype=torch.float32, device=x.device)
+    bias = tw.bias if tw.bias is not None else tw.scales
+    KERNELS["gemv"][grid](x, tw.words, tw.scales, tw.mins, bias, y, tw.out_features, tw.in_features, iters,
+                          GROUP=tw.group, BLOCK_N=cfg.block_n, BLOCK_K=block_k, SPLIT_K=cfg.split_k,
+                          HAS_BIAS=tw.bias is not None, num_warps=cfg.warps)
+    return y if cfg.split_k == 1 else y.to(x.dtype)
+
+
+def gemm(x: torch.Tensor, tw: TritonWeight, cfg: Gemm) -> torch.Tensor:
+    """``x [M, K] @ W^T (+ bias)`` -> ``[M, N]`` in ``x.dtype`` (float16/bfloat16, rows of ``x`` contiguous)."""
+    m = x.shape[0]
+    block_k = min(cfg.block_k, tw.group)
+    iters = tw.words.shape[0] * 8 // block_k
+    y = torch.empty(m, tw.out_features, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(tw.out_features, cfg.block_n))
+    bias = tw.bias if tw.bias is not None else tw.scales
+    KERNELS["gemm"][grid](x, tw.words, tw.scales, tw.mins, bias, y, m, tw.out_features, tw.in_features, iters,
+                          x.stride(0), y.stride(0), GROUP=tw.group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                          BLOCK_K=block_k, HAS_BIAS=tw.bias is not None, num_warps=cfg.warps,
+                          num_stages=cfg.stages)
+    return y

@@ -1,0 +1,165 @@
+"""The CUDA int4 dispatch's logic, run on the CPU with injected timings: the chooser takes the smaller time, decisions
+are keyed by shape and row bucket, failing paths are dropped, and a decode call makes no copies.
+
+The candidates here are the dense path and the CPU build of PyTorch's int4 kernel (same format as the CUDA one);
+the Triton kernels run through Triton's interpreter in test_lowbit_triton_int4.py, on a GPU in the cuda tests.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from slimkit.engines.quantization.lowbit import int4_dispatch, tinygemm
+from slimkit.engines.quantization.lowbit.autotune import Chooser, row_bucket
+
+
+class FakeTimes:
+    """A timer that returns a fixed time per candidate name and records what it was asked to time."""
+
+    def __init__(self, times: dict[str, float], default: float = 10.0) -> None:
+        self.times, self.default, self.asked = times, default, []
+
+    def __call__(self, name: str, fn) -> float:
+        self.asked.append(name)
+        fn()  # the candidate really runs: a broken one raises here
+        return self.times.get(name, self.default)
+
+
+def test_row_buckets_are_powers_of_two():
+    assert [row_bucket(r) for r in (0, 1, 2, 3, 8, 9, 64, 65, 128, 129)] == [1, 1, 2, 4, 8, 16, 64, 128, 128, 256]
+
+
+def test_chooser_takes_the_smaller_time_and_remembers_it_per_key():
+    timer = FakeTimes({"a": 2.0, "b": 1.0})
+    chooser = Chooser(timer)
+    assert chooser.choose(("shape", 1), {"a": lambda: None, "b": lambda: None}) == "b"
+    assert chooser.choose(("shape", 1), {"a": lambda: None, "b": lambda: None}) == "b"
+    assert timer.asked == ["a", "b"]  # the second call was answered from the table
+    timer.times = {"a": 1.0, "b": 2.0}
+    assert chooser.choose(("shape", 8), {"a": lambda: None, "b": lambda: None}) == "a"  # another bucket: measured
+    assert chooser.timings[("shape", 8)] == {"a": 1.0, "b": 2.0}
+    assert chooser.choose(("only", 1), {"c": lambda: None}) == "c" and timer.asked == ["a", "b", "a", "b"]
+
+
+def test_chooser_skips_a_candidate_that_raises_and_says_when_all_fail():
+    def broken():
+        raise RuntimeError("no kernel image for this device")
+
+    chooser = Chooser(FakeTimes({"fast_but_broken": 0.1, "slow": 5.0}))
+    assert chooser.choose("k", {"fast_but_broken": broken, "slow": lambda: None}) == "slow"
+    assert chooser.timings["k"]["fast_but_broken"] == math.inf
+    with pytest.raises(ValueError, match="every candidate failed for 'k2': a, b"):
+        chooser.choose("k2", {"a": broken, "b": broken})
+    with pytest.raises(ValueError, match="no candidate"):
+        chooser.choose("k3", {})
+
+
+def _reference(layer, x):
+    return F.linear(x.float(), layer.dequantize(torch.float32), layer.bias.float())
+
+
+@pytest.mark.parametrize(("times", "expected"), [({"dense": 5.0, "tinygemm": 1.0}, "tinygemm"),
+                                                 ({"dense": 1.0, "tinygemm": 5.0}, "dense")])
+def test_plan_runs_the_candidate_with_the_smaller_measured_time(times, expected, make_layer):
+    layer = make_layer(4, 64, 256, 128)
+    chooser = Chooser(FakeTimes(times))
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    name, fn = int4_dispatch.plan(layer, x, chooser, use_triton=False)
+    assert name == expected
+    key = int4_dispatch.decision_key(layer, torch.bfloat16, 4)
+    assert chooser.decisions == {key: expected} and set(chooser.timings[key]) == {"dense", "tinygemm"}
+    ref = _reference(layer, x)
+    assert float((fn(x).float() - ref).abs().max() / ref.abs().max()) < 0.02
+    # the state of the path that lost is freed; the winner's stays built
+    families = {k[0] for k in layer.kernel_cache if isinstance(k, tuple)}
+    assert families == {expected}
+
+
+def test_decisions_are_per_shape_and_bucket_and_shared_by_layers_of_one_shape(make_layer):
+    timer = FakeTimes({"dense": 5.0, "tinygemm": 1.0})
+    chooser = Chooser(timer)
+    a, b, other = make_layer(4, 64, 256, 128, seed=0), make_layer(4, 64, 256, 128, seed=1), make_layer(4, 32, 256, 128)
+    x1, x8 = torch.randn(1, 256, dtype=torch.bfloat16), torch.randn(2, 4, 256, dtype=torch.bfloat16)
+    assert int4_dispatch.plan(a, x1, chooser, use_triton=False)[0] == "tinygemm"
+    assert len(timer.asked) == 2
+    assert int4_dispatch.plan(b, x1, chooser, use_triton=False)[0] == "tinygemm"  # same shape: no new timing
+    assert len(timer.asked) == 2
+    timer.times = {"dense": 1.0, "tinygemm": 5.0}
+    name, fn = int4_dispatch.plan(a, x8, chooser, use_triton=False)  # bucket 8: measured on its own
+    assert name == "dense" and len(timer.asked) == 4 and fn(x8).shape == (2, 4, 64)
+    assert int4_dispatch.plan(other, x1, chooser, use_triton=False)[0] == "dense"  # another shape: measured again
+    assert len(timer.asked) == 6
+    assert sorted(k[-1] for k in chooser.decisions) == [1, 1, 8]
+
+
+def test_a_path_that_disagrees_with_the_dequantised_weight_is_dropped(monkeypatch, make_layer):
+    layer = make_layer(4, 64, 256, 128)
+    monkeypatch.setattr(tinygemm, "build", lambda layer, dtype: lambda x: torch.zeros(x.shape[0], 64, dtype=dtype))
+    chooser = Chooser(FakeTimes({"dense": 5.0, "tinygemm": 0.1}))
+    with pytest.warns(RuntimeWarning, match=r"int4 path tinygemm dropped \(error 1\.0"):
+        name, _ = int4_dispatch.plan(layer, torch.randn(1, 256), chooser, use_triton=False)
+    assert name == "dense" and chooser.decisions  # decided without the wrong path (a single candidate left)
+
+
+def test_decode_call_makes_no_copy_and_reuses_the_prebuilt_state(monkeypatch, make_layer):
+    """The kernel gets the caller's activation memory itself (no cast, no contiguous copy, no copying reshape),
+    with the weight layout built at the first call and never again."""
+    layer = make_layer(4, 64, 256, 128)
+    monkeypatch.setattr(int4_dispatch, "CHOOSER", Chooser(FakeTimes({"dense": 5.0, "tinygemm": 1.0})))
+    builds, seen = [], []
+    real_build, real_call = tinygemm.build, tinygemm._call
+    monkeypatch.setattr(tinygemm, "build", lambda *a: builds.append(1) or real_build(*a))
+
+    def spying_call(mm, *rest):
+        return real_call(lambda x, *args: seen.append(x) or mm(x, *args), *rest)
+
+    monkeypatch.setattr(tinygemm, "_call", spying_call)
+    first = int4_dispatch.matmul(layer, torch.randn(1, 1, 256, dtype=torch.bfloat16))  # measures and builds
+    assert builds == [1] and first.shape == (1, 1, 64)
+    weights = {id(v) for k, v in layer.kernel_cache.items() if k == ("tinygemm", torch.bfloat16)}
+    for shape in ((1, 1, 256), (1, 256)):  # decode with and without a sequence dimension
+        x = torch.randn(*shape, dtype=torch.bfloat16)
+        seen.clear()
+        out = int4_dispatch.matmul(layer, x)
+        assert len(seen) == 1 and seen[0].data_ptr() == x.data_ptr() and seen[0].dtype == torch.bfloat16
+        ref = _reference(layer, x)
+        assert out.shape == (*shape[:-1], 64) and float((out.float() - ref).abs().max() / ref.abs().max()) < 0.02
+    assert builds == [1] and list(layer.kernel_cache["plans"]) == [(1, torch.bfloat16, -1)]
+    assert {id(v) for k, v in layer.kernel_cache.items() if k == ("tinygemm", torch.bfloat16)} == weights
+
+
+def test_gradients_and_empty_inputs_go_to_the_dequantise_path(make_layer):
+    layer = make_layer(4, 64, 256, 128)
+    assert int4_dispatch.matmul(layer, torch.randn(2, 256, requires_grad=True)) is None
+    assert int4_dispatch.matmul(layer, torch.randn(0, 256)) is None
+    assert "plans" not in layer.kernel_cache
+
+
+def test_dense_memory_policy(monkeypatch, make_layer):
+    layer = make_layer(4, 64, 256, 128)
+    calls = []
+    real = layer.dequantize
+    monkeypatch.setattr(layer, "dequantize", lambda *a: calls.append(1) or real(*a))
+    x = torch.randn(200, 256)
+    monkeypatch.setenv("SLIMKIT_INT4_DENSE", "per_call")
+    fn = int4_dispatch._dense(layer, torch.float32)
+    fn(x), fn(x)
+    assert len(calls) == 3  # built (and dropped) once, then dequantised on each call
+    monkeypatch.setenv("SLIMKIT_INT4_DENSE", "cache")
+    fn = int4_dispatch._dense(layer, torch.float32)
+    fn(x), fn(x)
+    assert len(calls) == 4
+    assert float((fn(x) - F.linear(x, real(torch.float32), layer.bias)).abs().max()) < 1e-5
+    monkeypatch.setenv("SLIMKIT_INT4_DENSE", "always")
+    with pytest.raises(ValueError, match="SLIMKIT_INT4_DENSE='always'; use auto, cache or per_call"):
+        int4_dispatch._dense(layer, torch.float32)
+
+
+def test_packed_linear_on_cpu_never_enters_the_cuda_dispatch(monkeypatch, make_layer):
+    layer = make_layer(4, 64, 256, 128)
+    monkeypatch.setattr(int4_dispatch, "matmul", lambda *a: pytest.fail("CUDA dispatch on a CPU tensor"))
+    assert layer(torch.randn(1, 256)).shape == (1, 64)
