@@ -117,11 +117,13 @@ class CallsMixin:
 
     def _getattr(self, obj: Any, name: str, *default: Any) -> Any:
         try:
-            return self.attr_get(obj, name)
+            value = self.attr_get(obj, name)
         except (ConfigError, AttributeError, KeyError):
             if default:
                 return default[0]
             raise
+        # what a skipped base holds is unknown: getattr(_base_, 'custom_hooks', []) takes the config's default
+        return default[0] if default and getattr(value, "slimkit_placeholder", False) else value
 
 
 
