@@ -1,7 +1,7 @@
 """Streaming quantization of Llama-shaped checkpoints (1B, 3B, 8B) in bounded memory: peak RSS and wall time.
 
     .venv/bin/python benchmarks/stream_llm.py [--sizes 1b 3b 8b] [--methods rtn gptq] [--samples 8]
-        [--gptq-blocks K] [--work DIR] [--keep] [--gguf] [--threads 2] [--device cuda]
+        [--gptq-blocks K] [--work DIR] [--keep] [--gguf] [--threads 2] [--device cuda] [--tokenizer DIR]
 
 For each size, a random-initialised Llama of that shape is written as bf16 safetensors shards (2 GB each, with
 ``model.safetensors.index.json``), tensor by tensor and in row chunks, so writing it never holds the model either;
@@ -72,7 +72,7 @@ def tensor_shapes(config) -> dict[str, tuple[int, ...]]:
             not config.tie_word_embeddings}
 
 
-def write_checkpoint(folder: Path, size: str, seed: int = 0) -> int:
+def write_checkpoint(folder: Path, size: str, seed: int = 0, tokenizer: str | None = None) -> int:
     """A random bf16 Llama of shape ``size`` as safetensors shards, written tensor by tensor; returns its bytes."""
     import torch
 
@@ -119,7 +119,12 @@ def write_checkpoint(folder: Path, size: str, seed: int = 0) -> int:
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
                                                                      "weight_map": weight_map}))
     config.save_pretrained(folder)
-    zoo_load("smollm2-135m").tokenizer.save_pretrained(folder)  # a real tokenizer (49152 ids < 128256), offline
+    if tokenizer:  # a saved tokenizer folder (a GPU machine has no zoo packages)
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
+    else:
+        zoo_load("smollm2-135m").tokenizer.save_pretrained(folder)  # a real tokenizer (49152 ids < 128256), offline
     return total
 
 
@@ -190,7 +195,8 @@ def child(folder: str, method: str, out: str, samples: int, threads: int, gguf: 
 
 def run_child(folder: Path, method: str, out: Path, samples: int, threads: int, gguf: bool = False,
               blocks: int = 0, device: str = "cpu") -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(threads)}
     cmd = [sys.executable, __file__, "--child", str(folder), method, str(out), str(samples), str(threads),
            "1" if gguf else "0", str(blocks), device]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -211,6 +217,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints and outputs")
     parser.add_argument("--gguf", action="store_true", help="the rtn run writes GGUF, then loaded and run by llama.cpp")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: where each block is quantized")
+    parser.add_argument("--tokenizer", metavar="DIR",
+                        help="a saved tokenizer folder to put in the checkpoints (default: SmolLM2's from the zoo)")
     parser.add_argument("--gptq-blocks", type=int, default=0, metavar="K",
                         help="stop gptq runs after K blocks (all blocks have the same size, so the peak is the "
                              "run's; the table says K/N): for the long runs on a small machine")
@@ -229,7 +237,7 @@ def main() -> None:
         folder = work / f"llama-{size}"
         began = time.perf_counter()
         if not (folder / "config.json").is_file():
-            write_checkpoint(folder, size)
+            write_checkpoint(folder, size, tokenizer=args.tokenizer)
         print(f"{size}: checkpoint {model_bytes / 1e9:.2f} GB bf16 ready in {time.perf_counter() - began:.0f} s",
               flush=True)
         runs = [(m, args.gguf and m == "rtn") for m in args.methods]

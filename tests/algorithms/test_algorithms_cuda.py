@@ -16,6 +16,7 @@ import torch
 from slimkit import SmashedModel, smash
 from slimkit.core import registry
 from slimkit.core.contract import GROUPS
+from slimkit.errors import MissingPackageError
 from slimkit.utils import main_tensor, move_inputs, run_model
 from tests.algorithms.models import get_model
 from tests.algorithms.test_algorithms import TESTERS, _config
@@ -49,7 +50,10 @@ def smash_save_load_on(device: str, tester: type[AlgorithmTesterBase], model_nam
     cfg = _config(tester, inputs)
     cfg.device = device
 
-    smashed = smash(base, cfg, verbose=False)
+    try:
+        smashed = smash(base, cfg, verbose=False)
+    except MissingPackageError as exc:  # an optional library this machine lacks (a GPU image carries few)
+        pytest.skip(f"{tester.algorithm}: {exc}")
     elsewhere = [n for n, p in smashed.named_parameters() if p.device.type != kind]
     assert not elsewhere, elsewhere[:5]
     out = _output(smashed, device_inputs)

@@ -1,4 +1,6 @@
-"""One-shot NAS engines: mutables, dynamic layers, the mutator, evolution search, cost constraints, subnet export.
+"""NAS engines: mutables, dynamic layers, the mutator, evolution and greedy search, constraints, subnet export.
+
+Mutables are one-shot (one candidate runs) or differentiable (:class:`DiffMutableOP`, DARTS).
 
 The razor face (:mod:`slimkit.razor.nas`) re-exports these beside ``SPOS`` and ``SearchableCNN``; the smash
 algorithm ``spos_search`` builds a supernet from a plain CNN (:func:`make_searchable`) and uses the same
@@ -6,8 +8,10 @@ loop and export.
 """
 
 from slimkit.engines.nas.constraints import METRICS, calibrate_bn, measure_subnet
+from slimkit.engines.nas.diff_mutable import DiffMutableOP
 from slimkit.engines.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
 from slimkit.engines.nas.export import export_subnet, load_subnet, read_subnet, save_subnet, write_subnet
+from slimkit.engines.nas.greedy import GreedyChannelSearch, GreedySubnet
 from slimkit.engines.nas.mutables import BaseMutable, MutableChannels, MutableSequential, OneShotMutableOP
 from slimkit.engines.nas.mutator import NasMutator, subnet_key
 from slimkit.engines.nas.search import EvolutionSearchLoop, SearchResult
@@ -16,10 +20,13 @@ from slimkit.engines.nas.searchable import ChannelSupernet, make_searchable
 __all__ = [
     "BaseMutable",
     "ChannelSupernet",
+    "DiffMutableOP",
     "DynamicBatchNorm2d",
     "DynamicConv2d",
     "DynamicLinear",
     "EvolutionSearchLoop",
+    "GreedyChannelSearch",
+    "GreedySubnet",
     "METRICS",
     "MutableChannels",
     "MutableSequential",

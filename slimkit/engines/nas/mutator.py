@@ -95,6 +95,16 @@ class NasMutator:
             out[name] = m.choices[index]
         return out
 
+    def max_choices(self) -> Subnet:
+        """The largest subnet: every mutable's last choice (widest width, deepest depth, last-listed op)."""
+        self._require()
+        return {name: m.choices[-1] for name, m in self.mutables.items()}
+
+    def min_choices(self) -> Subnet:
+        """The smallest subnet: every mutable's first choice (narrowest width, shallowest depth, first op)."""
+        self._require()
+        return {name: m.choices[0] for name, m in self.mutables.items()}
+
     def set_choices(self, subnet: Mapping[str, Any], strict: bool = True) -> None:
         """Make ``subnet`` the active path. ``strict``: every mutable must be named (else the missing ones).
 

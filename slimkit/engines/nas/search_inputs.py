@@ -34,15 +34,41 @@ def check_batches(dataloader: Any, what: str = "dataloader") -> Iterable[Any]:
     return dataloader
 
 
+def _metric_specs(evaluator: Any) -> list[Any]:
+    """The metrics of an evaluator as MMEngine writes it (a dict, a name, a list, or an Evaluator's ``metrics``)."""
+    if isinstance(evaluator, Mapping) and "metrics" in evaluator:
+        if str(evaluator.get("type", "Evaluator")).rpartition(".")[2] != "Evaluator" or len(
+                set(evaluator) - {"type", "_scope_", "metrics"}):
+            raise ConfigError(f"evaluator={dict(evaluator)!r}: an MMEngine Evaluator dict holds only 'metrics' "
+                              "(e.g. dict(type='Evaluator', metrics=[dict(type='Accuracy', topk=(1, 5))])).")
+        evaluator = evaluator["metrics"]
+    if isinstance(evaluator, Sequence) and not isinstance(evaluator, (str, Mapping)):
+        return [m for e in evaluator for m in _metric_specs(e)]
+    return [evaluator]
+
+
+def _build_metric(spec: Any) -> Any:
+    if isinstance(spec, str):
+        spec = {"type": spec}  # a registered name: its defaults
+    if isinstance(spec, type):
+        spec = spec()
+    built = build_component(spec) if isinstance(spec, Mapping) else spec
+    if not callable(built):
+        raise ConfigError(f"evaluator must be dict(type='Accuracy', ...), a registered metric name such as "
+                          f"'Accuracy', a list of these, or callable(model, batches) -> dict; got "
+                          f"{type(built).__name__}.")
+    return built
+
+
 def evaluator_score(dataloader: Any, evaluator: Any) -> Score:
-    """``score_fn(model)``: the metrics ``evaluator`` computes on ``dataloader`` (a dict, or a list merged)."""
+    """``score_fn(model)``: the metrics ``evaluator`` computes on ``dataloader`` (a dict, or a list merged).
+
+    ``evaluator`` as MMEngine writes it: ``dict(type='Accuracy', topk=(1, 5))``, a registered name
+    (``'Accuracy'``), a list of these, ``dict(type='Evaluator', metrics=[...])``, or any callable
+    ``evaluator(model, batches) -> dict``.
+    """
     batches = check_batches(dataloader)
-    specs = evaluator if isinstance(evaluator, Sequence) and not isinstance(evaluator, (str, Mapping)) else [evaluator]
-    built = [build_component(e) if isinstance(e, Mapping) else e for e in specs]
-    for e in built:
-        if not callable(e):
-            raise ConfigError(f"evaluator must be dict(type='Accuracy', ...) or callable(model, batches) -> dict, "
-                              f"got {type(e).__name__}.")
+    built = [_build_metric(e) for e in _metric_specs(evaluator)]
 
     def score(model: nn.Module) -> dict[str, float]:
         metrics: dict[str, float] = {}

@@ -172,11 +172,17 @@ def _importance(model: nn.Module, group: WidthGroup) -> torch.Tensor:
     return total
 
 
-def width_choices(channels: int, ratios: Sequence[float]) -> list[int]:
-    """Channel counts for ``ratios`` of ``channels`` (at least 1 each; the full width is always one)."""
+def width_choices(channels: int, ratios: Sequence[float], divisor: int = 1) -> list[int]:
+    """Channel counts for ``ratios`` of ``channels`` (at least 1 each; the full width is always one).
+
+    ``divisor``: each count is rounded to a multiple of it (at least ``divisor``, at most ``channels``).
+    """
     if not ratios or any(isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1 for r in ratios):
         raise ConfigError(f"Width ratios must be numbers in (0, 1], got {list(ratios)!r}; e.g. [0.25, 0.5, 0.75, 1].")
-    return sorted({max(1, round(float(r) * channels)) for r in ratios} | {channels})
+    if isinstance(divisor, bool) or not isinstance(divisor, int) or divisor < 1:
+        raise ConfigError(f"divisor must be an integer >= 1, got {divisor!r}.")
+    counts = {min(channels, max(divisor, round(float(r) * channels / divisor) * divisor)) for r in ratios}
+    return sorted(counts | {channels})
 
 
 def _dynamic(module: nn.Module, width_in: Any, width_out: Any, factor: int) -> nn.Module:
@@ -199,15 +205,16 @@ def _norm(module: nn.BatchNorm2d, width: MutableChannels) -> DynamicBatchNorm2d:
 
 
 def make_searchable(model: nn.Module, example_inputs: Any, ratios: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
-                    sort_channels: bool = True) -> ChannelSupernet:
+                    sort_channels: bool = True, divisor: int = 1) -> ChannelSupernet:
     """A :class:`ChannelSupernet` over ``model`` (changed in place; deep-copy it first to keep the original).
 
-    Every searchable group (see the module doc) gets a width choice among ``ratios`` of its channels. With all
-    widths at their maximum the supernet computes what ``model`` did. Raises ConfigError naming the supported
-    model shapes and why each layer was left out when no group is searchable.
+    Every searchable group (see the module doc) gets a width choice among ``ratios`` of its channels (rounded to
+    multiples of ``divisor``). With all widths at their maximum the supernet computes what ``model`` did.
+    Raises ConfigError naming the supported model shapes and why each layer was left out when no group is
+    searchable.
     """
     groups, skipped = find_width_groups(model, example_inputs)
-    groups = [g for g in groups if len(width_choices(g.channels, ratios)) > 1]
+    groups = [g for g in groups if len(width_choices(g.channels, ratios, divisor)) > 1]
     if not groups:
         why = "; ".join(f"{n}: {r}" for n, r in sorted(skipped.items())) or "it has no Conv2d or Linear layer"
         raise ConfigError(f"{type(model).__name__} has no channel group whose width can be searched ({why}). "
@@ -220,7 +227,7 @@ def make_searchable(model: nn.Module, example_inputs: Any, ratios: Sequence[floa
         if sort_channels:
             _permute(model, group, torch.argsort(_importance(model, group), descending=True, stable=True))
         name = group.name if group.name not in widths else f"{group.name}_{len(widths)}"
-        width = widths[name] = MutableChannels(width_choices(group.channels, ratios))
+        width = widths[name] = MutableChannels(width_choices(group.channels, ratios, divisor))
         outs.update(dict.fromkeys(group.producers, width))
         norms.update(dict.fromkeys(group.norms, width))
         ins.update({reader: (width, factor) for reader, factor in group.readers.items()})

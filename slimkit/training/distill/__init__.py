@@ -15,6 +15,7 @@ so ``slimkit.razor.build(dict(type="KLDivergence", tau=4))`` builds it.
 """
 
 from slimkit.training.distill.connectors import (
+    BYOTConnector,
     Conv1x1Connector,
     ConvModuleConnector,
     CRDConnector,
@@ -22,21 +23,27 @@ from slimkit.training.distill.connectors import (
     FBKDTeacherConnector,
     LinearConnector,
     MGDConnector,
+    NormConnector,
     OFDTeacherConnector,
     Paraphraser,
+    TorchFunctionalConnector,
+    TorchNNConnector,
     Translator,
     connector_for,
 )
-from slimkit.training.distill.distiller import ConfigurableDistiller, OFDDistiller, forward_arguments
+from slimkit.training.distill.distiller import BYOTDistiller, ConfigurableDistiller, OFDDistiller, forward_arguments
 from slimkit.training.distill.generators import DAFLGenerator, ZSKTGenerator
+from slimkit.training.distill.input_recorders import FunctionInputsRecorder, MethodInputsRecorder, ParameterRecorder
 from slimkit.training.distill.losses import (
     WSLD,
+    ABLoss,
     ActivationLoss,
     AngleWiseRKD,
     ATLoss,
     ChannelWiseDivergence,
     CosineSimilarityLoss,
     CRDLoss,
+    CrossEntropyLoss,
     DistanceWiseRKD,
     DistillLoss,
     DISTLoss,
@@ -44,6 +51,7 @@ from slimkit.training.distill.losses import (
     FBKDLoss,
     FTLoss,
     InformationEntropyLoss,
+    KDSoftCELoss,
     KLDivergence,
     L1Loss,
     L2Loss,
@@ -64,9 +72,12 @@ from slimkit.training.distill.recorders import (
 )
 
 __all__ = [
+    "ABLoss",
     "ATLoss",
     "ActivationLoss",
     "AngleWiseRKD",
+    "BYOTConnector",
+    "BYOTDistiller",
     "BaseRecorder",
     "CRDConnector",
     "CRDLoss",
@@ -75,6 +86,7 @@ __all__ = [
     "Conv1x1Connector",
     "ConvModuleConnector",
     "CosineSimilarityLoss",
+    "CrossEntropyLoss",
     "DAFLGenerator",
     "DISTLoss",
     "DKDLoss",
@@ -85,8 +97,10 @@ __all__ = [
     "FBKDStudentConnector",
     "FBKDTeacherConnector",
     "FTLoss",
+    "FunctionInputsRecorder",
     "FunctionOutputsRecorder",
     "InformationEntropyLoss",
+    "KDSoftCELoss",
     "KLDivergence",
     "L1Loss",
     "L2Loss",
@@ -94,16 +108,21 @@ __all__ = [
     "MGDConnector",
     "MGDLoss",
     "MSELoss",
+    "MethodInputsRecorder",
     "MethodOutputsRecorder",
     "ModuleInputsRecorder",
     "ModuleOutputsRecorder",
     "OFDDistiller",
     "OFDLoss",
+    "NormConnector",
     "OFDTeacherConnector",
     "OnehotLikeLoss",
     "PKDLoss",
     "Paraphraser",
+    "ParameterRecorder",
     "RecorderManager",
+    "TorchFunctionalConnector",
+    "TorchNNConnector",
     "Translator",
     "WSLD",
     "ZSKTGenerator",

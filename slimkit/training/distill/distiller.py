@@ -5,8 +5,10 @@
     dict(loss_kl=dict(preds_S=dict(from_student=True, recorder="logits"),
                       preds_T=dict(from_student=False, recorder="logits")))
 
-An argument may also name ``record_idx`` (which call), ``data_idx`` (which element of a tuple output) and
-``connector`` (a learned layer from ``connectors`` applied first). Mistakes are caught when the distiller is
+An argument may also name ``record_idx`` (which call), ``data_idx`` (which element of a tuple output),
+``connector`` (a learned layer from ``connectors`` applied first; it runs once per step for a given record, however
+many arguments read it) and ``connector_idx`` (which element of a connector's tuple output, e.g. BYOT's
+``(feature, logits)``). Mistakes are caught when the distiller is
 built (unknown loss, recorder or connector; argument names that are not the loss's forward arguments) or at the
 first step (shapes that cannot be compared without a connector).
 """
@@ -29,7 +31,7 @@ from slimkit.training.distill.recorders import RecorderManager
 from slimkit.utils import model_device
 
 log = logging.getLogger(__name__)
-_ARG_FIELDS = {"from_student", "recorder", "record_idx", "data_idx", "connector"}
+_ARG_FIELDS = {"from_student", "recorder", "record_idx", "data_idx", "connector", "connector_idx"}
 
 
 def _modules(kind: str, specs: Mapping[str, Any] | None) -> nn.ModuleDict:
@@ -40,6 +42,28 @@ def _modules(kind: str, specs: Mapping[str, Any] | None) -> nn.ModuleDict:
             raise ConfigError(f"{kind} {name!r} must build an nn.Module, got {type(obj).__name__}.")
         built[name] = obj
     return built
+
+
+def _element(value: Any, index: Any, what: str) -> Any:
+    """``value[index]`` of a tuple output (``connector_idx``), or a ConfigError naming ``what``."""
+    if not isinstance(value, (tuple, list)) or isinstance(index, bool) or not isinstance(index, int) or not (
+            -len(value) <= index < len(value)):
+        size = f"a tuple of {len(value)}" if isinstance(value, (tuple, list)) else f"a {type(value).__name__}"
+        raise ConfigError(f"connector_idx={index!r}: the output of {what} is {size}; connector_idx picks an element "
+                          "of a connector's tuple output.")
+    return value[index]
+
+
+def _squeeze_pooled(kwargs: dict[str, Any]) -> None:
+    """A pooled ``[N, C, 1, 1]`` map met with an ``[N, C]`` feature is read as ``[N, C]`` (MMCls's neck.gap)."""
+    pair = [(k, v) for k, v in list(kwargs.items())[:2] if isinstance(v, torch.Tensor)]
+    if len(pair) != 2 or pair[0][1].shape == pair[1][1].shape:
+        return
+    (ka, a), (kb, b) = pair
+    for key, big, small in ((ka, a, b), (kb, b, a)):
+        if big.dim() > small.dim() and big.shape[: small.dim()] == small.shape and all(
+                d == 1 for d in big.shape[small.dim():]):
+            kwargs[key] = big.reshape(small.shape)
 
 
 def forward_arguments(loss: nn.Module) -> list[str]:
@@ -86,12 +110,14 @@ class ConfigurableDistiller(nn.Module):
                               f"{', '.join(self.distill_losses)} to recorders.")
         for name, loss in self.distill_losses.items():
             expected = forward_arguments(loss)
+            sets = [sorted(a) for a in getattr(loss, "argument_sets", [expected])]
             given = mappings.get(name)
             if given is None:
                 log.warning("distill loss %r has no loss_forward_mappings entry and is not computed (MMRazor's rule: "
                             "only mapped losses run).", name)
                 continue
-            if not isinstance(given, Mapping) or sorted(given) != sorted(expected):
+            if not isinstance(given, Mapping) or sorted(given) not in sets:
+                expected = sets[0] if len(sets) == 1 else " or ".join(map(str, sets))
                 got = sorted(given) if isinstance(given, Mapping) else "no mapping"
                 raise ConfigError(f"loss_forward_mappings[{name!r}] must fill the forward arguments of "
                                   f"{type(loss).__name__}: expected keys {expected}, got {got}.")
@@ -141,6 +167,7 @@ class ConfigurableDistiller(nn.Module):
     def compute_distill_losses(self) -> dict[str, torch.Tensor]:
         """Every distill loss on the latest records: loss name -> scalar tensor."""
         losses: dict[str, torch.Tensor] = {}
+        connected: dict[tuple[Any, ...], Any] = {}  # one connector run per record per step
         for name, loss in self.distill_losses.items():
             if name not in self.loss_forward_mappings:
                 continue
@@ -148,9 +175,16 @@ class ConfigurableDistiller(nn.Module):
             for arg, spec in self.loss_forward_mappings[name].items():
                 value, labels[arg] = self._read(spec)
                 if spec.get("connector") is not None:
-                    value = self.connectors[spec["connector"]](value)
+                    key = (spec["connector"], spec["from_student"], spec["recorder"], spec.get("record_idx", 0),
+                           spec.get("data_idx"))
+                    if key not in connected:
+                        connected[key] = self.connectors[spec["connector"]](value)
+                    value = connected[key]
+                if spec.get("connector_idx") is not None:
+                    value = _element(value, spec["connector_idx"], f"connector {spec.get('connector')!r}")
                 kwargs[arg] = value
             if getattr(loss, "same_shape", True):
+                _squeeze_pooled(kwargs)
                 self._check_shapes(name, loss, kwargs, labels)
             value = loss(**kwargs)
             losses[name] = value.mean() if isinstance(value, torch.Tensor) and value.dim() > 0 else value
@@ -196,5 +230,21 @@ class OFDDistiller(ConfigurableDistiller):
                 connector.init_margin(bn_margin(teacher.get_submodule(source)))
 
 
+class BYOTDistiller(ConfigurableDistiller):
+    """MMRazor's distiller for self-distillation (BYOT): the student is its own teacher.
+
+    The same recorders and mappings as :class:`ConfigurableDistiller` (``connector_idx`` picks an element of a
+    :class:`~slimkit.training.distill.connectors.BYOTConnector`'s ``(feature, logits)``); the "teacher" recorders
+    watch the student's deepest layers, and their records are detached (they are targets, not paths to train).
+    """
+
+    def _read(self, spec: Mapping[str, Any]) -> tuple[torch.Tensor, str]:
+        value, label = super()._read(spec)
+        if not spec["from_student"] and isinstance(value, torch.Tensor):
+            value = value.detach()
+        return value, label
+
+
 register_component(ConfigurableDistiller, "distiller")
+register_component(BYOTDistiller, "distiller")
 register_component(OFDDistiller, "distiller")

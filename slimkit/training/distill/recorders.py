@@ -136,34 +136,38 @@ class ModuleInputsRecorder(_ModuleRecorder):
     Two sources read what MMRazor's models are called with rather than what slimkit calls them with (slimkit
     runs ``model(inputs)``; MMEngine runs ``model(inputs, data_samples, mode)`` and a classifier's head runs
     ``loss_module(cls_score, gt_label)``): ``""`` (the whole model) records ``(inputs, data_samples)``, and a
-    ``...loss_module`` the model does not have records ``(output, labels)``. The algorithm running the model
-    hands these over (:meth:`RecorderManager.feed`), so configs that read the labels with ``data_idx=1`` (DKD,
-    WSLD, CRD) work as shipped.
+    ``...loss_module`` records ``(output, labels)`` -- hooked when the model has it and runs it (a model with
+    MMEngine's ``loss(inputs, data_samples)``, which the algorithms call in loss mode), else handed over by the
+    algorithm after the forward (a model without it, or whose forward never reaches it). The algorithm hands
+    these over with :meth:`RecorderManager.feed`, so configs that read the labels with ``data_idx=1`` (DKD,
+    WSLD, CRD, BYOT) work as shipped.
     """
 
     def __init__(self, source: str) -> None:
         super().__init__(source)
-        self.virtual: str | None = None  # "model" or "loss": fed by the algorithm instead of a hook
+        self.virtual: str | None = None  # "model" / "loss": fed instead of a hook; "loss_hooked": fed when silent
 
     def initialize(self, model: nn.Module | None = None) -> None:
         """Find the source module, or take the data samples (see the class doc)."""
         names = [n for n, _ in model.named_modules()] if model is not None else []
         if self.source == "":
             self.virtual = "model"
-        elif self.source not in names and self.source.split(".")[-1] == "loss_module":
-            self.virtual = "loss"
+        elif self.source.split(".")[-1] == "loss_module":
+            self.virtual = "loss" if self.source not in names else "loss_hooked"
+            if self.virtual == "loss_hooked":
+                super().initialize(model)
         else:
             super().initialize(model)
 
     def _attach(self) -> None:
-        if self.virtual is None:
+        if self.virtual in (None, "loss_hooked"):
             self._handle = self._check_bound().register_forward_pre_hook(lambda m, i: self.data.append(i))
 
     def feed(self, inputs: Any, data_samples: Any, output: Any, labels: Any) -> None:
         """Record what MMEngine would have passed (only for the ``""`` and ``loss_module`` sources)."""
         if self._active and self.virtual == "model":
             self.data.append((inputs, data_samples))
-        elif self._active and self.virtual == "loss":
+        elif self._active and (self.virtual == "loss" or (self.virtual == "loss_hooked" and not self.data)):
             self.data.append((main_tensor(output) if output is not None else None, labels))
 
 
@@ -181,10 +185,14 @@ class _PatchRecorder(BaseRecorder):
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
-            data.append(out)
+            data.append(self._entry(args, kwargs, out))
             return out
 
         setattr(self._owner, self._attr, wrapped)
+
+    def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+        """What one call records (the outputs; the inputs recorders override it)."""
+        return out
 
     def _detach(self) -> None:
         setattr(self._owner, self._attr, self._original)
@@ -204,21 +212,27 @@ class FunctionOutputsRecorder(_PatchRecorder):
     """
 
 
-RECORDERS: dict[str, type[BaseRecorder]] = {
-    "ModuleOutputs": ModuleOutputsRecorder,
-    "ModuleInputs": ModuleInputsRecorder,
-    "MethodOutputs": MethodOutputsRecorder,
-    "FunctionOutputs": FunctionOutputsRecorder,
-}
-for _name, _cls in RECORDERS.items():
-    register_component(_cls, "recorder", _name)
+RECORDERS: dict[str, type[BaseRecorder]] = {}
+
+
+def register_recorder(name: str, cls: type[BaseRecorder]) -> type[BaseRecorder]:
+    """Make ``cls`` the recorder type ``name`` (``dict(type=name, source=...)`` in a distiller's recorders)."""
+    RECORDERS[name] = cls
+    register_component(cls, "recorder", name)
+    return cls
+
+
+for _name, _cls in {"ModuleOutputs": ModuleOutputsRecorder, "ModuleInputs": ModuleInputsRecorder,
+                    "MethodOutputs": MethodOutputsRecorder, "FunctionOutputs": FunctionOutputsRecorder}.items():
+    register_recorder(_name, _cls)
 
 
 class RecorderManager:
     """Several named recorders recorded together: ``with manager: model(x)`` then ``manager.get(name)``.
 
     ``recorders``: name -> a recorder or ``dict(type="ModuleOutputs", source="fc")`` (types: ModuleOutputs,
-    ModuleInputs, MethodOutputs, FunctionOutputs).
+    ModuleInputs, MethodOutputs, FunctionOutputs, and MethodInputs, FunctionInputs, Parameter from
+    :mod:`~slimkit.training.distill.input_recorders`).
     """
 
     def __init__(self, recorders: Mapping[str, Any] | None = None) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 from slimkit import SmashedModel, smash_folder
 from slimkit.engines.quantization.lowbit import blockwise
@@ -54,7 +55,16 @@ def test_blocks_are_quantized_on_the_gpu_and_agree_with_the_cpu_run(llama_folder
     assert gpu.keys() == cpu.keys()
     codes = [k for k in gpu if k.endswith(".qweight")]
     same = sum(int((gpu[k] == cpu[k]).sum()) for k in codes) / sum(gpu[k].numel() for k in codes)
-    assert same > 0.9  # float32 on both; only accumulation order differs
+    # float32 on both, but cuSOLVER's and LAPACK's factors differ in the last bits: where one code flips, GPTQ's
+    # error feedback carries the difference along the row (84 % of codes agreed on an H200). What must agree is
+    # the quality: the quantized models' logit error against the unquantized model.
+    assert same > 0.75
+    ids = torch.randint(0, 200, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        reference = AutoModelForCausalLM.from_pretrained(llama_folder).eval()(ids).logits
+        errors = [float((SmashedModel.from_pretrained(folder, device="cpu")(ids).logits - reference).pow(2).mean())
+                  for folder in (tmp_path / "out", gptq_streamed_on_cpu)]
+    assert abs(errors[0] - errors[1]) <= 0.15 * errors[1], errors  # group 32 vs 64 moves it 36 %
     model = SmashedModel.from_pretrained(tmp_path / "out", device="cuda")
     with torch.no_grad():
         assert torch.isfinite(model(torch.tensor([[1, 2, 3]], device="cuda")).logits).all()

@@ -1,4 +1,4 @@
-"""One-shot NAS in MMRazor's terms: ``SPOS``, its search spaces and ``sub_model``.
+"""NAS in MMRazor's terms: ``SPOS``, ``AutoSlim``, ``BigNAS``, ``Darts``, the search spaces and ``sub_model``.
 
 The search spaces: ``SearchableCNN`` and MMRazor's ShuffleNetV2 and MobileNetV2, buildable from its configs.
 
@@ -12,6 +12,9 @@ The engines (mutables, dynamic layers, the mutator, evolution search, subnet exp
 >>> small = save_subnet(spos, "subnet/")                           # plain nn.Module; load_subnet("subnet/")
 """
 
+from slimkit.faces.mmrazor.nas.autoslim import AutoSlim
+from slimkit.faces.mmrazor.nas.bignas import BigNAS
+from slimkit.faces.mmrazor.nas.darts import Darts
 from slimkit.faces.mmrazor.nas.mobilenet import MBBlock, SearchableIdentity, SearchableMobileNetV2
 from slimkit.faces.mmrazor.nas.searchable_cnn import SearchableCNN
 from slimkit.faces.mmrazor.nas.shufflenet import SearchableShuffleNetV2, ShuffleBlock, ShuffleXception
@@ -19,6 +22,9 @@ from slimkit.faces.mmrazor.nas.spos import SPOS
 from slimkit.faces.mmrazor.nas.sub_model import sub_model
 
 __all__ = [
+    "AutoSlim",
+    "BigNAS",
+    "Darts",
     "MBBlock",
     "SPOS",
     "SearchableCNN",

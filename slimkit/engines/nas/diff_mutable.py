@@ -1,0 +1,79 @@
+"""DiffMutableOP: a differentiable choice among candidate ops (DARTS, Liu et al. 2019; MMRazor's ``DiffMutableOP``).
+
+The forward is the softmax(alpha)-weighted sum of every candidate's output, alpha being the op's architecture
+parameters (one logit per candidate). They are kept as a *buffer* that requires gradients: saved with the model's
+weights, moved with it, but not among ``model.parameters()`` -- so the weight optimizer of
+:func:`slimkit.training.fit` never updates them; the DARTS algorithm steps them with its own optimizer on
+held-out batches. ``export()`` (after :meth:`fix_argmax`, or whatever choice is set) is the chosen candidate
+alone, as for :class:`~slimkit.engines.nas.OneShotMutableOP`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from slimkit.core.registry import register_component
+from slimkit.engines.nas.mutables import OneShotMutableOP
+from slimkit.errors import ConfigError
+
+
+class DiffMutableOP(OneShotMutableOP):
+    """Candidates mixed by ``softmax(arch_param)`` (see the module doc); ``fixed=True`` runs the current choice only.
+
+    ``candidates`` / ``module_kwargs`` as :class:`OneShotMutableOP`. Every candidate must give outputs of one
+    shape. ``arch_grad`` (set by the algorithm) says whether the mixing weights carry gradients to alpha.
+    """
+
+    def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
+                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False) -> None:
+        super().__init__(candidates, init_choice, module_kwargs)
+        self.register_buffer("arch_param", (1e-3 * torch.randn(len(self.choices))).requires_grad_())
+        self.fixed, self.arch_grad = bool(fixed), True
+
+    def arch_parameter(self) -> torch.Tensor:
+        """The architecture logits as a leaf tensor that requires gradients (re-made leaf after a device move)."""
+        alpha = self.arch_param
+        if not alpha.is_leaf or not alpha.requires_grad:
+            self.arch_param = alpha.detach().requires_grad_()
+        return self.arch_param
+
+    def weights(self) -> torch.Tensor:
+        """``softmax(alpha)``: how much each candidate counts."""
+        alpha = self.arch_parameter()
+        return torch.softmax(alpha if self.arch_grad else alpha.detach(), dim=0)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The weighted sum of every candidate's output (or the current choice's, when ``fixed``)."""
+        if self.fixed:
+            return super().forward(*args, **kwargs)
+        weights = self.weights()
+        total = None
+        for w, name in zip(weights, self.choices, strict=True):
+            out = self.candidates[name](*args, **kwargs)
+            if total is not None and out.shape != total.shape:
+                raise ConfigError(f"DiffMutableOP candidates must give outputs of one shape: {name!r} gives "
+                                  f"{tuple(out.shape)}, the ones before it {tuple(total.shape)}.")
+            total = w * out if total is None else total + w * out
+        return total
+
+    def argmax_choice(self) -> str:
+        """The candidate with the largest architecture weight."""
+        return self.choices[int(self.arch_param.detach().argmax())]
+
+    def fix_argmax(self) -> str:
+        """Make the argmax candidate the current choice (and run it alone); returns its name."""
+        self.current_choice = self.argmax_choice()
+        self.fixed = True
+        return self.current_choice
+
+    def extra_repr(self) -> str:
+        """The choices, the mixing weights and whether the op is fixed."""
+        probs = ", ".join(f"{c}={p:.3f}" for c, p in zip(self.choices, self.weights().tolist(), strict=True))
+        return f"{probs}, fixed={self.fixed}"
+
+
+register_component(DiffMutableOP, "mutable")
