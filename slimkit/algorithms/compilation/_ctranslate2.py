@@ -150,6 +150,26 @@ def saved_folder(directory: Path) -> Path:
     return folder
 
 
+def _read(file: Path, valid: Callable[[Any], bool], what: str) -> Any:
+    """The JSON in ``file``, or a SaveLoadError naming the file when it is unreadable or not ``what``."""
+    try:
+        value = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SaveLoadError(f"{file} is unreadable ({exc}); save the smashed model again.") from exc
+    if not valid(value):
+        raise SaveLoadError(f"{file} does not hold {what}: the file was edited or is corrupt.")
+    return value
+
+
+def open_model(runner: Any, folder: Path, n_threads: int) -> Any:
+    """CTranslate2's ``runner`` on ``folder`` (CPU); a folder it refuses raises SaveLoadError."""
+    try:
+        return runner(str(folder), device="cpu", intra_threads=n_threads)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise SaveLoadError(f"CTranslate2 cannot load {folder} ({str(exc)[:300]}): model.bin or config.json is "
+                            "damaged or was written by another CTranslate2. Save the smashed model again.") from exc
+
+
 class CT2Module(nn.Module):
     """Base of the CTranslate2 runners: the converted folder, its vocabulary, the Hugging Face config."""
 
@@ -164,9 +184,14 @@ class CT2Module(nn.Module):
                       if (self.folder / n).is_file()), None)
         if vocab is None:
             raise SaveLoadError(f"{self.folder} has no vocabulary.json: the converted model is incomplete.")
-        self.vocabulary: list[str] = json.loads(vocab.read_text())
-        raw = json.loads((self.folder / HF_CONFIG).read_text())
-        self.config = AutoConfig.for_model(raw.pop("model_type"), **raw)
+        self.vocabulary: list[str] = _read(vocab, lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v),
+                                           "a list of token strings")
+        raw = _read(self.folder / HF_CONFIG, lambda v: isinstance(v, dict) and isinstance(v.get("model_type"), str),
+                    "a Hugging Face config with its model_type")
+        try:
+            self.config = AutoConfig.for_model(raw.pop("model_type"), **raw)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise SaveLoadError(f"{self.folder / HF_CONFIG} is not a config transformers can read ({exc}).") from exc
         eos = self.config.eos_token_id
         self.eos_token_id = int(eos[0] if isinstance(eos, list) else eos if eos is not None else 0)
 
@@ -220,7 +245,7 @@ class CT2Generator(CT2Module):
 
     def __init__(self, folder: str | Path, n_threads: int = 0, owns_folder: bool = False) -> None:
         super().__init__(folder, n_threads, owns_folder)
-        self.generator = self.ctranslate2.Generator(str(self.folder), device="cpu", intra_threads=self.n_threads)
+        self.generator = open_model(self.ctranslate2.Generator, self.folder, self.n_threads)
 
     def can_generate(self) -> bool:
         """A causal LM generates (the serve face's /generate uses it)."""
