@@ -117,15 +117,15 @@ def candidates(layer: PackedLinear, dtype: torch.dtype, bucket: int,
         return out
     if bucket == 1:
         for cfg in triton_int4.GEMV_CONFIGS:
-            out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemv, cfg)
+            out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemv_fn, cfg)
     elif bucket <= MAX_GEMM_BUCKET and dtype in _HALF:
         for cfg in triton_int4.gemm_configs(bucket):
-            out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemm, cfg)
+            out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemm_fn, cfg)
     return out
 
 
-def _triton_call(layer: PackedLinear, kernel: Callable, cfg: object) -> Matmul:
-    return functools.partial(kernel, tw=_triton_weight(layer), cfg=cfg)
+def _triton_call(layer: PackedLinear, make: Callable, cfg: object) -> Matmul:
+    return make(_triton_weight(layer), cfg)
 
 
 def _device_name(device: torch.device) -> str:

@@ -26,6 +26,7 @@ Which kernel and tile sizes run for a layer shape and row count is measured on t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import gcd
 
@@ -210,32 +211,57 @@ else:  # pragma: no cover - depends on the install
     KERNELS = {}
 
 
-def gemv(x: torch.Tensor, tw: TritonWeight, cfg: Gemv) -> torch.Tensor:
-    """``x [1, K] @ W^T (+ bias)`` -> ``[1, N]`` in ``x.dtype`` (``x`` contiguous)."""
+def gemv_fn(tw: TritonWeight, cfg: Gemv) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``fn(x [1, K]) -> x @ W^T (+ bias)`` as ``[1, N]`` in ``x.dtype`` (``x`` contiguous).
+
+    Grid, launcher and constants are fixed here, so a call is one allocation and one launch (plus a zero fill and
+    a cast when ``K`` is split).
+    """
     block_k = min(cfg.block_k, tw.group)
     iters = tw.words.shape[0] * 8 // (block_k * cfg.split_k)
-    grid = (triton.cdiv(tw.out_features, cfg.block_n), cfg.split_k)
+    launch = KERNELS["gemv"][(triton.cdiv(tw.out_features, cfg.block_n), cfg.split_k)]
+    weights = (tw.words, tw.scales, tw.mins, tw.scales if tw.bias is None else tw.bias)
+    n, k = tw.out_features, tw.in_features
+    consts = dict(GROUP=tw.group, BLOCK_N=cfg.block_n, BLOCK_K=block_k, SPLIT_K=cfg.split_k,
+                  HAS_BIAS=tw.bias is not None, num_warps=cfg.warps)
+
     if cfg.split_k == 1:
-        y = torch.empty(1, tw.out_features, dtype=x.dtype, device=x.device)
+        def run(x: torch.Tensor) -> torch.Tensor:
+            y = torch.empty(1, n, dtype=x.dtype, device=x.device)
+            launch(x, *weights, y, n, k, iters, **consts)
+            return y
     else:
-        y = torch.zeros(1, tw.out_features, dtype=torch.float32, device=x.device)
-    bias = tw.bias if tw.bias is not None else tw.scales
-    KERNELS["gemv"][grid](x, tw.words, tw.scales, tw.mins, bias, y, tw.out_features, tw.in_features, iters,
-                          GROUP=tw.group, BLOCK_N=cfg.block_n, BLOCK_K=block_k, SPLIT_K=cfg.split_k,
-                          HAS_BIAS=tw.bias is not None, num_warps=cfg.warps)
-    return y if cfg.split_k == 1 else y.to(x.dtype)
+        def run(x: torch.Tensor) -> torch.Tensor:
+            y = torch.zeros(1, n, dtype=torch.float32, device=x.device)
+            launch(x, *weights, y, n, k, iters, **consts)
+            return y.to(x.dtype)
+    return run
+
+
+def gemm_fn(tw: TritonWeight, cfg: Gemm) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``fn(x [M, K]) -> x @ W^T (+ bias)`` as ``[M, N]`` in ``x.dtype`` (float16/bfloat16, rows contiguous)."""
+    block_k = min(cfg.block_k, tw.group)
+    iters = tw.words.shape[0] * 8 // block_k
+    kernel, n, k = KERNELS["gemm"], tw.out_features, tw.in_features
+    weights = (tw.words, tw.scales, tw.mins, tw.scales if tw.bias is None else tw.bias)
+    consts = dict(GROUP=tw.group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
+                  HAS_BIAS=tw.bias is not None, num_warps=cfg.warps, num_stages=cfg.stages)
+    n_blocks = triton.cdiv(n, cfg.block_n)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        m = x.shape[0]
+        y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        kernel[(triton.cdiv(m, cfg.block_m), n_blocks)](x, *weights, y, m, n, k, iters, x.stride(0), n, **consts)
+        return y
+
+    return run
+
+
+def gemv(x: torch.Tensor, tw: TritonWeight, cfg: Gemv) -> torch.Tensor:
+    """One call of :func:`gemv_fn` (tests, benchmarks)."""
+    return gemv_fn(tw, cfg)(x)
 
 
 def gemm(x: torch.Tensor, tw: TritonWeight, cfg: Gemm) -> torch.Tensor:
-    """``x [M, K] @ W^T (+ bias)`` -> ``[M, N]`` in ``x.dtype`` (float16/bfloat16, rows of ``x`` contiguous)."""
-    m = x.shape[0]
-    block_k = min(cfg.block_k, tw.group)
-    iters = tw.words.shape[0] * 8 // block_k
-    y = torch.empty(m, tw.out_features, dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(m, cfg.block_m), triton.cdiv(tw.out_features, cfg.block_n))
-    bias = tw.bias if tw.bias is not None else tw.scales
-    KERNELS["gemm"][grid](x, tw.words, tw.scales, tw.mins, bias, y, m, tw.out_features, tw.in_features, iters,
-                          x.stride(0), y.stride(0), GROUP=tw.group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                          BLOCK_K=block_k, HAS_BIAS=tw.bias is not None, num_warps=cfg.warps,
-                          num_stages=cfg.stages)
-    return y
+    """One call of :func:`gemm_fn` (tests, benchmarks)."""
+    return gemm_fn(tw, cfg)(x)

@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from slimkit.engines.quantization.lowbit import triton_int4
+from slimkit.engines.quantization.lowbit import int4_dispatch, triton_int4
+from slimkit.engines.quantization.lowbit.autotune import Chooser
 
 
 def _unpacked(tw: triton_int4.TritonWeight) -> torch.Tensor:
@@ -92,3 +93,21 @@ def test_gemm_kernel_equals_the_dense_matmul(rows, case, interpreted, make_layer
         out = triton_int4.gemm(x, tw, cfg)
         assert out.shape == (rows, out_f) and out.dtype == torch.float16
         assert _rel_err(out, layer, x) < 3e-3, cfg.name
+
+
+@pytest.mark.parametrize(("rows", "winner"), [(1, triton_int4.GEMV_CONFIGS[3].name),
+                                              (6, triton_int4.gemm_configs(8)[1].name)])
+def test_dispatch_runs_a_triton_kernel_when_it_measures_fastest(rows, winner, interpreted, make_layer, monkeypatch):
+    layer = make_layer(4, 64, 256, 128)
+    # two configs per kernel keep the interpreted verification of every candidate short
+    monkeypatch.setattr(triton_int4, "GEMV_CONFIGS", triton_int4.GEMV_CONFIGS[2:4])
+    gemm_configs = triton_int4.gemm_configs
+    monkeypatch.setattr(triton_int4, "gemm_configs", lambda r: gemm_configs(r)[:2])
+    times = {winner: 1.0}
+    chooser = Chooser(lambda name, fn: fn() is None or times.get(name, 9.0))
+    x = torch.randn(rows, 256).half()
+    name, fn = int4_dispatch.plan(layer, x, chooser, use_triton=True)
+    key = int4_dispatch.decision_key(layer, torch.float16, 1 if rows == 1 else 8)
+    assert name == winner and {"dense", "tinygemm", winner} <= set(chooser.timings[key])
+    assert _rel_err(fn(x), layer, x) < 3e-3
+    assert {k[0] for k in layer.kernel_cache if isinstance(k, tuple)} == {"triton"}  # losers' state freed
