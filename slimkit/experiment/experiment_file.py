@@ -36,8 +36,8 @@ from slimkit.experiment.proposers import (
     check_proposer,
     default_n_samples,
     parse_proposer_options,
-    refuse_resource,
 )
+from slimkit.experiment.resources import NODE_FIELDS, Resource, check_resource_kind, parse_resource
 from slimkit.experiment.smash_space import SmashSpace, parse_search
 from slimkit.experiment.space import Param, config_list_params, ranked
 
@@ -46,8 +46,8 @@ FIELDS = ("name", "script", "resource", "workingdir", "n_parallel", "n_samples",
           "job_timeout", "model", "data", "search", "objectives", "storage", "parameter_config", *ALL_FIELDS)
 COMPRESSION_FIELDS = ("framework", "type", "compressor", "config_list")
 JOB_FAILURE_FIELDS = ("ignore_fail", "job_retries")
-RESOURCE_ARGS_FIELDS = ("save_model", "early_stop", "track_intermediate_results", "multi_res_labels")
-RESOURCES = ("cpu", "gpu")
+RESOURCE_ARGS_FIELDS = ("save_model", "early_stop", "track_intermediate_results", "multi_res_labels", *NODE_FIELDS,
+                        "shutdown", "connection_retry")
 
 
 @dataclass
@@ -59,6 +59,8 @@ class Experiment:
     workingdir: Path
     script: Path | None = None
     resource: str = "cpu"
+    #: the resource's remote-machine settings and the shell around each job (:mod:`slimkit.experiment.resources`)
+    resources: Resource = field(default_factory=Resource)
     n_parallel: int = 1
     n_samples: int = 1
     target: str = "max"
@@ -148,16 +150,13 @@ def _section(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> dict
 
 
 def _resource(raw: Mapping[str, Any]) -> str:
-    resource = _choice(raw, "resource", RESOURCES + ("passive", "node", "aws"), "cpu")
-    if resource in ("passive", "node", "aws"):
-        raise refuse_resource(resource)
+    resource = check_resource_kind(raw.get("resource", "cpu"))
     if resource == "gpu":
         import torch
 
         if not torch.cuda.is_available():
             raise ConfigError("resource: 'gpu' but torch sees no CUDA device on this machine "
-                          "(torch.cuda.is_available() "
-                              "is False); use 'cpu' or run where a GPU is visible.")
+                              "(torch.cuda.is_available() is False); use 'cpu' or run where a GPU is visible.")
     return resource
 
 
@@ -223,7 +222,8 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
     exp.runtime_args = raw.get("runtime_args", {})
     if not isinstance(exp.runtime_args, Mapping):
         raise ConfigError(f"runtime_args: an object of extra values for the job config; got {exp.runtime_args!r}.")
-    timeout = raw.get("job_timeout", 3600.0)
+    exp.resources = parse_resource(exp.resource, args, exp.runtime_args)
+    timeout = raw.get("job_timeout", exp.resources.job_timeout or 3600.0)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ConfigError(f"job_timeout: seconds a trial may run (a number > 0); got {timeout!r}.")
     exp.job_timeout = float(timeout)
@@ -278,6 +278,10 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
             raise ConfigError(f"model: a zoo name, a Hugging Face folder or package.module:factory; "
                               f"got {raw['model']!r}.")
         exp.model = raw["model"]
+        runner_keys = [k for k in ("prescript", "postscript", "env") if k in exp.runtime_args]
+        if runner_keys:
+            raise ConfigError(f"runtime_args.{runner_keys[0]}: shapes the shell a script job runs in; the script-free "
+                              "form smashes in the worker process itself, so there is no job shell: remove it.")
         exp.data = raw.get("data")
         if exp.data is not None and not isinstance(exp.data, str):
             raise ConfigError(f"data: a slimkit.data id such as 'Digits' or 'PyDocText'; got {exp.data!r}.")

@@ -28,6 +28,7 @@ from slimkit.core.io import write_json_atomic
 from slimkit.errors import ConfigError
 from slimkit.experiment.experiment_file import Experiment
 from slimkit.experiment.proposers import budget as proposer_budget
+from slimkit.experiment.resources import job_values
 from slimkit.experiment.result import StepReader, parse_result
 from slimkit.experiment.space import fixed_config_list
 
@@ -68,7 +69,7 @@ def job_config(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, numb
     budget = proposer_budget(exp.proposer, exp.proposer_options)
     if budget is not None:  # hyperband/bohb: the most steps a trial may run (the pruner may stop it sooner)
         config["n_iterations"] = budget
-    config.update(exp.runtime_args)
+    config.update(job_values(exp.runtime_args))
     return config
 
 
@@ -106,11 +107,15 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
     env["PYTHONUNBUFFERED"] = "1"
     if exp.resource == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(exp.resources.env)
+    plain = _command(exp.script, config_path)
+    command = exp.resources.command(plain)
     lines: queue.Queue[str | None] = queue.Queue()
     with open(log_path, "w") as log:
-        log.write(f"$ {' '.join(_command(exp.script, config_path))}\n")
+        shown = [exp.resources.prescript.rstrip(";"), " ".join(plain), exp.resources.postscript.lstrip(";")]
+        log.write(f"$ {'; '.join(filter(None, shown))}\n")
         log.flush()
-        process = subprocess.Popen(_command(exp.script, config_path), cwd=exp.workingdir, env=env, text=True,
+        process = subprocess.Popen(command, cwd=exp.workingdir, env=env, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                    preexec_fn=die_with_parent)
 

@@ -23,8 +23,8 @@
 
 Refused, with the closest working name: ``eas`` (efficient architecture search by network transformation is not
 built; search architectures with the MMRazor face's one-shot NAS, or widths/depths as ``int`` hyperparameters
-with ``tpe``) and ``passive`` (jobs run by hand; slimkit runs its jobs itself: ``sequence`` for a fixed list, or
-``slimkit worker`` processes that join a shared study).
+with ``tpe``) and ``passive`` (a resource, not a proposer: ``"resource": "passive"`` waits for ``slimkit worker``
+processes started by hand; ``sequence`` for a fixed list).
 
 A multi-fidelity proposer (hyperband, bohb) needs the script to report intermediate values —
 ``slimkit.print_result(accuracy, step=epoch)`` — which the runner hands to Optuna; a trial the pruner stops
@@ -47,8 +47,8 @@ PROPOSERS = {"random": "RandomSampler", "sequence": "GridSampler", "grid": "Grid
 #: Auptimizer's proposers slimkit does not build -> why, and the closest working proposer
 REFUSED = {"eas": ("efficient architecture search (EAS, network transformations driven by a reinforcement-learning "
                    "meta-controller) is not built in slimkit", "tpe"),
-           "passive": ("'passive' waits for jobs started by hand; slimkit starts its jobs itself (several machines: "
-                       "`slimkit worker` with a shared --storage)", "sequence")}
+           "passive": ("'passive' is a resource, not a proposer: \"resource\": \"passive\" with a shared --storage "
+                       "waits for `slimkit worker` processes started by hand", "sequence")}
 #: proposers whose pruner stops trials from the intermediate values the script reports
 MULTI_FIDELITY = ("hyperband", "bohb")
 SPEARMINT_ENGINES = ("GPEIOptChooser", "GPEIChooser", "GPEIperSecChooser", "GPConstrainedEIChooser")
@@ -141,17 +141,6 @@ def check_proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
         raise ConfigError(f"proposer: {proposer!r} optimises one objective but {n_objectives} are given; use "
                           "'nsga2', 'tpe' or 'random' for several.")
     return proposer
-
-
-def refuse_resource(resource: str) -> ConfigError:
-    """The error for Auptimizer's remote or manual ``resource`` values, naming slimkit's way to do the same."""
-    ways = {"node": "jobs on other machines run through a shared Optuna study: give \"storage\": "
-                    "\"postgresql://USER@HOST:5432/DB\" and start `slimkit worker EXPERIMENT --storage URL` on each "
-                    "machine",
-            "aws": "start `slimkit worker EXPERIMENT --storage postgresql://...` on each cloud machine instead",
-            "passive": "jobs started by hand join the study as `slimkit worker EXPERIMENT --storage URL`"}
-    return ConfigError(f"resource: {resource!r} is not a resource slimkit starts jobs on; use 'cpu' or 'gpu' "
-                       f"(this machine). For what {resource!r} did: {ways[resource]}.")
 
 
 def default_n_samples(proposer: str, options: Mapping[str, Any]) -> int | None:

@@ -25,10 +25,15 @@ from slimkit.core.io import write_json_atomic
 from slimkit.errors import ConfigError
 from slimkit.experiment.experiment_file import Experiment, load_experiment
 from slimkit.experiment.jobs import JobOutcome, die_with_parent, run_script_job, run_smash_job
+from slimkit.experiment.passive import wait_for_workers
 from slimkit.experiment.proposers import MULTI_FIDELITY
 from slimkit.experiment.report import ExperimentResult, finish, progress_line
+from slimkit.experiment.resources import job_values, needs_database
 from slimkit.experiment.storage import Heartbeat, Store, file_lock, forget_connections, redact
 from slimkit.experiment.study import (
+    POLL_SECONDS,
+    STOP_ATTR,
+    STOP_FILE,
     finished,
     folder_store,
     grid_size,
@@ -39,11 +44,8 @@ from slimkit.experiment.study import (
 )
 
 EXPERIMENT_FILE = "experiment.json"
-STOP_FILE = "STOP"
-#: study user attribute that stops every worker (set when a trial fails and job_failure.ignore_fail is false)
-STOP_ATTR = "stop"
-#: seconds a worker waits before looking again while other workers' trials finish
-POLL_SECONDS = 1.0
+#: study user attribute counting the worker processes that joined a shared study (each seeds its sampler apart)
+JOINED_ATTR = "workers_joined"
 
 
 def _suggest(exp: Experiment, trial: optuna.Trial) -> dict[str, Any]:
@@ -115,13 +117,18 @@ def work(folder: str | Path, automatic: bool, index: int, n_samples: int, echo: 
     folder, store = Path(folder), store or Store()
     exp = load_experiment(folder / EXPERIMENT_FILE, automatic)
     with store.ask_lock(folder, store.study_name(exp.name)):
-        offset = index + 1000 * len(open_study(folder, exp, store=store).get_trials(deepcopy=False))
+        first = open_study(folder, exp, store=store)
+        offset = index + 1000 * len(first.get_trials(deepcopy=False))
+        if store.shared:  # workers on several machines all have index 0: each process joining gets its own seed
+            joined = int(first.user_attrs.get(JOINED_ATTR, 0))
+            first.set_user_attr(JOINED_ATTR, joined + 1)
+            offset = 1_000_000 * (joined + 1) + index
     study = open_study(folder, exp, offset, store=store)
     bench = None
     if exp.model is not None:
         from slimkit.experiment.bench import Bench
 
-        bench = Bench(exp.model, exp.objectives, exp.n_parallel, dict(exp.runtime_args))
+        bench = Bench(exp.model, exp.objectives, exp.n_parallel, job_values(exp.runtime_args))
     while True:
         trial = _next_trial(study, store, folder, n_samples)
         if trial == "done":
@@ -177,13 +184,16 @@ def _same_experiment(study: optuna.Study, exp: Experiment, store: Store) -> None
 
 def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bool = False,
                    folder: str | os.PathLike | None = None, quiet: bool = False, storage: str | None = None,
-                   heartbeat_interval: int = 10, worker: bool = False) -> ExperimentResult:
+                   heartbeat_interval: int | None = None, worker: bool = False) -> ExperimentResult:
     """Run an experiment file (or dict) once (one job) or, with ``automatic``, its search; return the results.
 
     Results go to ``folder`` (default ``<workingdir>/runs/<name>``): the Optuna journal, one folder per trial
     (``job.json``, ``log.txt``, ``model/``), ``results.csv``, ``results.json`` and PNG plots. ``storage`` (or the
     file's ``"storage"``) is a database URL several machines share; ``worker=True`` is ``slimkit worker``: join
     that study beside other workers (no exclusive folder lock, no local recovery: heartbeats find dead workers).
+    ``heartbeat_interval`` (seconds) defaults to the file's ``resource_args.async_reconnect``, else 10.
+    With ``"resource": "passive"`` this process runs no job: it creates the study, prints the worker command
+    and waits until workers started elsewhere have finished it (:mod:`slimkit.experiment.resources`).
     """
     exp = load_experiment(source, automatic or worker)
     automatic = automatic or bool(exp.hyperparameters)  # Auptimizer's parameter_config is always a search
@@ -192,10 +202,14 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
         raise ConfigError("slimkit worker joins a study in a database several machines share; give --storage "
                           "postgresql://USER@HOST:PORT/DB (or \"storage\" in the file). On one machine, use "
                           "`slimkit run EXPERIMENT --automatic` with n_parallel workers.")
+    needs_database(exp.resources, url)
+    if heartbeat_interval is None:
+        heartbeat_interval = exp.resources.heartbeat or 10
     if isinstance(heartbeat_interval, bool) or not isinstance(heartbeat_interval, int) or heartbeat_interval < 1:
         raise ConfigError(f"--heartbeat-interval: whole seconds >= 1 between a running trial's heartbeats; got "
                           f"{heartbeat_interval!r}.")
-    store = Store(url, heartbeat_interval, 3 * heartbeat_interval) if url else Store()
+    store = (Store(url, heartbeat_interval, 3 * heartbeat_interval, exp.resources.connect_retries,
+                   exp.resources.connect_wait) if url else Store())
     out = Path(folder) if folder is not None else exp.default_folder()
     out.mkdir(parents=True, exist_ok=True)
     with file_lock(out / "runner.lock", blocking=False, shared=worker) as got:
@@ -226,7 +240,9 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
                 print(f"slimkit: resuming: {len(done)} finished trial(s) kept"
                       + (f", {len(cut)} interrupted trial(s) queued again" if cut else ""), file=sys.stderr)
         workers = exp.n_parallel if automatic or worker else 1
-        if workers == 1:
+        if exp.resource == "passive" and not worker:
+            wait_for_workers(out, exp, study, store, n_samples, quiet, EXPERIMENT_FILE)
+        elif workers == 1:
             work(out, automatic or worker, 0, n_samples, echo=not quiet, store=store)
         else:
             _run_workers(out, exp, automatic or worker, workers, n_samples, quiet, store)

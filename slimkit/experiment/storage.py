@@ -66,6 +66,9 @@ class Store:
     url: str | None = None
     heartbeat_interval: int = 10
     grace_period: int = 30
+    #: further attempts to reach the database when it does not answer (None: fail at once) and seconds between
+    connect_retries: int | None = None
+    connect_wait: float = 30.0
 
     @property
     def shared(self) -> bool:
@@ -82,7 +85,14 @@ class Store:
             return JournalStorage(JournalFileBackend(str(folder / JOURNAL)))
         key = (self.url, self.heartbeat_interval, self.grace_period)
         if key not in _OPENED:
-            _OPENED[key] = self._connect()
+            for attempt in range((self.connect_retries or 0) + 1):  # resource_args.max_retries / reconn_wait_time
+                try:
+                    _OPENED[key] = self._connect()
+                    break
+                except SlimkitError as exc:
+                    if isinstance(exc, MissingPackageError) or attempt == (self.connect_retries or 0):
+                        raise
+                    time.sleep(self.connect_wait)
         return _OPENED[key]
 
     def _connect(self) -> RDBStorage:

@@ -31,6 +31,11 @@ except ImportError as _exc:  # pragma: no cover - the experiment extra is missin
 from slimkit.experiment.pruners import policy_pruner
 from slimkit.experiment.storage import Store, redact
 
+STOP_FILE = "STOP"
+#: study user attribute that stops every worker (set when a trial fails and job_failure.ignore_fail is false)
+STOP_ATTR = "stop"
+#: seconds a worker waits before looking again while other workers' trials finish
+POLL_SECONDS = 1.0
 #: trial user attribute marking a trial whose runner was killed (not counted; its parameters are re-run)
 INTERRUPTED = "interrupted"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)

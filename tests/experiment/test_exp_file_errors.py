@@ -79,7 +79,7 @@ def test_yaml_files_load_too(tmp_path):
     ({"proposer": "bohb", "resource_args": {"track_intermediate_results": False}},
      r"track_intermediate_results: the 'bohb' proposer stops trials from their intermediate values"),
     ({"target": "maximize"}, r"target: 'maximize' is not allowed; use one of \(closest first\): max, min"),
-    ({"resource": "node"}, r"resource: 'node' is not a resource slimkit starts jobs on; use .* --storage URL"),
+    ({"resource": "aws"}, r"resource: 'aws' is not a resource slimkit starts jobs on .* --storage URL"),
     ({"resource": "tpu"}, r"resource: 'tpu' is not allowed"),
     ({"n_parallel": 0}, r"n_parallel: must be a whole number >= 1; got 0"),
     ({"n_samples": "4"}, r"n_samples: must be a whole number >= 1; got '4'"),

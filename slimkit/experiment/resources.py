@@ -1,0 +1,151 @@
+"""Where jobs run: Auptimizer's ``resource``, its ``resource_args`` for remote machines and ``runtime_args``' shell.
+
+======== ===================================================================================================
+resource what ``slimkit run`` does
+======== ===================================================================================================
+cpu      runs ``n_parallel`` jobs at a time on this machine, with no GPU visible to them
+gpu      the same with the machine's GPUs visible (refused when torch sees none)
+node     jobs on several machines: the study lives in a database they share (``"storage"`` or ``--storage``,
+         PostgreSQL); ``slimkit run`` works as one machine and ``slimkit worker EXPERIMENT --storage URL`` on
+         each other machine joins the same study (Optuna's RDB storage; heartbeats re-run a dead machine's trial)
+passive  ``slimkit run`` creates the study in the shared database, prints the ``slimkit worker`` command and runs
+         no job itself: it waits until workers started elsewhere have finished ``n_samples`` trials, then
+         reports (Auptimizer's passive mode, where jobs are run by hand)
+aws      refused: slimkit starts no cloud machines; start ``slimkit worker`` on each instance yourself
+======== ===================================================================================================
+
+Auptimizer's SSH settings of ``node`` (in ``resource_args``) become their database-worker meaning:
+``max_retries`` / ``reconn_wait_time`` are the attempts to reach the study's database and the seconds between
+them; ``async_timeout`` is the seconds a job may run (``job_timeout`` when that is absent); ``async_reconnect`` is
+how often a running trial reports it is alive (the heartbeat, unless ``--heartbeat-interval`` is given);
+``async_run`` is accepted (a worker's jobs never depend on a connection to the machine that started the study).
+The AWS-only ``shutdown`` and ``connection_retry`` are refused.
+
+``runtime_args`` ``prescript`` / ``postscript`` (shell commands run before / after each job, in the same shell),
+``env`` (extra environment variables) and ``overwrite`` (accepted: slimkit copies no script to other machines,
+each worker runs the script in its own ``workingdir``) are instructions to the runner and stay out of the job
+config; every other ``runtime_args`` key is a value the script reads from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slimkit.errors import ConfigError
+from slimkit.experiment.space import ranked
+
+RESOURCES = ("cpu", "gpu", "node", "passive")
+#: resources whose study must live in a database other machines reach
+SHARED = ("node", "passive")
+NODE_FIELDS = ("max_retries", "reconn_wait_time", "async_run", "async_reconnect", "async_timeout")
+AWS_FIELDS = ("shutdown", "connection_retry")
+RUNNER_KEYS = ("prescript", "postscript", "env", "overwrite")
+
+
+@dataclass
+class Resource:
+    """The checked resource, its remote-machine settings and the shell around each job."""
+
+    kind: str = "cpu"
+    #: attempts to reach the study's database (None: fail at once) and seconds between them
+    connect_retries: int | None = None
+    connect_wait: float = 30.0
+    #: seconds between a running trial's heartbeats, when the file sets it (async_reconnect)
+    heartbeat: int | None = None
+    #: a job's time limit from async_timeout (None: not given)
+    job_timeout: float | None = None
+    prescript: str = ""
+    postscript: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the study must live in a database several machines share."""
+        return self.kind in SHARED
+
+    def command(self, command: list[str]) -> list[str]:
+        """``command`` wrapped in ``sh -c`` with the pre- and postscript; its exit status stays the job's."""
+        if not (self.prescript or self.postscript):
+            return command
+        body = f'{self.prescript}\n"$@"\nstatus=$?\n{self.postscript}\nexit $status\n'
+        return ["/bin/sh", "-c", body, "job", *command]
+
+
+def refuse_aws() -> ConfigError:
+    """The error for Auptimizer's ``aws`` resource, naming slimkit's way to do the same."""
+    return ConfigError("resource: 'aws' is not a resource slimkit starts jobs on (it starts no cloud machines); "
+                       "use 'node' with \"storage\": \"postgresql://USER@HOST:5432/DB\" and start `slimkit worker "
+                       "EXPERIMENT --storage URL` on each cloud machine, or 'cpu' / 'gpu' on this one.")
+
+
+def _number(args: Mapping[str, Any], key: str, integer: bool, low: float) -> Any:
+    value = args[key]
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value < low:
+        raise ConfigError(f"resource_args.{key}: a {'whole ' if integer else ''}number >= {low}; got {value!r}.")
+    return value
+
+
+def parse_resource(kind: str, args: Mapping[str, Any], runtime_args: Mapping[str, Any]) -> Resource:
+    """Check ``resource_args``' remote-machine fields and ``runtime_args``' runner keys for ``kind``."""
+    out = Resource(kind)
+    for key in AWS_FIELDS:
+        if key in args:
+            raise ConfigError(f"resource_args.{key}: belongs to the 'aws' resource (starting and stopping cloud "
+                              "instances), which slimkit does not do; remove it.")
+    if "max_retries" in args:
+        out.connect_retries = _number(args, "max_retries", True, 0)
+    if "reconn_wait_time" in args:
+        out.connect_wait = float(_number(args, "reconn_wait_time", False, 0))
+    if "async_reconnect" in args:
+        out.heartbeat = max(1, round(_number(args, "async_reconnect", False, 1)))
+    if args.get("async_timeout") is not None:
+        out.job_timeout = float(_number(args, "async_timeout", False, 1e-9))
+    if "async_run" in args and not isinstance(args["async_run"], bool):
+        raise ConfigError(f"resource_args.async_run: true or false; got {args['async_run']!r}.")
+    for key in ("prescript", "postscript"):
+        value = runtime_args.get(key, "")
+        if not isinstance(value, str):
+            raise ConfigError(f"runtime_args.{key}: shell commands as one string (separate them with ';'); "
+                              f"got {value!r}.")
+        setattr(out, key, value.strip())
+    env = runtime_args.get("env", {})
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) and k and "=" not in k for k in env):
+        raise ConfigError(f"runtime_args.env: environment variables as an object, e.g. "
+                          f"{{\"CUDA_VISIBLE_DEVICES\": \"0\"}}; got {env!r}.")
+    out.env = {k: v if isinstance(v, str) else str(v) for k, v in env.items()}
+    if not isinstance(runtime_args.get("overwrite", False), bool):
+        raise ConfigError(f"runtime_args.overwrite: true or false; got {runtime_args['overwrite']!r}.")
+    return out
+
+
+def check_resource_kind(value: Any) -> str:
+    """``resource``: one of :data:`RESOURCES` (``aws`` refused with the way to do it)."""
+    if value == "aws":
+        raise refuse_aws()
+    if value not in RESOURCES:
+        raise ConfigError(f"resource: {value!r} is not allowed; use one of (closest first): "
+                          f"{', '.join(ranked(str(value), RESOURCES))}.")
+    return value
+
+
+def job_values(runtime_args: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``runtime_args`` a script reads from its job config (the runner's own keys left out)."""
+    return {k: v for k, v in runtime_args.items() if k not in RUNNER_KEYS}
+
+
+def needs_database(resource: Resource, url: str | None) -> None:
+    """Refuse ``node`` / ``passive`` and the database-only ``resource_args`` without a shared study."""
+    if url is not None:
+        return
+    if resource.shared:
+        raise ConfigError(f"resource: {resource.kind!r} runs the study's jobs on machines that share it through a "
+                          "database; give --storage postgresql://USER:PASSWORD@HOST:5432/DB (or \"storage\" in the "
+                          "file) and start `slimkit worker EXPERIMENT --storage URL` on each machine. On this machine "
+                          "alone, use 'cpu' or 'gpu'.")
+    if resource.connect_retries is not None or resource.heartbeat is not None:
+        key = "max_retries" if resource.connect_retries is not None else "async_reconnect"
+        raise ConfigError(f"resource_args.{key}: a setting of a study shared through a database (--storage URL); "
+                          "this study is the journal file in the experiment folder, so remove it or give --storage.")
