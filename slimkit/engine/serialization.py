@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -22,9 +22,6 @@ from slimkit.engine.base_model import REBUILT_KINDS, meta_tensors, rebuild_base
 from slimkit.engine.checks import check_budget, check_payload, known_algorithms, weights_digest
 from slimkit.errors import ConfigError, SaveLoadError, SlimkitError
 from slimkit.formats import FORMAT_VERSION, WEIGHTS_FILE
-
-if TYPE_CHECKING:
-    from slimkit.engine.smashed_model import SmashedModel
 
 #: What a load rebuilds, in ``SmashedModel``'s constructor order: model, config, applied records, base spec,
 #: the pre-apply model (SAVE_BEFORE_APPLY) and the index of the algorithm it was saved before.
@@ -64,9 +61,9 @@ def _save_weights(to_save: Any, tmp: Path, allow_pickle: bool) -> str:
         return "pickle"
 
 
-def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: bool = False,
-                 readme: str | None = None) -> None:
-    """Write ``smashed`` to directory ``path`` through a temp directory and a rename (``readme``: README.md)."""
+def save_smashed(parts: Loaded, path: str | os.PathLike, allow_pickle: bool = False, readme: str | None = None) -> None:
+    """Write a SmashedModel's ``parts`` (as :func:`load_smashed` returns them) to ``path`` atomically (+ README)."""
+    model, smash_config, applied, base_spec, pre_apply_model, saved_before = parts
     target = Path(path)
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / CONFIG_FILE).exists())):
         raise SaveLoadError(
@@ -74,27 +71,26 @@ def save_smashed(smashed: SmashedModel, path: str | os.PathLike, allow_pickle: b
             "lost. Choose a new or empty directory."
         )
     with atomic_directory(target, replace=True) as tmp:
-        artifacts = _artifacts_index(smashed.applied)
+        artifacts = _artifacts_index(applied)
         if artifacts is not None:  # the algorithm's own files are the whole model: no torch weights
-            record = smashed.applied[artifacts]
-            registry.get(record["name"])().save_artifacts(smashed.model, tmp, record.get("state", {}))
+            record = applied[artifacts]
+            registry.get(record["name"])().save_artifacts(model, tmp, record.get("state", {}))
             fmt = "artifacts"
         else:
-            to_save = smashed._pre_apply_model if smashed.saved_before is not None else smashed.model
-            fmt = _save_weights(to_save, tmp, allow_pickle)
+            fmt = _save_weights(pre_apply_model if saved_before is not None else model, tmp, allow_pickle)
         extra: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
             "weights_format": fmt,
             "weights_file": {"safetensors": WEIGHTS_FILE, "pickle": PICKLE_FILE}.get(fmt),
-            "applied": smashed.applied,
-            "saved_before": None if artifacts is not None else smashed.saved_before,
-            "base": smashed.base_spec,
+            "applied": applied,
+            "saved_before": None if artifacts is not None else saved_before,
+            "base": base_spec,
         }
         if artifacts is not None:
             extra["artifacts"] = artifacts
         if fmt == "safetensors":
             extra["weights_sha256"] = weights_digest(tmp / WEIGHTS_FILE)
-        smashed.smash_config.save_to_json(tmp, extra=extra)
+        smash_config.save_to_json(tmp, extra=extra)
         if readme is not None:
             (tmp / "README.md").write_text(readme)
 

@@ -90,7 +90,8 @@ class SmashedModel(torch.nn.Module):
         if format != "slimkit":
             save_checkpoint(self, path, format, self.measurements)
             return
-        save_smashed(self, path, allow_pickle=allow_pickle, readme=build_card(self, "slimkit", self.measurements))
+        parts = (self.model, self.smash_config, self.applied, self.base_spec, self._pre_apply_model, self.saved_before)
+        save_smashed(parts, path, allow_pickle=allow_pickle, readme=build_card(self, "slimkit", self.measurements))
 
     @classmethod
     def from_pretrained(

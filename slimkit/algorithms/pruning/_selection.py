@@ -8,7 +8,7 @@ that pins their channels, the producer they are tied to) and the hyperparameter 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol
 
 from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
@@ -23,8 +23,16 @@ from slimkit.engines.pruning.dims import DIMS, Dims
 from slimkit.errors import ConfigError, DataError
 from slimkit.utils import model_device, move_inputs
 
-if TYPE_CHECKING:
-    from slimkit.algorithms.pruning._framework import FrameworkPruner
+
+class Selecting(Protocol):
+    """What the selection reads of a framework pruner (:class:`._framework.FrameworkPruner` is the one)."""
+
+    algorithm_name: ClassVar[str]
+    engine: ClassVar[Any]
+    norms_decide: ClassVar[bool]
+
+    def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+        """(what ``"default"`` expands to, the layer types the pruner accepts or None for any)."""
 
 
 def selection_hyperparameters(default_sparsity: float, speedup: bool | None) -> list:
@@ -102,7 +110,7 @@ def knobs(name: str) -> dict[str, str]:
 
 
 def effective_config_list(
-    algo: FrameworkPruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper, coupling: ChannelCoupling | None,
+    algo: Selecting, model: nn.Module, smash_config: SmashConfigPrefixWrapper, coupling: ChannelCoupling | None,
     dims: Dims | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Blocker]]:
     """The config_list handed to the framework pruner, and why each ``"default"`` layer left dense is left."""

@@ -12,7 +12,7 @@ them too. Pins mark ids that must stay (model outputs, ops the speedup cannot sh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -205,3 +205,22 @@ def ids_along(ids: np.ndarray, like: torch.Tensor, dim: int) -> torch.Tensor:
 def tensors_in(obj: Any) -> list[torch.Tensor]:
     """All tensors inside a nested args/kwargs structure."""
     return [x for x in tree_flatten(obj)[0] if isinstance(x, torch.Tensor)]
+
+
+class Tracer(Protocol):
+    """What the op and leaf handlers use of the channel tracer (:class:`.tracer.ChannelTracer` is the one)."""
+
+    graph: ChannelGraph
+
+    def get(self, t: Any) -> torch.Tensor | None:
+        """The shadow of ``t`` (None when no traced channel reaches it)."""
+    def put(self, t: torch.Tensor, shadow: torch.Tensor | None) -> None:
+        """Attach ``shadow`` to ``t``."""
+    def pin_shadow(self, shadow: torch.Tensor, op: str, detail: str, fatal: bool = True) -> None:
+        """Keep every channel carried by ``shadow``."""
+    def pin_all(self, tensors: list[Any], op: str, detail: str, fatal: bool = True) -> None:
+        """Keep every channel carried by any of ``tensors``."""
+    def record(self, name: str, kind: str, module: nn.Module, in_ids: np.ndarray | None) -> LeafRecord:
+        """The layer's record (made on its first call)."""
+    def input_ids(self, name: str, x: torch.Tensor | None, dim: int, size: int) -> np.ndarray:
+        """The channel ids entering layer ``name`` along ``dim``."""

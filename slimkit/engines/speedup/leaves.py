@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 from torch import nn
 
 from .attention_spec import attention_spec
 from .experts import experts_spec
-from .graph import AttentionRecord, LeafRecord, ParamRecord, ids_along
+from .graph import AttentionRecord, LeafRecord, ParamRecord, Tracer, ids_along
 from .layers import linear_io, norm_channel_dim, norm_problem, own_params
-
-if TYPE_CHECKING:
-    from .tracer import ChannelTracer
 
 CHANNEL_DIM = {"conv": 1, "depthwise": 1, "grouped_conv": 1, "linear": -1, "attention": -1, "experts": -1}
 
 
-def handle_leaf(tr: ChannelTracer, name: str, kind: str, module: nn.Module, x: torch.Tensor | None,
+def handle_leaf(tr: Tracer, name: str, kind: str, module: nn.Module, x: torch.Tensor | None,
                 y: torch.Tensor | None) -> None:
     """Record ``module``'s channels in the graph and give its output the ids it carries."""
     g = tr.graph
@@ -59,7 +54,7 @@ def handle_leaf(tr: ChannelTracer, name: str, kind: str, module: nn.Module, x: t
         tr.put(y, ids_along(rec.out_ids, y, dim))
 
 
-def _grouped(tr: ChannelTracer, name: str, module: nn.Module, x: torch.Tensor | None) -> LeafRecord:
+def _grouped(tr: Tracer, name: str, module: nn.Module, x: torch.Tensor | None) -> LeafRecord:
     """A grouped conv keeps or drops whole groups: a group's input and output channels form one class."""
     g = tr.graph
     rec = tr.record(name, "grouped_conv", module, tr.input_ids(name, x, 1, module.in_channels))
@@ -76,7 +71,7 @@ def _grouped(tr: ChannelTracer, name: str, module: nn.Module, x: torch.Tensor | 
     return rec
 
 
-def _attention(tr: ChannelTracer, name: str, module: nn.Module, x: torch.Tensor | None) -> LeafRecord:
+def _attention(tr: Tracer, name: str, module: nn.Module, x: torch.Tensor | None) -> LeafRecord:
     spec = attention_spec(module)
     size = linear_io(getattr(module, spec.q))[1]
     rec = tr.record(name, "attention", module, tr.input_ids(name, x, -1, size))
@@ -99,7 +94,7 @@ def param_channel_dim(param: torch.Tensor) -> int | None:
     return next((d for d in range(param.dim() - 1, -1, -1) if param.shape[d] > 1), None)
 
 
-def follow_params(tr: ChannelTracer, name: str, module: nn.Module) -> None:
+def follow_params(tr: Tracer, name: str, module: nn.Module) -> None:
     """Give the parameters ``module`` uses in its own forward ids, so they follow the channels they touch."""
     for attr, param in own_params(module).items():
         dim = param_channel_dim(param)

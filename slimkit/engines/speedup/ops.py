@@ -11,16 +11,13 @@ kept, and a mask that wants them removed raises :class:`UnsupportedOpError` nami
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
 
-from .graph import channel_vector, compact, ids_along, tensors_in, varying_dims
+from .graph import Tracer, channel_vector, compact, ids_along, tensors_in, varying_dims
 from .ops_math import ALONG_DIM, MATMUL, REDUCE, linear, matmul, prelu, reduce, sdpa
-
-if TYPE_CHECKING:
-    from .tracer import ChannelTracer
 
 ELEMENTWISE = set(
     """relu relu_ relu6 hardtanh hardtanh_ gelu silu silu_ sigmoid sigmoid_ tanh tanh_ hardswish hardswish_
@@ -52,7 +49,7 @@ def op_name(func: Any) -> str:
     return name
 
 
-def handle(tr: ChannelTracer, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+def handle(tr: Tracer, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     """Propagate shadows from the inputs of ``func`` to ``out`` (called only when an input is tracked)."""
     name = op_name(func)
     outs = tensors_in(out)
@@ -88,7 +85,7 @@ def handle(tr: ChannelTracer, func: Any, args: tuple, kwargs: dict, out: Any) ->
     tr.pin_all(tensors_in((args, kwargs)), name, "the speedup does not know how channels flow through it")
 
 
-def _elementwise(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, outs: list[torch.Tensor]) -> None:
+def _elementwise(tr: Tracer, name: str, args: tuple, kwargs: dict, outs: list[torch.Tensor]) -> None:
     target = outs[0]
     operands = tensors_in((args, {k: v for k, v in kwargs.items() if k != "out"}))
     tracked = [compact(s) for s in (tr.get(t) for t in operands) if s is not None]
@@ -127,7 +124,7 @@ def _spans(t: torch.Tensor, target: torch.Tensor, dims: list[int]) -> bool:
     return any(shape[d] > 1 for d in dims if d < len(shape))
 
 
-def _shadow_args(tr: ChannelTracer, obj: Any, contiguous: bool = False) -> Any:
+def _shadow_args(tr: Tracer, obj: Any, contiguous: bool = False) -> Any:
     def swap(x: Any) -> Any:
         if not isinstance(x, torch.Tensor):
             return x
@@ -139,7 +136,7 @@ def _shadow_args(tr: ChannelTracer, obj: Any, contiguous: bool = False) -> Any:
     return tree_map(swap, obj)
 
 
-def _run_on_shadows(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
+def _run_on_shadows(tr: Tracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
     """Replay ``func`` on the shadows; returns None (after pinning) when that fails or shapes disagree."""
     result = None
     for contiguous in (False, True):
@@ -155,7 +152,7 @@ def _run_on_shadows(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs
     return got
 
 
-def _replay(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any,
+def _replay(tr: Tracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any,
             check_split: bool) -> None:
     got = _run_on_shadows(tr, name, func, args, kwargs, out)
     if got is None:
@@ -169,7 +166,7 @@ def _replay(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs: dict, 
         tr.put(w, g)
 
 
-def _select(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+def _select(tr: Tracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     got = _run_on_shadows(tr, name, func, args, kwargs, out)
     if got is None:
         return
@@ -182,7 +179,7 @@ def _select(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs: dict, 
         tr.put(w, g)
 
 
-def _pair_chunks(tr: ChannelTracer, src: torch.Tensor, parts: list[torch.Tensor]) -> bool:
+def _pair_chunks(tr: Tracer, src: torch.Tensor, parts: list[torch.Tensor]) -> bool:
     """``chunk`` cuts the channel dim into equal parts: tie channel i of every part so all parts lose alike.
 
     Returns False (the caller pins) unless the parts split one channel dim into equal, fully tracked pieces.
@@ -198,7 +195,7 @@ def _pair_chunks(tr: ChannelTracer, src: torch.Tensor, parts: list[torch.Tensor]
     return True
 
 
-def _concat(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+def _concat(tr: Tracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
     parts = tensors_in(args[0] if args else kwargs.get("tensors"))
     dim = args[1] if len(args) > 1 else kwargs.get("dim", kwargs.get("axis", 0))
     target = tensors_in(out)[0]
@@ -225,7 +222,7 @@ def _concat(tr: ChannelTracer, name: str, func: Any, args: tuple, kwargs: dict, 
     tr.put(target, ids_along(vectors[0], target, d))
 
 
-def _spatial(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, outs: list[torch.Tensor]) -> None:
+def _spatial(tr: Tracer, name: str, args: tuple, kwargs: dict, outs: list[torch.Tensor]) -> None:
     x = tensors_in(args[:1])[0]
     s = tr.get(x)
     pad = args[1] if len(args) > 1 else kwargs.get("pad", ())
@@ -242,7 +239,7 @@ def _spatial(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, outs: list
             tr.put(o, ids_along(vec, o, 1))
 
 
-def _pad_keeps_channels(tr: ChannelTracer, s: torch.Tensor, x: torch.Tensor, pad: Any,
+def _pad_keeps_channels(tr: Tracer, s: torch.Tensor, x: torch.Tensor, pad: Any,
                         outs: list[torch.Tensor]) -> bool:
     """``F.pad`` that leaves the one channel dim unpadded (e.g. a channels-last window pad): ids carried over."""
     dims = varying_dims(s)

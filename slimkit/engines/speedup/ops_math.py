@@ -7,14 +7,11 @@ A contraction ties the contracted channels of both operands together (q and k in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from .graph import channel_vector, ids_along, tensors_in, varying_dims
-
-if TYPE_CHECKING:
-    from .tracer import ChannelTracer
+from .graph import Tracer, channel_vector, ids_along, tensors_in, varying_dims
 
 REDUCE = {"mean", "sum", "nansum", "amax", "amin", "max", "min", "var", "std", "norm", "logsumexp", "prod",
           "argmax", "argmin", "all", "any", "var_mean", "std_mean"}
@@ -39,7 +36,7 @@ def _dims_arg(name: str, x: torch.Tensor, args: tuple, kwargs: dict) -> list[int
     return sorted({d % x.dim() for d in dims}) if x.dim() else []
 
 
-def reduce(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, outs: list[torch.Tensor]) -> None:
+def reduce(tr: Tracer, name: str, args: tuple, kwargs: dict, outs: list[torch.Tensor]) -> None:
     """Reductions (mean, sum, max...) and along-dim ops (softmax, cumsum)."""
     x = tensors_in(args[:1])[0]
     s = tr.get(x)
@@ -64,7 +61,7 @@ def reduce(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, outs: list[t
             tr.put(o, r.expand(o.shape))
 
 
-def matmul(tr: ChannelTracer, name: str, a: Any, b: Any, out: torch.Tensor) -> None:
+def matmul(tr: Tracer, name: str, a: Any, b: Any, out: torch.Tensor) -> None:
     """``a @ b``: tie a's last-dim channels to b's second-to-last, carry a's rows or b's columns."""
     sa = tr.get(a) if isinstance(a, torch.Tensor) else None
     sb = tr.get(b) if isinstance(b, torch.Tensor) else None
@@ -89,7 +86,7 @@ def matmul(tr: ChannelTracer, name: str, a: Any, b: Any, out: torch.Tensor) -> N
         tr.put(out, ids_along(cols, out, -1))
 
 
-def sdpa(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+def sdpa(tr: Tracer, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
     """``scaled_dot_product_attention``: q and k channels tied, the output carries v's channels."""
     q, k, v = (list(args) + [kwargs.get(n) for n in ("query", "key", "value")])[:3]
     sq, sk, sv = tr.get(q), tr.get(k), tr.get(v)
@@ -107,7 +104,7 @@ def sdpa(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, out: torch.Ten
             tr.put(out, ids_along(vv, out, -1))
 
 
-def linear(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+def linear(tr: Tracer, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
     """``F.linear(x, weight)`` with a parameter a traced-through module owns (a MoE router's ``[E, H]`` weight).
 
     The weight's tracked dim must be its input dim (dim 1): those ids are tied to ``x``'s last-dim channels and
@@ -131,7 +128,7 @@ def linear(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, out: torch.T
         tr.graph.uf.union_arrays(vx, channel_vector(sw, 1))
 
 
-def prelu(tr: ChannelTracer, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+def prelu(tr: Tracer, name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
     """``F.prelu(x, weight)``: a per-channel weight along dim 1 follows x's channels."""
     x, w = (list(args) + [kwargs.get("input"), kwargs.get("weight")])[:2]
     sx, sw = tr.get(x), tr.get(w)
