@@ -22,7 +22,7 @@ from slimkit.core.registry import build_module
 from slimkit.engines.nas import ChannelSupernet, NasMutator, export_subnet, make_searchable
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
-from slimkit.faces.mmrazor.nas.sandwich import SandwichNAS
+from slimkit.faces.mmrazor.nas.sandwich import SandwichNAS, check_samples
 from slimkit.training.distill import ConfigurableDistiller
 
 _MUTATOR_KEYS = {"type", "_scope_", "channel_unit_cfg", "parse_cfg"}
@@ -30,6 +30,9 @@ _MUTATOR_KEYS = {"type", "_scope_", "channel_unit_cfg", "parse_cfg"}
 
 def channel_mutator_args(mutator: Mapping[str, Any] | None) -> tuple[list[float], int, tuple[int, ...] | None]:
     """(width ratios, divisor, demo input shape) from an MMRazor ``OneShotChannelMutator`` config."""
+    if mutator is not None and not isinstance(mutator, Mapping):
+        raise ConfigError(f"AutoSlim's mutator is read from its config dict (dict(type='OneShotChannelMutator', "
+                          f"channel_unit_cfg=..., parse_cfg=...)), got a {type(mutator).__name__}.")
     mutator = dict(mutator or {})
     kind = str(mutator.get("type", "OneShotChannelMutator")).rpartition(".")[2]
     if kind != "OneShotChannelMutator" or set(mutator) - _MUTATOR_KEYS:
@@ -60,6 +63,7 @@ class AutoSlim(SandwichNAS):
                  distiller: ConfigurableDistiller | Mapping[str, Any] | None = None, num_random_samples: int = 2,
                  bn_training_mode: bool = False, data_preprocessor: Any = None,
                  input_shape: Sequence[int] | None = None, init_cfg: Mapping[str, Any] | None = None) -> None:
+        check_samples("AutoSlim", num_random_samples)  # before the architecture is converted in place
         model = build_module(architecture, "architecture")
         if isinstance(model, ChannelSupernet):
             supernet = model
@@ -73,6 +77,10 @@ class AutoSlim(SandwichNAS):
             supernet = make_searchable(model, torch.zeros(shape, device=device), ratios, divisor=divisor)
         super().__init__(supernet, NasMutator(), distiller, num_random_samples, bn_training_mode,
                          data_preprocessor, init_cfg)
+
+    def distill_target(self) -> nn.Module:
+        """Your model inside the width supernet: recorders name its layers (``head.fc``), as in your config."""
+        return self.architecture.model
 
     def export(self, subnet: Mapping[str, Any] | None = None) -> nn.Module:
         """The plain model of ``subnet`` (default: the active one), narrower layers with the supernet's weights."""

@@ -32,6 +32,13 @@ DEFAULT_DISTILLER: dict[str, Any] = {
                                           "preds_T": {"recorder": "out", "from_student": False}}}}
 
 
+def check_samples(owner: str, num_random_samples: Any) -> int:
+    """``num_random_samples`` if it is an integer >= 0, else ConfigError naming ``owner``."""
+    if isinstance(num_random_samples, bool) or not isinstance(num_random_samples, int) or num_random_samples < 0:
+        raise ConfigError(f"{owner}: num_random_samples must be an integer >= 0, got {num_random_samples!r}.")
+    return num_random_samples
+
+
 class SandwichNAS(SPOS):
     """A supernet trained with the sandwich rule and inplace distillation (see the module doc).
 
@@ -46,13 +53,15 @@ class SandwichNAS(SPOS):
                  distiller: ConfigurableDistiller | Mapping[str, Any] | None = None, num_random_samples: int = 2,
                  norm_training: bool = False, data_preprocessor: Any = None,
                  init_cfg: Mapping[str, Any] | None = None) -> None:
-        if isinstance(num_random_samples, bool) or not isinstance(num_random_samples, int) or num_random_samples < 0:
-            raise ConfigError(f"{type(self).__name__}: num_random_samples must be an integer >= 0, got "
-                              f"{num_random_samples!r}.")
+        check_samples(type(self).__name__, num_random_samples)
         super().__init__(architecture, mutator, norm_training, data_preprocessor, init_cfg)
         self.distiller = build_distiller(DEFAULT_DISTILLER if distiller is None else distiller)
-        self.distiller.prepare(self.architecture, self.architecture)
+        self.distiller.prepare(self.distill_target(), self.distill_target())
         self.sample_kinds = ["max", "min", *(f"random{i}" for i in range(num_random_samples))]
+
+    def distill_target(self) -> nn.Module:
+        """The module whose layer names the distiller's recorders use (the architecture)."""
+        return self.architecture
 
     def subnet_for(self, kind: str) -> Subnet:
         """The choices of one sandwich member: ``"max"``, ``"min"`` or a random one."""
