@@ -123,7 +123,7 @@ class Darts(SPOS):
         for alpha, grad in zip(alphas, grads, strict=True):
             alpha.grad = torch.zeros_like(alpha) if grad is None else grad.detach()
         opt.step()
-        return float(loss)
+        return float(loss.detach())
 
     def _unrolled(self, train: tuple[Any, Any], held_out: tuple[Any, Any], alphas: list[torch.Tensor],
                   weights: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:

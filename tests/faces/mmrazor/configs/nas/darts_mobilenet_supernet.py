@@ -5,12 +5,15 @@ _base_ = [
     'mmrazor::_base_/nas/mobilenet_tiny_space.py',
 ]
 
-_base_.later_block.type = 'DiffMutableOP'
+diff_block = dict(_base_.later_block, type='DiffMutableOP')  # the same candidates, mixed
+nas_backbone = dict(
+    _base_.nas_backbone,
+    arch_setting=[[16, 1, 1, _base_.first_block], [24, 2, 2, diff_block], [32, 2, 2, diff_block]])
 
 supernet = dict(
     _scope_='mmcls',
     type='ImageClassifier',
-    backbone=_base_.nas_backbone,
+    backbone=nas_backbone,
     neck=dict(type='GlobalAveragePooling'),
     head=dict(type='LinearClsHead', num_classes=10, in_channels=96, topk=(1, 5)))
 
