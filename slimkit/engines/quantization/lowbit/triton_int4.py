@@ -9,16 +9,19 @@ Weight layout (built once per layer by :func:`prepare`, never per call): codes b
 alike) as nibbles of int32 words ``[Kp // 8, N]``: word ``(i, n)`` holds output ``n``'s codes of input rows
 ``8i .. 8i+7``, row ``8i + j`` in bits ``4j .. 4j+3`` (``Kp`` is ``K`` padded to :data:`K_ALIGN` with zero codes;
 the input is masked there, so padding never reaches the sum). Scales and mins are float16 ``[Kp // G, N]`` with
-``w = q * s + m`` (``m = -z * s``), ``G`` a divisor of the layer's group size that every tile size divides.
+``w = q * s + m`` (``m = -z * s``), ``G`` a divisor of the layer's group size, a multiple of 8 (a word's eight
+rows share a group).
 
-- :func:`gemv` (one row): each program owns ``BLOCK_N`` outputs and walks ``K`` in ``BLOCK_K`` tiles inside one
-  group: ``y += s * sum(x * q) + m * sum(x)`` in float32. The codes become floats without an int-to-float
-  conversion (``(q | 0x4B000000)`` read as float32 is ``2**23 + q``: one OR and one subtraction, full rate).
-  ``SPLIT_K > 1`` splits ``K`` over more programs (atomic adds into a float32 row): more memory traffic in flight
-  for layers with few outputs, at the price of a zero fill and a cast.
-- :func:`gemm` (any number of rows, half-precision input): tiles of ``[BLOCK_M, BLOCK_K]`` activations times the
-  dequantised ``[BLOCK_K, BLOCK_N]`` weight tile through ``tl.dot``, float32 accumulator; the weight is read once
-  as int4 per row block, never written dense.
+- :func:`gemv` (one row): each program owns ``BLOCK_N`` outputs and walks ``K`` in ``BLOCK_K`` tiles; each int32
+  word is loaded once and its eight nibbles are taken in turn (nibble ``j`` of word row ``r`` is input row
+  ``8r + j``), accumulating ``s * sum(x * q) + m * sum(x)`` per word row in float32. The codes become floats
+  without an int-to-float conversion (``(q | 0x4B000000)`` read as float32 is ``2**23 + q``: one OR and one
+  subtraction, full rate). ``SPLIT_K > 1`` splits ``K`` over more programs (atomic adds into a float32 row): more
+  memory traffic in flight for layers with few outputs, at the price of a zero fill and a cast.
+- :func:`gemm` (any number of rows, half-precision input): ``[BLOCK_M, BLOCK_K]`` activation tiles times the
+  dequantised weight tile through ``tl.dot``, float32 accumulator; either the ``[BLOCK_K, BLOCK_N]`` tile unpacked
+  at once (each word read for its eight rows, from L1) or, ``planes``, eight dots of ``K = BLOCK_K / 8``, one per
+  nibble, each word loaded once. The weight is read as int4, never written dense.
 
 Which kernel and tile sizes run for a layer shape and row count is measured on the machine (:mod:`.cuda_int4`);
 :data:`GEMV_CONFIGS` and :func:`gemm_configs` are the candidates.
@@ -78,22 +81,26 @@ class Gemm:
     block_k: int
     warps: int = 4
     stages: int = 3
+    #: eight ``tl.dot`` per tile, one per nibble, each word loaded once (else one dot on the full unpacked tile)
+    planes: bool = False
 
     @property
     def name(self) -> str:
-        """Candidate name in the dispatch table, e.g. ``gemm_m16_n64_k128_w4_s3``."""
-        return f"gemm_m{self.block_m}_n{self.block_n}_k{self.block_k}_w{self.warps}_s{self.stages}"
+        """Candidate name in the dispatch table, e.g. ``gemm_m16_n64_k128_w4_s3`` (``gemmp_`` for planes)."""
+        kind = "gemmp" if self.planes else "gemm"
+        return f"{kind}_m{self.block_m}_n{self.block_n}_k{self.block_k}_w{self.warps}_s{self.stages}"
 
 
 #: one-row candidates: wide tiles (coalesced, few programs) to narrow ones and split K (many programs)
-GEMV_CONFIGS = (Gemv(32, 128), Gemv(64, 128), Gemv(16, 128, warps=2), Gemv(32, 128, split_k=4),
-                Gemv(64, 64, split_k=8))
+GEMV_CONFIGS = (Gemv(32, 256), Gemv(64, 128), Gemv(16, 256, warps=2), Gemv(32, 128, split_k=4),
+                Gemv(64, 256, split_k=2))
 
 
 def gemm_configs(rows: int) -> tuple[Gemm, ...]:
     """GEMM candidates for ``rows`` activation rows (a row bucket): ``BLOCK_M`` just covers small buckets."""
     bm = min(max(16, 1 << (max(rows, 1) - 1).bit_length()), 64)
-    configs = [Gemm(bm, 32, 128, stages=4), Gemm(bm, 64, 128), Gemm(bm, 128, 64)]
+    configs = [Gemm(bm, 32, 128, stages=4), Gemm(bm, 64, 128), Gemm(bm, 64, 128, planes=True),
+               Gemm(bm, 128, 128, planes=True)]
     if rows >= 128:
         configs.append(Gemm(128, 128, 64, warps=8))
     return tuple(configs)
@@ -155,26 +162,31 @@ if AVAILABLE:
         pid_k = tl.program_id(1)
         n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = n < N
-        rk = tl.arange(0, BLOCK_K)
-        shift = (rk % 8) * 4
-        acc = tl.full((BLOCK_N,), 0.0, tl.float32)
+        ri = tl.arange(0, BLOCK_K // 8)  # word rows of the tile: each int32 word is loaded once
+        acc = tl.full((BLOCK_K // 8, BLOCK_N), 0.0, tl.float32)
         for i in range(0, ITERS):  # a host-side count: the interpreter cannot take a tensor as a range bound
             k0 = (i * SPLIT_K + pid_k) * BLOCK_K
-            kk = k0 + rk
-            x = tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-            words = tl.load(w_ptr + (kk // 8)[:, None] * N + n[None, :], mask=n_ok[None, :], other=0)
-            q = (((words >> shift[:, None]) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-            g = k0 // GROUP
-            s = tl.load(s_ptr + g * N + n, mask=n_ok, other=0.0).to(tl.float32)
-            m = tl.load(m_ptr + g * N + n, mask=n_ok, other=0.0).to(tl.float32)
-            acc += s * tl.reduce(q * x[:, None], 0, _add) + m * tl.reduce(x, 0, _add)
+            words = tl.load(w_ptr + (k0 // 8 + ri)[:, None] * N + n[None, :], mask=n_ok[None, :], other=0)
+            g = (k0 + ri * 8) // GROUP
+            s = tl.load(s_ptr + g[:, None] * N + n[None, :], mask=n_ok[None, :], other=0.0).to(tl.float32)
+            m = tl.load(m_ptr + g[:, None] * N + n[None, :], mask=n_ok[None, :], other=0.0).to(tl.float32)
+            qx = tl.full((BLOCK_K // 8, BLOCK_N), 0.0, tl.float32)
+            xs = tl.full((BLOCK_K // 8,), 0.0, tl.float32)
+            for j in tl.static_range(8):  # nibble j of every word: input rows k0 + 8 * ri + j
+                kj = k0 + ri * 8 + j
+                xj = tl.load(x_ptr + kj, mask=kj < K, other=0.0).to(tl.float32)
+                q = (((words >> (4 * j)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+                qx += q * xj[:, None]
+                xs += xj
+            acc += qx * s + xs[:, None] * m
+        y = tl.reduce(acc, 0, _add)
         if HAS_BIAS:
             if pid_k == 0:
-                acc += tl.load(b_ptr + n, mask=n_ok, other=0.0).to(tl.float32)
+                y += tl.load(b_ptr + n, mask=n_ok, other=0.0).to(tl.float32)
         if SPLIT_K == 1:
-            tl.store(y_ptr + n, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+            tl.store(y_ptr + n, y.to(y_ptr.dtype.element_ty), mask=n_ok)
         else:
-            tl.atomic_add(y_ptr + n, acc, mask=n_ok)
+            tl.atomic_add(y_ptr + n, y, mask=n_ok)
 
     @triton.jit
     def _gemm_kernel(x_ptr, w_ptr, s_ptr, m_ptr, b_ptr, y_ptr, M, N, K, ITERS, stride_xm, stride_ym,
@@ -205,8 +217,37 @@ if AVAILABLE:
         mask = (rm[:, None] < M) & n_ok[None, :]
         tl.store(y_ptr + rm[:, None] * stride_ym + n[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)
 
+    @triton.jit
+    def _gemm_planes_kernel(x_ptr, w_ptr, s_ptr, m_ptr, b_ptr, y_ptr, M, N, K, ITERS, stride_xm, stride_ym,
+                            GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            HAS_BIAS: tl.constexpr):
+        # each int32 word loaded once; eight tl.dot of K = BLOCK_K / 8, one per nibble (input rows 8 * ri + j)
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = n < N
+        ri = tl.arange(0, BLOCK_K // 8)
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+        for i in range(0, ITERS):
+            k0 = i * BLOCK_K
+            words = tl.load(w_ptr + (k0 // 8 + ri)[:, None] * N + n[None, :], mask=n_ok[None, :], other=0)
+            g = (k0 + ri * 8) // GROUP
+            s = tl.load(s_ptr + g[:, None] * N + n[None, :], mask=n_ok[None, :], other=0.0).to(tl.float32)
+            m = tl.load(m_ptr + g[:, None] * N + n[None, :], mask=n_ok[None, :], other=0.0).to(tl.float32)
+            for j in tl.static_range(8):
+                kj = k0 + ri * 8 + j
+                a = tl.load(x_ptr + rm[:, None] * stride_xm + kj[None, :],
+                            mask=(rm[:, None] < M) & (kj[None, :] < K), other=0.0)
+                q = (((words >> (4 * j)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+                acc = tl.dot(a, (q * s + m).to(a.dtype), acc)
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        mask = (rm[:, None] < M) & n_ok[None, :]
+        tl.store(y_ptr + rm[:, None] * stride_ym + n[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)
+
     #: the kernels by name (tests swap in interpreted copies to run them on a CPU)
-    KERNELS = {"gemv": _gemv_kernel, "gemm": _gemm_kernel}
+    KERNELS = {"gemv": _gemv_kernel, "gemm": _gemm_kernel, "gemm_planes": _gemm_planes_kernel}
 else:  # pragma: no cover - depends on the install
     KERNELS = {}
 
@@ -217,7 +258,7 @@ def gemv_fn(tw: TritonWeight, cfg: Gemv) -> Callable[[torch.Tensor], torch.Tenso
     Grid, launcher and constants are fixed here, so a call is one allocation and one launch (plus a zero fill and
     a cast when ``K`` is split).
     """
-    block_k = min(cfg.block_k, tw.group)
+    block_k = cfg.block_k
     iters = tw.words.shape[0] * 8 // (block_k * cfg.split_k)
     launch = KERNELS["gemv"][(triton.cdiv(tw.out_features, cfg.block_n), cfg.split_k)]
     weights = (tw.words, tw.scales, tw.mins, tw.scales if tw.bias is None else tw.bias)
@@ -240,9 +281,9 @@ def gemv_fn(tw: TritonWeight, cfg: Gemv) -> Callable[[torch.Tensor], torch.Tenso
 
 def gemm_fn(tw: TritonWeight, cfg: Gemm) -> Callable[[torch.Tensor], torch.Tensor]:
     """``fn(x [M, K]) -> x @ W^T (+ bias)`` as ``[M, N]`` in ``x.dtype`` (float16/bfloat16, rows contiguous)."""
-    block_k = min(cfg.block_k, tw.group)
+    block_k = cfg.block_k if cfg.planes else min(cfg.block_k, tw.group)  # a tile of the plain kernel: one group
     iters = tw.words.shape[0] * 8 // block_k
-    kernel, n, k = KERNELS["gemm"], tw.out_features, tw.in_features
+    kernel, n, k = KERNELS["gemm_planes" if cfg.planes else "gemm"], tw.out_features, tw.in_features
     weights = (tw.words, tw.scales, tw.mins, tw.scales if tw.bias is None else tw.bias)
     consts = dict(GROUP=tw.group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
                   HAS_BIAS=tw.bias is not None, num_warps=cfg.warps, num_stages=cfg.stages)
