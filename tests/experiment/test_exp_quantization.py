@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from slimkit import zoo
-from slimkit.engines.quantization import QATQuantizer, QuantizedLayer
+from slimkit.engines.quantization import QATEngine, QuantizedLayer
 from slimkit.errors import ConfigError
 from slimkit.faces.auptimizer import create_compressor, load_compressed_model
 from slimkit.zoo.digits_cnn import accuracy, digits_split
@@ -30,7 +30,7 @@ def test_qat_experiment_on_digits_trains_exports_and_reloads_identically(tmp_pat
     base_accuracy = accuracy(model, x_test, y_test)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     comp = create_compressor(model, QAT_EXPERIMENT, optimizer=optimizer)
-    assert comp.kind == "quantization" and isinstance(comp.engine, QATQuantizer)
+    assert comp.kind == "quantization" and isinstance(comp.engine, QATEngine)
     model = comp.compress()
     model.train()
     for start in range(0, 512, 64):  # one short fine-tuning pass; the patched step drives the quantizer

@@ -15,7 +15,7 @@ from slimkit.algorithms.quantization._training import (
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization import BNNQuantizer, Quantizer
+from slimkit.engines.quantization import BNNEngine, Quantizer
 from slimkit.errors import ConfigError
 
 
@@ -31,7 +31,7 @@ class BNN(TrainingQuantizer):
     """
 
     algorithm_name = "bnn"
-    engine = BNNQuantizer
+    engine = BNNEngine
     references = {"Paper": "https://arxiv.org/abs/1602.02830", "XNOR-Net": "https://arxiv.org/abs/1603.05279"}
     default_epochs = 3
     #: 1-bit latent weights flip sign when Adam moves them by ~lr per step; 3e-4 recovers the digits CNN to
@@ -63,4 +63,4 @@ class BNN(TrainingQuantizer):
     def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: Any,
                        smash_config: SmashConfigPrefixWrapper) -> Quantizer:
         """BNNQuantizer with or without the per-channel mean|w| scale."""
-        return BNNQuantizer(model, config_list, optimizer, scale_weights=bool(smash_config["scale_weights"]))
+        return BNNEngine(model, config_list, optimizer, scale_weights=bool(smash_config["scale_weights"]))

@@ -11,7 +11,7 @@ from slimkit.algorithms.quantization._training import TrainingQuantizer, build_c
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization import DoReFaQuantizer, Quantizer
+from slimkit.engines.quantization import DoReFaEngine, Quantizer
 
 
 @register
@@ -28,7 +28,7 @@ class DoReFa(TrainingQuantizer):
 
     algorithm_name = "dorefa"
     renamed_hyperparameters = {"dorefa": {"weight_bits": "bits"}}  # Pruna's name
-    engine = DoReFaQuantizer
+    engine = DoReFaEngine
     references = {"Paper": "https://arxiv.org/abs/1606.06160",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
     def quantizer_hyperparameters(self) -> list:
@@ -46,4 +46,4 @@ class DoReFa(TrainingQuantizer):
     def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: Any,
                        smash_config: SmashConfigPrefixWrapper) -> Quantizer:
         """DoReFaQuantizer, rescaled to the layer's max |w| unless ``rescale`` is off."""
-        return DoReFaQuantizer(model, config_list, optimizer, rescale=bool(smash_config["rescale"]))
+        return DoReFaEngine(model, config_list, optimizer, rescale=bool(smash_config["rescale"]))

@@ -11,7 +11,7 @@ from slimkit.algorithms.quantization._training import TrainingQuantizer, build_c
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization import LsqQuantizer, Quantizer
+from slimkit.engines.quantization import LsqEngine, Quantizer
 
 
 @register
@@ -26,7 +26,7 @@ class LSQ(TrainingQuantizer):
 
     algorithm_name = "lsq"
     renamed_hyperparameters = {"lsq": {"weight_bits": "bits"}}  # Pruna's name
-    engine = LsqQuantizer
+    engine = LsqEngine
     references = {"Paper": "https://arxiv.org/abs/1902.08153",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
     def quantizer_hyperparameters(self) -> list:
@@ -46,4 +46,4 @@ class LSQ(TrainingQuantizer):
     def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: Any,
                        smash_config: SmashConfigPrefixWrapper) -> Quantizer:
         """LsqQuantizer (its step sizes join the optimizer)."""
-        return LsqQuantizer(model, config_list, optimizer)
+        return LsqEngine(model, config_list, optimizer)

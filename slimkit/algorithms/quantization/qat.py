@@ -11,7 +11,7 @@ from slimkit.algorithms.quantization._training import TrainingQuantizer, build_c
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization import QATQuantizer, Quantizer
+from slimkit.engines.quantization import QATEngine, Quantizer
 
 
 @register
@@ -27,7 +27,7 @@ class QAT(TrainingQuantizer):
     algorithm_name = "qat"
     aliases = ("QAT_Quantizer",)
     renamed_hyperparameters = {"qat": {"weight_bits": "bits"}}  # Pruna's name
-    engine = QATQuantizer
+    engine = QATEngine
     references = {"Paper": "https://arxiv.org/abs/1712.05877",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
     def quantizer_hyperparameters(self) -> list:
@@ -52,4 +52,4 @@ class QAT(TrainingQuantizer):
     def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: Any,
                        smash_config: SmashConfigPrefixWrapper) -> Quantizer:
         """QATQuantizer with per-channel or per-tensor weight scales."""
-        return QATQuantizer(model, config_list, optimizer, per_channel=bool(smash_config["per_channel"]))
+        return QATEngine(model, config_list, optimizer, per_channel=bool(smash_config["per_channel"]))

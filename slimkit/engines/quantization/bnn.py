@@ -36,7 +36,7 @@ def binarize(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 0, torch.ones_like(x), -torch.ones_like(x))
 
 
-class BNNQuantizer(Quantizer):
+class BNNEngine(Quantizer):
     """Binarize weights to ``+-alpha`` and outputs to ``+-1`` (1 bit each), trained with :class:`BNNGrad`.
 
     Weights: ``alpha * sign(w)`` where ``alpha`` is the mean ``|w|`` of each output channel (XNOR-Net's
@@ -45,6 +45,8 @@ class BNNQuantizer(Quantizer):
     paper. Outputs (list ``"output"`` for activation layers such as ``ReLU`` or ``Hardtanh``) become +-1.
     In the affine form, code 1 is ``+`` and code 0 is ``-`` (zero point 1/2).
     """
+
+    user_name = "BNNQuantizer"  # NNI's name for it (slimkit.faces.nni: 2.x and 3.0 signatures)
 
     quant_grad = BNNGrad
     bits_range = (1, 1)

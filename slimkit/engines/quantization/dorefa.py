@@ -14,21 +14,23 @@ from slimkit.engines.quantization.observers import qmax_for
 from slimkit.engines.quantization.wrapper import QuantizerModuleWrapper
 
 
-class DoReFaQuantizer(Quantizer):
+class DoReFaEngine(Quantizer):
     """DoReFa: ``w_q = 2 * quantize_k(tanh(w) / (2 max|tanh(w)|) + 1/2) - 1`` on a uniform grid in [-1, 1].
 
     ``quantize_k(x) = round((2**k - 1) x) / (2**k - 1)`` with a straight-through round; the tanh and the
-    normalisation stay differentiable, as in the paper (so ``quant_grad`` is ``None``). Outputs, when listed
-    in ``quant_types``, are clamped to [0, 1] and quantized with ``quantize_k`` (the paper's activation
-    quantizer; it suits networks whose activations live in [0, 1]).
+    normalisation stay differentiable, as in the paper (so ``quant_grad`` is ``None``). Inputs and outputs, when
+    listed in ``quant_types``, are clamped to [0, 1] and quantized with ``quantize_k`` (the paper's activation
+    quantizer; it suits networks whose activations live in [0, 1]; NNI 3.0 quantizes inputs with it too).
 
     Args:
         rescale: multiply the [-1, 1] weights by the layer's ``max |w|`` so a pretrained network keeps its
             activation scale (the paper trains from scratch and does not rescale: pass ``False``).
     """
 
+    user_name = "DoReFaQuantizer"  # NNI's name for it (slimkit.faces.nni: 2.x and 3.0 signatures)
+
     quant_grad = None
-    supported_quant_types = ("weight", "output")
+    supported_quant_types = ("weight", "input", "output")
 
     def __init__(
         self,
@@ -68,7 +70,16 @@ class DoReFaQuantizer(Quantizer):
                 wrapper.weight_scale.mul_(magnitude)
         return quantized
 
-    def quantize_output(self, output: torch.Tensor, wrapper: QuantizerModuleWrapper, **kwargs: Any) -> torch.Tensor:
+    @staticmethod
+    def _activation(x: torch.Tensor, bits: int) -> torch.Tensor:
         """DoReFa's k-bit activation quantizer: clamp to [0, 1], then a uniform grid with 2**k levels."""
-        n = qmax_for(wrapper.bits(QuantType.OUTPUT))
-        return round_ste(torch.clamp(output, 0.0, 1.0) * n) / n
+        n = qmax_for(bits)
+        return round_ste(torch.clamp(x, 0.0, 1.0) * n) / n
+
+    def quantize_output(self, output: torch.Tensor, wrapper: QuantizerModuleWrapper, **kwargs: Any) -> torch.Tensor:
+        """The activation quantizer on the layer's output."""
+        return self._activation(output, wrapper.bits(QuantType.OUTPUT))
+
+    def quantize_input(self, inputs: torch.Tensor, wrapper: QuantizerModuleWrapper, **kwargs: Any) -> torch.Tensor:
+        """The activation quantizer on the layer's input."""
+        return self._activation(inputs, wrapper.bits(QuantType.INPUT))

@@ -15,7 +15,7 @@ from slimkit.engines.quantization.observers import qmax_for
 from slimkit.engines.quantization.wrapper import QuantizerModuleWrapper
 
 
-class LsqQuantizer(Quantizer):
+class LsqEngine(Quantizer):
     """LSQ: a uniform quantizer whose step size ``s`` is a trained parameter, one per layer and tensor type.
 
     ``x_hat = round(clamp(x / s, -Q_N, Q_P)) * s`` with a straight-through round, so the loss trains ``s``
@@ -29,6 +29,8 @@ class LsqQuantizer(Quantizer):
     given they are added to it as a new parameter group (without weight decay). Otherwise add
     :meth:`parameters` to your optimizer yourself.
     """
+
+    user_name = "LsqQuantizer"  # NNI's name for it (slimkit.faces.nni: 2.x and 3.0 signatures)
 
     quant_grad = None
     bits_range = (2, 16)

@@ -22,7 +22,7 @@ from slimkit.engines.quantization.settings import scheme_of
 from slimkit.engines.quantization.wrapper import QuantizerModuleWrapper
 
 
-class QATQuantizer(Quantizer):
+class QATEngine(Quantizer):
     """Affine fake-quantization of weights and activations, trained with a clipped straight-through gradient.
 
     Weights use their current min/max (per output channel by default); inputs and outputs use ranges tracked
@@ -39,6 +39,8 @@ class QATQuantizer(Quantizer):
     NNI 2.x's schemes apply too (``set_quant_scheme_dtype`` or the entry keys ``quant_scheme`` / ``quant_dtype``):
     ``per_channel_*`` / ``per_tensor_*`` choose the weight granularity, ``*_symmetric`` a grid centred on zero.
     """
+
+    user_name = "QATQuantizer"  # NNI's name for it (slimkit.faces.nni: 2.x and 3.0 signatures)
 
     quant_grad = ClipGrad
     extra_config_keys = ("quant_start_step", "quant_scheme", "quant_dtype")

@@ -2,8 +2,10 @@
 
 - :mod:`slimkit.faces.nni.v2`: NNI 2.x's pruners (``L1NormPruner``, ``LevelPruner``, ``AGPPruner``...,
   ``compress() -> (model, masks)``), ``ModelSpeedupTensorRT`` and ``trace``;
-- :mod:`slimkit.faces.nni.v3`: NNI 3.0's evaluators (``TorchEvaluator``...), ``TaylorPruner``, 3.0's config keys
-  and paths (``slimkit.faces.nni.v3.pruning|speedup|utils``); the classes 2.x and 3.0 share take both signatures;
+- :mod:`slimkit.faces.nni.v3`: NNI 3.0's evaluators (``TorchEvaluator``...), ``TaylorPruner``, the quantizers
+  with 3.0's signatures (``QATQuantizer``..., ``LsqPlusQuantizer``, ``PtqQuantizer``), the layer-wise distillers,
+  ``from_compressor`` chaining, module fusion, 3.0's config keys and paths (``slimkit.compression.pruning|
+  quantization|distillation|speedup|utils``); the classes 2.x and 3.0 share take both signatures;
 - :mod:`slimkit.faces.nni.v1`: NNI 1.x's names that NNI 2.x reused (``LevelPruner``...) or that are not the
   engine's own (``QAT_Quantizer``).
 
@@ -32,7 +34,15 @@ from slimkit.evaluation.flops import count_flops_params
 from slimkit.faces.nni.v1 import QAT_Quantizer
 from slimkit.faces.nni.v2 import *  # noqa: F403  (NNI 2.x's classes, ModelSpeedup included)
 from slimkit.faces.nni.v3 import LightningEvaluator, TorchEvaluator, TransformersEvaluator
+from slimkit.faces.nni.v3.distillation import Adaptive1dLayerwiseDistiller, DynamicLayerwiseDistiller
 from slimkit.faces.nni.v3.ptq import PtqQuantizer
+from slimkit.faces.nni.v3.quantizers import (
+    BNNQuantizer,
+    DoReFaQuantizer,
+    LsqPlusQuantizer,
+    LsqQuantizer,
+    QATQuantizer,
+)
 from slimkit.faces.nni.v3.taylor import TaylorPruner
 from slimkit.faces.nni.v3.utils import auto_set_denpendency_group_ids
 
@@ -40,8 +50,8 @@ _FACE = [
     "ADMMPruner", "AGPPruner", "AMCPruner", "ActivationAPoZRankPruner", "ActivationMeanRankPruner",
     "AutoCompressPruner", "BNNQuantizer", "ChannelGraph", "ChannelGroups", "DoReFaQuantizer", "FPGMPruner",
     "KeptChannels", "L1NormPruner", "L2NormPruner", "LevelPruner", "LinearPruner", "LotteryTicketPruner",
-    "LsqQuantizer", "ModelSpeedup", "ModelSpeedupTensorRT", "MovementPruner", "NaiveQuantizer", "ObserverQuantizer",
-    "PtqQuantizer",
+    "LsqPlusQuantizer", "LsqQuantizer", "ModelSpeedup", "ModelSpeedupTensorRT", "MovementPruner", "NaiveQuantizer",
+    "ObserverQuantizer", "PtqQuantizer", "Adaptive1dLayerwiseDistiller", "DynamicLayerwiseDistiller",
     "QATQuantizer", "QAT_Quantizer", "QuantGrad", "QuantType", "Quantizer", "SimulatedAnnealingPruner", "SlimPruner",
     "SpeedupError", "SpeedupWarning", "TaylorFOWeightPruner", "TaylorPruner", "UnsupportedOpError",
     "apply_kept_channels", "auto_set_denpendency_group_ids", "channel_dependency_report", "count_flops_params",

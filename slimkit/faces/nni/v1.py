@@ -17,7 +17,7 @@ from slimkit.engines.pruning.lottery_ticket import LotteryTicketEngine
 from slimkit.engines.pruning.movement import MovementEngine
 from slimkit.engines.pruning.one_shot import FPGMEngine, LevelEngine, SlimEngine
 from slimkit.engines.pruning.simulated_annealing import SimulatedAnnealingEngine
-from slimkit.engines.quantization.qat import QATQuantizer
+from slimkit.engines.quantization.qat import QATEngine
 
 ADMMPruner = ADMMEngine
 AGPPruner = AGPEngine
@@ -29,7 +29,7 @@ LotteryTicketPruner = LotteryTicketEngine
 MovementPruner = MovementEngine
 SimulatedAnnealingPruner = SimulatedAnnealingEngine
 SlimPruner = SlimEngine
-QAT_Quantizer = QATQuantizer
+QAT_Quantizer = QATEngine
 
 __all__ = [
     "ADMMPruner", "AGPPruner", "AMCPruner", "AutoCompressPruner", "FPGMPruner", "LevelPruner", "LotteryTicketPruner",

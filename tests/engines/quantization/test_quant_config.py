@@ -6,10 +6,10 @@ import pytest
 from torch import nn
 
 from slimkit.engines.quantization import (
-    BNNQuantizer,
-    DoReFaQuantizer,
-    LsqQuantizer,
-    QATQuantizer,
+    BNNEngine,
+    DoReFaEngine,
+    LsqEngine,
+    QATEngine,
     QuantizationConfigError,
     QuantType,
     resolve_quant_config_list,
@@ -102,12 +102,12 @@ def test_unknown_op_name_lists_real_layer_names():
 @pytest.mark.parametrize(
     ("cls", "entry", "fragment"),
     [
-        (BNNQuantizer, {"quant_types": ["weight"], "quant_bits": 8}, "= 8 is outside [1, 1]"),
-        (LsqQuantizer, {"quant_types": ["weight"], "quant_bits": 1}, "= 1 is outside [2, 16]"),
-        (DoReFaQuantizer, {"quant_types": ["input"], "quant_bits": 8}, "Allowed: weight, output"),
-        (QATQuantizer, {"quant_types": ["weight"], "quant_bits": 8, "quant_start_step": -1},
+        (BNNEngine, {"quant_types": ["weight"], "quant_bits": 8}, "= 8 is outside [1, 1]"),
+        (LsqEngine, {"quant_types": ["weight"], "quant_bits": 1}, "= 1 is outside [2, 16]"),
+        (BNNEngine, {"quant_types": ["input"], "quant_bits": 1}, "Allowed: weight, output"),
+        (QATEngine, {"quant_types": ["weight"], "quant_bits": 8, "quant_start_step": -1},
          "quant_start_step of layer 'conv' must be an integer >= 0, got -1"),
-        (DoReFaQuantizer, {"quant_types": ["weight"], "quant_bits": 8, "quant_start_step": 3},
+        (DoReFaEngine, {"quant_types": ["weight"], "quant_bits": 8, "quant_start_step": 3},
          "unknown key 'quant_start_step'"),
     ],
 )
@@ -119,12 +119,12 @@ def test_quantizer_specific_limits(cls, entry, fragment):
 
 def test_constructor_argument_errors():
     with pytest.raises(QuantizationConfigError, match="model must be a torch.nn.Module, got str"):
-        QATQuantizer("net", [{"quant_types": ["weight"], "quant_bits": 8}])
+        QATEngine("net", [{"quant_types": ["weight"], "quant_bits": 8}])
     with pytest.raises(QuantizationConfigError, match=r"ema_decay must be in \[0, 1\), got 1.5"):
-        QATQuantizer(Net(), [{"quant_types": ["weight"], "quant_bits": 8}], ema_decay=1.5)
+        QATEngine(Net(), [{"quant_types": ["weight"], "quant_bits": 8}], ema_decay=1.5)
     with pytest.raises(QuantizationConfigError, match="optimizer must have a step"):
-        QATQuantizer(Net(), [{"quant_types": ["weight"], "quant_bits": 8}], optimizer=object())
+        QATEngine(Net(), [{"quant_types": ["weight"], "quant_bits": 8}], optimizer=object())
     net = Net()
-    QATQuantizer(net, [{"quant_types": ["weight"], "quant_bits": 8}])
+    QATEngine(net, [{"quant_types": ["weight"], "quant_bits": 8}])
     with pytest.raises(QuantizationConfigError, match="already wrapped by a quantizer"):
-        LsqQuantizer(net, [{"quant_types": ["weight"], "quant_bits": 8}])
+        LsqEngine(net, [{"quant_types": ["weight"], "quant_bits": 8}])

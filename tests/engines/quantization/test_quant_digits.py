@@ -10,10 +10,10 @@ import torch.nn.functional as F
 
 from slimkit import zoo
 from slimkit.engines.quantization import (
-    BNNQuantizer,
-    DoReFaQuantizer,
-    LsqQuantizer,
-    QATQuantizer,
+    BNNEngine,
+    DoReFaEngine,
+    LsqEngine,
+    QATEngine,
     QuantizedLayer,
 )
 from slimkit.zoo.digits_cnn import accuracy, digits_split
@@ -63,7 +63,7 @@ def _fine_tune(digits, cls, config, epochs, lr=1e-3, **kwargs):
 
 @pytest.mark.parametrize(
     ("cls", "config", "kwargs"),
-    [(QATQuantizer, WI8, {}), (DoReFaQuantizer, W8, {}), (LsqQuantizer, WI8, {}), (QATQuantizer, W8,
+    [(QATEngine, WI8, {}), (DoReFaEngine, W8, {}), (LsqEngine, WI8, {}), (QATEngine, W8,
                                                                                   {"per_channel": False})],
     ids=["qat-w8a8", "dorefa-w8", "lsq-w8a8", "qat-w8-per-tensor"],
 )
@@ -78,15 +78,15 @@ def test_8_bit_training_stays_within_one_point_of_fp32(digits, cls, config, kwar
 def test_binary_weights_recover_after_fine_tuning(digits):
     base, _, _, x_test, y_test, fp32 = digits
     model = copy.deepcopy(base)
-    quantizer = BNNQuantizer(model, BINARY)
+    quantizer = BNNEngine(model, BINARY)
     untrained = accuracy(model, x_test, y_test)  # BatchNorm statistics no longer match the binary weights
     quantizer.unwrap_model()
-    trained, frozen = _fine_tune(digits, BNNQuantizer, BINARY, epochs=2)
+    trained, frozen = _fine_tune(digits, BNNEngine, BINARY, epochs=2)
     assert untrained < 0.5
     assert frozen >= fp32 - 0.015
 
 
 def test_binary_weights_and_activations_learn(digits):
     config = BINARY + [{"quant_types": ["output"], "quant_bits": 1, "op_types": ["BatchNorm2d"]}]
-    _, frozen = _fine_tune(digits, BNNQuantizer, config, epochs=4)
+    _, frozen = _fine_tune(digits, BNNEngine, config, epochs=4)
     assert frozen >= 0.8  # binary activations cost accuracy on this small CNN (fp32: ~0.99; measured ~0.87)

@@ -9,11 +9,11 @@ from torch import nn
 
 from slimkit.engines.pruning import load_state_dict_file
 from slimkit.engines.quantization import (
-    BNNQuantizer,
+    BNNEngine,
     ClipGrad,
-    DoReFaQuantizer,
-    LsqQuantizer,
-    QATQuantizer,
+    DoReFaEngine,
+    LsqEngine,
+    QATEngine,
     QuantizedLayer,
     Quantizer,
     QuantizerModuleWrapper,
@@ -53,7 +53,7 @@ def _x(n=16):
     return torch.rand(n, 1, 8, 8, generator=torch.Generator().manual_seed(2))
 
 
-def _calibrated(cls=QATQuantizer, config=CONFIG, **kwargs):
+def _calibrated(cls=QATEngine, config=CONFIG, **kwargs):
     model = Net()
     quantizer = cls(model, config, **kwargs)
     model.train()
@@ -135,10 +135,10 @@ def test_calibration_file_errors(tmp_path):
 @pytest.mark.parametrize(
     ("cls", "config", "kwargs"),
     [
-        (QATQuantizer, CONFIG, {}),
-        (LsqQuantizer, CONFIG, {}),
-        (DoReFaQuantizer, [{"quant_types": ["weight", "output"], "quant_bits": 4}], {}),
-        (BNNQuantizer, [{"quant_types": ["weight"], "quant_bits": 1}, {"quant_types": ["output"], "quant_bits": 1,
+        (QATEngine, CONFIG, {}),
+        (LsqEngine, CONFIG, {}),
+        (DoReFaEngine, [{"quant_types": ["weight", "output"], "quant_bits": 4}], {}),
+        (BNNEngine, [{"quant_types": ["weight"], "quant_bits": 1}, {"quant_types": ["output"], "quant_bits": 1,
                                                                         "op_names": ["act"]}], {}),
     ],
 )
@@ -167,7 +167,7 @@ def test_freeze_reproduces_the_quantized_forward_and_reloads_exactly(cls, config
 
 def test_freeze_needs_observed_activations_and_rebuild_needs_the_layers():
     model = Net()
-    quantizer = QATQuantizer(model, CONFIG)
+    quantizer = QATEngine(model, CONFIG)
     with pytest.raises(QuantizationConfigError, match="has no input scale yet; run training or calibration"):
         quantizer.freeze()
     with pytest.raises(QuantizationConfigError, match="Cannot rebuild quantized layer 'encoder.fc'"):
@@ -193,7 +193,7 @@ def test_onnx_export_of_the_dequantized_model(tmp_path):
 def test_quantizers_run_and_freeze_on_cuda():
     binary = [{"quant_types": ["weight"], "quant_bits": 1}, {"quant_types": ["output"], "quant_bits": 1,
                                                              "op_names": ["act"]}]
-    for cls, config in ((QATQuantizer, CONFIG), (LsqQuantizer, CONFIG), (BNNQuantizer, binary)):
+    for cls, config in ((QATEngine, CONFIG), (LsqEngine, CONFIG), (BNNEngine, binary)):
         model = Net().cuda()
         quantizer = cls(model, config)
         model.train()

@@ -10,10 +10,10 @@ from torch import nn
 
 from slimkit.engines.quantization import (
     BNNGrad,
-    BNNQuantizer,
+    BNNEngine,
     ClipGrad,
-    LsqQuantizer,
-    QATQuantizer,
+    LsqEngine,
+    QATEngine,
     QuantGrad,
     Quantizer,
     QuantType,
@@ -131,7 +131,7 @@ def test_bnn_grad_cancels_beyond_magnitude_one():
 
 def test_bnn_output_binarization_gradient_through_the_wrapper():
     model = nn.Sequential(nn.Identity())
-    quantizer = BNNQuantizer(model, [{"quant_types": ["output"], "quant_bits": 1, "op_types": ["Identity"]}])
+    quantizer = BNNEngine(model, [{"quant_types": ["output"], "quant_bits": 1, "op_types": ["Identity"]}])
     x = VALUES.clone().requires_grad_(True)
     out = model(x)
     assert torch.equal(out, torch.where(VALUES > 0, 1.0, -1.0))
@@ -142,7 +142,7 @@ def test_bnn_output_binarization_gradient_through_the_wrapper():
 
 def test_qat_output_gradient_is_zero_outside_the_observed_range():
     model = nn.Sequential(nn.Identity())
-    quantizer = QATQuantizer(model, [{"quant_types": ["output"], "quant_bits": 8, "op_types": ["Identity"]}])
+    quantizer = QATEngine(model, [{"quant_types": ["output"], "quant_bits": 8, "op_types": ["Identity"]}])
     model.train()
     model(torch.tensor([-1.0, 1.0]))  # observe the range [-1, 1]
     model.eval()  # freeze the observer
@@ -167,7 +167,7 @@ def test_round_ste_and_grad_scale():
 
 def test_lsq_step_gradient_matches_the_paper():
     model = nn.Sequential(nn.Linear(4, 1, bias=False))
-    quantizer = LsqQuantizer(model, [{"quant_types": ["weight"], "quant_bits": 4, "op_types": ["Linear"]}])
+    quantizer = LsqEngine(model, [{"quant_types": ["weight"], "quant_bits": 4, "op_types": ["Linear"]}])
     wrapper = quantizer.modules_wrapper[0]
     with torch.no_grad():
         wrapper.weight_scale.fill_(0.1)

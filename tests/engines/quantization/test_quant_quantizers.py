@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 from slimkit.engines.quantization import (
-    BNNQuantizer,
-    DoReFaQuantizer,
-    LsqQuantizer,
-    QATQuantizer,
+    BNNEngine,
+    DoReFaEngine,
+    LsqEngine,
+    QATEngine,
     dequantize,
 )
 
@@ -34,16 +34,16 @@ def _levels(weight: torch.Tensor, per_channel: bool) -> int:
 
 
 CASES = [
-    (QATQuantizer, 8, {}, True),
-    (QATQuantizer, 3, {}, True),
-    (QATQuantizer, 2, {"per_channel": False}, False),
-    (DoReFaQuantizer, 8, {}, False),
-    (DoReFaQuantizer, 2, {"rescale": False}, False),
-    (DoReFaQuantizer, 1, {}, False),
-    (LsqQuantizer, 8, {}, False),
-    (LsqQuantizer, 3, {}, False),
-    (BNNQuantizer, 1, {}, True),
-    (BNNQuantizer, 1, {"scale_weights": False}, False),
+    (QATEngine, 8, {}, True),
+    (QATEngine, 3, {}, True),
+    (QATEngine, 2, {"per_channel": False}, False),
+    (DoReFaEngine, 8, {}, False),
+    (DoReFaEngine, 2, {"rescale": False}, False),
+    (DoReFaEngine, 1, {}, False),
+    (LsqEngine, 8, {}, False),
+    (LsqEngine, 3, {}, False),
+    (BNNEngine, 1, {}, True),
+    (BNNEngine, 1, {"scale_weights": False}, False),
 ]
 
 
@@ -70,7 +70,7 @@ def test_weights_take_at_most_2_pow_bits_values(cls, bits, kwargs, per_channel):
 
 def test_qat_per_channel_scale_follows_each_channels_range():
     model = _net()
-    quantizer = QATQuantizer(model, [{"quant_types": ["weight"], "quant_bits": 8, "op_names": ["0"]}])
+    quantizer = QATEngine(model, [{"quant_types": ["weight"], "quant_bits": 8, "op_names": ["0"]}])
     wrapper = quantizer.modules_wrapper[0]
     weight = wrapper.module.weight.detach()
     quantizer.quantized_weight(wrapper)
@@ -84,7 +84,7 @@ def test_qat_per_channel_scale_follows_each_channels_range():
 
 def test_qat_ema_observer_updates_only_in_train_mode():
     model = nn.Sequential(nn.Linear(3, 3))
-    quantizer = QATQuantizer(model, [{"quant_types": ["output"], "quant_bits": 8, "op_types": ["Linear"]}],
+    quantizer = QATEngine(model, [{"quant_types": ["output"], "quant_bits": 8, "op_types": ["Linear"]}],
                              ema_decay=0.9)
     wrapper = quantizer.modules_wrapper[0]
     with torch.no_grad():
@@ -105,7 +105,7 @@ def test_qat_ema_observer_updates_only_in_train_mode():
 def test_qat_quant_start_step_and_optimizer_hook():
     model = nn.Sequential(nn.Linear(4, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    quantizer = QATQuantizer(
+    quantizer = QATEngine(
         model, [{"quant_types": ["output"], "quant_bits": 2, "op_types": ["Linear"], "quant_start_step": 2}],
         optimizer,
     )
@@ -132,7 +132,7 @@ def test_qat_quant_start_step_and_optimizer_hook():
 
 def test_dorefa_matches_the_paper_formula():
     model = _net()
-    quantizer = DoReFaQuantizer(model, [{"quant_types": ["weight"], "quant_bits": 3, "op_names": ["5"]}],
+    quantizer = DoReFaEngine(model, [{"quant_types": ["weight"], "quant_bits": 3, "op_names": ["5"]}],
                                 rescale=False)
     wrapper = quantizer.modules_wrapper[0]
     w = wrapper.module.weight.detach()
@@ -145,7 +145,7 @@ def test_dorefa_matches_the_paper_formula():
 
 def test_dorefa_rescale_keeps_the_weight_range_and_gradients_flow_through_tanh():
     model = _net()
-    quantizer = DoReFaQuantizer(model, [{"quant_types": ["weight", "output"], "quant_bits": 8, "op_names": ["3"]}])
+    quantizer = DoReFaEngine(model, [{"quant_types": ["weight", "output"], "quant_bits": 8, "op_names": ["3"]}])
     wrapper = quantizer.modules_wrapper[0]
     w = wrapper.module.weight
     assert float(quantizer.quantized_weight(wrapper).abs().max()) == pytest.approx(float(w.detach().abs().max()))
@@ -159,7 +159,7 @@ def test_dorefa_rescale_keeps_the_weight_range_and_gradients_flow_through_tanh()
 def test_bnn_weights_are_plus_minus_alpha_and_latent_weights_are_clipped():
     model = _net()
     optimizer = torch.optim.SGD(model.parameters(), lr=10.0)
-    quantizer = BNNQuantizer(model, [{"quant_types": ["weight"], "quant_bits": 1, "op_types": ["default"]}], optimizer)
+    quantizer = BNNEngine(model, [{"quant_types": ["weight"], "quant_bits": 1, "op_types": ["default"]}], optimizer)
     wrapper = quantizer.modules_wrapper[1]
     w = wrapper.module.weight.detach().clone()
     alpha = w.abs().mean(dim=1, keepdim=True)
@@ -178,7 +178,7 @@ def test_bnn_weights_are_plus_minus_alpha_and_latent_weights_are_clipped():
 def test_lsq_initialisation_and_optimizer_param_group():
     model = _net()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
-    quantizer = LsqQuantizer(
+    quantizer = LsqEngine(
         model, [{"quant_types": ["weight", "input"], "quant_bits": 4, "op_types": ["Linear"]}], optimizer
     )
     first = quantizer.modules_wrapper[0]  # model[3]: its input comes from a ReLU, so it is non-negative

@@ -8,7 +8,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from slimkit.engines.quantization import (
-    QATQuantizer,
+    QATEngine,
     QuantizedLayer,
     quantized_layer_specs,
     rebuild_quantized_layers,
@@ -45,7 +45,7 @@ def _x() -> torch.Tensor:
 
 def test_default_takes_conv1d_and_subclasses_and_leaves_multihead_out_proj():
     model = Net()
-    quantizer = QATQuantizer(model, WEIGHTS, per_channel=True)
+    quantizer = QATEngine(model, WEIGHTS, per_channel=True)
     assert sorted(w.name for w in quantizer.get_modules_wrapper()) == ["proj", "sub"]
     conv1d = next(w for w in quantizer.get_modules_wrapper() if w.name == "proj")
     assert conv1d.weight_scale.shape == (12, 1)  # one scale per OUTPUT channel, although the weight is [in, out]
@@ -60,13 +60,13 @@ def test_naming_an_unsupported_layer_is_an_error_with_the_fix():
     config = [{"quant_types": ["weight"], "quant_bits": 8, "op_types": ["Linear"]}]
     with pytest.raises(QuantizationConfigError, match=r"selects layer 'attn.out_proj' .*reads its out_proj weight "
                                                       r"directly\. Add \{'exclude': True, 'op_names': "):
-        QATQuantizer(Net(), config)
+        QATEngine(Net(), config)
 
 
 def test_conv1d_freezes_per_output_channel_and_reloads_exactly():
     model = Net().eval()
     x = _x()
-    quantizer = QATQuantizer(model, WEIGHTS, per_channel=True)
+    quantizer = QATEngine(model, WEIGHTS, per_channel=True)
     with torch.no_grad():
         before = model(x)
     state = quantizer.quantized_state_dict()

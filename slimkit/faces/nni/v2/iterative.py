@@ -24,7 +24,7 @@ from slimkit.engines.config_list import select_layers
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.maskers import num_to_prune
 from slimkit.errors import closest
-from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, check_schedule, to_v1_masks
+from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, check_schedule, to_v1_masks, v2_masks
 from slimkit.faces.nni.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner
 from slimkit.faces.nni.v2.speedup import ModelSpeedup
 from slimkit.faces.nni.v2.trace import rebuild
@@ -210,6 +210,14 @@ class _IterativePruner:
             self.finetuner(model)  # wrapped: pruned weights stay out of the forward pass
         pruner.unwrap_model(apply_masks=True)
         return None if self.evaluator is None else float(self.evaluator(model))
+
+    def get_masks(self) -> V2Masks:
+        """NNI 3.0: the masks of the pruner this schedule drives, ``{layer: {"weight": mask, "bias": mask}}``."""
+        if self._sub is None:
+            raise PruningConfigError(f"{type(self).__name__}.get_masks() belongs to NNI 3.0's form "
+                                     f"{type(self).__name__}(pruner, interval_steps, total_times); NNI 2.x's form "
+                                     "gives the masks in get_best_result().")
+        return v2_masks(self._sub)
 
     def get_best_result(self) -> tuple[int, nn.Module, V2Masks, float | None, list[dict[str, Any]]]:
         """``(round, model, masks, score, config_list)`` of the best round (the last one without an evaluator)."""

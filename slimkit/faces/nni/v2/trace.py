@@ -9,7 +9,7 @@ optimizer of the same class and settings on the new parameters.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import nn
@@ -35,7 +35,7 @@ def trace(cls_or_func: Callable[..., Any]) -> Callable[..., Any]:
     def build(*args: Any, **kwargs: Any) -> Any:
         obj = cls_or_func(*args, **kwargs)
         try:
-            setattr(obj, _ATTR, (cls_or_func, args[1:], dict(kwargs)))
+            setattr(obj, _ATTR, (cls_or_func, args[1:], dict(kwargs), args))
         except (AttributeError, TypeError):
             pass
         return obj
@@ -48,5 +48,17 @@ def rebuild(optimizer: Any, model: nn.Module) -> Any:
     record = getattr(optimizer, _ATTR, None)
     if record is None:
         return optimizer
-    cls, args, kwargs = record
+    cls, args, kwargs = record[:3]
     return trace(cls)(model.parameters(), *args, **kwargs)
+
+
+def rebuild_call(obj: Any, overrides: Mapping[str, Any]) -> Any:
+    """A new object like the traced ``obj``, built with the same arguments and ``overrides`` (``None`` if untraced).
+
+    NNI 3.0's ``LightningEvaluator`` rebuilds the user's ``nni.trace(pl.Trainer)(...)`` with the duration it needs.
+    """
+    record = getattr(obj, _ATTR, None)
+    if record is None:
+        return None
+    cls, _, kwargs, args = record
+    return trace(cls)(*args, **{**kwargs, **overrides})

@@ -7,13 +7,14 @@ NNI 3.0 scripts import ``nni.compression.pruning``, ``nni.compression.speedup``,
 name (``L1NormPruner``, ``SlimPruner``, ``AGPPruner``...) the one class of :mod:`slimkit.faces.nni.v2` takes both
 signatures; 3.0's ``config_list`` keys are translated once (:mod:`~slimkit.faces.nni.v3.config`).
 
-This package's ``__init__`` imports only the modules that do not import :mod:`slimkit.faces.nni.v2` (which
-imports them), so either face can be imported first.
+This package's ``__init__`` imports only the evaluators and the config translation, which
+:mod:`slimkit.faces.nni.v2` imports in turn, so either face can be imported first.
 """
 
 from slimkit.faces.nni.v3.config import V3_KEYS, is_v3_config, v2_config_from_v3
-from slimkit.faces.nni.v3.evaluator import Evaluator, LightningEvaluator, OptimizerRelay, TorchEvaluator
+from slimkit.faces.nni.v3.evaluator import Evaluator, OptimizerRelay, TorchEvaluator
 from slimkit.faces.nni.v3.hf_evaluator import TransformersEvaluator
+from slimkit.faces.nni.v3.lightning_evaluator import LightningEvaluator
 
 __all__ = ["Evaluator", "LightningEvaluator", "OptimizerRelay", "TorchEvaluator", "TransformersEvaluator", "V3_KEYS",
            "is_v3_config", "v2_config_from_v3"]

@@ -14,7 +14,6 @@ each layer's parameters, so the user's optimizer keeps training the wrapped mode
 
 from __future__ import annotations
 
-import importlib.util
 import types
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
@@ -22,9 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.errors import ConfigError, MissingPackageError
+from slimkit.errors import ConfigError
 
-__all__ = ["Evaluator", "LightningEvaluator", "OptimizerRelay", "TorchEvaluator", "patch_output_loss"]
+__all__ = ["Evaluator", "OptimizerRelay", "TorchEvaluator", "add_missing_params", "patch_output_loss"]
 
 LossPatch = Callable[[torch.Tensor, Any], torch.Tensor]
 StepWrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -58,6 +57,8 @@ class OptimizerRelay:
 
     def __init__(self) -> None:
         self._inner: Callable[..., Any] | None = None
+        #: parameters an engine asked the optimizer to learn (LSQ's step sizes): the evaluator adds them
+        self.added_params: list[nn.Parameter] = []
 
     def step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the real step the evaluator is taking (nothing outside training)."""
@@ -74,6 +75,18 @@ class OptimizerRelay:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Nothing: the user's loop zeroes the gradients of its own optimizer."""
 
+    def add_param_group(self, group: Mapping[str, Any]) -> None:
+        """Keep ``group["params"]`` for the real optimizer (:meth:`Evaluator.add_params` adds them there)."""
+        self.added_params.extend(group["params"])
+
+
+def add_missing_params(optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter]) -> None:
+    """Add the ``params`` ``optimizer`` does not train yet as one group without weight decay."""
+    known = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    missing = list({id(p): p for p in params if id(p) not in known}.values())
+    if missing:
+        optimizer.add_param_group({"params": missing, "weight_decay": 0.0})
+
 
 class Evaluator:
     """What every NNI 3.0 evaluator offers a pruner: bind a model, patch its loss and optimizer step, train it.
@@ -87,6 +100,7 @@ class Evaluator:
         self.steps_taken = 0
         self._loss_patches: list[LossPatch] = []
         self._step_wrappers: list[StepWrapper] = []
+        self._extra_params: list[nn.Parameter] = []
 
     def bind_model(self, model: nn.Module, param_names_map: Mapping[str, str] | None = None) -> None:
         """Train ``model`` from now on (slimkit's wrappers keep parameter names, so ``param_names_map`` is unused)."""
@@ -98,6 +112,7 @@ class Evaluator:
         """Forget the model and every patch."""
         self.revert_loss()
         self.revert_optimizer_step()
+        self._extra_params.clear()
         self.model = None
 
     def patch_loss(self, patch: LossPatch) -> None:
@@ -129,6 +144,10 @@ class Evaluator:
     def revert_optimizer_step(self) -> None:
         """Drop every optimizer-step patch."""
         self._step_wrappers.clear()
+
+    def add_params(self, params: Sequence[nn.Parameter]) -> None:
+        """Have the (first) optimizer learn ``params`` too (a quantizer's step sizes, a distiller's adapters)."""
+        self._extra_params.extend(params)
 
     def _patched_step(self, step: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -206,6 +225,7 @@ class TorchEvaluator(Evaluator):
         """Run ``training_func`` on the bound model with the patched loss and optimizer step."""
         model = self._require_model()
         first = self.optimizers[0]
+        add_missing_params(first, self._extra_params)
         had_own = "step" in vars(first)
         original = first.step
         patched = self._patched_step(original)
@@ -232,22 +252,3 @@ class TorchEvaluator(Evaluator):
             return None
         metric = self.evaluating_func(model)
         return (metric.get("default"), metric) if isinstance(metric, Mapping) else metric
-
-
-class LightningEvaluator(Evaluator):
-    """NNI 3.0's evaluator over a Lightning trainer: ``LightningEvaluator(trainer, data_module, dummy_input=None)``.
-
-    Lightning is not one of slimkit's dependencies: without it this raises :class:`MissingPackageError` naming
-    the package and the alternative (:class:`TorchEvaluator` over your own loop). slimkit does not yet steer a
-    Lightning trainer, so with Lightning installed it raises a :class:`ConfigError` saying so.
-    """
-
-    def __init__(self, trainer: Any, data_module: Any = None, dummy_input: Any = None) -> None:
-        super().__init__(dummy_input)
-        if importlib.util.find_spec("lightning") is None and importlib.util.find_spec("pytorch_lightning") is None:
-            raise MissingPackageError("LightningEvaluator needs Lightning (pip install lightning), which is not "
-                                      "installed. Or wrap your loop in TorchEvaluator(training_func, optimizers, "
-                                      "training_step), which needs nothing else.")
-        raise ConfigError("LightningEvaluator is not supported by slimkit yet; use TorchEvaluator(training_func, "
-                          "optimizers, training_step) around your LightningModule's training_step, or "
-                          "TransformersEvaluator for a transformers.Trainer.")

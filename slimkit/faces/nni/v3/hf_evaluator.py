@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from slimkit.errors import ConfigError, MissingPackageError
-from slimkit.faces.nni.v3.evaluator import Evaluator, patch_output_loss
+from slimkit.faces.nni.v3.evaluator import Evaluator, add_missing_params, patch_output_loss
 
 __all__ = ["TransformersEvaluator"]
 
@@ -61,6 +61,7 @@ class TransformersEvaluator(Evaluator):
 
         def create_optimizer(_trainer: Any, *a: Any, **k: Any) -> Any:
             optimizer = original_create(*a, **k)
+            add_missing_params(optimizer, self._extra_params)
             if not any(o is optimizer for o, _, _ in patched_optimizers):
                 had_own = "step" in vars(optimizer)
                 patched_optimizers.append((optimizer, optimizer.step, had_own))

@@ -3,13 +3,18 @@
 An entry selects modules as a pruning entry does (``op_names``, ``op_names_re``, ``op_types``, the ``exclude_*``
 keys) and says what to quantize: ``target_names`` (``"weight"``, ``"_input_"``, ``"_output_"``), ``quant_dtype``
 (``"int8"``, ``"uint8"``, ``"int4"``...: the bit width), ``quant_scheme`` (``"affine"`` / ``"symmetric"``) and
-``granularity`` (``"default"`` / ``"per_tensor"``), directly or per target in ``target_settings``. The result is
-``{"quant_types", "quant_bits", "op_names", "op_types"}`` entries, one per NNI 3.0 entry.
+``granularity`` (``"default"`` / ``"per_tensor"``; ``"per_channel"`` / ``"out_channel"`` for the weights of a
+quantizer with per-channel scales), directly or per target in ``target_settings``. ``fuse_names`` (module fusion,
+:mod:`slimkit.faces.nni.v3.fusion`) is read by the quantizer before this translation. The result is
+``{"quant_types", "quant_bits", "op_names", "op_types"}`` entries, one per NNI 3.0 entry, plus NNI 2.x's
+``quant_scheme`` per type for the quantizers whose grids follow a scheme (QAT). An entry that selects no layer
+is skipped with a warning, as NNI does.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,10 +29,11 @@ __all__ = ["QUANT_V3_KEYS", "quant_config_from_v3"]
 _SELECT = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
 _SETTINGS = ("quant_dtype", "quant_scheme", "granularity")
 #: every key an NNI 3.0 quantization entry may carry here
-QUANT_V3_KEYS = (*_SELECT, "target_names", "target_settings", *_SETTINGS)
+QUANT_V3_KEYS = (*_SELECT, "target_names", "target_settings", *_SETTINGS, "fuse_names")
 _TARGETS = {"weight": "weight", "_input_": "input", "_output_": "output"}
 _SCHEMES = ("affine", "symmetric", None)
 _GRANULARITIES = ("default", "per_tensor")
+_CHANNEL_GRANULARITIES = ("per_channel", "out_channel")
 
 
 def _bits(dtype: Any, where: str) -> int:
@@ -38,8 +44,9 @@ def _bits(dtype: Any, where: str) -> int:
     return int(found.group(1))
 
 
-def _settings(entry: Mapping[str, Any], target: str, where: str) -> int:
-    """The bit width of ``target``, after checking its scheme and granularity."""
+def _settings(entry: Mapping[str, Any], target: str, where: str, per_channel: bool,
+              default_dtype: str | None) -> tuple[int, str, dict[str, str]]:
+    """``target``'s bit width, NNI 2.x scheme (``per_tensor_affine``...) and NNI 3.0 dtype and scheme, checked."""
     per_target = entry.get("target_settings", {}).get(target, {})
     if not isinstance(per_target, Mapping) or any(k not in _SETTINGS for k in per_target):
         raise QuantizationConfigError(f"{where}['target_settings'][{target!r}] must be a dict of "
@@ -48,17 +55,37 @@ def _settings(entry: Mapping[str, Any], target: str, where: str) -> int:
     if merged.get("quant_scheme") not in _SCHEMES:
         raise QuantizationConfigError(f"{where} quant_scheme of {target!r} must be 'affine' or 'symmetric', got "
                                       f"{merged.get('quant_scheme')!r}.")
-    if merged.get("granularity", "default") not in _GRANULARITIES:
-        raise QuantizationConfigError(f"{where} granularity of {target!r} must be 'default' or 'per_tensor' (slimkit's "
-                                      f"observer quantizer keeps one scale per tensor), got {merged['granularity']!r}.")
-    if "quant_dtype" not in merged:
-        raise QuantizationConfigError(f"{where} gives no quant_dtype for {target!r} (e.g. 'int8').")
-    return _bits(merged["quant_dtype"], f"{where} quant_dtype of {target!r}")
+    granularity = merged.get("granularity", "default")
+    channel = granularity in _CHANNEL_GRANULARITIES
+    if granularity not in _GRANULARITIES and not (per_channel and channel):
+        also = " ('per_channel' / 'out_channel' for weights)" if per_channel else ""
+        raise QuantizationConfigError(f"{where} granularity of {target!r} must be 'default' or 'per_tensor'{also} "
+                                      f"(this quantizer keeps one scale per tensor), got {granularity!r}.")
+    if channel and target != "weight":
+        warnings.warn(f"{where}: granularity {granularity!r} of {target!r} is taken per tensor: slimkit quantizes "
+                      "activations with one scale (per-channel scales are for weights).", UserWarning, stacklevel=4)
+        channel = False
+    if merged.get("quant_dtype") is None:
+        if default_dtype is None:
+            raise QuantizationConfigError(f"{where} gives no quant_dtype for {target!r} (e.g. 'int8').")
+        merged["quant_dtype"] = default_dtype  # NNI 3.0's BNN examples give quant_dtype None: one bit
+    kind = "symmetric" if merged.get("quant_scheme") == "symmetric" else "affine"
+    given = {"quant_dtype": merged["quant_dtype"], "quant_scheme": merged.get("quant_scheme") or "affine"}
+    return _bits(merged["quant_dtype"], f"{where} quant_dtype of {target!r}"), \
+        f"{'per_channel' if channel else 'per_tensor'}_{kind}", given
 
 
-def quant_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequence[str],
-                         who: str = "quantizer") -> list[dict[str, Any]]:
-    """Translate an NNI 3.0 quantization ``config_list`` for ``model`` (see the module docstring)."""
+def quant_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequence[str], who: str = "quantizer",
+                         schemes: bool = False,
+                         record: dict[str, dict[str, dict[str, str]]] | None = None,
+                         default_dtype: str | None = None) -> list[dict[str, Any]]:
+    """Translate an NNI 3.0 quantization ``config_list`` for ``model`` (see the module docstring).
+
+    ``schemes``: the quantizer's grids follow NNI 2.x's ``quant_scheme`` (QAT): weights may then be per channel
+    and each entry carries ``quant_scheme`` per type; otherwise the scheme is only checked. ``record`` receives
+    ``{layer: {type: {"quant_dtype", "quant_scheme"}}}`` as given (for NNI 3.0's calibration config);
+    ``default_dtype`` stands for a missing or ``None`` ``quant_dtype`` (BNN: ``"int1"``).
+    """
     if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence) or not config_list:
         raise QuantizationConfigError(f"{who} config_list must be a non-empty list of dicts, e.g. [{{'op_types': "
                                       "['Linear'], 'target_names': ['weight', '_input_'], 'quant_dtype': 'int8'}].")
@@ -70,9 +97,8 @@ def quant_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequ
             raise QuantizationConfigError(f"{where} must be a dict, got {type(entry).__name__}.")
         unknown = [k for k in entry if k not in QUANT_V3_KEYS]
         if unknown:
-            hint = " Module fusion (fuse_names) is not offered yet." if unknown[0] == "fuse_names" else ""
             raise QuantizationConfigError(f"{where} has unknown key {unknown[0]!r}.{closest(unknown[0], QUANT_V3_KEYS)}"
-                                          f"{hint} NNI 3.0's quantization keys: {', '.join(QUANT_V3_KEYS)}.")
+                                          f" NNI 3.0's quantization keys: {', '.join(QUANT_V3_KEYS)}.")
         targets = entry.get("target_names")
         if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets or \
                 any(t not in _TARGETS for t in targets):
@@ -80,10 +106,19 @@ def quant_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequ
                                           f"{targets!r}.")
         layers = select_modules(model, entry, default_types, where)
         if not layers:
-            continue  # NNI 3.0 skips an entry that selects nothing
-        bits = {_TARGETS[t]: _settings(entry, t, where) for t in targets}
-        out.append({"quant_types": list(bits), "quant_bits": bits, "op_names": layers,
-                    "op_types": sorted({types[n] for n in layers})})
+            warnings.warn(f"{who}: {where} selects no layer of the model; it is skipped (as NNI does).",
+                          UserWarning, stacklevel=3)
+            continue
+        settings = {_TARGETS[t]: _settings(entry, t, where, schemes, default_dtype) for t in targets}
+        one: dict[str, Any] = {"quant_types": list(settings),
+                               "quant_bits": {t: b for t, (b, _, _) in settings.items()},
+                               "op_names": layers, "op_types": sorted({types[n] for n in layers})}
+        if schemes:
+            one["quant_scheme"] = {t: scheme for t, (_, scheme, _) in settings.items()}
+        if record is not None:
+            for name in layers:
+                record.setdefault(name, {}).update({t: given for t, (_, _, given) in settings.items()})
+        out.append(one)
     if not out:
         raise QuantizationConfigError(f"{who}: no entry of config_list selects a layer of the model.")
     return out

@@ -77,8 +77,14 @@ def test_torch_evaluator_refuses_what_is_not_an_optimizer():
         evaluator.train(max_steps=1)
 
 
-def test_lightning_evaluator_says_lightning_is_missing():
-    with pytest.raises(MissingPackageError, match="pip install lightning.*TorchEvaluator"):
+def test_lightning_evaluator_says_lightning_is_missing(monkeypatch):
+    import slimkit.faces.nni.v3.lightning_evaluator as module
+
+    def no_lightning(name, *args, **kwargs):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(module.importlib, "import_module", no_lightning)
+    with pytest.raises(MissingPackageError, match="pip install slimkit\\[lightning\\].*TorchEvaluator"):
         LightningEvaluator(object(), object())
 
 

@@ -21,9 +21,10 @@ def test_ptq_calibrates_through_the_evaluator_and_freezes_to_integer_codes(cnn, 
     quantizer = PtqQuantizer(cnn, CONFIG, make_evaluator(cnn, digits))
     model, calibration = quantizer.compress()
     assert sorted(calibration) == ["conv1", "conv2", "fc1", "fc2"]
-    assert calibration["conv1"]["input_bits"] == calibration["conv1"]["weight_bits"] == 8
-    assert calibration["fc2"]["weight_bits"] == 4 and "input_bits" not in calibration["fc2"]
-    low, high = calibration["conv1"]["tracked_min_input"], calibration["conv1"]["tracked_max_input"]
+    assert calibration["conv1"]["_input_0"]["quant_bits"] == calibration["conv1"]["weight"]["quant_bits"] == 8
+    assert calibration["fc2"]["weight"]["quant_bits"] == 4 and "_input_0" not in calibration["fc2"]
+    assert calibration["fc2"]["weight"]["quant_dtype"] == "int4"
+    low, high = calibration["conv1"]["_input_0"]["tracked_min"], calibration["conv1"]["_input_0"]["tracked_max"]
     assert low <= float(torch.cat([x for x, _ in digits[1]]).min()) and high > 0
     fake_quantized = accuracy(model, digits[1])
     assert fake_quantized >= pretrained[1] - 0.05
@@ -41,12 +42,14 @@ def test_ptq_can_observe_while_the_evaluator_trains(cnn, digits):
     with pytest.raises(QuantizationConfigError, match="evaluating_func, or compress"):
         quantizer.compress()
     _, calibration = quantizer.compress(max_steps=3, max_epochs=None)
-    assert len(losses) == 3 and calibration["fc1"]["output_bits"] == 8
+    assert len(losses) == 3 and calibration["fc1"]["_output_0"]["quant_bits"] == 8
 
 
 @pytest.mark.parametrize(("entry", "message"), [
-    ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtype": "int8", "fuse_names": [["fc1"]]},
-     "unknown key 'fuse_names'.*fusion.*not offered"),
+    ({"op_names": ["fc1"], "target_names": ["weight"], "quant_dtype": "int8", "fuse_names": [["fc1"]]},
+     "fuse_names.*names a layer and the BatchNorm after it"),
+    ({"op_names": ["fc1"], "target_names": ["weight"], "quant_dtype": "int8", "fuse_names": [["conv1", "bn1"]]},
+     "fused layer 'conv1' must be one of the entry's op_names"),
     ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtype": "int8", "granularity": "per_channel"},
      "granularity.*one scale per tensor"),
     ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtype": "float8"}, "'int<bits>' or 'uint<bits>'"),
