@@ -87,6 +87,23 @@ def tiny_deit() -> torch.nn.Module:
     return transformers.DeiTForImageClassificationWithTeacher(config).eval()
 
 
+def tiny_bart() -> torch.nn.Module:
+    """A 256-token BART (byte vocabulary, token 0 = start/end/pad) for the encoder-decoder compilers, random weights."""
+    import transformers
+
+    config = transformers.BartConfig(vocab_size=256, d_model=32, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                                     decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0, bos_token_id=0,
+                                     eos_token_id=0, decoder_start_token_id=0, forced_eos_token_id=None)
+    return transformers.BartForConditionalGeneration(config).eval()
+
+
+def _seq2seq_inputs() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(2)
+    decoder = torch.cat([torch.zeros(2, 1, dtype=torch.long), torch.randint(1, 256, (2, 5), generator=g)], dim=1)
+    return {"input_ids": torch.randint(1, 256, (2, 10), generator=g), "decoder_input_ids": decoder}
+
+
 def _token_inputs() -> dict[str, torch.Tensor]:
     return {"input_ids": torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))}
 
@@ -117,6 +134,7 @@ LOCAL = {
     "tiny_opt": (tiny_opt, _token_inputs),
     "tiny_mixtral": (lambda: tiny_moe("mixtral"), _token_inputs),
     "tiny_qwen2_moe": (lambda: tiny_moe("qwen2_moe"), _token_inputs),
+    "tiny_bart": (tiny_bart, _seq2seq_inputs),
     "tiny_deit": (tiny_deit, lambda: torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))),
 }
 
@@ -139,3 +157,12 @@ def tiny_unet_with_inputs() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 def tiny_mixtral_with_inputs() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """``--model tests.algorithms.models:tiny_mixtral_with_inputs``: a tiny Mixtral (4 experts, top-2)."""
     return tiny_moe("mixtral"), _token_inputs()
+
+
+def tiny_bart_with_tokenizer() -> zoo.ZooModel:
+    """``--model tests.algorithms.models:tiny_bart_with_tokenizer``: tiny BART with its byte tokenizer (c_translate)."""
+    from slimkit.zoo._hf import byte_tokenizer
+
+    torch.manual_seed(0)
+    return zoo.ZooModel(tiny_bart(), _seq2seq_inputs(), "tests.algorithms.models:tiny_bart_with_tokenizer",
+                        tokenizer=byte_tokenizer(), task="seq2seq")

@@ -6,6 +6,7 @@ import torch
 from starlette.testclient import TestClient
 
 from slimkit.algorithms.compilation._ctranslate2 import CT2Generator
+from slimkit.algorithms.compilation._ctranslate2_seq2seq import CT2Translator
 from slimkit.serve import build_app
 from slimkit.zoo._hf import byte_tokenizer
 from tests.algorithms.testers.base import AlgorithmTesterBase
@@ -56,3 +57,38 @@ class TestCGenerateFloat32(TestCGenerate):
         assert smashed.applied[-1]["state"]["quantization"] == "float32"
         with torch.no_grad():
             torch.testing.assert_close(smashed(**inputs).logits, base(**inputs).logits, atol=1e-4, rtol=1e-4)
+
+
+class TestCTranslate(AlgorithmTesterBase):
+    algorithm = "c_translate"
+    models = ["tiny_bart"]
+    reject_models = ["tiny_llama", "mlp", "not_a_module"]
+    hyperparameters = {"n_threads": 1}  # int8
+
+    @classmethod
+    def prepare_config(cls, cfg):
+        cfg.add_tokenizer(byte_tokenizer())
+
+    def post_smash_hook(self, smashed, base, inputs):
+        assert isinstance(smashed.model, CT2Translator)
+        state = smashed.applied[-1]["state"]  # the float position tables weigh more in this tiny model: 0.42
+        assert state["quantization"] == "int8" and state["bytes"] < 0.5 * _fp32_bytes(base)
+        with torch.no_grad():
+            ours, theirs = smashed(**inputs).logits, base(**inputs).logits
+        cosine = torch.nn.functional.cosine_similarity(ours.flatten(1), theirs.flatten(1)).min()
+        assert ours.shape == theirs.shape and cosine > 0.999
+        new = {"max_new_tokens": 6, "do_sample": False, "num_beams": 1}
+        with torch.no_grad():
+            assert torch.equal(smashed.generate(inputs["input_ids"], **new),
+                               base.generate(inputs["input_ids"], **new))
+
+
+class TestCTranslateFloat32(TestCTranslate):
+    """weight_bits=32: teacher-forced logits equal the original's to rounding."""
+
+    hyperparameters = {"weight_bits": 32, "n_threads": 1}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        assert smashed.applied[-1]["state"]["quantization"] == "float32"
+        with torch.no_grad():
+            torch.testing.assert_close(smashed(**inputs).logits, base(**inputs).logits, atol=1e-5, rtol=1e-5)
