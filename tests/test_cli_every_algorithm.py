@@ -86,7 +86,8 @@ def test_every_registered_algorithm_has_a_shell_recipe():
 
 
 #: algorithm -> pytest marks of its shell case (llama_cpp needs the llamacpp extra: `make test-llamacpp`)
-MARKS = {"llama_cpp": [pytest.mark.llamacpp]}
+MARKS = {"llama_cpp": [pytest.mark.llamacpp],
+         **{a: [pytest.mark.slow] for a in ("group_fisher", "ite_prune", "dcff", "dmcp", "slimmable_network")}}
 
 
 @pytest.mark.parametrize("algorithm", [pytest.param(a, marks=MARKS.get(a, [])) for a in sorted(RECIPES)])
