@@ -149,13 +149,14 @@ def _verified(layer: PackedLinear, probe: torch.Tensor,
         try:
             fn = build()
             err = None if fn is None else float((fn(probe).float() - reference).abs().max() / scale)
-        except (RuntimeError, ValueError, NotImplementedError) as exc:  # a kernel this device cannot compile or run
-            fn, err = None, repr(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure to compile or run a candidate (Triton's compile and
+            fn, err = None, repr(exc)  # out-of-resources errors are not RuntimeErrors) only drops that candidate
         if isinstance(err, float) and err < TOLERANCE:
             good[name] = fn
         elif name != "dense":
-            warnings.warn(f"PackedLinear({layer.extra_repr()}): int4 path {name} dropped "
-                          f"({'unavailable' if fn is None else f'error {err}'}).", RuntimeWarning, stacklevel=4)
+            reason = f"error {err}" if isinstance(err, float) else err or "unavailable"
+            warnings.warn(f"PackedLinear({layer.extra_repr()}): int4 path {name} dropped ({reason}).",
+                          RuntimeWarning, stacklevel=4)
     return good
 
 
@@ -163,17 +164,17 @@ def plan(layer: PackedLinear, x: torch.Tensor, chooser: Chooser | None = None,
          use_triton: bool | None = None) -> tuple[str, Matmul] | None:
     """``(name, fn)``: the measured-fastest path for inputs shaped like ``x``.
 
-    ``fn`` takes and returns the input's shape. ``None`` while a CUDA graph is being captured and nothing was
-    measured yet (timing cannot run inside a capture).
+    ``fn`` takes and returns the input's shape. ``None`` while a CUDA graph is being captured: call the layer
+    once outside the capture with the same row bucket first.
     """
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None  # inside a capture kernels are recorded, not run: building state or timing would read garbage
     chooser = CHOOSER if chooser is None else chooser
     k, n = layer.in_features, layer.out_features
     bucket = row_bucket(x.numel() // max(k, 1))
     builders = candidates(layer, x.dtype, bucket, use_triton)
     key = decision_key(layer, x.dtype, bucket)
     if key not in chooser.decisions:
-        if x.is_cuda and torch.cuda.is_current_stream_capturing():
-            return None
         probe = torch.randn(bucket, k, device=x.device).to(x.dtype)
         fns = _verified(layer, probe, builders)
         chooser.choose(key, {name: functools.partial(fn, probe) for name, fn in fns.items()})
@@ -200,8 +201,8 @@ def _wrap(fn: Matmul, k: int, n: int) -> Matmul:
 def matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
     """``x @ W^T + b`` through the layer's plan for this row bucket (measured on first use).
 
-    ``None`` when the caller should dequantise: gradients wanted, empty input, or a graph capture before any
-    measurement.
+    ``None`` when the caller should dequantise: gradients wanted, empty input, or a graph capture before the layer
+    ran this row bucket outside it.
     """
     if x.requires_grad or not x.numel():
         return None

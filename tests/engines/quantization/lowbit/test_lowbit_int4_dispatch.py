@@ -163,3 +163,18 @@ def test_packed_linear_on_cpu_never_enters_the_cuda_dispatch(monkeypatch, make_l
     layer = make_layer(4, 64, 256, 128)
     monkeypatch.setattr(int4_dispatch, "matmul", lambda *a: pytest.fail("CUDA dispatch on a CPU tensor"))
     assert layer(torch.randn(1, 256)).shape == (1, 64)
+
+
+def test_a_path_that_fails_to_build_is_dropped_with_its_error(monkeypatch, make_layer):
+    layer = make_layer(4, 64, 256, 128)
+
+    class CompilationError(Exception):  # Triton's compile errors are not RuntimeErrors
+        pass
+
+    def broken(layer, dtype):
+        raise CompilationError("at 12:8: unsupported tensor shape")
+
+    monkeypatch.setattr(tinygemm, "build", broken)
+    with pytest.warns(RuntimeWarning, match="int4 path tinygemm dropped .*unsupported tensor shape"):
+        name, fn = int4_dispatch.plan(layer, torch.randn(1, 256), Chooser(FakeTimes({})), use_triton=False)
+    assert name == "dense" and fn(torch.randn(1, 256)).shape == (1, 64)
