@@ -43,6 +43,8 @@ class BaseAlgorithm(nn.Module):
                  data_preprocessor: nn.Module | Callable[[Any], Any] | Mapping[str, Any] | None = None,
                  init_cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__()
+        if init_cfg is not None and not isinstance(init_cfg, Mapping):
+            raise ConfigError(f"init_cfg must be dict(type='Pretrained', checkpoint=...) or None, got {init_cfg!r}.")
         self.init_cfg = dict(init_cfg) if init_cfg else None
         self.architecture = build_module(architecture, "architecture")
         if isinstance(data_preprocessor, Mapping):

@@ -86,6 +86,9 @@ class ParameterRecorder(BaseRecorder):
     """Holds parameter ``source`` of the model (a ``named_parameters()`` name); ``get_record_data()`` returns it."""
 
     def __init__(self, source: str) -> None:
+        if not isinstance(source, str) or not source:
+            raise ConfigError(f"ParameterRecorder: source must be a parameter name such as 'head.fc.weight', got "
+                              f"{source!r}.")
         super().__init__(source)
         self._param: torch.nn.Parameter | None = None
 

@@ -168,3 +168,26 @@ def test_bignas_gives_drop_path_to_the_largest_subnet_of_its_stages_only():
     assert seen == [("max", {0.3}), ("min", {0.0})]
     with pytest.raises(ConfigError, match="drop_path_rate must be a number in \\[0, 1\\)"):
         BigNAS(net, drop_path_rate=1.5)
+
+
+@pytest.mark.parametrize("evaluator", ["Accuracy", dict(type="mmcls.Accuracy", topk=(1, 5)),
+                                       dict(type="Evaluator", metrics=[dict(type="Accuracy", topk=(1, 5))]),
+                                       [dict(type="Accuracy")]], ids=["name", "dict", "Evaluator", "list"])
+def test_a_search_takes_the_evaluator_as_mmengine_writes_it(evaluator):
+    torch.manual_seed(0)
+    spos = build(dict(type="SPOS", architecture=dict(type="SearchableCNN", stage_widths=[[4, 8]], strides=[1],
+                                                     kernel_choices=[3], depth_choices=[0])))
+    batches = digits(1, batch=8)
+    loop = build(dict(type="mmrazor.EvolutionSearchLoop", dataloader=batches, evaluator=evaluator, max_epochs=1,
+                      num_candidates=2, top_k=1, num_mutation=0, num_crossover=0), model=spos, progress=False)
+    result = loop.run()
+    spos.set_subnet(result.best_subnet)
+    spos.eval()
+    with torch.no_grad():
+        expected = 100.0 * float((spos.architecture(batches[0][0]).argmax(1) == batches[0][1]).float().mean())
+    assert result.best_score == pytest.approx(expected)
+    with pytest.raises(ConfigError, match="an MMEngine Evaluator dict holds only 'metrics'"):
+        build(dict(type="EvolutionSearchLoop", dataloader=batches, evaluator=dict(metrics=[], prefix="x")),
+              model=spos)
+    with pytest.raises(ConfigError, match="a registered metric name such as 'Accuracy'"):
+        build(dict(type="EvolutionSearchLoop", dataloader=batches, evaluator=3), model=spos)

@@ -73,12 +73,17 @@ class CrossEntropyLoss(DistillLoss):
         if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
             raise ConfigError("CrossEntropyLoss takes (preds_S, preds_T) or (cls_score, label) tensors, got "
                               f"{type(logits).__name__} and {type(target).__name__}.")
+        if logits.dim() < 2:
+            raise ConfigError(f"CrossEntropyLoss needs logits [N, C] (or [N, C, ...]), got shape {tuple(logits.shape)}.")
         if target.is_floating_point():
             check_pair("CrossEntropyLoss", logits, target)
             target = target.detach().argmax(dim=1)
-        elif target.reshape(-1).numel() != logits.shape[0]:
-            raise ConfigError(f"CrossEntropyLoss: {target.numel()} labels for {logits.shape[0]} predictions.")
-        return self.loss_weight * F.cross_entropy(logits.float(), target.reshape(-1).long())
+        elif tuple(target.shape) != (logits.shape[0], *logits.shape[2:]):
+            if target.numel() != logits.shape[0] or logits.dim() != 2:
+                raise ConfigError(f"CrossEntropyLoss: labels of shape {tuple(target.shape)} for logits of shape "
+                                  f"{tuple(logits.shape)}; give one class index per prediction.")
+            target = target.reshape(-1)
+        return self.loss_weight * F.cross_entropy(logits.float(), target.long())
 
 
 register_component(KDSoftCELoss, "loss")
