@@ -26,16 +26,13 @@ import functools
 import os
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from slimkit.engines.quantization.lowbit import tinygemm, triton_int4
 from slimkit.engines.quantization.lowbit.autotune import Chooser, cuda_event_timer, row_bucket
-
-if TYPE_CHECKING:
-    from slimkit.engines.quantization.lowbit.linear import PackedLinear
+from slimkit.engines.quantization.lowbit.protocol import PackedLayer
 
 #: largest row bucket for which tinygemm is a candidate (it falls far behind dense GEMMs above)
 MAX_TINYGEMM_BUCKET = 128
@@ -74,7 +71,7 @@ def _keep_dense(weight: torch.Tensor) -> bool:
     return free >= DENSE_FREE_FRACTION * total  # the weight is already allocated here
 
 
-def _dense(layer: PackedLinear, dtype: torch.dtype) -> Matmul:
+def _dense(layer: PackedLayer, dtype: torch.dtype) -> Matmul:
     bias = None if layer.bias is None else layer.bias.detach().to(dtype)
     weight = layer.dequantize(dtype)
     if _keep_dense(weight):
@@ -83,7 +80,7 @@ def _dense(layer: PackedLinear, dtype: torch.dtype) -> Matmul:
     return lambda x: F.linear(x, layer.dequantize(dtype), bias)
 
 
-def _triton_weight(layer: PackedLinear) -> triton_int4.TritonWeight:
+def _triton_weight(layer: PackedLayer) -> triton_int4.TritonWeight:
     cache = layer.kernel_cache
     if ("triton",) not in cache:
         cache[("triton",)] = triton_int4.prepare(layer.codes(), layer.scales, layer.zeros, layer.group_size,
@@ -91,14 +88,14 @@ def _triton_weight(layer: PackedLinear) -> triton_int4.TritonWeight:
     return cache[("triton",)]
 
 
-def _cached(layer: PackedLinear, key: tuple, build: Callable[[], Matmul | None]) -> Matmul | None:
+def _cached(layer: PackedLayer, key: tuple, build: Callable[[], Matmul | None]) -> Matmul | None:
     cache = layer.kernel_cache
     if key not in cache:
         cache[key] = build()
     return cache[key]
 
 
-def candidates(layer: PackedLinear, dtype: torch.dtype, bucket: int,
+def candidates(layer: PackedLayer, dtype: torch.dtype, bucket: int,
                use_triton: bool | None = None) -> dict[str, Callable[[], Matmul | None]]:
     """``name -> builder`` of every path that can run this layer for activations of ``dtype`` in ``bucket`` rows.
 
@@ -124,7 +121,7 @@ def candidates(layer: PackedLinear, dtype: torch.dtype, bucket: int,
     return out
 
 
-def _triton_call(layer: PackedLinear, make: Callable, cfg: object) -> Matmul:
+def _triton_call(layer: PackedLayer, make: Callable, cfg: object) -> Matmul:
     return make(_triton_weight(layer), cfg)
 
 
@@ -132,13 +129,13 @@ def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
-def decision_key(layer: PackedLinear, dtype: torch.dtype, bucket: int) -> tuple:
+def decision_key(layer: PackedLayer, dtype: torch.dtype, bucket: int) -> tuple:
     """What a decision depends on: device model, layer shape and format, activation dtype, row bucket."""
     return (_device_name(layer.qweight.device), layer.in_features, layer.out_features, layer.group_size,
             layer.bits <= 4, layer.bias is not None, dtype, bucket)
 
 
-def _verified(layer: PackedLinear, probe: torch.Tensor,
+def _verified(layer: PackedLayer, probe: torch.Tensor,
               builders: dict[str, Callable[[], Matmul | None]]) -> dict[str, Matmul]:
     """Build each candidate and keep those that reproduce the dequantised layer on ``probe``."""
     reference = F.linear(probe.float(), layer.dequantize(torch.float32),
@@ -160,7 +157,7 @@ def _verified(layer: PackedLinear, probe: torch.Tensor,
     return good
 
 
-def plan(layer: PackedLinear, x: torch.Tensor, chooser: Chooser | None = None,
+def plan(layer: PackedLayer, x: torch.Tensor, chooser: Chooser | None = None,
          use_triton: bool | None = None) -> tuple[str, Matmul] | None:
     """``(name, fn)``: the measured-fastest path for inputs shaped like ``x``.
 
@@ -198,7 +195,7 @@ def _wrap(fn: Matmul, k: int, n: int) -> Matmul:
     return run
 
 
-def matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
+def matmul(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor | None:
     """``x @ W^T + b`` through the layer's plan for this row bucket (measured on first use).
 
     ``None`` when the caller should dequantise: gradients wanted, empty input, or a graph capture before the layer

@@ -22,21 +22,17 @@ Each returns ``None`` when it does not apply; the caller then dequantises.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 
 from slimkit.engines.quantization.lowbit import int4_dispatch, native
-
-if TYPE_CHECKING:
-    from slimkit.engines.quantization.lowbit.linear import PackedLinear
+from slimkit.engines.quantization.lowbit.protocol import PackedLayer
 
 #: largest number of tokens (rows of x) for which the CPU plane path is used; above it dequantising wins
 CPU_SMALL_BATCH = 4
 
 
-def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
+def packed_matmul(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor | None:
     """``x @ W^T + b`` from the packed weight through a low-bit path, or ``None`` if none applies."""
     if x.is_cuda:
         return int4_dispatch.matmul(layer, x)
@@ -62,7 +58,7 @@ def packed_matmul(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor | None:
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _half_on_cpu(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor:
+def _half_on_cpu(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor:
     """bf16/fp16 activations on the CPU: cast to float32, run the float32 path, cast the output back.
 
     CPUs without AMX/AVX512-BF16 run bf16 matmuls several times slower than float32 (Zen 3: ~8x), so an explicit
@@ -105,7 +101,7 @@ def _constants(bits: int, groups: int, device: torch.device) -> tuple[torch.Tens
     return _CONSTANTS[key]
 
 
-def _cpu_planes(layer: PackedLinear, x: torch.Tensor) -> torch.Tensor:
+def _cpu_planes(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor:
     """Small-batch matmul on the packed codes (see the module doc): three passes over the weight for any width."""
     lead, k, out_f = x.shape[:-1], layer.in_features, layer.out_features
     rows = x.reshape(-1, k)

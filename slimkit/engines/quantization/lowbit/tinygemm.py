@@ -10,21 +10,18 @@ op (``_weight_int4pack_mm_for_cpu``) takes the same scales and mins; it lets the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from slimkit.engines.quantization.lowbit.packing import unpack
-
-if TYPE_CHECKING:
-    from slimkit.engines.quantization.lowbit.linear import PackedLinear
+from slimkit.engines.quantization.lowbit.protocol import PackedLayer
 
 #: tinygemm's group sizes, largest first
 GROUPS = (256, 128, 64, 32)
 
 
-def group_for(layer: PackedLinear) -> int | None:
+def group_for(layer: PackedLayer) -> int | None:
     """The largest tinygemm group that divides the layer's group size and ``in_features``, or ``None``."""
     for g in GROUPS:
         if layer.group_size % g == 0 and layer.in_features % g == 0:
@@ -32,7 +29,7 @@ def group_for(layer: PackedLinear) -> int | None:
     return None
 
 
-def applies(layer: PackedLinear, device: torch.device) -> bool:
+def applies(layer: PackedLayer, device: torch.device) -> bool:
     """Whether the kernel takes this layer on ``device`` (codes < 16, tile-aligned shape, op present)."""
     ops = ("_weight_int4pack_mm", "_convert_weight_to_int4pack") if device.type == "cuda" else (
         "_weight_int4pack_mm_for_cpu", "_convert_weight_to_int4pack_for_cpu")
@@ -40,7 +37,7 @@ def applies(layer: PackedLinear, device: torch.device) -> bool:
             and group_for(layer) is not None and all(hasattr(torch.ops.aten, op) for op in ops))
 
 
-def scales_and_mins(layer: PackedLinear, group: int) -> torch.Tensor:
+def scales_and_mins(layer: PackedLayer, group: int) -> torch.Tensor:
     """float32 ``[in // group, out, 2]`` of (scale, min) per tinygemm group: ``(q - 8) * s + m == (q - z) * s``.
 
     Our groups of ``layer.group_size`` are split into tinygemm's smaller ``group`` (a divisor), repeating their
@@ -52,7 +49,7 @@ def scales_and_mins(layer: PackedLinear, group: int) -> torch.Tensor:
     return torch.stack([scales.t(), ((8 - zeros) * scales).t()], dim=-1).contiguous()
 
 
-def _layouts(layer: PackedLinear) -> list[torch.Tensor]:
+def _layouts(layer: PackedLayer) -> list[torch.Tensor]:
     q = unpack(layer.qweight, layer.bits, layer.in_features)
     if q.device.type != "cuda":
         return [torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 8)]
@@ -61,7 +58,7 @@ def _layouts(layer: PackedLinear) -> list[torch.Tensor]:
             for hi, lo in ((even, odd), (odd, even))]
 
 
-def build(layer: PackedLinear, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor] | None:
+def build(layer: PackedLayer, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """``fn(x2d) -> x2d @ W^T + b`` for activations of ``dtype``, everything precomputed.
 
     ``None`` if no layout of the op reproduces the dequantised weight on this device.
