@@ -12,6 +12,15 @@ budget as the search does). Every subnet (the evolved one and each random one) i
 re-initialised and retrained from scratch the same way (same epochs, lr, batches, seed), then measured on the
 450 test images. Prints the evolved subnet's test accuracy next to the random subnets' median (and min/max),
 the mean over seeds, FLOPs, and the seconds each phase took.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/nas_digits.py --sandwich [--seeds 0 1] [--supernet-epochs 30]
+
+``--sandwich`` compares the three supernet trainings under the same FLOPs limit instead: ``SPOS`` and ``BigNAS``
+(sandwich rule + inplace distillation, 2 random subnets per step) on ``SearchableCNN``, each followed by the same
+evolution search, and ``AutoSlim`` on the zoo's plain ``digits_cnn`` (widths 1/8 .. 8/8 of each layer) followed
+by greedy slimming to the limit. For each found subnet: its test accuracy with the supernet's shared weights
+(BN recalibrated on 512 training images, no retraining -- what BigNAS and AutoSlim train for), and after
+retraining from scratch as above.
 """
 
 from __future__ import annotations
@@ -27,9 +36,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from slimkit.engines.nas import measure_subnet
-from slimkit.razor import SPOS, EvolutionSearchLoop, SearchableCNN, batch_loss, calibrate_bn, export_subnet
+from slimkit.engines.nas import GreedyChannelSearch, measure_subnet
+from slimkit.razor import (
+    SPOS,
+    AutoSlim,
+    BigNAS,
+    EvolutionSearchLoop,
+    SearchableCNN,
+    batch_loss,
+    calibrate_bn,
+    export_subnet,
+)
 from slimkit.training import fit
+from slimkit.zoo import build as zoo_build
 from slimkit.zoo.digits_cnn import accuracy, digits_split
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -105,6 +124,59 @@ def run_seed(seed: int, args: argparse.Namespace, split: tuple) -> dict:
             "evaluated": result.evaluated, "seconds": (t_super, t_search, t_retrain)}
 
 
+def shared_accuracy(algo: nn.Module, subnet: dict, calib: list, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Test accuracy of ``subnet`` with the supernet's shared weights, batch norms recalibrated, no retraining."""
+    algo.set_subnet(subnet)
+    calibrate_bn(algo, calib)
+    return accuracy(export_subnet(algo, subnet), x, y)
+
+
+def sandwich_seed(seed: int, args: argparse.Namespace, split: tuple) -> list[list[str]]:
+    """One row per method: FLOPs, shared-weight and retrained test accuracy, supernet and search seconds."""
+    x_tr, y_tr, x_val, y_val, x_test, y_test = split
+    calib = batches(x_tr, y_tr, 128, 99, 1)[:4]
+    train = batches(x_tr, y_tr, 64, seed, args.supernet_epochs)
+    retrain_data = batches(x_tr, y_tr, 64, 1_000 + seed, args.retrain_epochs)
+
+    def score(model: nn.Module) -> float:
+        return float((model(x_val, mode="predict") == y_val).float().mean())
+
+    rows = []
+    for method in ("SPOS", "BigNAS", "AutoSlim"):
+        torch.manual_seed(seed)
+        if method == "AutoSlim":
+            ratios = [i / 8 for i in range(1, 9)]
+            mutator = dict(type="OneShotChannelMutator", channel_unit_cfg=dict(default_args=dict(
+                candidate_choices=ratios, choice_mode="ratio")))
+            algo = AutoSlim(zoo_build("digits_cnn"), mutator=mutator, input_shape=(1, 1, 8, 8))
+        else:
+            algo = SPOS(SearchableCNN()) if method == "SPOS" else BigNAS(SearchableCNN(), drop_path_rate=0.0)
+        start = time.perf_counter()
+        fit(algo, train, loss=batch_loss, lr=args.lr, epochs=1, seed=seed, progress=False)
+        t_super, start = time.perf_counter() - start, time.perf_counter()
+        if method == "AutoSlim":
+            loop = GreedyChannelSearch(algo, args.flops, score, example_inputs=x_tr[:1], units="slimkit",
+                                       calibrate_fn=lambda m: calibrate_bn(m, calib), progress=False)
+            found = loop.run()[-1]
+            subnet, flops = found.subnet, found.flops
+        else:
+            loop = EvolutionSearchLoop(algo, score, example_inputs=x_tr[:1], max_epochs=args.search_epochs,
+                                       num_candidates=20, top_k=5, num_mutation=8, num_crossover=8, mutate_prob=0.2,
+                                       constraints_range=dict(flops=args.flops), score_key="val_accuracy",
+                                       calibrate_fn=lambda m: calibrate_bn(m, calib), seed=seed, progress=False,
+                                       units="slimkit")
+            result = loop.run()
+            subnet, flops = result.best_subnet, result.metrics["flops"]
+        t_search = time.perf_counter() - start
+        shared = shared_accuracy(algo, subnet, calib, x_test, y_test)
+        retrained = accuracy(retrain(algo.architecture, subnet, retrain_data, seed, args.lr), x_test, y_test)
+        params = sum(p.numel() for p in export_subnet(algo, subnet).parameters())
+        rows.append([str(seed), method, f"{flops:,.0f}", f"{params:,}", f"{shared:.4f}", f"{retrained:.4f}",
+                     f"{t_super:.0f} / {t_search:.0f}"])
+        print(" | ".join(rows[-1]), flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--flops", type=float, default=1e6)
@@ -115,6 +187,7 @@ def main() -> None:
     parser.add_argument("--retrain-epochs", type=int, default=15)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--sandwich", action="store_true", help="SPOS vs BigNAS vs AutoSlim (see the module doc)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
@@ -123,6 +196,15 @@ def main() -> None:
     train, val = order[:1100], order[1100:]
     split = (x[train], y[train], x[val], y[val], x_test, y_test)
     print(machine_line(args.threads))
+    if args.sandwich:
+        print(f"FLOPs limit {args.flops:,.0f}; supernets {args.supernet_epochs} epochs, retrain {args.retrain_epochs} "
+              f"epochs, lr {args.lr}\n")
+        start = time.perf_counter()
+        rows = [row for seed in args.seeds for row in sandwich_seed(seed, args, split)]
+        print_table(["seed", "method", "subnet FLOPs", "params", "test acc, shared weights", "test acc, retrained",
+                     "s: supernet / search"], rows)
+        print(f"\n{time.perf_counter() - start:.0f} s in all")
+        return
     print(f"FLOPs limit {args.flops:,.0f}; supernet {args.supernet_epochs} epochs, search {args.search_epochs} "
           f"epochs x 20 candidates, retrain {args.retrain_epochs} epochs, lr {args.lr}, {args.random} random subnets\n")
     rows, evolved, medians, uppers, start = [], [], [], [], time.perf_counter()
