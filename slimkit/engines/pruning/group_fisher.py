@@ -39,13 +39,14 @@ class GroupFisherPruner:
 
     def __init__(self, units: ChannelUnits, interval: int = 10, normalization_type: str = "flops",
                  target_macs_ratio: float | None = None) -> None:
-        if normalization_type not in NORMALIZATIONS:
+        if not isinstance(normalization_type, str) or normalization_type not in NORMALIZATIONS:
             raise ConfigError(f"normalization_type must be one of {', '.join(NORMALIZATIONS)}, got "
                               f"{normalization_type!r}.")
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ConfigError(f"interval must be an integer >= 1 (steps between two pruned channels), got "
                               f"{interval!r}.")
-        if target_macs_ratio is not None and not 0.0 < float(target_macs_ratio) <= 1.0:
+        if target_macs_ratio is not None and (isinstance(target_macs_ratio, bool) or not isinstance(
+                target_macs_ratio, (int, float)) or not 0.0 < float(target_macs_ratio) <= 1.0):
             raise ConfigError(f"target ratio must be in (0, 1], got {target_macs_ratio!r}.")
         if not units.units:
             raise ConfigError("no prunable channel unit in this model (every coupled group is pinned to the output, "

@@ -10,7 +10,7 @@ from torch import nn
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.base import BaseAlgorithm
 from slimkit.faces.mmrazor.builder import build
-from slimkit.faces.mmrazor.pruning.mutators import ChannelMutator
+from slimkit.faces.mmrazor.pruning.mutators import ChannelMutator, mapping
 
 
 class PruningAlgorithm(BaseAlgorithm):
@@ -28,7 +28,7 @@ class PruningAlgorithm(BaseAlgorithm):
     def __init__(self, architecture: nn.Module | Mapping[str, Any], mutator: Any = None,
                  data_preprocessor: Any = None, init_cfg: Mapping[str, Any] | None = None,
                  dummy_input: Any = None) -> None:
-        super().__init__(architecture, data_preprocessor, init_cfg)
+        super().__init__(architecture, data_preprocessor, mapping(init_cfg, "init_cfg") or None)
         self.init_weights()
         built = build(dict(mutator) if isinstance(mutator, Mapping) else self.default_mutator) \
             if mutator is None or isinstance(mutator, Mapping) else mutator

@@ -44,8 +44,9 @@ class DCFF(ItePruneAlgorithm):
     def make_schedule(self, target: dict[str, Any], full: dict[str, Any], step_freq: int, prune_times: int,
                       linear_schedule: bool) -> IterativeSchedule:
         """One of ``step_freq`` / ``prune_times`` decides the other over ``max_iters`` (MMRazor's rule)."""
-        if isinstance(prune_times, int) and not isinstance(prune_times, bool) and prune_times == 0:
-            prune_times = max(1, self.max_iters // max(int(step_freq), 1))
+        if isinstance(prune_times, int) and not isinstance(prune_times, bool) and prune_times == 0 and isinstance(
+                step_freq, int) and not isinstance(step_freq, bool) and step_freq >= 1:
+            prune_times = max(1, self.max_iters // step_freq)
         return IterativeSchedule(target, full, step_freq, prune_times, linear_schedule)
 
     def apply_choices(self, choices: dict[str, Any]) -> None:

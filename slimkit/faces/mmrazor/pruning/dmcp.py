@@ -12,7 +12,7 @@ from slimkit.engines.pruning.dmcp import FLOPS_LOSSES, DMCPSearch, flops_loss
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import build, register_module
 from slimkit.faces.mmrazor.pruning.base import PruningAlgorithm
-from slimkit.faces.mmrazor.pruning.mutators import DMCPChannelMutator
+from slimkit.faces.mmrazor.pruning.mutators import DMCPChannelMutator, number
 from slimkit.utils import main_tensor
 
 STRATEGIES = ("max", "min", "arch_random", "scheduled_random")
@@ -22,7 +22,7 @@ def _distill_loss(distiller: Any) -> nn.Module | None:
     if distiller is None:
         return None
     losses = distiller.get("distill_losses") if isinstance(distiller, Mapping) else None
-    if not isinstance(losses, Mapping) or len(losses) != 1:
+    if not isinstance(losses, Mapping) or len(losses) != 1 or not isinstance(next(iter(losses.values())), Mapping):
         raise ConfigError("DMCP distiller must be dict(type='ConfigurableDistiller', distill_losses=dict(<name>="
                           "dict(type='KLDivergence', ...)), ...) with one loss: the widest subnet's output teaches "
                           f"the others; got {distiller!r}.")
@@ -53,9 +53,9 @@ class DMCP(PruningAlgorithm):
                  init_cfg: Mapping[str, Any] | None = None, arch_start_train: int = 10000,
                  arch_train_freq: int = 500, distillation_times: int = 20000, target_flops: float = 150,
                  flops_loss_type: str = "log_l1", flop_loss_weight: float = 1.0, dummy_input: Any = None) -> None:
-        bad = [s for s in strategy if s not in STRATEGIES]
+        bad = [s for s in strategy if s not in STRATEGIES] if isinstance(strategy, (list, tuple)) else [strategy]
         if bad or not strategy:
-            raise ConfigError(f"DMCP strategy entries must be among {', '.join(STRATEGIES)}, got {list(strategy)}.")
+            raise ConfigError(f"DMCP strategy entries must be among {', '.join(STRATEGIES)}, got {strategy!r}.")
         if flops_loss_type not in FLOPS_LOSSES:
             raise ConfigError(f"DMCP flops_loss_type must be one of {', '.join(FLOPS_LOSSES)}, got "
                               f"{flops_loss_type!r}.")
@@ -67,6 +67,7 @@ class DMCP(PruningAlgorithm):
                                   f"{value!r}.")
         if isinstance(target_flops, bool) or not isinstance(target_flops, (int, float)) or target_flops <= 0:
             raise ConfigError(f"DMCP target_flops must be a positive number of MFLOPs (MACs), got {target_flops!r}.")
+        number(flop_loss_weight, "DMCP flop_loss_weight", 0.0)
         super().__init__(architecture, mutator_cfg, data_preprocessor, init_cfg, dummy_input)
         self.search = DMCPSearch(self.units, self.mutator.pruning_cfg)
         self.strategy, self.arch_start_train, self.arch_train_freq = list(strategy), arch_start_train, arch_train_freq

@@ -10,6 +10,7 @@ from torch import nn
 from slimkit.engines.pruning.ite_prune import IterativeSchedule
 from slimkit.faces.mmrazor.builder import register_module
 from slimkit.faces.mmrazor.pruning.base import PruningAlgorithm
+from slimkit.faces.mmrazor.pruning.mutators import mapping
 
 
 @register_module()
@@ -30,8 +31,8 @@ class ItePruneAlgorithm(PruningAlgorithm):
         super().__init__(architecture, mutator_cfg, data_preprocessor, init_cfg, dummy_input)
         full = self.mutator.choice_template()
         target = {}
-        for name, value in (target_pruning_ratio or full).items():
-            unit = self.units.resolve(name)
+        for name, value in (mapping(target_pruning_ratio, "target_pruning_ratio") or full).items():
+            unit = self.units.resolve(str(name))
             unit.count_for(self.mutator.check_choice(unit, value))  # a bad target fails now, not mid-training
             target[unit.name] = value
         self.schedule = self.make_schedule(target, full, step_freq, prune_times, linear_schedule)

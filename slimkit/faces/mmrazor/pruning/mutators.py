@@ -43,6 +43,24 @@ PARSERS = ("ChannelAnalyzer", "BackwardTracer")
 _UNIT_KEYS = ("type", "default_args", "units")
 
 
+def mapping(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as a dict (None: empty); anything else is a ConfigError naming ``what``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{what} must be a dict, got {type(value).__name__} {value!r}.")
+    return dict(value)
+
+
+def number(value: Any, what: str, low: float | None = None, high: float | None = None) -> float:
+    """``value`` as a float in ``[low, high]``; anything else is a ConfigError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or (
+            low is not None and value < low) or (high is not None and value > high):
+        span = f" in [{low}, {high}]" if high is not None else f" >= {low}" if low is not None else ""
+        raise ConfigError(f"{what} must be a number{span}, got {value!r}.")
+    return float(value)
+
+
 def _demo_input(parse_cfg: Mapping[str, Any]) -> torch.Tensor:
     shape = parse_cfg.get("demo_input", (1, 3, 224, 224))
     if isinstance(shape, Mapping):  # dict(type='DefaultDemoInput', input_shape=...)
@@ -60,11 +78,24 @@ def _read_units(units: Any) -> dict[str, Any]:
         if path.suffix != ".json" or not path.is_file():
             raise ConfigError(f"channel_unit_cfg.units={str(units)!r}: give a .json file of units that exists, or "
                               "the dict itself.")
-        units = json.loads(path.read_text())
+        try:
+            units = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"channel_unit_cfg.units={str(path)!r} is not valid JSON: {exc}.") from exc
     if not isinstance(units, Mapping):
         raise ConfigError(f"channel_unit_cfg.units must be a dict of unit name -> dict(init_args=..., choice=...) "
                           f"or a .json file of it, got {type(units).__name__}.")
-    return dict(units)
+    out: dict[str, Any] = {}
+    for name, entry in units.items():
+        entry = mapping(entry, f"channel_unit_cfg.units[{name!r}]")
+        init = mapping(entry.get("init_args"), f"channel_unit_cfg.units[{name!r}].init_args")
+        choices = init.get("candidate_choices", [])
+        if not isinstance(choices, (list, tuple)) or not all(
+                isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in choices):
+            raise ConfigError(f"channel_unit_cfg.units[{name!r}].init_args.candidate_choices must be a list of kept "
+                              f"ratios or channel counts (> 0), got {choices!r}.")
+        out[str(name)] = {**entry, "init_args": {**init, "candidate_choices": list(choices)}}
+    return out
 
 
 @register_module(kind="mutator")
@@ -83,7 +114,7 @@ class ChannelMutator:
     def __init__(self, channel_unit_cfg: Mapping[str, Any] | None = None,
                  parse_cfg: Mapping[str, Any] | None = None, custom_groups: Any = None,
                  init_cfg: Mapping[str, Any] | None = None, exclude: list[str] | tuple[str, ...] = ()) -> None:
-        unit_cfg = dict(channel_unit_cfg or {"type": self.default_unit})
+        unit_cfg = mapping(channel_unit_cfg, "channel_unit_cfg") or {"type": self.default_unit}
         unknown = [k for k in unit_cfg if k not in _UNIT_KEYS]
         if unknown:
             raise ConfigError(f"{type(self).__name__} channel_unit_cfg has no key {unknown[0]!r}."
@@ -92,16 +123,18 @@ class ChannelMutator:
         if self.unit_type not in self.unit_types:
             raise ConfigError(f"{type(self).__name__} takes channel units of type {', '.join(self.unit_types)}; got "
                               f"{self.unit_type!r}.{closest(self.unit_type, self.unit_types)}")
-        self.default_args = dict(unit_cfg.get("default_args") or {})
+        self.default_args = mapping(unit_cfg.get("default_args"), "channel_unit_cfg.default_args")
         self.choice_mode = self.default_args.get("choice_mode", self.default_choice_mode)
         if self.choice_mode not in ("ratio", "number"):
             raise ConfigError(f"default_args.choice_mode must be 'ratio' or 'number', got {self.choice_mode!r}.")
         self.units_cfg = _read_units(unit_cfg.get("units"))
-        parse = dict(parse_cfg or {"type": "ChannelAnalyzer"})
+        parse = mapping(parse_cfg, "parse_cfg") or {"type": "ChannelAnalyzer"}
         if str(parse.get("type", "ChannelAnalyzer")).removeprefix("mmrazor.") not in PARSERS:
             raise ConfigError(f"parse_cfg type must be one of {', '.join(PARSERS)} (slimkit traces the model "
                               f"itself), got {parse.get('type')!r}.")
         self.parse_cfg = parse
+        if not isinstance(exclude, (list, tuple)) or not all(isinstance(e, str) for e in exclude):
+            raise ConfigError(f"exclude must be a list of layer names, got {exclude!r}.")
         self.exclude = tuple(exclude)
         self.criterion = UNIT_CRITERIA[self.unit_type]
         self.channel_units: ChannelUnits | None = None
@@ -180,8 +213,12 @@ class OneShotChannelMutator(ChannelMutator):
 
     def choices_of(self, unit: ChannelUnit) -> list[float | int]:
         """The unit's candidates (its own, else ``default_args.candidate_choices``, else full width)."""
-        return self.candidates(unit) or list(self.default_args.get("candidate_choices") or [self.choice_template()[
-            unit.name]])
+        default = self.default_args.get("candidate_choices") or [self.choice_template()[unit.name]]
+        if not isinstance(default, (list, tuple)) or not all(
+                isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in default):
+            raise ConfigError(f"default_args.candidate_choices must be a list of kept ratios or channel counts, got "
+                              f"{default!r}.")
+        return self.candidates(unit) or list(default)
 
     def sample_choices(self) -> dict[str, float | int]:
         """A random candidate per unit (Python's ``random``)."""
@@ -240,6 +277,7 @@ class DMCPChannelMutator(ChannelMutator):
                  pruning_cfg: tuple[float, float, float] | list[float] = (0.1, 1.0, 0.05), **kwargs: Any) -> None:
         super().__init__(channel_unit_cfg, parse_cfg, **kwargs)
         if (not isinstance(pruning_cfg, (list, tuple)) or len(pruning_cfg) != 3
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pruning_cfg)
                 or not 0 < pruning_cfg[0] < pruning_cfg[1] <= 1 or not 0 < pruning_cfg[2] <= 1):
             raise ConfigError(f"DMCPChannelMutator pruning_cfg must be (min_rate, max_rate, rate_offset) with "
                               f"0 < min_rate < max_rate <= 1 and 0 < rate_offset <= 1, got {pruning_cfg!r}.")
@@ -255,7 +293,10 @@ class GroupFisherChannelMutator(ChannelMutator):
 
     def unit_kwargs(self) -> dict[str, Any]:
         """``mutate_linear`` (default False: units read by a Linear layer are left alone, as in MMRazor)."""
-        return {"mutate_linear": bool(self.default_args.get("mutate_linear", False))}
+        value = self.default_args.get("mutate_linear", False)
+        if not isinstance(value, bool):
+            raise ConfigError(f"default_args.mutate_linear must be True or False, got {value!r}.")
+        return {"mutate_linear": value}
 
     @property
     def normalization_type(self) -> str:

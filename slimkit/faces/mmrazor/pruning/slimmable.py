@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from slimkit.engines.pruning.slimmable import SlimmableWidths
+from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
 from slimkit.faces.mmrazor.pruning.base import PruningAlgorithm
 from slimkit.faces.mmrazor.pruning.mutators import SlimmableChannelMutator
@@ -30,6 +31,9 @@ class SlimmableNetwork(PruningAlgorithm):
     def __init__(self, architecture: nn.Module | Mapping[str, Any], mutator: Any = None, deploy_index: int = -1,
                  data_preprocessor: Any = None, init_cfg: Mapping[str, Any] | None = None,
                  dummy_input: Any = None) -> None:
+        if isinstance(deploy_index, bool) or not isinstance(deploy_index, int):
+            raise ConfigError(f"SlimmableNetwork deploy_index must be a subnet index (int; -1: none), got "
+                              f"{deploy_index!r}.")
         super().__init__(architecture, mutator, data_preprocessor, init_cfg, dummy_input)
         self.widths = SlimmableWidths(self.units, self.mutator.subnets)
         self.num_subnet = len(self.widths.subnets)
