@@ -35,6 +35,8 @@ from math import gcd
 
 import torch
 
+from slimkit.engines.quantization.lowbit.triton_launch import DirectLaunch
+
 try:  # Triton comes with CUDA builds of torch; without it the CUDA path uses tinygemm and the dense fallback
     import triton
     import triton.language as tl
@@ -256,25 +258,25 @@ def gemv_fn(tw: TritonWeight, cfg: Gemv) -> Callable[[torch.Tensor], torch.Tenso
     """``fn(x [1, K]) -> x @ W^T (+ bias)`` as ``[1, N]`` in ``x.dtype`` (``x`` contiguous).
 
     Grid, launcher and constants are fixed here, so a call is one allocation and one launch (plus a zero fill and
-    a cast when ``K`` is split).
+    a cast when ``K`` is split), made directly after the first (:class:`.triton_launch.DirectLaunch`).
     """
-    block_k = cfg.block_k
-    iters = tw.words.shape[0] * 8 // (block_k * cfg.split_k)
-    launch = KERNELS["gemv"][(triton.cdiv(tw.out_features, cfg.block_n), cfg.split_k)]
+    iters = tw.words.shape[0] * 8 // (cfg.block_k * cfg.split_k)
     weights = (tw.words, tw.scales, tw.mins, tw.scales if tw.bias is None else tw.bias)
     n, k = tw.out_features, tw.in_features
-    consts = dict(GROUP=tw.group, BLOCK_N=cfg.block_n, BLOCK_K=block_k, SPLIT_K=cfg.split_k,
-                  HAS_BIAS=tw.bias is not None, num_warps=cfg.warps)
+    consts = dict(GROUP=tw.group, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
+                  HAS_BIAS=tw.bias is not None)  # in the kernel's parameter order (the direct launch passes them so)
+    launch = DirectLaunch(KERNELS["gemv"], (triton.cdiv(n, cfg.block_n), cfg.split_k), consts,
+                          {"num_warps": cfg.warps}, out=5)
 
     if cfg.split_k == 1:
         def run(x: torch.Tensor) -> torch.Tensor:
             y = torch.empty(1, n, dtype=x.dtype, device=x.device)
-            launch(x, *weights, y, n, k, iters, **consts)
+            launch(x, *weights, y, n, k, iters)
             return y
     else:
         def run(x: torch.Tensor) -> torch.Tensor:
             y = torch.zeros(1, n, dtype=torch.float32, device=x.device)
-            launch(x, *weights, y, n, k, iters, **consts)
+            launch(x, *weights, y, n, k, iters)
             return y.to(x.dtype)
     return run
 
