@@ -20,6 +20,7 @@ reports in its own error type.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -131,14 +132,16 @@ def select_layers(
 ) -> dict[str, int]:
     """``{layer name: index of the last entry selecting it}`` for every layer not excluded, in model order.
 
-    Entries must already have passed :func:`check_entry_keys`. An entry that selects no layer, an unknown
-    ``op_types`` name or an unknown ``op_names`` name raises ``error`` listing what the model has.
+    Entries must already have passed :func:`check_entry_keys`. An unknown ``op_types`` name or an unknown
+    ``op_names`` name raises ``error`` listing what the model has; an entry that selects no layer is skipped with
+    a warning, as NNI does, unless no entry selects any (then it is the error).
     """
     modules = [(name, module) for name, module in model.named_modules() if name]
     layer_names = [name for name, _ in modules]
     model_types = {type(module).__name__ for _, module in modules}
     known = _torch_nn_class_names().union(*(class_names(m) for _, m in modules))
     chosen: dict[str, int | None] = {}
+    skipped: list[str] = []
     for index, entry in enumerate(config_list):
         op_types = string_list(entry, "op_types", index, error)
         op_names = string_list(entry, "op_names", index, error)
@@ -160,11 +163,14 @@ def select_layers(
             if names is not None:
                 found = {n: type(m).__name__ for n, m in modules if matches(n, names)}
                 wanted += (" and " if wanted else "") + f"op_names {found} (name: type)"
-            raise error(
-                f"config_list[{index}] selects no layer: nothing in the model matches {wanted}. "
-                f"Types in this model: {', '.join(sorted(model_types))}."
-            )
+            skipped.append(f"config_list[{index}] selects no layer: nothing in the model matches {wanted}. "
+                           f"Types in this model: {', '.join(sorted(model_types))}.")
         for name in selected:
             chosen[name] = None if entry.get("exclude", False) else index
     order = {name: i for i, name in enumerate(layer_names)}
-    return {name: idx for name, idx in sorted(chosen.items(), key=lambda item: order[item[0]]) if idx is not None}
+    result = {name: idx for name, idx in sorted(chosen.items(), key=lambda item: order[item[0]]) if idx is not None}
+    if skipped and not result:
+        raise error(skipped[0])
+    for message in skipped:  # NNI skips an entry that selects nothing (e.g. a ReLU6 entry for a ReLU net)
+        warnings.warn(f"{message} The entry is skipped.", UserWarning, stacklevel=3)
+    return result

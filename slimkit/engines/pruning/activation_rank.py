@@ -71,6 +71,7 @@ class _ActivationRankPruner(_DataDrivenPruner):
         dummy_input: Any = None,
         dependency_aware: bool = False,
         dims: Any = None,
+        sparsifying_training_batches: int | None = None,
     ) -> None:
         if isinstance(activation, str) and activation not in _ACTIVATIONS:
             raise PruningConfigError(
@@ -79,7 +80,7 @@ class _ActivationRankPruner(_DataDrivenPruner):
         self.activation = _ACTIVATIONS[activation] if isinstance(activation, str) else activation
         super().__init__(
             model, config_list, optimizer, trainer, criterion, dataloader, statistics_batch_num, dummy_input,
-            dependency_aware, dims,
+            dependency_aware, dims, sparsifying_training_batches,
         )
 
     def _setup(self) -> None:

@@ -147,6 +147,20 @@ class Pruner(Compressor[PrunerModuleWrapper]):
         self.update_mask()
         return self.bound_model
 
+    def get_pruned_weights(self, dim: int = 0) -> list[tuple[str, int, int]]:
+        """Print and return ``(layer, kept, total)`` units along ``dim`` of each pruned layer's weight (NNI 2.0-2.5)."""
+        rows = []
+        for wrapper in self.modules_wrapper:
+            mask = wrapper.weight_mask
+            if mask.dim() == 1:
+                kept, total = int(mask.count_nonzero()), mask.numel()
+            else:
+                others = [d for d in range(mask.dim()) if d != dim]
+                kept, total = int((mask.abs().sum(dim=others) != 0).sum()), mask.shape[dim]
+            rows.append((wrapper.name, kept, total))
+            print(f"simulated prune {wrapper.name} remain/total: {kept}/{total}")
+        return rows
+
     def get_masks(self) -> Masks:
         """``{layer name in the unwrapped model: {"weight_mask": Tensor, "bias_mask": Tensor | None}}``."""
         return {

@@ -4,6 +4,9 @@ Layer selection (``op_types`` matching classes and their subclasses, ``op_names`
 ``exclude``, later entries winning) is :mod:`slimkit.engines.config_list`. Pruners add:
 
 * ``sparsity`` (alias ``sparsity_per_layer``) must be a number in ``[0, 1)`` unless the entry excludes;
+  NNI 2.x's ``total_sparsity`` is each selected layer's sparsity here (NNI 2.x's "normal" allocation; the NNI
+  2.x classes of :mod:`slimkit.faces.nni.v2` also rank it globally);
+* ``op_partial_names`` (NNI's config-list page): every layer whose name contains one of the strings is selected;
 * a selected layer must be an instance of one of the pruner's supported types.
 """
 
@@ -21,9 +24,10 @@ from slimkit.engines.config_list import (
     matches_op_types,
     select_layers,
 )
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, closest
 
-BASE_CONFIG_KEYS: tuple[str, ...] = ("sparsity", "sparsity_per_layer", "op_types", "op_names", "exclude")
+BASE_CONFIG_KEYS: tuple[str, ...] = ("sparsity", "sparsity_per_layer", "total_sparsity", "op_types", "op_names",
+                                     "op_partial_names", "exclude")
 _EXAMPLE = "{'sparsity': 0.5, 'op_types': ['default']}"
 
 
@@ -55,6 +59,40 @@ def _check_sparsity(entry: Mapping[str, Any], index: int) -> float:
     return float(value)
 
 
+def partial_names(model: nn.Module, parts: Any, index: int) -> list[str]:
+    """The layer names containing one of ``parts`` (NNI's ``op_partial_names``); a part matching none is an error."""
+    if isinstance(parts, str) or not isinstance(parts, Sequence) or not all(isinstance(p, str) for p in parts):
+        raise PruningConfigError(f"config_list[{index}]['op_partial_names'] must be a list of strings (parts of "
+                                 f"layer names), got {parts!r}.")
+    names = [name for name, _ in model.named_modules() if name]
+    found: list[str] = []
+    for part in parts:
+        hits = [n for n in names if part in n]
+        if not hits:
+            raise PruningConfigError(f"config_list[{index}] op_partial_names entry {part!r} is part of no layer name."
+                                     f"{closest(part, names)} Layer names: {', '.join(names[:15])}"
+                                     f"{', ...' if len(names) > 15 else ''}.")
+        found += [n for n in hits if n not in found]
+    return found
+
+
+def nni2_keys(model: nn.Module, entry: Any, index: int) -> Any:
+    """``entry`` with ``op_partial_names`` merged into ``op_names`` and ``total_sparsity`` as ``sparsity``."""
+    if not isinstance(entry, Mapping) or not ({"op_partial_names", "total_sparsity"} & set(entry)):
+        return entry
+    out = dict(entry)
+    if "op_partial_names" in out:
+        found = partial_names(model, out.pop("op_partial_names"), index)
+        out["op_names"] = list(dict.fromkeys([*out.get("op_names", []), *found]))
+    if "total_sparsity" in out:
+        clash = [k for k in ("sparsity", "sparsity_per_layer") if k in out]
+        if clash:
+            raise PruningConfigError(f"config_list[{index}] gives both 'total_sparsity' and {clash[0]!r}: the first "
+                                     "is the selected layers' sparsity together, the second each layer's; keep one.")
+        out["sparsity"] = out.pop("total_sparsity")
+    return out
+
+
 def validate_config_entry(
     entry: Any, index: int, allowed_keys: Sequence[str] = BASE_CONFIG_KEYS
 ) -> None:
@@ -79,6 +117,7 @@ def resolve_config_list(
     ``op_type`` set to the layer's class name. Excluded layers are absent; the result follows the model order.
     """
     check_config_list(model, config_list, _EXAMPLE, PruningConfigError)
+    config_list = [nni2_keys(model, entry, index) for index, entry in enumerate(config_list)]
     allowed = tuple(BASE_CONFIG_KEYS) + tuple(extra_keys)
     for index, entry in enumerate(config_list):
         validate_config_entry(entry, index, allowed)

@@ -51,7 +51,10 @@ class _DataDrivenPruner(DependencyAwarePruner):
         dummy_input: Any = None,
         dependency_aware: bool = False,
         dims: Any = None,
+        sparsifying_training_batches: int | None = None,
     ) -> None:
+        if sparsifying_training_batches is not None:  # NNI 2.0-2.5's name for statistics_batch_num
+            statistics_batch_num = sparsifying_training_batches
         check_positive_int(self.display_name(), "statistics_batch_num", statistics_batch_num)
         if trainer is not None and optimizer is None:
             raise PruningConfigError(f"{self.display_name()}(trainer=...) also needs optimizer=... to train with.")

@@ -76,7 +76,8 @@ def test_unknown_key_lists_allowed_keys(convnet):
     message = str(info.value)
     assert "unknown key 'sparsty'" in message
     assert "Did you mean 'sparsity'" in message
-    assert "Allowed keys: exclude, op_names, op_types, sparsity, sparsity_per_layer." in message
+    assert ("Allowed keys: exclude, op_names, op_partial_names, op_types, sparsity, sparsity_per_layer, "
+            "total_sparsity.") in message
     assert isinstance(info.value, ConfigError)
 
 

@@ -55,17 +55,7 @@ def to_v1_masks(masks: Mapping[str, Mapping[str, Any]] | str | os.PathLike) -> d
 
 def show_pruned_weights(pruner: Pruner, dim: int = 0) -> list[tuple[str, int, int]]:
     """Print and return ``(layer, kept, total)`` units along ``dim`` of each pruned layer's weight."""
-    rows = []
-    for wrapper in pruner.get_modules_wrapper():
-        mask = wrapper.weight_mask
-        if mask.dim() == 1:
-            kept, total = int(mask.count_nonzero()), mask.numel()
-        else:
-            others = [d for d in range(mask.dim()) if d != dim]
-            kept, total = int((mask.abs().sum(dim=others) != 0).sum()), mask.shape[dim]
-        rows.append((wrapper.name, kept, total))
-        print(f"simulated prune {wrapper.name} remain/total: {kept}/{total}")
-    return rows
+    return pruner.get_pruned_weights(dim)
 
 
 def call_trainer(trainer: Callable[..., Any], model: nn.Module, optimizer: Any, criterion: Any, epoch: int) -> Any:

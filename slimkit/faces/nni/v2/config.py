@@ -22,8 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.engines.pruning.config import PruningConfigError
-from slimkit.errors import closest
+from slimkit.engines.pruning.config import PruningConfigError, partial_names
 
 V2_KEYS = ("total_sparsity", "max_sparsity_per_layer", "op_partial_names")
 
@@ -53,23 +52,6 @@ def _fraction(value: Any, where: str, upper_open: bool = True) -> float:
     return float(value)
 
 
-def _partial_names(model: nn.Module, entry: Mapping[str, Any], index: int) -> list[str]:
-    parts = entry["op_partial_names"]
-    if isinstance(parts, str) or not isinstance(parts, Sequence) or not all(isinstance(p, str) for p in parts):
-        raise PruningConfigError(f"config_list[{index}]['op_partial_names'] must be a list of strings (parts of "
-                                 f"layer names), got {parts!r}.")
-    names = [name for name, _ in model.named_modules() if name]
-    found = []
-    for part in parts:
-        hits = [n for n in names if part in n]
-        if not hits:
-            raise PruningConfigError(f"config_list[{index}] op_partial_names entry {part!r} is part of no layer name."
-                                     f"{closest(part, names)} Layer names: {', '.join(names[:15])}"
-                                     f"{', ...' if len(names) > 15 else ''}.")
-        found += [n for n in hits if n not in found]
-    return found
-
-
 def _caps(value: Any, index: int) -> float | dict[str, float]:
     where = f"config_list[{index}]['max_sparsity_per_layer']"
     if isinstance(value, Mapping):
@@ -95,7 +77,8 @@ def canonical_config_list(model: nn.Module, config_list: Any, mode: str) -> tupl
                                      f"['Conv2d']}}, got {type(given).__name__}.")
         entry = copy.deepcopy(dict(given))
         if "op_partial_names" in entry:
-            entry["op_names"] = list(dict.fromkeys([*entry.get("op_names", []), *_partial_names(model, entry, index)]))
+            found = partial_names(model, entry["op_partial_names"], index)
+            entry["op_names"] = list(dict.fromkeys([*entry.get("op_names", []), *found]))
             del entry["op_partial_names"]
         caps = _caps(entry.pop("max_sparsity_per_layer"), index) if "max_sparsity_per_layer" in entry else 1.0
         if "total_sparsity" in entry:

@@ -21,6 +21,7 @@ from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.one_shot import SlimEngine
 from slimkit.engines.pruning.taylor_fo import TaylorFOWeightFilterPruner
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
+from slimkit.faces.nni.v2.legacy import legacy_slim_arguments
 from slimkit.faces.nni.v3.evaluator import Evaluator
 from slimkit.faces.nni.v3.utils import slim_norm_config
 
@@ -74,6 +75,8 @@ class SlimPruner(V2Pruner, SlimEngine):
             self.training_epochs = 1
         else:
             self.evaluator = None
+            trainer, traced_optimizer, training_epochs = legacy_slim_arguments(trainer, traced_optimizer,
+                                                                               training_epochs, kwargs)
             _no_evaluator("SlimPruner", {**kwargs, **({"evaluator": given} if given is not None else {})})
             check_training_args("SlimPruner", trainer, traced_optimizer, criterion)
             check_mode("SlimPruner", mode, ("normal", "global"))

@@ -95,7 +95,8 @@ def test_lsq_step_sizes_join_the_evaluators_optimizer_and_train(digits, cls):
     quantizer.compress(max_steps=3, max_epochs=None)
     groups = evaluator.optimizers[0].param_groups
     assert len(groups) == 2 and {id(p) for p in groups[1]["params"]} == set(before)
-    assert any(abs(float(p.detach()) - before[id(p)]) > 0 for p in quantizer.parameters())  # the steps (and offsets) learn
+    # the steps (and LSQ+'s offsets) learn
+    assert any(abs(float(p.detach()) - before[id(p)]) > 0 for p in quantizer.parameters())
 
 
 def test_lsq_plus_offsets_follow_activations_that_are_not_centred(digits):
@@ -107,7 +108,8 @@ def test_lsq_plus_offsets_follow_activations_that_are_not_centred(digits):
     offset = float(model.fc2.output_offset)
     logits = quantizer.bound_model(digits[1][0][0])
     assert offset < 0 and float(logits.min()) >= offset - 1e-4  # the grid starts at the learned (negative) offset
-    assert calibration["fc2"]["_output_0"]["quant_bits"] == 4 and calibration["fc2"]["_output_0"]["quant_dtype"] == "uint4"
+    output = calibration["fc2"]["_output_0"]
+    assert output["quant_bits"] == 4 and output["quant_dtype"] == "uint4"
     assert len(torch.unique(logits.detach())) <= 16  # 4 bits: at most 16 levels
 
 
@@ -115,7 +117,8 @@ def test_dorefa_quantizes_inputs_weights_and_outputs_as_nni_30_example_lists_the
     model = PlainCNN()
     quantizer = DoReFaQuantizer(model, [LAYERS, RELUS], _evaluator(model, digits))
     _, calibration = quantizer.compress(max_steps=1, max_epochs=None)
-    assert sorted(calibration["conv1"]) == ["_input_0", "weight"] and calibration["relu1"]["_output_0"]["quant_bits"] == 8
+    assert sorted(calibration["conv1"]) == ["_input_0", "weight"]
+    assert calibration["relu1"]["_output_0"]["quant_bits"] == 8
     levels = torch.unique(quantizer.quantized_weight(model.conv2) / model.conv2.module.weight.abs().max())
     assert len(levels) <= 256
 
