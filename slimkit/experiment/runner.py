@@ -210,7 +210,7 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
                           f"{heartbeat_interval!r}.")
     store = (Store(url, heartbeat_interval, 3 * heartbeat_interval, exp.resources.connect_retries,
                    exp.resources.connect_wait) if url else Store())
-    out = Path(folder) if folder is not None else exp.default_folder()
+    out = Path(folder).resolve() if folder is not None else exp.default_folder()  # jobs run in workingdir
     out.mkdir(parents=True, exist_ok=True)
     with file_lock(out / "runner.lock", blocking=False, shared=worker) as got:
         if not got:

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import threading
@@ -26,7 +27,7 @@ from typing import Any
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from sqlalchemy import text
 
 from slimkit.errors import ConfigError, MissingPackageError, SlimkitError
@@ -34,6 +35,9 @@ from slimkit.errors import ConfigError, MissingPackageError, SlimkitError
 JOURNAL = "study.journal"
 SCHEMES = ("postgresql", "postgres", "mysql", "sqlite")
 _OPENED: dict[tuple[str, int, int], RDBStorage] = {}
+#: journal operations synced to disk at once (Optuna's on-disk op codes): create/delete study (0, 1), study user and
+#: system attributes (2, 3), a trial's state and values (6: its end), discarded trials (10)
+_SYNCED = {0, 1, 2, 3, 6, 10}
 
 
 def redact(url: str) -> str:
@@ -82,7 +86,7 @@ class Store:
     def open(self, folder: Path) -> optuna.storages.BaseStorage:
         """The Optuna storage (a database connection is opened once per process and checked at once)."""
         if self.url is None:
-            return JournalStorage(JournalFileBackend(str(folder / JOURNAL)))
+            return JournalStorage(JournalFile(str(folder / JOURNAL)))
         key = (self.url, self.heartbeat_interval, self.grace_period)
         if key not in _OPENED:
             for attempt in range((self.connect_retries or 0) + 1):  # resource_args.max_retries / reconn_wait_time
@@ -134,6 +138,32 @@ class Store:
                 yield
             finally:
                 connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+
+
+class JournalFile(JournalFileBackend):
+    """Optuna's journal file, synced to disk when a study or a trial's state changes, not on every record.
+
+    Optuna fsyncs each record: a trial's parameters, user attributes and every intermediate value of its learning
+    curve (~5 ms each on a busy disk, most of the runner's per-step cost). A written record is in the operating
+    system's page cache, so it survives the runner being killed (resume re-runs interrupted trials); only a machine
+    crash can lose the records after the last sync, and those trials are then run again on resume.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path, self._append_lock = path, JournalFileSymlinkLock(path)  # Optuna's default lock, as before
+        super().__init__(path, lock_obj=self._append_lock)
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        """Append ``logs``; fsync only when one of them creates or changes a study or ends a trial."""
+        self._append_lock.acquire()
+        try:
+            with open(self._path, "ab") as f:
+                f.write(("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8"))
+                f.flush()
+                if any(log.get("op_code") in _SYNCED for log in logs):
+                    os.fsync(f.fileno())
+        finally:
+            self._append_lock.release()
 
 
 def forget_connections() -> None:

@@ -115,6 +115,35 @@ def test_max_retries_tries_the_database_again_before_giving_up(tmp_path, monkeyp
     assert len(calls) == 3  # the first attempt and max_retries more
 
 
+def test_the_journal_syncs_a_trials_end_not_each_intermediate_value(tmp_path, monkeypatch):
+    import optuna
+
+    from slimkit.experiment import storage
+
+    synced = []
+    monkeypatch.setattr(storage.os, "fsync", lambda fd: synced.append(fd))
+    study = optuna.create_study(storage=Store().open(tmp_path), study_name="s")
+    assert len(synced) == 1  # the study's creation
+    trial = study.ask()
+    for step in range(5):
+        trial.report(0.1 * step, step)
+    trial.set_user_attr("trial_dir", "trials/0000")
+    assert len(synced) == 1  # the trial, its curve and attributes: written, not synced one by one
+    study.tell(trial, 0.5)
+    assert len(synced) == 2  # the trial's end is synced
+    again = optuna.load_study(study_name="s", storage=Store().open(tmp_path))  # a fresh reader replays it all
+    (done,) = again.trials
+    assert done.value == 0.5 and done.intermediate_values == {k: 0.1 * k for k in range(5)}
+
+
+def test_a_relative_output_folder_is_found_by_the_jobs(tmp_path, monkeypatch):
+    path = _experiment(tmp_path, n_samples=2, runtime_args={"seconds": 0.0})
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # jobs run in workingdir, not here: their job.json path is absolute
+    result = run_experiment(path, quiet=True, folder="runs/relative")
+    assert result.counts() == {"complete": 2} and result.folder == tmp_path / "elsewhere" / "runs" / "relative"
+
+
 @pytest.mark.slow  # ~6 s: a PostgreSQL server and two worker processes
 def test_passive_waits_while_two_workers_finish_the_study(tmp_path, postgres, capsys):
     url = postgres.url()
