@@ -162,10 +162,11 @@ def _resource(raw: Mapping[str, Any]) -> str:
 
 def _compression(raw: Mapping[str, Any], expand: bool) -> tuple[dict[str, Any], list[Param]]:
     block = _section(raw, "compression", COMPRESSION_FIELDS)
-    framework = block.get("framework", "torch")
-    if str(framework).lower() not in ("torch", "pytorch"):
-        raise ConfigError(f"compression.framework: {framework!r} is not supported; slimkit compresses PyTorch models, "
-                          "use 'torch'.")
+    framework = str(block.get("framework", "torch")).lower()
+    framework = {"pytorch": "torch", "tf": "tensorflow", "keras": "tensorflow"}.get(framework, framework)
+    if framework not in ("torch", "tensorflow"):  # a TensorFlow script runs; its create_compressor call refuses
+        raise ConfigError(f"compression.framework: {block.get('framework')!r} is not supported; slimkit compresses "
+                          "PyTorch models, use 'torch'.")
     kind = block.get("type")
     if kind is not None and kind not in KINDS:
         raise ConfigError(f"compression.type: {kind!r} is not allowed; use one of {', '.join(KINDS)}.")
@@ -180,7 +181,7 @@ def _compression(raw: Mapping[str, Any], expand: bool) -> tuple[dict[str, Any], 
     check_config_list_keys(spec, block["config_list"])
     default = getattr(spec.engine, "default_config_list", None)  # e.g. naive: [] means 8-bit Conv/Linear weights
     params = [] if block["config_list"] == [] and default else config_list_params(block["config_list"], expand)
-    return {**block, "type": spec.kind, "framework": "torch"}, params
+    return {**block, "type": spec.kind, "framework": framework}, params
 
 
 def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bool = False) -> Experiment:

@@ -61,7 +61,7 @@ def job_config(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, numb
     """
     config: dict[str, Any] = {name: values[name] for name in exp.hyperparameters}
     if exp.compression is not None:
-        config.update(compression_framework="torch", compression_type=exp.compression["type"],
+        config.update(compression_framework=exp.compression["framework"], compression_type=exp.compression["type"],
                       compressor=exp.compression["compressor"],
                       config_list=fixed_config_list(exp.compression["config_list"], values))
     config.update(folder_name=str(trial_dir / "model"), save_model=exp.save_model, job_id=number,
@@ -112,7 +112,7 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
     command = exp.resources.command(plain)
     lines: queue.Queue[str | None] = queue.Queue()
     with open(log_path, "w") as log:
-        shown = [exp.resources.prescript.rstrip(";"), " ".join(plain), exp.resources.postscript.lstrip(";")]
+        shown = [exp.resources.prescript, " ".join(plain), exp.resources.postscript]
         log.write(f"$ {'; '.join(filter(None, shown))}\n")
         log.flush()
         process = subprocess.Popen(command, cwd=exp.workingdir, env=env, text=True,

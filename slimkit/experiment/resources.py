@@ -11,7 +11,7 @@ node     jobs on several machines: the study lives in a database they share (``"
 passive  ``slimkit run`` creates the study in the shared database, prints the ``slimkit worker`` command and runs
          no job itself: it waits until workers started elsewhere have finished ``n_samples`` trials, then
          reports (Auptimizer's passive mode, where jobs are run by hand)
-aws      refused: slimkit starts no cloud machines; start ``slimkit worker`` on each instance yourself
+aws      as ``node``, on cloud instances: slimkit starts and stops no instance; start ``slimkit worker`` on each
 ======== ===================================================================================================
 
 Auptimizer's SSH settings of ``node`` (in ``resource_args``) become their database-worker meaning:
@@ -19,7 +19,9 @@ Auptimizer's SSH settings of ``node`` (in ``resource_args``) become their databa
 them; ``async_timeout`` is the seconds a job may run (``job_timeout`` when that is absent); ``async_reconnect`` is
 how often a running trial reports it is alive (the heartbeat, unless ``--heartbeat-interval`` is given);
 ``async_run`` is accepted (a worker's jobs never depend on a connection to the machine that started the study).
-The AWS-only ``shutdown`` and ``connection_retry`` are refused.
+For ``aws``, ``connection_retry`` is the attempts to reach the database 30 s apart (Auptimizer's interval), and
+``shutdown: true`` is refused: stopping an instance is the instance's business (``slimkit worker ...; sudo
+poweroff``); with ``shutdown: false`` the file runs as written.
 
 ``runtime_args`` ``prescript`` / ``postscript`` (shell commands run before / after each job, in the same shell),
 ``env`` (extra environment variables) and ``overwrite`` (accepted: slimkit copies no script to other machines,
@@ -29,6 +31,7 @@ config; every other ``runtime_args`` key is a value the script reads from it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,9 +39,9 @@ from typing import Any
 from slimkit.errors import ConfigError
 from slimkit.experiment.space import ranked
 
-RESOURCES = ("cpu", "gpu", "node", "passive")
+RESOURCES = ("cpu", "gpu", "node", "passive", "aws")
 #: resources whose study must live in a database other machines reach
-SHARED = ("node", "passive")
+SHARED = ("node", "passive", "aws")
 NODE_FIELDS = ("max_retries", "reconn_wait_time", "async_run", "async_reconnect", "async_timeout")
 AWS_FIELDS = ("shutdown", "connection_retry")
 RUNNER_KEYS = ("prescript", "postscript", "env", "overwrite")
@@ -73,13 +76,6 @@ class Resource:
         return ["/bin/sh", "-c", body, "job", *command]
 
 
-def refuse_aws() -> ConfigError:
-    """The error for Auptimizer's ``aws`` resource, naming slimkit's way to do the same."""
-    return ConfigError("resource: 'aws' is not a resource slimkit starts jobs on (it starts no cloud machines); "
-                       "use 'node' with \"storage\": \"postgresql://USER@HOST:5432/DB\" and start `slimkit worker "
-                       "EXPERIMENT --storage URL` on each cloud machine, or 'cpu' / 'gpu' on this one.")
-
-
 def _number(args: Mapping[str, Any], key: str, integer: bool, low: float) -> Any:
     value = args[key]
     kind = int if integer else (int, float)
@@ -92,9 +88,15 @@ def parse_resource(kind: str, args: Mapping[str, Any], runtime_args: Mapping[str
     """Check ``resource_args``' remote-machine fields and ``runtime_args``' runner keys for ``kind``."""
     out = Resource(kind)
     for key in AWS_FIELDS:
-        if key in args:
-            raise ConfigError(f"resource_args.{key}: belongs to the 'aws' resource (starting and stopping cloud "
-                              "instances), which slimkit does not do; remove it.")
+        if key in args and kind != "aws":
+            raise ConfigError(f"resource_args.{key}: belongs to the 'aws' resource; remove it, or set \"resource\": "
+                              "\"aws\".")
+    if args.get("shutdown") not in (None, False):
+        raise ConfigError(f"resource_args.shutdown: {args['shutdown']!r}: slimkit starts and stops no cloud instance "
+                          "(each worker exits when the study is finished: stop the instance after it, e.g. `slimkit "
+                          "worker EXPERIMENT --storage URL; sudo poweroff`); set it to false or remove it.")
+    if "connection_retry" in args:
+        out.connect_retries = _number(args, "connection_retry", True, 0)
     if "max_retries" in args:
         out.connect_retries = _number(args, "max_retries", True, 0)
     if "reconn_wait_time" in args:
@@ -107,24 +109,24 @@ def parse_resource(kind: str, args: Mapping[str, Any], runtime_args: Mapping[str
         raise ConfigError(f"resource_args.async_run: true or false; got {args['async_run']!r}.")
     for key in ("prescript", "postscript"):
         value = runtime_args.get(key, "")
-        if not isinstance(value, str):
+        if not isinstance(value, str) or "\0" in value:
             raise ConfigError(f"runtime_args.{key}: shell commands as one string (separate them with ';'); "
                               f"got {value!r}.")
-        setattr(out, key, value.strip())
+        setattr(out, key, value.strip().strip(";").strip())  # Auptimizer joins them with ';' itself
     env = runtime_args.get("env", {})
-    if not isinstance(env, Mapping) or not all(isinstance(k, str) and k and "=" not in k for k in env):
-        raise ConfigError(f"runtime_args.env: environment variables as an object, e.g. "
-                          f"{{\"CUDA_VISIBLE_DEVICES\": \"0\"}}; got {env!r}.")
-    out.env = {k: v if isinstance(v, str) else str(v) for k, v in env.items()}
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) and k and "=" not in k and "\0" not in k
+                                               and isinstance(v, (str, int, float)) and "\0" not in str(v)
+                                               for k, v in env.items()):
+        raise ConfigError(f"runtime_args.env: environment variables as an object of names and text or number "
+                          f"values, e.g. {{\"CUDA_VISIBLE_DEVICES\": \"0\"}}; got {env!r}.")
+    out.env = {k: v if isinstance(v, str) else json.dumps(v) for k, v in env.items()}  # 7 -> "7", true -> "true"
     if not isinstance(runtime_args.get("overwrite", False), bool):
         raise ConfigError(f"runtime_args.overwrite: true or false; got {runtime_args['overwrite']!r}.")
     return out
 
 
 def check_resource_kind(value: Any) -> str:
-    """``resource``: one of :data:`RESOURCES` (``aws`` refused with the way to do it)."""
-    if value == "aws":
-        raise refuse_aws()
+    """``resource``: one of :data:`RESOURCES`."""
     if value not in RESOURCES:
         raise ConfigError(f"resource: {value!r} is not allowed; use one of (closest first): "
                           f"{', '.join(ranked(str(value), RESOURCES))}.")

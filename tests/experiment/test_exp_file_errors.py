@@ -79,7 +79,7 @@ def test_yaml_files_load_too(tmp_path):
     ({"proposer": "bohb", "resource_args": {"track_intermediate_results": False}},
      r"track_intermediate_results: the 'bohb' proposer stops trials from their intermediate values"),
     ({"target": "maximize"}, r"target: 'maximize' is not allowed; use one of \(closest first\): max, min"),
-    ({"resource": "aws"}, r"resource: 'aws' is not a resource slimkit starts jobs on .* --storage URL"),
+    ({"resource_args": {"connection_retry": 3}}, r"resource_args\.connection_retry: belongs to the 'aws' resource"),
     ({"resource": "tpu"}, r"resource: 'tpu' is not allowed"),
     ({"n_parallel": 0}, r"n_parallel: must be a whole number >= 1; got 0"),
     ({"n_samples": "4"}, r"n_samples: must be a whole number >= 1; got '4'"),
@@ -120,7 +120,7 @@ def test_top_level_field_errors(tmp_path, changes, message):
                                      r"the experiment says type 'quantization'"),
     (None, {"type": "distillation"}, r"compression\.type: 'distillation' is not allowed; use one of pruning, "
                                      r"quantization"),
-    (None, {"framework": "tensorflow"}, r"compression\.framework: 'tensorflow' is not supported"),
+    (None, {"framework": "mxnet"}, r"compression\.framework: 'mxnet' is not supported"),
     (None, {"config_lists": []}, r"compression: 'config_lists' is not a field\. .*: config_list"),
     (None, {"config_list": []}, r"compression\.config_list: must be a non-empty list of dicts"),
     ({"sparsity": 0.5, "start_epoch": 0}, {}, r"compression\.config_list\[1\]: 'start_epoch' is not a key "

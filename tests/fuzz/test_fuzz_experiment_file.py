@@ -106,10 +106,24 @@ FIELD_VALUES = {
                                    "early_stop": policies, "multi_res_labels": st.one_of(
                                        st.lists(st.sampled_from(["flops", "params", ""]), max_size=3), json_values),
                                    "track_intermediate_results": st.one_of(st.booleans(), json_values)}),
+                               st.fixed_dictionaries({}, optional={  # Auptimizer's node / aws settings
+                                   "max_retries": st.one_of(st.integers(-1, 3), json_values),
+                                   "reconn_wait_time": st.one_of(st.floats(-1, 5), json_values),
+                                   "async_run": st.one_of(st.booleans(), json_values),
+                                   "async_reconnect": st.one_of(st.floats(-1, 5), json_values),
+                                   "async_timeout": st.one_of(st.floats(-1, 100), json_values),
+                                   "shutdown": st.one_of(st.booleans(), json_values),
+                                   "connection_retry": st.one_of(st.integers(-1, 3), json_values)}),
                                json_values),
     "parameter_config": parameter_configs,
     "engine": st.one_of(st.sampled_from(["tpe", "random", "GPEIChooser", "anneal"]), json_values),
-    "runtime_args": json_values, "compression": compression, "expand_op_names": st.one_of(st.booleans(), json_values),
+    "runtime_args": st.one_of(json_values, st.fixed_dictionaries({}, optional={
+        "prescript": st.one_of(st.sampled_from(["export A=1", "cd ~;", ""]), json_values),
+        "postscript": st.one_of(st.sampled_from(["echo done", ";echo done"]), json_values),
+        "env": st.one_of(st.dictionaries(st.sampled_from(["A", "", "B=C", "CUDA_VISIBLE_DEVICES"]),
+                                         st.one_of(st.text(max_size=4), json_values), max_size=2), json_values),
+        "overwrite": st.one_of(st.booleans(), json_values), "seconds": json_values})),
+    "compression": compression, "expand_op_names": st.one_of(st.booleans(), json_values),
     "job_timeout": st.one_of(st.floats(allow_nan=True), st.integers(-1, 10), json_values),
     "model": st.one_of(st.sampled_from(["mlp", "digits_cnn", "os:system", "no_such_model"]), json_values),
     "data": st.one_of(st.sampled_from(["Digits", "PyDocText"]), json_values), "search": search,
@@ -131,7 +145,8 @@ experiments = st.one_of(
     st.dictionaries(st.one_of(st.sampled_from(FIELDS), st.text(max_size=8)), json_values, max_size=4),
     json_values,
 )
-WORDS = (*FIELDS, "experiment", "JSON", "YAML", "object", "field", "parameter_config", "early_stop", "aup_policy")
+WORDS = (*FIELDS, "experiment", "JSON", "YAML", "object", "field", "parameter_config", "early_stop", "aup_policy",
+         "resource_args", "runtime_args")
 
 
 def _check(exp: object) -> None:
@@ -143,6 +158,11 @@ def _check(exp: object) -> None:
         assert exp.early_stop == (exp.early_stop_policy is not None)
         if exp.early_stop_policy is not None:
             assert exp.track_intermediate_results and exp.early_stop_policy["aup_policy"] in POLICIES
+        spec = exp.resources
+        assert spec.kind == exp.resource and spec.shared == (exp.resource in ("node", "passive", "aws"))
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in spec.env.items())
+        assert spec.connect_retries is None or spec.connect_retries >= 0
+        assert spec.command(["python", "job.py"])[-2:] == ["python", "job.py"]
 
 
 @examples(300)
