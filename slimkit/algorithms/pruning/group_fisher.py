@@ -60,6 +60,9 @@ class GroupFisher(UnitPruner):
                                        meta={"desc": "Pruning stops when the MACs fall to this share."}),
             Boolean("mutate_linear", True, meta={"desc": "Also prune groups read by Linear layers (MMRazor's "
                                                          "default is False)."}),
+            UniformIntegerHyperparameter("channels_per_prune", 1, 100000, default_value=1,
+                                         meta={"desc": "Channels removed at each pruning (1: MMRazor's rule; more "
+                                                       "reach the target in fewer steps)."}),
             UniformIntegerHyperparameter("finetune_steps", 0, 10**7, default_value=0,
                                          meta={"desc": "Training steps after the target is reached."}),
         ]
@@ -67,7 +70,7 @@ class GroupFisher(UnitPruner):
     def setup(self, units: ChannelUnits, smash_config: SmashConfigPrefixWrapper) -> GroupFisherPruner:
         """The pruner over ``units``."""
         return GroupFisherPruner(units, int(smash_config["interval"]), smash_config["normalization_type"],
-                                 float(smash_config["target_macs_ratio"]))
+                                 float(smash_config["target_macs_ratio"]), int(smash_config["channels_per_prune"]))
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         self.mutate_linear = bool(smash_config["mutate_linear"])

@@ -11,10 +11,11 @@ MACs for one input channel, at the current widths, in GMACs), ``"act"`` (activat
 the unit's producers, in M elements) or ``"none"``.
 
 :meth:`GroupFisherPruner.arm` after a forward makes :meth:`GroupFisherPruner.step` run when its backward pass
-has the gradients; every ``interval`` steps the channel with the
-smallest importance over all units (a unit keeps at least one channel) is masked and the Fisher information
-restarts. ``target_macs_ratio`` stops pruning once the estimated MACs of the masked model fall to that share
-of the original. :meth:`GroupFisherPruner.deploy` removes the pruned channels for real.
+has the gradients; every ``interval`` steps the channel with the smallest importance over all units (a unit
+keeps at least one channel) is masked and the Fisher information restarts (``channels_per_prune > 1``,
+slimkit's addition for short budgets, masks that many in turn). ``target_macs_ratio`` stops pruning once the
+estimated MACs of the masked model fall to that share of the original. :meth:`GroupFisherPruner.deploy`
+removes the pruned channels for real.
 """
 
 from __future__ import annotations
@@ -38,13 +39,16 @@ class GroupFisherPruner:
     """Fisher-information channel pruning over ``units``, one channel every ``interval`` steps."""
 
     def __init__(self, units: ChannelUnits, interval: int = 10, normalization_type: str = "flops",
-                 target_macs_ratio: float | None = None) -> None:
+                 target_macs_ratio: float | None = None, channels_per_prune: int = 1) -> None:
         if not isinstance(normalization_type, str) or normalization_type not in NORMALIZATIONS:
             raise ConfigError(f"normalization_type must be one of {', '.join(NORMALIZATIONS)}, got "
                               f"{normalization_type!r}.")
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise ConfigError(f"interval must be an integer >= 1 (steps between two pruned channels), got "
                               f"{interval!r}.")
+        if isinstance(channels_per_prune, bool) or not isinstance(channels_per_prune, int) or channels_per_prune < 1:
+            raise ConfigError(f"channels_per_prune must be an integer >= 1, got {channels_per_prune!r}.")
+        self.channels_per_prune = channels_per_prune
         if target_macs_ratio is not None and (isinstance(target_macs_ratio, bool) or not isinstance(
                 target_macs_ratio, (int, float)) or not 0.0 < float(target_macs_ratio) <= 1.0):
             raise ConfigError(f"target ratio must be in (0, 1], got {target_macs_ratio!r}.")
@@ -226,7 +230,11 @@ class GroupFisherPruner:
         self.iteration += 1
         if self.iteration % self.interval:
             return False
-        pruned = self.try_prune()
+        pruned = False
+        for _ in range(self.channels_per_prune):
+            if not self.try_prune():
+                break
+            pruned = True
         for table in self.fisher.values():
             table.zero_()
         return pruned
