@@ -201,10 +201,14 @@ def matmul(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor | None:
     ``None`` when the caller should dequantise: gradients wanted, empty input, or a graph capture before the layer
     ran this row bucket outside it.
     """
-    if x.requires_grad or not x.numel():
+    numel = x.numel()
+    if x.requires_grad or not numel:
         return None
-    plans = layer.kernel_cache.setdefault("plans", {})
-    pkey = (row_bucket(x.numel() // x.shape[-1]), x.dtype, x.get_device())
+    cache = layer.kernel_cache
+    plans = cache.get("plans")
+    if plans is None:
+        plans = cache["plans"] = {}
+    pkey = (row_bucket(numel // x.shape[-1]), x.dtype, x.get_device())
     entry = plans.get(pkey)
     if entry is None:
         entry = plan(layer, x)

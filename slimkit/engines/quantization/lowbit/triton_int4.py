@@ -266,7 +266,7 @@ def gemv_fn(tw: TritonWeight, cfg: Gemv) -> Callable[[torch.Tensor], torch.Tenso
     consts = dict(GROUP=tw.group, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
                   HAS_BIAS=tw.bias is not None)  # in the kernel's parameter order (the direct launch passes them so)
     launch = DirectLaunch(KERNELS["gemv"], (triton.cdiv(n, cfg.block_n), cfg.split_k), consts,
-                          {"num_warps": cfg.warps}, out=5)
+                          {"num_warps": cfg.warps}, varying=(0, 5), out=5)
 
     if cfg.split_k == 1:
         def run(x: torch.Tensor) -> torch.Tensor:

@@ -35,47 +35,60 @@ def _no_hooks() -> bool:
 class DirectLaunch:
     """``launch(*args)``: ``kernel[grid](*args, **constexprs, **options)``, direct after the first compiled call.
 
-    ``out`` is the index in ``args`` of the tensor the kernel writes (restored between the two launches of the
-    self-check; the kernel may accumulate into it).
+    Every argument except those at the ``varying`` indices must be the same object on every call (the layer's
+    weights, its shape); the direct launch passes them as the raw pointers and values taken once, and reads only the
+    varying tensors' pointers per call. ``out`` is the index of the tensor the kernel writes (restored between the
+    two launches of the self-check; the kernel may accumulate into it).
     """
 
     def __init__(self, kernel: Any, grid: tuple[int, ...], constexprs: dict[str, Any], options: dict[str, Any],
-                 out: int) -> None:
-        self.kernel, self.constexprs, self.options, self.out = kernel, constexprs, options, out
+                 varying: tuple[int, ...], out: int) -> None:
+        self.kernel, self.constexprs, self.options = kernel, constexprs, options
+        self.varying, self.out = varying, out
         self.grid = (tuple(grid) + (1, 1))[:3]
         self.compiled: Any = None
+        self.template: list[Any] = []
         self.device = -1
         self.state = "new"  # new -> check (compiled, first direct launch verifies) -> fast | off
 
     def __call__(self, *args: Any) -> None:
-        """Launch on ``args`` (the kernel's runtime arguments in order; tensors first)."""
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        aligned = all(t.data_ptr() % _ALIGN == 0 for t in tensors)
-        if self.state in ("fast", "check") and aligned and tensors[0].get_device() == self.device and _no_hooks():
-            if self.state == "fast":
+        """Launch on ``args`` (the kernel's runtime arguments in order)."""
+        if self.state == "fast":
+            ptrs = [args[i].data_ptr() for i in self.varying]
+            if all(p % _ALIGN == 0 for p in ptrs) and _no_hooks():
                 try:
-                    self._direct(args)
+                    self._direct(ptrs)
                     return
                 except Exception:  # noqa: BLE001 - a Triton whose launcher differs: normal launches from now on
                     self.state = "off"
-            else:
-                self._check(args)
-                return
+        elif self.state == "check" and self._aligned(args) and _no_hooks():
+            self._check(args)
+            return
         compiled = self.kernel[self.grid](*args, **self.constexprs, **self.options)
-        if self.state == "new" and aligned and compiled is not None and hasattr(compiled, "packed_metadata"):
-            self.compiled, self.device, self.state = compiled, tensors[0].get_device(), "check"
+        if self.state == "new" and compiled is not None and hasattr(compiled, "packed_metadata") \
+                and self._aligned(args):
+            self.compiled, self.state = compiled, "check"
+            self.device = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
+            self.template = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
+            self.template += list(self.constexprs.values())
 
-    def _direct(self, args: tuple) -> None:
+    @staticmethod
+    def _aligned(args: tuple) -> bool:
+        return all(a.data_ptr() % _ALIGN == 0 for a in args if isinstance(a, torch.Tensor))
+
+    def _direct(self, ptrs: list[int]) -> None:
+        values = self.template.copy()
+        for i, p in zip(self.varying, ptrs, strict=True):
+            values[i] = p
         c = self.compiled
-        stream = driver.active.get_current_stream(self.device)
-        c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *args,
-              *self.constexprs.values())
+        c.run(*self.grid, driver.active.get_current_stream(self.device), c.function, c.packed_metadata, None, None,
+              None, *values)
 
     def _check(self, args: tuple) -> None:
         out = args[self.out]
         before = out.clone()
         try:
-            self._direct(args)
+            self._direct([args[i].data_ptr() for i in self.varying])
             direct = out.clone()
         except Exception:  # noqa: BLE001 - see __call__
             direct = None

@@ -18,18 +18,21 @@ class FakeKernel:
 
     def __init__(self, direct=lambda x, y, n, scale: y.copy_(x * scale + n)) -> None:
         self.normal, self.direct_calls, self.direct = 0, 0, direct
+        self.memory: dict[int, torch.Tensor] = {}  # what a raw pointer points at
 
     def __getitem__(self, grid):
         def launch(x, y, n, SCALE, num_warps):
             self.normal += 1
+            self.memory.update({x.data_ptr(): x, y.data_ptr(): y})
             y.copy_(x * SCALE + n)
             return SimpleNamespace(packed_metadata=(), function=None, run=self._run)
         return launch
 
     def _run(self, g0, g1, g2, stream, function, metadata, launch_md, enter, exit_, x, y, n, scale):
         assert (g0, g1, g2, stream) == (4, 1, 1, "stream")
+        assert isinstance(x, int) and isinstance(y, int)  # raw pointers: no per-call pointer validation
         self.direct_calls += 1
-        self.direct(x, y, n, scale)
+        self.direct(self.memory[x], self.memory[y], n, scale)
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +42,7 @@ def fake_driver(monkeypatch):
 
 
 def _launcher(kernel):
-    return triton_launch.DirectLaunch(kernel, (4,), {"SCALE": 2.0}, {"num_warps": 4}, out=1)
+    return triton_launch.DirectLaunch(kernel, (4,), {"SCALE": 2.0}, {"num_warps": 4}, varying=(0, 1), out=1)
 
 
 def test_compiles_once_checks_once_then_launches_directly():
