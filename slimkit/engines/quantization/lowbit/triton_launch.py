@@ -32,6 +32,11 @@ def _no_hooks() -> bool:
     return all(h is None or not getattr(h, "calls", True) for h in (rt.launch_enter_hook, rt.launch_exit_hook))
 
 
+def _capturing(args: tuple) -> bool:
+    """A CUDA graph is being captured (the self-check compares results, which a capture cannot do)."""
+    return any(isinstance(a, torch.Tensor) and a.is_cuda for a in args) and torch.cuda.is_current_stream_capturing()
+
+
 class DirectLaunch:
     """``launch(*args)``: ``kernel[grid](*args, **constexprs, **options)``, direct after the first compiled call.
 
@@ -61,7 +66,7 @@ class DirectLaunch:
                     return
                 except Exception:  # noqa: BLE001 - a Triton whose launcher differs: normal launches from now on
                     self.state = "off"
-        elif self.state == "check" and self._aligned(args) and _no_hooks():
+        elif self.state == "check" and self._aligned(args) and _no_hooks() and not _capturing(args):
             self._check(args)
             return
         compiled = self.kernel[self.grid](*args, **self.constexprs, **self.options)

@@ -94,11 +94,15 @@ def test_sequence_inputs_strided_inputs_and_graph_capture(fresh_chooser):
             ref = F.linear(x.float(), layer.dequantize(torch.float32), layer.bias.float())
             out = layer(x)
             assert out.shape == ref.shape and _rel(out, ref) < 2e-2
+        # a second layer of the same shape runs the decision made for the first after a single eager call, so its
+        # kernels meet the capture still unchecked (the direct launch's self-check must not run inside it)
+        twin, _ = _layer(2048, 512, bias=True, seed=1)
         static = torch.randn(1, 2048, device="cuda", dtype=torch.bfloat16)
-        layer(static)  # measured before capture
+        layer(static), twin(static)  # planned before the capture (no plan is built inside one)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            captured = layer(static)
+            captured = layer(static), twin(static)
         static.copy_(torch.randn(1, 2048, device="cuda", dtype=torch.bfloat16))
         graph.replay()
-        torch.testing.assert_close(captured, layer(static))
+        torch.testing.assert_close(captured[0], layer(static))
+        torch.testing.assert_close(captured[1], twin(static))
