@@ -97,6 +97,8 @@ def test_c_generate_damaged_save_is_refused_naming_the_file(tmp_path):
      r"kvpress_press_kwargs has \['window'\], which KnormPress does not take"),
     ({"press_type": "SnapKVPress", "press_kwargs": {"compression_ratio": 0.2}}, "compression_ratio is kvpress_compre"),
     ({"compression_ratio": 1.0}, "would remove the whole prompt cache"),
+    ({"press_type": "LagKVPress", "press_kwargs": {"n_sink": 0.5}}, r"\['n_sink'\]=0.5: LagKVPress's n_sink is int"),
+    ({"press_type": "KVzipPress"}, "not a local folder with a tokenizer"),
     ({"press_type": "FinchPress"}, "adds a delimiter token"),
     ({"press_type": "ObservedAttentionPress"}, "attn_implementation='eager'"),
 ])
@@ -107,8 +109,11 @@ def test_kvpress_refuses_what_it_cannot_run(hyperparameters, message):
 
 def test_kvpress_window_longer_than_the_prompt_is_a_clear_error_and_a_short_window_works():
     smashed = _smash("kvpress", press_type="SnapKVPress")  # window_size 64 > the 24-token prompt
-    with pytest.raises(ConfigError, match=r"SnapKVPress refused this generation: .*window_size"):
+    with pytest.raises(ConfigError, match=r"SnapKVPress refused this generation \(AssertionError: Query length 24 "):
         smashed.generate(PROMPT, max_new_tokens=2)
     smashed = _smash("kvpress", press_type="SnapKVPress", compression_ratio=0.25, press_kwargs={"window_size": 8})
     assert smashed.generate(PROMPT, max_new_tokens=2, do_sample=False).shape == (1, 26)
     assert smashed.kv_press.stats() == {"prompt_tokens": 24, "kept_tokens": 18, "prefills": 1}
+    smashed = _smash("kvpress", press_type="CompactorPress")  # its sink tokens leave nothing to score in 24
+    with pytest.raises(ConfigError, match=r"CompactorPress refused this generation \(RuntimeError"):
+        smashed.generate(PROMPT[:, :8], max_new_tokens=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from slimkit.core.contract import SaveFn, SlimkitCacher, SmashConfigPrefixWrappe
 from slimkit.core.registry import register
 from slimkit.engines._patch import patch_forward
 from slimkit.errors import ConfigError
+from slimkit.zoo.sources import has_tokenizer
 
 #: Pruna's ``press_type`` choices (kvpress's class names): its scorer and standalone presses
 PRESS_TYPES = ("CompactorPress", "CURPress", "ExpectedAttentionPress", "ExpectedAttentionStatsPress", "FastKVzipPress",
@@ -64,6 +66,25 @@ def _cache_hook(press: Any, stats: dict[str, int]) -> Any:
     return hook
 
 
+def _same_kind(value: Any, default: Any) -> bool:
+    """Whether ``value`` has the kind of a press field whose default is ``default`` (free when there is none)."""
+    if default is None or default is dataclasses.MISSING or isinstance(default, (list, tuple, dict)):
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return type(value) is type(default)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
+
+
+def _raised_in_kvpress(exc: BaseException) -> bool:
+    """Whether the innermost Python frame of ``exc``'s traceback is kvpress's code (the press refused the input)."""
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and "kvpress" in Path(last.tb_frame.f_code.co_filename).parts
+
+
 class PressedGenerate:
     """``model.generate`` run inside the press's context; ``stats()`` reports the last pre-fill's cache sizes."""
 
@@ -77,10 +98,13 @@ class PressedGenerate:
         try:
             with self.press(module):
                 return inner(*args, **kwargs)
-        except AssertionError as exc:  # kvpress states its preconditions as asserts (e.g. window_size < prompt)
-            raise ConfigError(f"kvpress {type(self.press).__name__} refused this generation: {exc}. Set "
-                              "cfg['kvpress_press_kwargs'] (e.g. a smaller window_size) or use longer prompts.") \
-                from exc
+        except (AssertionError, RuntimeError, ValueError, IndexError, TypeError) as exc:
+            if not _raised_in_kvpress(exc):
+                raise
+            # kvpress states its preconditions as asserts or fails on prompts too short for the press
+            raise ConfigError(f"kvpress {type(self.press).__name__} refused this generation "
+                              f"({type(exc).__name__}: {str(exc)[:200]}). Set cfg['kvpress_press_kwargs'] (e.g. a "
+                              "smaller window_size) or use longer prompts.") from exc
 
     def stats(self) -> dict[str, int]:
         """Prompt tokens and KV entries kept per layer at the last pre-fill, and the pre-fills compressed so far."""
@@ -146,6 +170,10 @@ class Kvpress(SlimkitCacher):
         if name == "FinchPress":
             raise ConfigError("kvpress_press_type='FinchPress' adds a delimiter token to the tokenizer and the "
                               f"model's embeddings, which slimkit does not change; use {OFFLINE_HINT}.")
+        if name == "KVzipPress" and not has_tokenizer(Path(str(getattr(model.config, "name_or_path", "")) or ".")):
+            raise ConfigError("kvpress_press_type='KVzipPress' loads the model's tokenizer from its "
+                              "config.name_or_path, which is not a local folder with a tokenizer here (a model built "
+                              f"from a config, or a hub name); load the model from its folder, or use {OFFLINE_HINT}.")
         if name == "ObservedAttentionPress" and getattr(model.config, "_attn_implementation", None) != "eager":
             raise ConfigError("kvpress_press_type='ObservedAttentionPress' reads attention weights, which only eager "
                               "attention returns: load the model with attn_implementation='eager'.")
@@ -156,6 +184,11 @@ class Kvpress(SlimkitCacher):
             raise ConfigError(f"kvpress_press_kwargs has {unknown}, which {name} does not take; it takes "
                               f"{sorted(fields - {'compression_ratio'})} (compression_ratio is "
                               "kvpress_compression_ratio).")
+        for key, value in kwargs.items():
+            default = next(f.default for f in dataclasses.fields(cls) if f.name == key)
+            if not _same_kind(value, default):
+                raise ConfigError(f"kvpress_press_kwargs[{key!r}]={value!r}: {name}'s {key} is "
+                                  f"{type(default).__name__}, like its default {default!r}.")
         return cls(compression_ratio=ratio, **kwargs)
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimkit.algorithms.compilation._ctranslate2 import CT2Generator, CTranslate2Compiler, loader_for, supported_configs
+from slimkit.algorithms.compilation._ctranslate2 import CT2Generator
+from slimkit.algorithms.compilation._ctranslate2_compiler import CTranslate2Compiler, loader_for, supported_configs
 from slimkit.core.registry import register
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slimkit.algorithms.compilation._ctranslate2 import CTranslate2Compiler, loader_for, supported_configs
+from slimkit.algorithms.compilation._ctranslate2_compiler import CTranslate2Compiler, loader_for, supported_configs
 from slimkit.algorithms.compilation._ctranslate2_seq2seq import CT2Translator
 from slimkit.core.registry import register
 
