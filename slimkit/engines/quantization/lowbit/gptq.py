@@ -19,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from slimkit.engines.quantization.lowbit.gptq_columns import sweep_columns
 from slimkit.engines.quantization.lowbit.linear import SCALE_DTYPE, n_groups, row_groups
 from slimkit.engines.quantization.lowbit.packing import check_bits
-from slimkit.engines.quantization.lowbit.rtn import group_mask, grouped, row_slices, search_params
+from slimkit.engines.quantization.lowbit.rtn import group_mask, grouped, minmax_params, row_slices, search_params
 from slimkit.errors import ConfigError
 
 
@@ -114,7 +115,6 @@ def _inverse_cholesky_in_place(h: torch.Tensor, damp: float) -> torch.Tensor:
     holding ``U`` (the lower triangle zeroed).
     """
     from scipy.linalg import lapack
-    from threadpoolctl import threadpool_limits
 
     base = torch.diagonal(h).clone()
     diag_mean = float(base.mean())
@@ -128,7 +128,7 @@ def _inverse_cholesky_in_place(h: torch.Tensor, damp: float) -> torch.Tensor:
 
     # LAPACK's threads follow torch's: its results depend on their number, and a resumed streaming run must write
     # the same bytes as an uninterrupted one
-    with threadpool_limits(limits=torch.get_num_threads(), user_api="blas"):
+    with _blas_threads().limit(limits=torch.get_num_threads(), user_api="blas"):
         for attempt in range(8):
             if attempt:
                 _restore_upper(h)
@@ -138,6 +138,18 @@ def _inverse_cholesky_in_place(h: torch.Tensor, damp: float) -> torch.Tensor:
                     and lapack_in_place(lapack.spotrf, overwrite_a=1, clean=0)):
                 return h.triu_()
     raise _singular(damp)
+
+
+_CONTROLLER: list = []
+
+
+def _blas_threads():
+    """One ``threadpoolctl`` controller per process: building one scans every loaded library (~0.1 s per layer)."""
+    if not _CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0]
 
 
 def _restore_upper(h: torch.Tensor, tile: int = 512) -> None:
@@ -219,46 +231,75 @@ def quantize_gptq(
     groups = n_groups(in_f, group_size)
     scales = torch.zeros(out_f, groups, device=device)
     zeros = torch.zeros(out_f, groups, device=device)
-    known = torch.zeros(groups, dtype=torch.bool)
+    perm = None
     if act_order:  # static groups: parameters from the original weights, before any error is spread
         s, z = search_params(grouped(weight, group_size), bits, sym, group_mask(in_f, group_size, device),
                              grouped(importance.unsqueeze(0), group_size), grid)
         scales.copy_(s)
         zeros.copy_(z)
-        known[:] = True
         perm = torch.argsort(torch.diagonal(h), descending=True)
         for matrix in (weight, h):  # in place: no second copy of either (h then rows too: P H P^T)
             _permute_(matrix, perm, rows=False)
-        _permute_(h, perm, rows=True)
-    else:
-        perm = torch.arange(in_f, device=device)
+        if h.is_cpu:  # along the cycles, a row at a time: a second [in, in] matrix may not fit
+            _permute_(h, perm, rows=True)
+        else:  # one gather instead of a launch per row; the old h is freed right after
+            h = h.index_select(0, perm)
     box = [h]
     del h
     hinv = _inverse_cholesky(box, damp)
-    perm_list = perm.tolist()
-    codes = torch.zeros(out_f, in_f, dtype=torch.uint8, device=device)
+    codes_t = torch.empty(in_f, out_f, dtype=torch.uint8, device=device)  # transposed: one row per column
     for start in range(0, in_f, block_size):
         end = min(start + block_size, in_f)
-        block = weight[:, start:end].clone()
-        errors = torch.zeros_like(block)
+        tile = weight[:, start:end].t().contiguous()  # [columns, out]: each column contiguous
+        errors = torch.empty_like(tile)
         hblock = hinv[start:end, start:end]
-        for i in range(end - start):
-            col = perm_list[start + i]
-            g = col // group_size
-            if not known[g]:  # first column of its group (columns run in order without act_order)
-                width = min(group_size, in_f - col)
-                rest = torch.cat([block[:, i : i + width], weight[:, end : end + max(0, width - (end - col))]], dim=1)
-                s, z = search_params(rest, bits, sym, importance=importance[col : col + width], grid=grid)
-                scales[:, g], zeros[:, g] = s, z
-                known[g] = True
-            s, z = scales[:, g], zeros[:, g]
-            column = block[:, i]
-            q = torch.clamp(torch.round(column / s + z), 0, maxq)
-            codes[:, col] = q.to(torch.uint8)
-            err = (column - (q - z) * s) / hblock[i, i]
-            block[:, i:].sub_(err.unsqueeze(1) * hblock[i, i:].unsqueeze(0))
-            errors[:, i] = err
+        if perm is None:
+            a = start
+            while a < end:  # runs of columns that share a group
+                g = a // group_size
+                b = min(end, (g + 1) * group_size)
+                lo = a - start
+                if a % group_size == 0:  # the group's first column: its parameters from the weights as they are now
+                    scales[:, g], zeros[:, g] = _group_params(tile[lo:], _past_block(weight, errors[:lo], hinv, start,
+                                                                                     end, a + group_size - end),
+                                                              a, group_size, in_f, bits, sym, importance, grid)
+                sweep_columns(tile[lo:], hblock[lo:, lo:], scales[:, g].expand(b - a, out_f),
+                              zeros[:, g].expand(b - a, out_f), codes_t[a:b], errors[lo:], b - a, maxq)
+                a = b
+        else:
+            g = perm[start:end] // group_size
+            sweep_columns(tile, hblock, scales[:, g].t(), zeros[:, g].t(), codes_t[start:end], errors,
+                          end - start, maxq)
         for cols in row_slices(in_f - end, out_f):  # the lazy update in column slices: bounded temporaries
             lo, hi = end + cols.start, end + cols.stop
-            weight[:, lo:hi].sub_(errors @ hinv[start:end, lo:hi])
-    return codes, scales.to(SCALE_DTYPE), zeros.to(SCALE_DTYPE)
+            weight[:, lo:hi].sub_(errors.t() @ hinv[start:end, lo:hi])
+    if perm is not None:  # codes back in the weight's column order
+        codes_t = codes_t[torch.argsort(perm)]
+    return codes_t.t().contiguous(), scales.to(SCALE_DTYPE), zeros.to(SCALE_DTYPE)
+
+
+def _past_block(weight: torch.Tensor, errors: torch.Tensor, hinv: torch.Tensor, start: int, end: int,
+                width: int) -> torch.Tensor:
+    """The first ``width`` columns after the block ``[start, end)`` with the errors spread so far in it applied.
+
+    They receive the block's errors only in the lazy update; a group reaching past the block needs them now.
+    """
+    rest = weight[:, end : end + max(width, 0)]
+    if rest.shape[1] == 0 or errors.shape[0] == 0:
+        return rest
+    return rest - errors.t() @ hinv[start : start + errors.shape[0], end : end + rest.shape[1]]
+
+
+def _group_params(tile: torch.Tensor, rest: torch.Tensor, col: int, group_size: int, in_f: int, bits: int, sym: bool,
+                  importance: torch.Tensor, grid: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale and zero ``[out]`` of the group starting at column ``col``, from its columns as they are now.
+
+    ``tile`` holds the block's columns from ``col`` on (transposed), ``rest`` the columns after the block that the
+    group reaches, up to date (:func:`_past_block`).
+    """
+    width = min(group_size, in_f - col)
+    inside = min(width, tile.shape[0])
+    w = torch.cat([tile[:inside].t(), rest[:, : width - inside]], dim=1) if inside < width else tile[:width].t()
+    if grid == 1:
+        return minmax_params(w, bits, sym)
+    return search_params(w, bits, sym, importance=importance[col : col + width], grid=grid)
