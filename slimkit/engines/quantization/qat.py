@@ -93,6 +93,11 @@ class QATEngine(Quantizer):
     def quantize_weight(self, weight: torch.Tensor, wrapper: QuantizerModuleWrapper, **kwargs: Any) -> torch.Tensor:
         """Fake-quantize the weight with scales from its own min/max (per channel unless disabled)."""
         bits = wrapper.bits(QuantType.WEIGHT)
+        if wrapper.weight_scale.numel() > 1 and wrapper.weight_scale.shape[0] != weight.shape[0]:
+            # a speedup removed output channels of this layer: one scale per channel that is left
+            shape = (weight.shape[0], *wrapper.weight_scale.shape[1:])
+            wrapper.weight_scale = torch.ones(shape, device=weight.device)
+            wrapper.weight_zero_point = torch.zeros(shape, device=weight.device)
         low, high = channel_min_max(weight, wrapper.weight_scale.numel() > 1)
         scale, zero_point = (symmetric_qparams if wrapper.symmetric["weight"] else affine_qparams)(low, high, bits)
         wrapper.weight_scale.copy_(scale.reshape(wrapper.weight_scale.shape))
