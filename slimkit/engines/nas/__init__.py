@@ -8,7 +8,7 @@ loop and export.
 """
 
 from slimkit.engines.nas.constraints import METRICS, calibrate_bn, measure_subnet
-from slimkit.engines.nas.diff_mutable import DiffMutableOP
+from slimkit.engines.nas.diff_mutable import DiffMutableOP, OneHotMutableOP
 from slimkit.engines.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
 from slimkit.engines.nas.export import export_subnet, load_subnet, read_subnet, save_subnet, write_subnet
 from slimkit.engines.nas.greedy import GreedyChannelSearch, GreedySubnet
@@ -31,6 +31,7 @@ __all__ = [
     "MutableChannels",
     "MutableSequential",
     "NasMutator",
+    "OneHotMutableOP",
     "OneShotMutableOP",
     "SearchResult",
     "calibrate_bn",

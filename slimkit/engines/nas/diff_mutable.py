@@ -77,3 +77,50 @@ class DiffMutableOP(OneShotMutableOP):
 
 
 register_component(DiffMutableOP, "mutable")
+
+
+class OneHotMutableOP(DiffMutableOP):
+    """DSNAS's choice (Hu et al., CVPR 2020; MMRazor's ``OneHotMutableOP``): one candidate runs per forward.
+
+    In training, a candidate is drawn from ``softmax(alpha)`` (uniformly while ``uniform`` is set, for supernet
+    pre-training) and its output is multiplied by a one-hot leaf tensor ``arch_weights`` (value 1), so the loss's
+    gradient with respect to that one-hot vector is the credit DSNAS gives the draw. Outside training, or when
+    ``fixed``, the current choice runs alone.
+    """
+
+    def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
+                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False) -> None:
+        super().__init__(candidates, init_choice, module_kwargs, fixed)
+        self.uniform = False
+        self.arch_weights: torch.Tensor | None = None  # the latest draw's one-hot (a leaf with a gradient)
+        self.drawn: int | None = None
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The drawn candidate's output times its one-hot weight (training), else the current choice's."""
+        if self.fixed or not self.training:
+            return self.candidates[self.current_choice](*args, **kwargs)
+        probs = torch.full((len(self.choices),), 1.0 / len(self.choices)) if self.uniform else self.weights().detach()
+        index = int(torch.multinomial(probs.float().cpu(), 1))
+        self.current_choice, self.drawn = self.choices[index], index
+        alpha = self.arch_parameter()
+        self.arch_weights = torch.zeros(len(self.choices), device=alpha.device, dtype=alpha.dtype)
+        self.arch_weights[index] = 1.0
+        self.arch_weights.requires_grad_()
+        return self.candidates[self.current_choice](*args, **kwargs) * self.arch_weights[index]
+
+    def arch_gradient(self) -> torch.Tensor | None:
+        """DSNAS's gradient of alpha for the latest draw: ``sum(dL/d one-hot) * (one-hot - softmax(alpha))``.
+
+        ``None`` when no training forward and backward happened since the last call.
+        """
+        weights = self.arch_weights
+        if weights is None or weights.grad is None or self.drawn is None:
+            return None
+        onehot = torch.zeros_like(weights)
+        onehot[self.drawn] = 1.0
+        grad = weights.grad.sum() * (onehot - torch.softmax(self.arch_parameter().detach(), dim=0))
+        self.arch_weights = None
+        return grad
+
+
+register_component(OneHotMutableOP, "mutable")

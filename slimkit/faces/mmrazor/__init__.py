@@ -34,6 +34,7 @@ from slimkit.faces.mmrazor.datafree import DAFLDataFreeDistillation, DataFreeDis
 from slimkit.faces.mmrazor.distill import SingleTeacherDistill
 from slimkit.faces.mmrazor.distill_variants import FpnTeacherDistill, OverhaulFeatureDistillation
 from slimkit.faces.mmrazor.nas import (
+    DSNAS,
     SPOS,
     AutoSlim,
     BigNAS,
@@ -74,6 +75,7 @@ __all__ = [
     "DCFFChannelMutator",
     "DMCP",
     "DMCPChannelMutator",
+    "DSNAS",
     "Darts",
     "DataFreeDistillation",
     "DynamicBatchNorm2d",

@@ -16,15 +16,15 @@ from hypothesis import strategies as st
 from torch import nn
 
 from slimkit.core import registry
-from slimkit.engines.nas import DiffMutableOP
-from slimkit.razor import Darts, build
+from slimkit.engines.nas import DiffMutableOP, OneHotMutableOP
+from slimkit.razor import DSNAS, Darts, build
 from slimkit.training.distill import RecorderManager
 from tests.fuzz._fuzz import clear_or_ok, examples
 
 LOSSES = ["ABLoss", "KDSoftCELoss", "CrossEntropyLoss"]
 CONNECTORS = ["TorchFunctionalConnector", "TorchNNConnector", "NormConnector", "BYOTConnector"]
 RECORDERS = ["MethodInputs", "FunctionInputs", "Parameter"]
-ALGORITHMS = ["MMArchitectureQuant", "Darts", "BigNAS", "AutoSlim", "SelfDistill"]
+ALGORITHMS = ["MMArchitectureQuant", "Darts", "DSNAS", "BigNAS", "AutoSlim", "SelfDistill"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(-2, 5), st.floats(allow_nan=True),
                     st.sampled_from(["avg_pool2d", "relu", "AvgPool2d", "Conv2d", "BN", "GN", "mean", "none",
@@ -77,9 +77,10 @@ def test_new_recorders_bind_or_are_refused(kind, source):
 
 def _algorithm(cfg: dict) -> None:
     kind = cfg["type"]
-    if kind == "Darts":
-        net = nn.Sequential(DiffMutableOP({"a": nn.Linear(4, 4), "b": nn.Identity()}), nn.Linear(4, 3))
-        algo: Darts = build(cfg, architecture=net)
+    if kind in ("Darts", "DSNAS"):
+        op = DiffMutableOP if kind == "Darts" else OneHotMutableOP
+        net = nn.Sequential(op({"a": nn.Linear(4, 4), "b": nn.Identity()}), nn.Linear(4, 3))
+        algo: Darts | DSNAS = build(cfg, architecture=net)
         algo(torch.rand(4, 4), torch.tensor([0, 1, 2, 0]), mode="loss")
         return
     arch = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),

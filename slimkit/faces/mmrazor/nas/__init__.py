@@ -1,4 +1,4 @@
-"""NAS in MMRazor's terms: ``SPOS``, ``AutoSlim``, ``BigNAS``, ``Darts``, the search spaces and ``sub_model``.
+"""NAS in MMRazor's terms: ``SPOS``, ``AutoSlim``, ``BigNAS``, ``Darts``, ``DSNAS``, search spaces, ``sub_model``.
 
 The search spaces: ``SearchableCNN`` and MMRazor's ShuffleNetV2 and MobileNetV2, buildable from its configs.
 
@@ -15,6 +15,7 @@ The engines (mutables, dynamic layers, the mutator, evolution search, subnet exp
 from slimkit.faces.mmrazor.nas.autoslim import AutoSlim
 from slimkit.faces.mmrazor.nas.bignas import BigNAS
 from slimkit.faces.mmrazor.nas.darts import Darts
+from slimkit.faces.mmrazor.nas.dsnas import DSNAS
 from slimkit.faces.mmrazor.nas.mobilenet import MBBlock, SearchableIdentity, SearchableMobileNetV2
 from slimkit.faces.mmrazor.nas.searchable_cnn import SearchableCNN
 from slimkit.faces.mmrazor.nas.shufflenet import SearchableShuffleNetV2, ShuffleBlock, ShuffleXception
@@ -24,6 +25,7 @@ from slimkit.faces.mmrazor.nas.sub_model import sub_model
 __all__ = [
     "AutoSlim",
     "BigNAS",
+    "DSNAS",
     "Darts",
     "MBBlock",
     "SPOS",

@@ -41,6 +41,11 @@ class BigNAS(SandwichNAS):
         if isinstance(drop_path_rate, bool) or not isinstance(drop_path_rate, (int, float)) or not (
                 0 <= drop_path_rate < 1):
             raise ConfigError(f"BigNAS: drop_path_rate must be a number in [0, 1), got {drop_path_rate!r}.")
+        stages_ok = isinstance(backbone_dropout_stages, (list, tuple)) and all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 1 for i in backbone_dropout_stages)
+        if backbone_dropout_stages is not None and not stages_ok:
+            raise ConfigError(f"BigNAS: backbone_dropout_stages must be a list of stage numbers (1-based), got "
+                              f"{backbone_dropout_stages!r}.")
         super().__init__(architecture, mutator, distiller, num_random_samples, norm_training, data_preprocessor,
                          init_cfg)
         self.drop_path_rate = float(drop_path_rate)

@@ -35,6 +35,29 @@ from slimkit.faces.mmrazor.nas.spos import SPOS
 DEFAULT_ARCH_OPTIMIZER: dict[str, Any] = {"type": "Adam", "lr": 3e-4, "betas": (0.5, 0.999), "weight_decay": 1e-3}
 
 
+def optimizer_cfg(spec: Any, owner: str) -> dict[str, Any]:
+    """The optimizer dict of ``arch_optimizer`` (itself, or its ``optimizer`` entry as in MMRazor's optim_wrapper)."""
+    spec = DEFAULT_ARCH_OPTIMIZER if spec is None else spec
+    inner = spec.get("optimizer", spec) if isinstance(spec, Mapping) else None
+    if not isinstance(inner, Mapping):
+        raise ConfigError(f"{owner}: arch_optimizer must be dict(type='Adam', lr=3e-4, ...) or dict(optimizer=...), "
+                          f"got {spec!r}.")
+    return dict(inner)
+
+
+def torch_optimizer(params: list[torch.Tensor], cfg: Mapping[str, Any], owner: str) -> torch.optim.Optimizer:
+    """The ``torch.optim`` optimizer ``cfg`` names (``dict(type='Adam', lr=...)``) over ``params``."""
+    cfg = dict(cfg)
+    kind = str(cfg.pop("type", "Adam")).rpartition(".")[2]
+    cls = getattr(torch.optim, kind, None)
+    if not isinstance(cls, type) or not issubclass(cls, torch.optim.Optimizer):
+        raise ConfigError(f"{owner}: arch_optimizer type {kind!r} is not a torch.optim optimizer (e.g. 'Adam').")
+    try:
+        return cls(params, **cfg)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{owner}: arch_optimizer={dict(cfg, type=kind)!r}: {exc}.") from exc
+
+
 def _half(value: Any, first: bool) -> Any:
     if isinstance(value, torch.Tensor):
         cut = value.shape[0] // 2
@@ -67,8 +90,7 @@ class Darts(SPOS):
         if isinstance(unroll_lr, bool) or not isinstance(unroll_lr, (int, float)) or unroll_lr <= 0:
             raise ConfigError(f"Darts: unroll_lr must be a number > 0, got {unroll_lr!r}.")
         self.unroll, self.unroll_lr = bool(unroll), float(unroll_lr)
-        spec = dict(arch_optimizer or DEFAULT_ARCH_OPTIMIZER)
-        self.arch_optimizer_cfg = dict(spec.get("optimizer", spec))
+        self.arch_optimizer_cfg = optimizer_cfg(arch_optimizer, "Darts")
         self._arch_opt: torch.optim.Optimizer | None = None
         self._arch_iter: Iterator[Any] | None = None
         self.last_arch_loss = float("nan")  # the held-out loss of the latest alpha step
@@ -87,15 +109,7 @@ class Darts(SPOS):
         params = self.arch_parameters()
         if self._arch_opt is None or any(p is not q for p, q in zip(params, self._arch_opt.param_groups[0]["params"],
                                                                    strict=True)):
-            cfg = dict(self.arch_optimizer_cfg)
-            kind = str(cfg.pop("type", "Adam")).rpartition(".")[2]
-            cls = getattr(torch.optim, kind, None)
-            if not isinstance(cls, type) or not issubclass(cls, torch.optim.Optimizer):
-                raise ConfigError(f"Darts: arch_optimizer type {kind!r} is not a torch.optim optimizer (e.g. 'Adam').")
-            try:
-                self._arch_opt = cls(params, **cfg)
-            except TypeError as exc:
-                raise ConfigError(f"Darts: arch_optimizer={self.arch_optimizer_cfg!r}: {exc}.") from exc
+            self._arch_opt = torch_optimizer(params, self.arch_optimizer_cfg, "Darts")
         return self._arch_opt
 
     def _task(self, inputs: Any, data_samples: Any) -> torch.Tensor:
