@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import transformers
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slimkit import SmashConfig, SmashedModel, smash
+from slimkit import SmashConfig, SmashedModel, smash, zoo
 from slimkit.algorithms.caching.kvpress import NEEDS_HUB, PRESS_TYPES
 from slimkit.zoo._hf import byte_tokenizer
 from tests.algorithms.models import _seq2seq_inputs, tiny_bart
@@ -32,11 +31,7 @@ WORDS = ("ctranslate2", "CTranslate2", "smash_config.json")
 
 
 def _tiny_llama() -> torch.nn.Module:
-    config = transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2,
-                                      num_key_value_heads=1, num_hidden_layers=2, vocab_size=256,
-                                      max_position_embeddings=64)
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).eval()
+    return zoo.load("tiny_llama").model.eval()
 
 
 @pytest.fixture(scope="module")

@@ -110,6 +110,16 @@ def rows(input_ids: Any, attention_mask: Any, what: str) -> list[list[int]]:
     return [ids[i][keep[i]].tolist() for i in range(ids.shape[0])]
 
 
+def check_generate_call(what: str, input_ids: Any, kwargs: dict[str, Any], accepted: tuple[str, ...]) -> None:
+    """A ConfigError for a ``generate`` call without input_ids or with arguments the runner does not take."""
+    unknown = sorted(set(kwargs) - {"pad_token_id", "eos_token_id", "use_cache", "generation_config"})
+    if unknown:
+        raise ConfigError(f"{what} generate() does not take {unknown}; it takes input_ids, attention_mask, "
+                          f"{', '.join(accepted)}.")
+    if input_ids is None:
+        raise ConfigError(f"{what} generate() needs input_ids ([batch, seq] token ids).")
+
+
 def sampling_options(do_sample: bool, temperature: float, top_k: int, top_p: float) -> dict[str, Any]:
     """CTranslate2's sampling arguments (greedy unless ``do_sample``)."""
     if not do_sample:
@@ -168,12 +178,7 @@ class CT2Generator(CT2Module):
         A transformers ``streamer`` receives the prompt, then each new token; ``stopping_criteria`` are checked
         after every token.
         """
-        unknown = sorted(set(kwargs) - {"pad_token_id", "eos_token_id", "use_cache", "generation_config"})
-        if unknown:
-            raise ConfigError(f"c_generate generate() does not take {unknown}; it takes input_ids, attention_mask, "
-                              f"{', '.join(_SAMPLING)}, streamer, stopping_criteria.")
-        if input_ids is None:
-            raise ConfigError("c_generate generate() needs input_ids ([batch, seq] token ids).")
+        check_generate_call("c_generate", input_ids, kwargs, (*_SAMPLING, "streamer", "stopping_criteria"))
         batch = rows(input_ids, attention_mask, "c_generate")
         ids = input_ids.view(len(batch), -1)
         options = sampling_options(do_sample, temperature, top_k, top_p)

@@ -9,7 +9,13 @@ import numpy as np
 import torch
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
-from slimkit.algorithms.compilation._ctranslate2 import CT2Module, open_model, rows, sampling_options
+from slimkit.algorithms.compilation._ctranslate2 import (
+    CT2Module,
+    check_generate_call,
+    open_model,
+    rows,
+    sampling_options,
+)
 from slimkit.errors import ConfigError
 
 _GENERATE = ("max_new_tokens", "min_new_tokens", "do_sample", "temperature", "top_k", "top_p", "num_beams")
@@ -69,12 +75,7 @@ class CT2Translator(CT2Module):
 
         Shorter rows are padded with the pad token, as a transformers encoder-decoder's ``generate`` returns them.
         """
-        unknown = sorted(set(kwargs) - {"pad_token_id", "eos_token_id", "use_cache", "generation_config"})
-        if unknown:
-            raise ConfigError(f"c_translate generate() does not take {unknown}; it takes input_ids, attention_mask, "
-                              f"{', '.join(_GENERATE)}.")
-        if input_ids is None:
-            raise ConfigError("c_translate generate() needs input_ids ([batch, source] token ids).")
+        check_generate_call("c_translate", input_ids, kwargs, _GENERATE)
         results = self.translator.translate_batch(
             self._sources(input_ids, attention_mask), beam_size=int(num_beams), max_decoding_length=int(max_new_tokens),
             min_decoding_length=int(min_new_tokens), return_end_token=True,
