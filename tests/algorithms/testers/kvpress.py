@@ -18,7 +18,8 @@ class TestKvpress(AlgorithmTesterBase):
 
     def post_smash_hook(self, smashed, base, inputs):
         new = {"max_new_tokens": 4, "do_sample": False, "return_dict_in_generate": True}
-        ours, theirs = smashed.generate(PROMPT, **new), base.generate(PROMPT, **new)
+        prompt = PROMPT.to(inputs["input_ids"].device)  # the CUDA harness runs this hook on the GPU
+        ours, theirs = smashed.generate(prompt, **new), base.generate(prompt, **new)
         assert ours.sequences.shape == theirs.sequences.shape == (1, 44)
         # the cache generation ended with: the kept prompt entries plus the 3 new tokens it attended to
         assert theirs.past_key_values.get_seq_length() == 43
