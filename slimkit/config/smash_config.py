@@ -198,6 +198,9 @@ class SmashConfig(PrunaConfigFace):
         if isinstance(tokenizer, (str, os.PathLike)):
             tokenizer = load_pretrained("AutoTokenizer", tokenizer, "tokenizer")
         self.tokenizer = tokenizer
+        bind = getattr(self.data, "bind_tokenizer", None)  # data added before its tokenizer (Pruna's order)
+        if callable(bind):
+            bind(tokenizer)
 
     def add_processor(self, processor: Any) -> None:
         """Attach a processor (an object, or a local path / hub id loaded with transformers' AutoProcessor)."""

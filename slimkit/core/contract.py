@@ -218,6 +218,15 @@ class SlimkitAlgorithm(ABC):
         """Un-prefixed hyperparameter name -> default value."""
         return {hp.name: hp.default_value for hp in cls().get_hyperparameters()}
 
+    @classmethod
+    def effective_hyperparameters(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` (un-prefixed, defaults filled) as the algorithm acts on them.
+
+        A preset such as a scheme name is expanded into the settings it stands for; identity unless an algorithm
+        has presets.
+        """
+        return values
+
 
 class SlimkitPruner(SlimkitAlgorithm):
     """Removes weights, channels or heads."""

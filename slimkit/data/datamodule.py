@@ -266,6 +266,9 @@ def make_datamodule(
     collate arguments (and loader options for built-in ids).
     """
     if isinstance(data, DataModule):
+        bind = getattr(data, "bind_tokenizer", None)  # a face's module built before its tokenizer was known
+        if callable(bind):
+            bind(tokenizer)
         return data
     if isinstance(data, str):
         return DataModule.from_string(data, tokenizer=tokenizer, processor=processor, collate_fn=collate_fn, **kwargs)

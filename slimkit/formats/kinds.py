@@ -92,7 +92,7 @@ def recipe_kinds(smash_config: Any) -> dict[str, LayerKind | None]:
         if result is None:
             kinds[name] = None
             continue
-        hps = smash_config.hyperparameters_of(name)
+        hps = registry.get(name).effective_hyperparameters(smash_config.hyperparameters_of(name))
         group = int(hps.get("group_size") or PER_CHANNEL)
         kinds[name] = LayerKind(result.kind, hps.get("bits"), None if group == PER_CHANNEL else group,
                                 bool(hps.get("sym", False)), result.integer_zeros,

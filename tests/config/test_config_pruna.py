@@ -73,7 +73,7 @@ def test_add_and_device_item():
 @pytest.mark.parametrize(("pruna", "closest"), [
     ("hqq_diffusers", "hqq"), ("llm_int8", "int8_dynamic"),
     ("ifw", "dynamic_batch"), ("stable_fast", "torch_compile"), ("fora", "step_cache"),
-    ("text_to_text_perp", "finetune"),
+    ("text_to_image_perp", "finetune"),
 ])
 def test_pruna_algorithms_slimkit_lacks_name_the_closest(pruna, closest):
     with pytest.raises(AlgorithmNotFoundError, match=rf"slimkit has no '{pruna}' \(another tool's algorithm\); "

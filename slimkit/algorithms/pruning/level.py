@@ -25,7 +25,7 @@ class Level(FrameworkPruner):
 
     algorithm_name = "level"
     aliases = ("torch_unstructured",)
-    renamed_hyperparameters = {"torch_unstructured": {"target_modules": "op_types"}}
+    renamed_hyperparameters = {"torch_unstructured": {"target_modules": "op_types", "pruning_method": "method"}}
     references = {"Paper": "https://arxiv.org/abs/1506.02626",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#level-pruner"}
     engine = LevelEngine

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformIntegerHyperparameter
+from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
@@ -14,6 +14,17 @@ from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
 from slimkit.engines.quantization.lowbit import quantize_model_awq
 from slimkit.engines.quantization.lowbit.blockwise import BlockStep, awq_step
+
+#: llm-compressor's weight-only integer schemes (compressed-tensors presets) -> (bits, group_size, sym)
+QUANT_SCHEMES: dict[str, tuple[int, int, bool]] = {
+    "W4A16": (4, 128, True), "W4A16_ASYM": (4, 128, False), "W8A16": (8, 128, True), "W3A16": (3, 128, True),
+    "W2A16": (2, 128, True)}
+
+
+def _grid(smash_config: SmashConfigPrefixWrapper) -> tuple[int, int, bool]:
+    """(bits, group_size, sym): the ``quant_scheme`` preset when one is set, else the three settings."""
+    values = AWQ.effective_hyperparameters({k: smash_config[k] for k in ("quant_scheme", "bits", "group_size", "sym")})
+    return int(values["bits"]), int(values["group_size"]), bool(values["sym"])
 
 
 @register
@@ -26,7 +37,8 @@ class AWQ(CalibratedLowBitQuantizer):
     ``fold_only``, the layer is not scaled); each group's
     clipping range is then searched on activation-weighted error. Runs block by block on calibration text;
     needs a tokenizer and data (e.g. ``cfg.add_tokenizer(tok); cfg.add_data("PyDocText")``). Stored packed
-    like rtn.
+    like rtn. ``quant_scheme`` takes llm-compressor's (and Pruna's) scheme names: ``W4A16`` (4-bit symmetric,
+    groups of 128), ``W4A16_ASYM``, ``W8A16``, ``W3A16``, ``W2A16``.
     """
 
     algorithm_name = "awq"
@@ -35,8 +47,12 @@ class AWQ(CalibratedLowBitQuantizer):
     references = {"AWQ": "https://arxiv.org/abs/2306.00978"}
 
     def get_hyperparameters(self) -> list:
-        """Bits, group size, sym, grid size, clipping, fold-only, calibration size, exclusions."""
+        """Scheme, bits, group size, sym, grid size, clipping, fold-only, calibration size, exclusions."""
         return [
+            CategoricalHyperparameter("quant_scheme", [None, *QUANT_SCHEMES], default_value=None, meta={
+                "desc": "llm-compressor's weight-only scheme (W4A16: 4-bit symmetric groups of 128; _ASYM: with a "
+                        "zero point), setting bits, group_size and sym; None: those three decide. Schemes that "
+                        "quantize activations (W8A8, FP8, ...) are not AWQ's: see int8_smooth / int8_static."}),
             *support.weight_hyperparameters(),
             UniformIntegerHyperparameter("n_grid", 2, 100, default_value=10,
                                          meta={"desc": "Values of alpha tried in [0, 1) per layer group (for "
@@ -49,18 +65,26 @@ class AWQ(CalibratedLowBitQuantizer):
             *support.calibration_hyperparameters(),
         ]
 
+    @classmethod
+    def effective_hyperparameters(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """``bits``, ``group_size`` and ``sym`` as ``quant_scheme`` sets them, when it is set."""
+        scheme = values.get("quant_scheme")
+        if scheme is None:
+            return values
+        return {**values, **dict(zip(("bits", "group_size", "sym"), QUANT_SCHEMES[scheme], strict=True))}
+
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         targets = model_targets(model)
         ids = support.read_calibration_ids(model, smash_config)
-        specs = quantize_model_awq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
-                                   smash_config["n_grid"], tuple(smash_config["exclude"]),
-                                   clip_search=smash_config["clip_search"], fold_only=smash_config["fold_only"])
+        bits, group_size, sym = _grid(smash_config)
+        specs = quantize_model_awq(model, ids, bits, group_size, sym, smash_config["n_grid"],
+                                   tuple(smash_config["exclude"]), clip_search=smash_config["clip_search"],
+                                   fold_only=smash_config["fold_only"])
         support.record(smash_config, specs, targets)
         return model
 
     def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
         """AWQ on each block's calibration inputs, for a model streamed block by block."""
-        return awq_step(support.read_calibration_ids(model, smash_config), smash_config["bits"],
-                        smash_config["group_size"], smash_config["sym"], smash_config["n_grid"],
-                        smash_config["clip_search"], tuple(smash_config["exclude"]),
+        return awq_step(support.read_calibration_ids(model, smash_config), *_grid(smash_config),
+                        smash_config["n_grid"], smash_config["clip_search"], tuple(smash_config["exclude"]),
                         fold_only=smash_config["fold_only"])

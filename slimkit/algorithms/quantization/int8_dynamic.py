@@ -5,6 +5,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ConfigSpace import OrdinalHyperparameter
+
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.coverage import refusal
@@ -18,7 +20,7 @@ from slimkit.engines.quantization.int8.dynamic import (
     quantize_targets,
 )
 from slimkit.engines.quantization.int8.experts import quantize_experts_int8, replay_int8_experts
-from slimkit.errors import SaveLoadError
+from slimkit.errors import ConfigError, SaveLoadError
 
 
 @register
@@ -46,8 +48,11 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
     target_kinds = (*KINDS, EXPERTS)  # dense layers and MoE experts modules
 
     def get_hyperparameters(self) -> list:
-        """Per-channel scales and fp32 exclusions."""
+        """Weight code type, per-channel scales and fp32 exclusions."""
         return [
+            OrdinalHyperparameter("weight_bits", ["quint8", "qint8"], default_value="qint8",
+                                  meta={"desc": "Type of the weight codes (Pruna's torch_dynamic name): qint8, signed "
+                                                "8-bit; PyTorch's dynamic Linear takes no quint8 weights."}),
             Boolean("per_channel", True, meta={"desc": "One weight scale per output channel (more accurate) "
                                                        "instead of one per tensor."}),
             ListHyperparameter("exclude", (), meta={"desc": "Module names kept in fp32: exact names or glob patterns, "
@@ -55,6 +60,10 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        if smash_config["weight_bits"] != "qint8":
+            raise ConfigError(f"int8_dynamic_weight_bits={smash_config['weight_bits']!r}: PyTorch's dynamic quantized "
+                              "Linear stores its weights as qint8 only (quint8 is the type of its activations); set "
+                              "weight_bits='qint8' (the default).")
         exclude = tuple(smash_config["exclude"])
         targets = model_targets(model)
         chosen = select(targets, self.target_kinds, exclude)

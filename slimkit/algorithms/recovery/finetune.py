@@ -24,7 +24,7 @@ class Finetune(SlimkitRecoverer):
 
     algorithm_name = "finetune"
     #: Pruna's names for close algorithms (errors point here)
-    near_names = ("text_to_text_perp", "text_to_text_inplace_perp", "text_to_image_perp", "text_to_image_lora")
+    near_names = ("text_to_image_perp", "text_to_image_inplace_perp", "text_to_image_lora")
     aliases = ("fine_tune", "text_to_text_lora")
     #: Pruna's LoRA recoverer: its names for the same settings, and LoRA on by default under that name
     renamed_hyperparameters = {"text_to_text_lora": {"lora_r": "lora_rank", "learning_rate": "lr",

@@ -57,3 +57,18 @@ class TestGPTQThenLlamaCpp(TestLlamaCpp):
         assert state["gguf_bytes"] < 0.45 * sum(p.numel() * 4 for p in base.parameters())
         text = smashed.model.generate(inputs["input_ids"][:1], max_new_tokens=4)
         assert text.shape == (1, inputs["input_ids"].shape[1] + 4)
+
+
+class TestLlamaCppQuantizationMethod(TestLlamaCpp):
+    """Pruna's ``quantization_method``: llama.cpp's own quantizer rewrites the float export (q8_0: every matrix)."""
+
+    models = ["tiny_llama"]
+    hyperparameters = {"n_threads": 1, "n_ctx": 64, "quantization_method": "q8_0"}
+
+    def post_smash_hook(self, smashed, base, inputs):
+        state = smashed.applied[-1]["state"]
+        assert state["quantization_method"] == "q8_0" and state["file_type"] == "MOSTLY_Q8_0"
+        matrices = sum(1 for _, p in base.named_parameters() if p.dim() == 2)
+        assert state["tensor_types"] == {"F32": 2 * base.config.num_hidden_layers + 1, "Q8_0": matrices}
+        assert state["gguf_bytes"] < 0.35 * sum(p.numel() * 4 for p in base.parameters())
+        assert (_logits(smashed, inputs) - _logits(base, inputs)).abs().max() < 0.1
