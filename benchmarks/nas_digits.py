@@ -31,12 +31,13 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from slimkit.engines.nas import GreedyChannelSearch, measure_subnet
+from slimkit.engines.nas import GreedyChannelSearch, SearchResult, measure_subnet
 from slimkit.razor import (
     SPOS,
     AutoSlim,
@@ -89,6 +90,16 @@ def random_subnets(supernet: nn.Module, n: int, flops: float, x1: torch.Tensor, 
     return found
 
 
+def evolve(algo: nn.Module, score: Callable[[nn.Module], float], x1: torch.Tensor, calib: list, seed: int,
+           args: argparse.Namespace) -> SearchResult:
+    """The evolution search every supernet gets: 20 candidates, top 5, 8 mutations + 8 crossovers, BN recalibrated."""
+    return EvolutionSearchLoop(algo, score, example_inputs=x1, max_epochs=args.search_epochs, num_candidates=20,
+                               top_k=5, num_mutation=8, num_crossover=8, mutate_prob=0.2,
+                               constraints_range=dict(flops=args.flops), score_key="val_accuracy",
+                               calibrate_fn=lambda m: calibrate_bn(m, calib), seed=seed, progress=False,
+                               units="slimkit").run()
+
+
 def run_seed(seed: int, args: argparse.Namespace, split: tuple) -> dict:
     x_tr, y_tr, x_val, y_val, x_test, y_test = split
     torch.manual_seed(seed)
@@ -103,12 +114,7 @@ def run_seed(seed: int, args: argparse.Namespace, split: tuple) -> dict:
         return float((model(x_val, mode="predict") == y_val).float().mean())
 
     start = time.perf_counter()
-    loop = EvolutionSearchLoop(spos, score, example_inputs=x_tr[:1], max_epochs=args.search_epochs,
-                               num_candidates=20, top_k=5, num_mutation=8, num_crossover=8, mutate_prob=0.2,
-                               constraints_range=dict(flops=args.flops), score_key="val_accuracy",
-                               calibrate_fn=lambda m: calibrate_bn(m, calib), seed=seed, progress=False,
-                               units="slimkit")
-    result = loop.run()
+    result = evolve(spos, score, x_tr[:1], calib, seed, args)
     t_search = time.perf_counter() - start
     x1, data = x_tr[:1], batches(x_tr, y_tr, 64, 1_000 + seed, args.retrain_epochs)
     start = time.perf_counter()
@@ -160,12 +166,7 @@ def sandwich_seed(seed: int, args: argparse.Namespace, split: tuple) -> list[lis
             found = loop.run()[-1]
             subnet, flops = found.subnet, found.flops
         else:
-            loop = EvolutionSearchLoop(algo, score, example_inputs=x_tr[:1], max_epochs=args.search_epochs,
-                                       num_candidates=20, top_k=5, num_mutation=8, num_crossover=8, mutate_prob=0.2,
-                                       constraints_range=dict(flops=args.flops), score_key="val_accuracy",
-                                       calibrate_fn=lambda m: calibrate_bn(m, calib), seed=seed, progress=False,
-                                       units="slimkit")
-            result = loop.run()
+            result = evolve(algo, score, x_tr[:1], calib, seed, args)
             subnet, flops = result.best_subnet, result.metrics["flops"]
         t_search = time.perf_counter() - start
         shared = shared_accuracy(algo, subnet, calib, x_test, y_test)
