@@ -171,7 +171,9 @@ def plan(layer: PackedLayer, x: torch.Tensor, chooser: Chooser | None = None,
     bucket = row_bucket(x.numel() // max(k, 1))
     builders = candidates(layer, x.dtype, bucket, use_triton)
     key = decision_key(layer, x.dtype, bucket)
-    if key not in chooser.decisions:
+    if key not in chooser.decisions and len(builders) == 1:  # prefill-sized: only the dense path, nothing to time
+        chooser.choose(key, dict.fromkeys(builders, lambda: None))
+    elif key not in chooser.decisions:
         probe = torch.randn(bucket, k, device=x.device).to(x.dtype)
         fns = _verified(layer, probe, builders)
         chooser.choose(key, {name: functools.partial(fn, probe) for name, fn in fns.items()})

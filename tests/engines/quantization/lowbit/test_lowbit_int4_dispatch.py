@@ -178,3 +178,13 @@ def test_a_path_that_fails_to_build_is_dropped_with_its_error(monkeypatch, make_
     with pytest.warns(RuntimeWarning, match="int4 path tinygemm dropped .*unsupported tensor shape"):
         name, fn = int4_dispatch.plan(layer, torch.randn(1, 256), Chooser(FakeTimes({})), use_triton=False)
     assert name == "dense" and fn(torch.randn(1, 256)).shape == (1, 64)
+
+
+def test_prefill_sizes_with_only_the_dense_path_are_neither_probed_nor_timed(monkeypatch, make_layer):
+    layer = make_layer(4, 64, 256, 128)
+    timer = FakeTimes({})
+    monkeypatch.setattr(int4_dispatch, "_verified", lambda *a: pytest.fail("probed a single candidate"))
+    x = torch.randn(600, 256)  # bucket 1024: above tinygemm's and the Triton GEMM's buckets
+    name, fn = int4_dispatch.plan(layer, x, Chooser(timer), use_triton=True)
+    assert name == "dense" and timer.asked == []
+    assert float((fn(x) - _reference(layer, x)).abs().max()) < 1e-4
