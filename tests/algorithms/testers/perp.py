@@ -10,7 +10,7 @@ from slimkit.evaluation import perplexity
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
 _PRUNE = {"pruner": "level", "level_sparsity": 0.5}
-_FAST = {"steps": 2, "training_batch_size": 1, "learning_rate": 1e-2, "num_threads": 1}
+_FAST = {"steps": 4, "training_batch_size": 2, "learning_rate": 1e-2, "num_threads": 1}
 
 
 def _held_out(cfg: SmashConfig, batches: int = 1) -> list:
