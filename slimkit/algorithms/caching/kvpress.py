@@ -200,4 +200,5 @@ class Kvpress(SlimkitCacher):
                 raise ConfigError(f"kvpress_press_type={smash_config['press_type']!r} loads trained weights from the "
                                   f"Hugging Face hub, which failed ({type(exc).__name__}: {str(exc)[:200]}). Offline, "
                                   f"use {OFFLINE_HINT}.") from exc
+        model._kvpress_press = press  # where Pruna's users find the press
         return patch_forward(model, "kv_press", PressedGenerate(press), method="generate")

@@ -18,7 +18,7 @@ def _fp32_bytes(model: torch.nn.Module) -> int:
 
 class TestCGenerate(AlgorithmTesterBase):
     algorithm = "c_generate"
-    models = ["tiny_llama", "tiny_gpt2"]
+    models = ["tiny_llama", "tiny_gpt2", "tiny_opt"]  # Pruna tests c_generate on a tiny OPT
     reject_models = ["mlp", "tiny_bert", "not_a_module"]
     hyperparameters = {"n_threads": 1}  # weight_bits: the default, int8
 
@@ -27,7 +27,7 @@ class TestCGenerate(AlgorithmTesterBase):
         cfg.add_tokenizer(byte_tokenizer())
 
     def post_smash_hook(self, smashed, base, inputs):
-        assert isinstance(smashed.model, CT2Generator)
+        assert isinstance(smashed.model, CT2Generator) and smashed.generator is smashed.model.generator  # Pruna's
         state = smashed.applied[-1]["state"]
         assert state["quantization"] == "int8" and state["bytes"] < 0.4 * _fp32_bytes(base)
         ids = inputs["input_ids"]

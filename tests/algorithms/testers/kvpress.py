@@ -25,6 +25,7 @@ class TestKvpress(AlgorithmTesterBase):
         assert theirs.past_key_values.get_seq_length() == 43
         assert ours.past_key_values.get_seq_length() == self.kept + 3
         assert smashed.kv_press.stats() == {"prompt_tokens": 40, "kept_tokens": self.kept, "prefills": 1}
+        assert smashed._kvpress_press is smashed.kv_press.press  # Pruna's attribute
         with torch.no_grad():  # forward is untouched: the press acts inside generate only
             assert torch.equal(smashed(**inputs).logits, base(**inputs).logits)
 
