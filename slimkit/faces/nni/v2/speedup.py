@@ -18,6 +18,7 @@ from torch import nn
 
 from slimkit.engines.pruning.coupling import has_norm_masks, norm_producer_masks
 from slimkit.engines.speedup import ModelSpeedup as EngineSpeedup
+from slimkit.engines.speedup import SpeedupError
 from slimkit.engines.speedup.masks import MaskDict, load_masks
 
 __all__ = ["ModelSpeedup", "NormMaskSpeedup"]
@@ -39,6 +40,7 @@ class NormMaskSpeedup(EngineSpeedup):
 
     def __init__(self, model: nn.Module, dummy_input: Any, masks: MaskDict | str | os.PathLike | None = None,
                  verify: bool = True, fold_constants: bool = True, **kwargs: Any) -> None:
+        masks = _v3_arguments(masks, kwargs)
         source = masks if masks is not None else kwargs.get("masks_file")
         if isinstance(model, nn.Module) and source is not None:
             loaded = {name: _slimkit_entry(entry) for name, entry in load_masks(source).items()}
@@ -49,6 +51,34 @@ class NormMaskSpeedup(EngineSpeedup):
             else:
                 kwargs["masks_file"] = loaded
         super().__init__(model, dummy_input, masks, verify, fold_constants, **kwargs)
+
+
+#: NNI 3.0's keywords that only tune NNI's own tracer (slimkit's traces the model once, on its own terms)
+_V3_TUNING = ("garbage_collect_values", "logger")
+#: NNI 3.0's extension points into NNI's tracer, which slimkit does not run
+_V3_HOOKS = ("customized_mask_updaters", "customized_replacers", "graph_module")
+
+
+def _v3_arguments(masks: Any, kwargs: dict[str, Any]) -> Any:
+    """The masks of an NNI 3.0 call (``masks_or_file``); its other keywords made the engine's or refused.
+
+    ``batch_size`` is NNI 2.x's ``confidence``; ``map_location`` and ``batch_dim`` go to the engine as they are;
+    ``garbage_collect_values`` and ``logger`` only tune NNI's tracer and are dropped; its hooks are refused.
+    """
+    if "masks_or_file" in kwargs:
+        if masks is not None:
+            raise SpeedupError("ModelSpeedup got the masks twice (masks and masks_or_file=).")
+        masks = kwargs.pop("masks_or_file")
+    if "batch_size" in kwargs:  # NNI 3.0's name for NNI 2.x's confidence
+        kwargs["confidence"] = kwargs.pop("batch_size")
+    for key in _V3_TUNING:
+        kwargs.pop(key, None)
+    given = [k for k in _V3_HOOKS if kwargs.pop(k, None) is not None]
+    if given:
+        raise SpeedupError(f"ModelSpeedup({given[0]}=...) plugs into NNI's own tracer, which slimkit does not run; "
+                           "slimkit traces channel dependencies itself. An op it cannot follow is named in its error, "
+                           "with the 'exclude' entry that avoids it.")
+    return masks
 
 
 ModelSpeedup = NormMaskSpeedup  # NNI's name, on the face

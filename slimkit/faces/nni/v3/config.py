@@ -27,8 +27,8 @@ from torch import nn
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.errors import closest
 
-__all__ = ["V3_KEYS", "V3Config", "dummy_input_of", "is_v3_config", "remember_dummy_input", "select_modules",
-           "v2_config_from_v3"]
+__all__ = ["V3_KEYS", "V3Config", "check_entry", "dummy_input_of", "is_v3_config", "remember_dummy_input",
+           "select_modules", "v2_config_from_v3"]
 
 _SELECT = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
 _SPARSE = ("sparse_ratio", "max_sparse_ratio", "global_group_id", "dependency_group_id", "granularity")
@@ -80,6 +80,18 @@ def is_v3_config(config_list: Any) -> bool:
     if any(any(k in e for k in _V3_ONLY) for e in entries):
         return True
     return bool(entries) and not any(any(k in e for k in _V2_MARKS) for e in entries)
+
+
+def check_entry(entry: Any, where: str, keys: Sequence[str], kind: str,
+                error: type[Exception] = PruningConfigError) -> Mapping[str, Any]:
+    """An NNI 3.0 ``config_list`` entry: a dict whose keys are all in ``keys`` (``kind``: "pruning"...)."""
+    if not isinstance(entry, Mapping):
+        raise error(f"{where} must be a dict, got {type(entry).__name__}.")
+    unknown = [k for k in entry if k not in keys]
+    if unknown:
+        raise error(f"{where} has unknown key {unknown[0]!r}.{closest(unknown[0], keys)} NNI 3.0's {kind} keys: "
+                    f"{', '.join(keys)}.")
+    return entry
 
 
 def _names(value: Any, where: str) -> list[str]:

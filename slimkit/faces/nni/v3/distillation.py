@@ -23,7 +23,7 @@ from torch import nn
 
 from slimkit.errors import ConfigError, closest
 from slimkit.faces.nni.v3.chain import V3Compressor
-from slimkit.faces.nni.v3.config import select_modules
+from slimkit.faces.nni.v3.config import check_entry, select_modules
 from slimkit.faces.nni.v3.evaluator import Evaluator
 from slimkit.training.distill.connectors import LinearConnector
 from slimkit.training.distill.losses import KLDivergence, MSELoss
@@ -88,12 +88,7 @@ class _LayerwiseDistiller(V3Compressor):
         out: dict[str, _Target] = {}
         for index, entry in enumerate(config_list):
             where = f"config_list[{index}]"
-            if not isinstance(entry, Mapping):
-                raise ConfigError(f"{where} must be a dict, got {type(entry).__name__}.")
-            unknown = [k for k in entry if k not in DISTILL_V3_KEYS]
-            if unknown:
-                raise ConfigError(f"{where} has unknown key {unknown[0]!r}.{closest(unknown[0], DISTILL_V3_KEYS)} "
-                                  f"NNI 3.0's distillation keys: {', '.join(DISTILL_V3_KEYS)}.")
+            check_entry(entry, where, DISTILL_V3_KEYS, "distillation", ConfigError)
             if list(entry.get("target_names", ["_output_"])) != ["_output_"]:
                 raise ConfigError(f"{where}['target_names'] must be ['_output_'] (slimkit distils layer outputs), "
                                   f"got {entry['target_names']!r}.")

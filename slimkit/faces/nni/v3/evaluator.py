@@ -23,7 +23,8 @@ from torch import nn
 
 from slimkit.errors import ConfigError
 
-__all__ = ["Evaluator", "OptimizerRelay", "TorchEvaluator", "add_missing_params", "patch_output_loss"]
+__all__ = ["Evaluator", "OptimizerRelay", "TorchEvaluator", "add_missing_params", "patch_output_loss",
+           "undo_patches"]
 
 LossPatch = Callable[[torch.Tensor, Any], torch.Tensor]
 StepWrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -78,6 +79,24 @@ class OptimizerRelay:
     def add_param_group(self, group: Mapping[str, Any]) -> None:
         """Keep ``group["params"]`` for the real optimizer (:meth:`Evaluator.add_params` adds them there)."""
         self.added_params.extend(group["params"])
+
+
+def undo_patches(owner: Any, own: Mapping[str, Any], optimizers: Sequence[tuple[Any, Any, bool]]) -> None:
+    """Put back what an evaluator patched for one run: ``owner``'s methods and the optimizers' ``step``.
+
+    ``own`` maps each patched method name to the instance attribute it had before (``None``: the class's);
+    ``optimizers`` holds ``(optimizer, original step, whether step was an instance attribute)``.
+    """
+    for name, value in own.items():
+        if value is None:
+            vars(owner).pop(name, None)
+        else:
+            setattr(owner, name, value)
+    for optimizer, step, had_own in optimizers:
+        if had_own:
+            optimizer.step = step
+        else:
+            vars(optimizer).pop("step", None)
 
 
 def add_missing_params(optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter]) -> None:

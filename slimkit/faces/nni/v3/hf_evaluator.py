@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from slimkit.errors import ConfigError, MissingPackageError
-from slimkit.faces.nni.v3.evaluator import Evaluator, add_missing_params, patch_output_loss
+from slimkit.faces.nni.v3.evaluator import Evaluator, add_missing_params, patch_output_loss, undo_patches
 
 __all__ = ["TransformersEvaluator"]
 
@@ -79,16 +79,7 @@ class TransformersEvaluator(Evaluator):
             trainer.train()
         finally:
             args.max_steps, args.num_train_epochs = saved
-            for name, value in own.items():
-                if value is None:
-                    vars(trainer).pop(name, None)
-                else:
-                    setattr(trainer, name, value)
-            for optimizer, step, had_own in patched_optimizers:
-                if had_own:
-                    optimizer.step = step
-                else:
-                    vars(optimizer).pop("step", None)
+            undo_patches(trainer, own, patched_optimizers)
 
     def evaluate(self) -> Any:
         """``trainer.evaluate()``: ``(metrics.get("default"), metrics)``, as NNI 3.0 returns a dict metric."""

@@ -22,7 +22,7 @@ from torch import nn
 
 from slimkit.errors import ConfigError, MissingPackageError
 from slimkit.faces.nni.v2.trace import rebuild_call
-from slimkit.faces.nni.v3.evaluator import Evaluator, add_missing_params, patch_output_loss
+from slimkit.faces.nni.v3.evaluator import Evaluator, add_missing_params, patch_output_loss, undo_patches
 
 __all__ = ["LightningEvaluator", "lightning_module"]
 
@@ -119,16 +119,7 @@ class LightningEvaluator(Evaluator):
         finally:
             if restore is not None:
                 restore()
-            for name, value in own.items():
-                if value is None:
-                    vars(model).pop(name, None)
-                else:
-                    setattr(model, name, value)
-            for optimizer, step, had_own in patched:
-                if had_own:
-                    optimizer.step = step
-                else:
-                    vars(optimizer).pop("step", None)
+            undo_patches(model, own, patched)
 
     def evaluate(self) -> Any:
         """``trainer.validate``'s metrics: ``(metrics.get("default"), metrics)`` (``None`` without validation)."""

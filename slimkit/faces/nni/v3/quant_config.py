@@ -21,8 +21,7 @@ from typing import Any
 from torch import nn
 
 from slimkit.engines.quantization.config import QuantizationConfigError
-from slimkit.errors import closest
-from slimkit.faces.nni.v3.config import select_modules
+from slimkit.faces.nni.v3.config import check_entry, select_modules
 
 __all__ = ["QUANT_V3_KEYS", "quant_config_from_v3"]
 
@@ -93,12 +92,7 @@ def quant_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequ
     types = {n: type(m).__name__ for n, m in model.named_modules() if n}
     for index, entry in enumerate(config_list):
         where = f"config_list[{index}]"
-        if not isinstance(entry, Mapping):
-            raise QuantizationConfigError(f"{where} must be a dict, got {type(entry).__name__}.")
-        unknown = [k for k in entry if k not in QUANT_V3_KEYS]
-        if unknown:
-            raise QuantizationConfigError(f"{where} has unknown key {unknown[0]!r}.{closest(unknown[0], QUANT_V3_KEYS)}"
-                                          f" NNI 3.0's quantization keys: {', '.join(QUANT_V3_KEYS)}.")
+        check_entry(entry, where, QUANT_V3_KEYS, "quantization", QuantizationConfigError)
         targets = entry.get("target_names")
         if isinstance(targets, str) or not isinstance(targets, Sequence) or not targets or \
                 any(t not in _TARGETS for t in targets):

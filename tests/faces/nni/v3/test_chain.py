@@ -15,6 +15,7 @@ from slimkit.compression.quantization import QATQuantizer
 from slimkit.compression.speedup import ModelSpeedup
 from slimkit.compression.utils import auto_set_denpendency_group_ids
 from slimkit.engines.quantization import QuantizerModuleWrapper
+from slimkit.engines.speedup import SpeedupError
 from slimkit.errors import ConfigError
 from slimkit.faces.nni import trace
 from tests.faces.nni.digits import accuracy, kept_channels
@@ -76,3 +77,14 @@ def test_chain_errors_name_the_fix(cnn, digits):
     quantizer = QATQuantizer.from_compressor(AGPPruner(sub, 2, 2), Q_CONFIG)
     with pytest.raises(ConfigError, match="pruners of the chain train 4 steps first"):
         quantizer.compress(max_steps=4, max_epochs=None)
+
+
+def test_model_speedup_takes_nni_30s_keywords(cnn):
+    pruner = L1NormPruner(cnn, [{"op_types": ["Conv2d"], "sparse_ratio": 0.5}])
+    _, masks = pruner.compress()
+    pruner.unwrap_model()
+    with pytest.raises(SpeedupError, match="customized_replacers=.*NNI's own tracer"):
+        ModelSpeedup(cnn, DUMMY, masks_or_file=masks, customized_replacers=[object()])
+    ModelSpeedup(cnn, DUMMY, masks_or_file=masks, map_location="cpu", batch_dim=0, batch_size=8,
+                 garbage_collect_values=True).speedup_model()
+    assert (cnn.conv1.out_channels, cnn.conv2.out_channels) == (8, 16)
