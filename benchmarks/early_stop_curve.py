@@ -7,7 +7,8 @@ desktop core), so the epochs, not the job's start, make up a trial. The search i
 ``--n-samples`` trials of learning rate (log 1e-4 .. 1) x hidden width, the random proposer with one seed (so every
 run proposes the same trials), one worker. Runs: no early stopping, then each ``aup_policy`` (median, bandit,
 truncation, curve_fitting). Printed per run: mean trial wall time (Optuna's start-to-end of each trial: the job
-plus the engine's per-trial work), the cut against no early stopping, epochs run, and the best accuracy.
+plus the engine's per-trial work), the cut against no early stopping, epochs run, and the best accuracy; and, for
+reading those, what a trial costs besides its epochs: the job's own start and the runner's work.
 
     nice -n 10 .venv/bin/python benchmarks/early_stop_curve.py --n-samples 12 --epochs 20
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,6 +88,26 @@ def experiment(name: str, policy: dict | None, args: argparse.Namespace) -> dict
             "runtime_args": {"epochs": args.epochs, "passes": args.passes}, "resource_args": resource_args}
 
 
+def overheads(folder: Path, args: argparse.Namespace) -> tuple[float, float]:
+    """``(job start, runner per trial)`` in seconds, medians of five.
+
+    The job start is the script with no epoch run by hand (Python, numpy, the data); the runner's work is what a
+    trial of that script costs beyond it (ask, job config, process start, journal, tell).
+    """
+    config = folder / "zero.json"
+    config.write_text(json.dumps({"lr": 0.1, "hidden": 64, "epochs": 0, "passes": 1}))
+    bare = []
+    for _ in range(5):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "mlp.py", str(config)], cwd=folder, check=True, capture_output=True)
+        bare.append(time.perf_counter() - started)
+    spec = {**experiment("es_zero", None, args), "n_samples": 5, "runtime_args": {"epochs": 0, "passes": 1}}
+    (folder / "zero_exp.json").write_text(json.dumps(spec))
+    result = run_experiment(folder / "zero_exp.json", quiet=True)
+    trial = statistics.median(r["seconds"] for r in result.rows)
+    return statistics.median(bare), trial - statistics.median(bare)
+
+
 def main() -> None:
     """Run the search without early stopping and with each policy; print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -99,6 +121,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="slimkit-early-stop-") as tmp:
         folder = Path(tmp)
         prepare(folder)
+        start, runner = overheads(folder, args)
         rows, baseline = [], None
         for name in ["none", *[p for p in args.policies if p != "none"]]:
             path = folder / f"{name}.json"
@@ -116,7 +139,8 @@ def main() -> None:
                          f"{counts.get('pruned', 0)}", f"{best:.4f}", f"{wall:.1f}"])
             print(f"{name}: mean trial {mean:.2f} s, epochs {epochs}, best {best:.4f}", flush=True)
     print(f"\n{args.n_samples} trials x {args.epochs} epochs ({args.passes} passes each), random proposer seed "
-          f"{args.seed}, one worker")
+          f"{args.seed}, one worker. Per trial besides its epochs: the job's own start (Python, numpy, the data; "
+          f"the script with no epoch) {start:.2f} s, the runner's work {runner:.2f} s")
     print_table(["policy", "mean trial s", "cut", "epochs run", "pruned", "best accuracy", "run s"], rows)
 
 

@@ -11,6 +11,7 @@ or the pruner of its ``aup_policy`` (:mod:`slimkit.experiment.early_stop`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import warnings
@@ -75,9 +76,20 @@ class _AskTellGridSampler(optuna.samplers.GridSampler):
         """Do nothing after a trial (no ``study.stop()``)."""
 
 
+def worker_seed(random_seed: int, offset: int) -> int:
+    """The seed of the worker ``offset`` of a study seeded ``random_seed`` (worker 0: the seed itself).
+
+    Other workers hash the pair, so the workers of seeds 0 and 1 never share a seed (with ``seed + offset``,
+    seed 0's second worker proposed exactly what seed 1's first did).
+    """
+    if offset == 0:
+        return random_seed
+    return int.from_bytes(hashlib.sha256(f"{random_seed}:{offset}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
 def make_sampler(exp: Experiment, offset: int = 0) -> optuna.samplers.BaseSampler:
     """The Optuna sampler of the experiment's proposer, seeded with ``random_seed + offset``."""
-    seed = None if exp.random_seed is None else exp.random_seed + offset
+    seed = None if exp.random_seed is None else worker_seed(exp.random_seed, offset)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.simplefilter("ignore", FutureWarning)  # TPE's gamma (bohb's top_n_percent) is deprecated, still works

@@ -136,6 +136,15 @@ def test_the_journal_syncs_a_trials_end_not_each_intermediate_value(tmp_path, mo
     assert done.value == 0.5 and done.intermediate_values == {k: 0.1 * k for k in range(5)}
 
 
+def test_workers_of_neighbouring_seeds_never_share_a_seed():
+    from slimkit.experiment.study import worker_seed
+
+    assert worker_seed(5, 0) == 5  # one worker: the file's seed itself
+    seeds = {(s, o): worker_seed(s, o) for s in range(4) for o in (0, 1, 2, 1000, 1_000_000)}
+    assert len(set(seeds.values())) == len(seeds)  # seed + offset gave seed 0's worker 1 the seed of seed 1
+    assert all(0 <= v < 2**31 for v in seeds.values())
+
+
 def test_a_relative_output_folder_is_found_by_the_jobs(tmp_path, monkeypatch):
     path = _experiment(tmp_path, n_samples=2, runtime_args={"seconds": 0.0})
     (tmp_path / "elsewhere").mkdir()
