@@ -172,6 +172,34 @@ def select_modules(model: nn.Module, entry: Mapping[str, Any], default_types: Se
             and not any(p.match(n) for p in drop_re)]
 
 
+def aligned_output(model: nn.Module, entry: Mapping[str, Any], where: str) -> bool:
+    """Whether ``entry`` is NNI 3.0's "this layer's output follows that layer's weight" entry (checked).
+
+    NNI 3.0's fusion examples add, for each BatchNorm, ``{"op_names": [bn], "target_names": ["_output_"],
+    "target_settings": {"_output_": {"align": {"module_name": conv, "target_name": "weight", "dims": [0]},
+    "granularity": "per_channel"}}}``: the norm's output channels are masked as its conv's output channels.
+    slimkit's pruners mask the conv and ``ModelSpeedup`` removes the same channels from the norm after it, so
+    such an entry asks for nothing more; anything else under ``_output_`` is refused.
+    """
+    if list(entry.get("target_names", [])) != ["_output_"]:
+        return False
+    settings = entry.get("target_settings", {}).get("_output_", {}) if isinstance(
+        entry.get("target_settings"), Mapping) else {}
+    align = settings.get("align") if isinstance(settings, Mapping) else None
+    if not isinstance(align, Mapping):
+        raise PruningConfigError(f"{where}: target_names ['_output_'] without an 'align' setting masks activations, "
+                                 "which slimkit's pruners do not; prune the layer's 'weight' (the default).")
+    layers = [n for n, _ in _modules(model)]
+    source = align.get("module_name")
+    if source not in layers:
+        raise PruningConfigError(f"{where}['target_settings']['_output_']['align']['module_name'] {source!r} is no "
+                                 f"layer of the model.{closest(str(source), layers)}")
+    if align.get("target_name", "weight") != "weight" or list(align.get("dims", [0])) != [0]:
+        raise PruningConfigError(f"{where}: 'align' must follow the output channels of a layer's weight "
+                                 f"(target_name 'weight', dims [0]), got {dict(align)!r}.")
+    return True
+
+
 def v2_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequence[str],
                       who: str = "pruner") -> V3Config:
     """Translate an NNI 3.0 pruning ``config_list`` for ``model`` into NNI 2.x's (see the module docstring)."""
@@ -187,6 +215,8 @@ def v2_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequenc
         if not isinstance(given, Mapping):
             raise PruningConfigError(f"{where} must be a dict like {{'sparse_ratio': 0.5, 'op_types': ['Conv2d']}}, "
                                      f"got {type(given).__name__}.")
+        if aligned_output(model, given, where):
+            continue  # the BatchNorm follows its layer's channels: the speedup removes them together
         entry = _flatten(given, where)
         if "sparse_ratio" not in entry:
             raise PruningConfigError(f"{where} gives no 'sparse_ratio' (the share of each selected layer's weights "

@@ -14,6 +14,7 @@ from slimkit.compression.pruning import AGPPruner, L1NormPruner, TaylorPruner
 from slimkit.compression.quantization import QATQuantizer
 from slimkit.compression.speedup import ModelSpeedup
 from slimkit.compression.utils import auto_set_denpendency_group_ids
+from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.quantization import QuantizerModuleWrapper
 from slimkit.engines.speedup import SpeedupError
 from slimkit.errors import ConfigError
@@ -88,3 +89,21 @@ def test_model_speedup_takes_nni_30s_keywords(cnn):
     ModelSpeedup(cnn, DUMMY, masks_or_file=masks, map_location="cpu", batch_dim=0, batch_size=8,
                  garbage_collect_values=True).speedup_model()
     assert (cnn.conv1.out_channels, cnn.conv2.out_channels) == (8, 16)
+
+
+def test_fusion_examples_batchnorm_align_entries_are_taken_and_checked(cnn, digits):
+    align = {"module_name": "conv1", "target_name": "weight", "dims": [0]}
+    entry = {"op_names": ["bn1"], "target_names": ["_output_"],
+             "target_settings": {"_output_": {"align": align, "granularity": "per_channel"}}}
+    config = auto_set_denpendency_group_ids(cnn, [{"op_types": ["Conv2d"], "sparse_ratio": 0.5}, entry], DUMMY)
+    pruner = TaylorPruner(cnn, config, _evaluator(cnn, digits, []), training_steps=1)
+    assert [w.name for w in pruner.get_modules_wrapper()] == ["conv1", "conv2"]  # bn1 follows conv1's channels
+    pruner.unwrap_model()
+    for bad, message in (({**align, "module_name": "conv9"}, "'conv9' is no layer"),
+                         ({**align, "dims": [1]}, "follow the output channels of a layer's weight")):
+        broken = {**entry, "target_settings": {"_output_": {"align": bad}}}
+        with pytest.raises(PruningConfigError, match=message):
+            TaylorPruner(cnn, [{"op_types": ["Conv2d"], "sparse_ratio": 0.5}, broken], _evaluator(cnn, digits, []), 1)
+    with pytest.raises(PruningConfigError, match="without an 'align' setting masks activations"):
+        TaylorPruner(cnn, [{"op_names": ["bn1"], "target_names": ["_output_"], "sparse_ratio": 0.5}],
+                     _evaluator(cnn, digits, []), 1)

@@ -152,7 +152,13 @@ def test_torch_evaluator_example_flow_prunes_with_taylor_then_speeds_up(cnn, dig
 def test_fusion_example_flows_prune_distill_and_quantize(cnn, digits, with_quantizer):
     teacher = copy.deepcopy(cnn)
     dummy = torch.rand(8, 1, 8, 8)
-    config = auto_set_denpendency_group_ids(cnn, [{"op_types": ["Conv2d"], "sparse_ratio": 0.5}], dummy)
+    bn_list = [name for name, module in cnn.named_modules() if isinstance(module, nn.BatchNorm2d)]
+    config = [{"op_types": ["Conv2d"], "sparse_ratio": 0.5},
+              *[{"op_names": [name], "target_names": ["_output_"],
+                 "target_settings": {"_output_": {"align": {"module_name": name.replace("bn", "conv"),
+                                                            "target_name": "weight", "dims": [0]},
+                                                  "granularity": "per_channel"}}} for name in bn_list]]
+    config = auto_set_denpendency_group_ids(cnn, config, dummy)
     sub_pruner = TaylorPruner(cnn, config, _evaluator(cnn, digits), training_steps=5)
     scheduled_pruner = AGPPruner(sub_pruner, interval_steps=5, total_times=3)
     compressor = scheduled_pruner

@@ -83,7 +83,8 @@ def test_a_global_group_ranks_its_layers_together_under_the_cap(cnn):
     ({"op_types": ["Conv2d"], "sparse_ration": 0.5}, r"unknown key 'sparse_ration'. Did you mean 'sparse_ratio'.*"
                                                      r"op_names, op_names_re, op_types"),
     ({"op_types": ["Conv2d"], "sparse_threshold": 0.1}, "sparse_threshold.*give 'sparse_ratio'"),
-    ({"op_types": ["Conv2d"], "sparse_ratio": 0.5, "target_names": ["_output_"]}, "must name 'weight'"),
+    ({"op_types": ["Conv2d"], "sparse_ratio": 0.5, "target_names": ["_output_"]},
+     "without an 'align' setting.*prune the layer's 'weight'"),
     ({"op_types": ["Conv2d"], "sparse_ratio": 0.5, "granularity": "in_channel"}, "granularity.*'out_channel'"),
     ({"op_types": ["Conv2d"], "sparse_ratio": 1.5}, r"sparse_ratio'\] must be a number in \[0, 1\)"),
     ({"op_names": ["conv9"], "sparse_ratio": 0.5}, "'conv9' is no layer.*'conv1'"),
