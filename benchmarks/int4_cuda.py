@@ -16,9 +16,12 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slimkit.engines.quantization.lowbit import (
     PackedLinear,

@@ -42,6 +42,9 @@ MAX_GEMM_BUCKET = 512
 TOLERANCE = 0.05
 #: ``auto`` keeps a dense weight only while this fraction of the GPU's memory stays free after it
 DENSE_FREE_FRACTION = 0.2
+#: input shapes per layer whose call :class:`PackedLinear` makes directly (``kernel_cache["calls"]``: decode and
+#: repeated prefill shapes skip the dispatch, as lean as ``nn.Linear``); new shapes past this go through the plans
+MAX_CALLS = 64
 #: the process-wide decisions for CUDA calls
 CHOOSER = Chooser(cuda_event_timer)
 _HALF = (torch.float16, torch.bfloat16)
@@ -194,7 +197,16 @@ def _wrap(fn: Matmul, k: int, n: int) -> Matmul:
         y = fn(flat if flat.is_contiguous() else flat.contiguous())
         return y if x.dim() == 2 else y.view(*x.shape[:-1], n)
 
+    run.raw = fn  # type: ignore[attr-defined]
     return run
+
+
+def _shaped(fn: Matmul, shape: torch.Size, n: int) -> Matmul:
+    """``fn`` for contiguous inputs of exactly ``shape``: 2-D as it is, else one view in and one view out."""
+    if len(shape) == 2:
+        return fn
+    rows, out_shape = shape.numel() // shape[-1], (*shape[:-1], n)
+    return lambda x: fn(x.view(rows, shape[-1])).view(out_shape)
 
 
 def matmul(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor | None:
@@ -217,4 +229,8 @@ def matmul(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor | None:
         if entry is None:
             return None
         plans[pkey] = entry
+    if layer.input_scale is None and x.is_contiguous():
+        calls = cache.setdefault("calls", {})
+        if len(calls) < MAX_CALLS:
+            calls[(x.shape, x.dtype)] = _shaped(entry[1].raw, x.shape, layer.out_features)
     return entry[1](x)

@@ -130,6 +130,11 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Dequantise on the fly (or run a packed kernel for small batches) and apply the layer."""
+        cache = self.__dict__.get("_kernel_cache")
+        if cache is not None and "calls" in cache and self.use_kernel and not x.requires_grad:
+            call = cache["calls"].get((x.shape, x.dtype))  # a CUDA input shape seen before: its path, directly
+            if call is not None and x.is_contiguous():
+                return call(x)
         if self.input_scale is not None:
             x = x * self.input_scale.to(x.dtype)
         if self.use_kernel:
@@ -154,6 +159,11 @@ class PackedLinear(nn.Module):
     def release_caches(self) -> None:
         """Drop :attr:`kernel_cache`; the next call rebuilds what it needs."""
         self.__dict__.pop("_kernel_cache", None)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> PackedLinear:
+        """``.to()``/``.cuda()``/``.half()`` and the like: the kernels' state belongs to the old tensors, drop it."""
+        self.release_caches()
+        return super()._apply(fn, recurse)
 
     def __getstate__(self) -> dict:
         """The layer's state for copy/deepcopy, without the kernel cache (ctypes handles do not copy)."""

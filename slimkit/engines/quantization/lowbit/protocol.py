@@ -22,6 +22,7 @@ class PackedLayer(Protocol):
     scales: torch.Tensor
     zeros: torch.Tensor
     bias: torch.Tensor | None
+    input_scale: torch.Tensor | None
 
     @property
     def kernel_cache(self) -> dict[Any, Any]:

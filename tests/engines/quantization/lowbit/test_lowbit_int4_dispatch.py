@@ -188,3 +188,27 @@ def test_prefill_sizes_with_only_the_dense_path_are_neither_probed_nor_timed(mon
     name, fn = int4_dispatch.plan(layer, x, Chooser(timer), use_triton=True)
     assert name == "dense" and timer.asked == []
     assert float((fn(x) - _reference(layer, x)).abs().max()) < 1e-4
+
+
+def test_a_seen_input_shape_is_called_directly_by_the_layer(monkeypatch, make_layer):
+    """After the dispatch ran a shape once, PackedLinear.forward calls that path itself (no dispatch, no reshape
+    logic): as lean as nn.Linear. Gradients, ``use_kernel=False`` and new shapes still take the full path."""
+    layer = make_layer(4, 64, 256, 128)
+    monkeypatch.setattr(int4_dispatch, "CHOOSER", Chooser(FakeTimes({"dense": 1.0, "tinygemm": 5.0})))
+    x = torch.randn(1, 3, 256)
+    first = int4_dispatch.matmul(layer, x)  # what the CUDA branch of the layer's forward runs the first time
+    assert set(layer.kernel_cache["calls"]) == {(torch.Size([1, 3, 256]), torch.float32)}
+    key = (torch.Size([1, 3, 256]), torch.float32)
+    direct, used = layer.kernel_cache["calls"][key], []
+    layer.kernel_cache["calls"][key] = lambda t: used.append(t) or direct(t)
+    assert torch.equal(layer(x), first) and len(used) == 1 and used[0] is x
+    assert float((layer(x) - _reference(layer, x)).abs().max()) < 1e-4 and len(used) == 2
+    layer.use_kernel = False
+    layer(x)
+    layer.use_kernel = True
+    layer(x.clone().requires_grad_())
+    layer(torch.randn(1, 3, 512)[..., ::2])  # the same shape, not contiguous
+    layer(torch.randn(2, 256))  # a shape never dispatched (a CPU layer: its CPU path)
+    assert len(used) == 2
+    layer.to(torch.float64)
+    assert "calls" not in layer.kernel_cache  # moved or cast: the state built for the old tensors is gone
