@@ -51,6 +51,8 @@ K_ALIGN = 512
 MAX_GROUP = 128
 #: smallest such group (``tl.dot`` needs ``BLOCK_K >= 16``)
 MIN_GROUP = 16
+#: row counts per GEMM configuration that keep a direct launcher (decode batches, repeated prompt lengths)
+MAX_LAUNCHERS = 32
 #: 2**23 as float32: ``(q | 0x4B000000)`` bit-cast to float32 equals ``MAGIC + q`` for ``q < 2**23``
 MAGIC = 8388608.0
 
@@ -288,13 +290,21 @@ def gemm_fn(tw: TritonWeight, cfg: Gemm) -> Callable[[torch.Tensor], torch.Tenso
     kernel, n, k = KERNELS["gemm_planes" if cfg.planes else "gemm"], tw.out_features, tw.in_features
     weights = (tw.words, tw.scales, tw.mins, tw.scales if tw.bias is None else tw.bias)
     consts = dict(GROUP=tw.group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
-                  HAS_BIAS=tw.bias is not None, num_warps=cfg.warps, num_stages=cfg.stages)
+                  HAS_BIAS=tw.bias is not None)  # in the kernel's parameter order
+    options = {"num_warps": cfg.warps, "num_stages": cfg.stages}
     n_blocks = triton.cdiv(n, cfg.block_n)
+    launchers: dict[int, DirectLaunch] = {}  # per row count: the grid and Triton's specialisation of M differ
 
     def run(x: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
         y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-        kernel[(triton.cdiv(m, cfg.block_m), n_blocks)](x, *weights, y, m, n, k, iters, x.stride(0), n, **consts)
+        launch = launchers.get(m)
+        if launch is None:
+            if len(launchers) >= MAX_LAUNCHERS:
+                launchers.clear()
+            launch = launchers[m] = DirectLaunch(kernel, (triton.cdiv(m, cfg.block_m), n_blocks), consts, options,
+                                                 varying=(0, 5), out=5)
+        launch(x, *weights, y, m, n, k, iters, k, n)  # rows of x are contiguous: stride K
         return y
 
     return run
