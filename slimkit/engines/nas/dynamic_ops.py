@@ -2,8 +2,9 @@
 
 Each layer holds the weights of its widest choice and uses the first ``k`` output (and input) channels when the
 width mutable says ``k``, so all widths share weights (as in slimmable networks / SPOS channel search).
-``export()`` returns a plain ``nn.Conv2d`` / ``nn.Linear`` / ``nn.BatchNorm2d`` of the active width holding
-copies of exactly those slices, so the exported layer computes what the dynamic one did.
+``export()`` returns a plain ``nn.Conv2d`` / ``nn.Linear`` / ``nn.BatchNorm2d`` / ``nn.LayerNorm`` (or a
+:class:`PositionEmbedding`) of the active width holding copies of exactly those slices, so the exported layer
+computes what the dynamic one did.
 """
 
 from __future__ import annotations
@@ -133,8 +134,68 @@ class DynamicBatchNorm2d(nn.BatchNorm2d):
         return bn.train(self.training)
 
 
+class DynamicLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` over the first active features of a width mutable (last dimension; sliced affine)."""
+
+    def __init__(self, num_features: Channels, eps: float = 1e-5) -> None:
+        channels = channels_of(num_features, "num_features")
+        super().__init__(widest(channels), eps)
+        self.mutable = channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Layer norm of the active features."""
+        c = active(self.mutable)
+        if x.shape[-1] != c:
+            raise ConfigError(f"DynamicLayerNorm expects {c} features (its current choice) but got {x.shape[-1]}.")
+        return F.layer_norm(x, (c,), self.weight[:c], self.bias[:c], self.eps)
+
+    def export(self) -> nn.LayerNorm:
+        """A plain ``nn.LayerNorm`` of the active width with the active slices of its weights."""
+        c = active(self.mutable)
+        norm = nn.LayerNorm(c, self.eps, device=self.weight.device, dtype=self.weight.dtype)
+        with torch.no_grad():
+            norm.weight.copy_(self.weight[:c])
+            norm.bias.copy_(self.bias[:c])
+        return norm
+
+
+class PositionEmbedding(nn.Module):
+    """A learned embedding added to each token of ``[N, L, C]`` inputs (``weight``: ``[1, L, C]``)."""
+
+    def __init__(self, num_tokens: int, channels: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1, num_tokens, channels))
+        nn.init.trunc_normal_(self.weight, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` plus the embedding."""
+        return x + self.weight
+
+
+class DynamicPositionEmbedding(PositionEmbedding):
+    """:class:`PositionEmbedding` whose width follows a mutable (the first active channels of the embedding)."""
+
+    def __init__(self, num_tokens: int, channels: Channels) -> None:
+        width = channels_of(channels, "channels")
+        super().__init__(num_tokens, widest(width))
+        self.mutable = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` plus the embedding's active channels."""
+        return x + self.weight[..., : active(self.mutable)]
+
+    def export(self) -> PositionEmbedding:
+        """A plain :class:`PositionEmbedding` holding the active slice."""
+        c = active(self.mutable)
+        plain = PositionEmbedding(self.weight.shape[1], c).to(self.weight.device, self.weight.dtype)
+        with torch.no_grad():
+            plain.weight.copy_(self.weight[..., :c])
+        return plain
+
+
 #: the layer types :func:`~slimkit.engines.nas.export_subnet` turns into plain torch layers
-DYNAMIC_OPS: tuple[type[nn.Module], ...] = (DynamicConv2d, DynamicLinear, DynamicBatchNorm2d)
+DYNAMIC_OPS: tuple[type[nn.Module], ...] = (DynamicConv2d, DynamicLinear, DynamicBatchNorm2d, DynamicLayerNorm,
+                                             DynamicPositionEmbedding)
 
 for _cls in DYNAMIC_OPS:
     register_component(_cls, "dynamic_op")

@@ -36,6 +36,8 @@ from slimkit.faces.mmrazor.distill_variants import FpnTeacherDistill, OverhaulFe
 from slimkit.faces.mmrazor.nas import (
     DSNAS,
     SPOS,
+    Autoformer,
+    AutoformerBackbone,
     AutoSlim,
     BigNAS,
     Darts,
@@ -66,6 +68,8 @@ from slimkit.faces.mmrazor.self_distill import SelfDistill
 
 __all__ = [
     "AutoSlim",
+    "Autoformer",
+    "AutoformerBackbone",
     "BaseAlgorithm",
     "BigNAS",
     "ChannelMutator",

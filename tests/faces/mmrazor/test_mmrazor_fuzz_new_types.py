@@ -22,9 +22,9 @@ from slimkit.training.distill import RecorderManager
 from tests.fuzz._fuzz import clear_or_ok, examples
 
 LOSSES = ["ABLoss", "KDSoftCELoss", "CrossEntropyLoss"]
-CONNECTORS = ["TorchFunctionalConnector", "TorchNNConnector", "NormConnector", "BYOTConnector"]
+CONNECTORS = ["TorchFunctionalConnector", "TorchNNConnector", "NormConnector", "BYOTConnector", "AutoformerBackbone"]
 RECORDERS = ["MethodInputs", "FunctionInputs", "Parameter"]
-ALGORITHMS = ["MMArchitectureQuant", "Darts", "DSNAS", "BigNAS", "AutoSlim", "SelfDistill"]
+ALGORITHMS = ["MMArchitectureQuant", "Darts", "DSNAS", "BigNAS", "AutoSlim", "SelfDistill", "Autoformer"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(-2, 5), st.floats(allow_nan=True),
                     st.sampled_from(["avg_pool2d", "relu", "AvgPool2d", "Conv2d", "BN", "GN", "mean", "none",
@@ -38,7 +38,8 @@ values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=
 
 def fields(name: str) -> list[str]:
     params = inspect.signature(registry.get_component(name)).parameters
-    return [p for p in params if p not in ("self", "architecture")] + ["misspelt_field"]
+    extra = ["arch_setting"] if name == "AutoformerBackbone" else []  # drawn more often: it is required
+    return [p for p in params if p not in ("self", "architecture")] + ["misspelt_field", *extra]
 
 
 def config(name: str) -> st.SearchStrategy[dict]:

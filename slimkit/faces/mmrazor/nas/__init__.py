@@ -12,6 +12,8 @@ The engines (mutables, dynamic layers, the mutator, evolution search, subnet exp
 >>> small = save_subnet(spos, "subnet/")                           # plain nn.Module; load_subnet("subnet/")
 """
 
+from slimkit.faces.mmrazor.nas.autoformer import Autoformer
+from slimkit.faces.mmrazor.nas.autoformer_space import AutoformerBackbone
 from slimkit.faces.mmrazor.nas.autoslim import AutoSlim
 from slimkit.faces.mmrazor.nas.bignas import BigNAS
 from slimkit.faces.mmrazor.nas.darts import Darts
@@ -24,6 +26,8 @@ from slimkit.faces.mmrazor.nas.sub_model import sub_model
 
 __all__ = [
     "AutoSlim",
+    "Autoformer",
+    "AutoformerBackbone",
     "BigNAS",
     "DSNAS",
     "Darts",

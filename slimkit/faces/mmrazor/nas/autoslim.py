@@ -28,7 +28,7 @@ from slimkit.training.distill import ConfigurableDistiller
 _MUTATOR_KEYS = {"type", "_scope_", "channel_unit_cfg", "parse_cfg"}
 
 
-def channel_mutator_args(mutator: Mapping[str, Any] | None) -> tuple[list[float], int, tuple[int, ...] | None]:
+def channel_mutator_args(mutator: Mapping[str, Any] | None) -> tuple[list[float], Any, Any]:
     """(width ratios, divisor, demo input shape) from an MMRazor ``OneShotChannelMutator`` config."""
     if mutator is not None and not isinstance(mutator, Mapping):
         raise ConfigError(f"AutoSlim's mutator is read from its config dict (dict(type='OneShotChannelMutator', "
@@ -43,10 +43,12 @@ def channel_mutator_args(mutator: Mapping[str, Any] | None) -> tuple[list[float]
     if str(args.get("choice_mode", "ratio")) != "ratio":
         raise ConfigError(f"AutoSlim: choice_mode={args['choice_mode']!r} is not supported; give candidate_choices "
                           "as ratios of each layer's width (choice_mode='ratio'), e.g. [0.25, 0.5, 0.75, 1.0].")
-    ratios = list(args.get("candidate_choices", (0.25, 0.5, 0.75, 1.0)))
+    ratios = args.get("candidate_choices", (0.25, 0.5, 0.75, 1.0))
+    if not isinstance(ratios, (list, tuple)):
+        raise ConfigError(f"AutoSlim: candidate_choices must be a list of width ratios, got {ratios!r}.")
     divisor = args.get("divisor", 1)
     demo = (mutator.get("parse_cfg") or {}).get("demo_input")
-    return ratios, divisor, None if demo is None else tuple(int(d) for d in demo)
+    return list(ratios), divisor, demo
 
 
 @register_module()
@@ -69,12 +71,16 @@ class AutoSlim(SandwichNAS):
             supernet = model
         else:
             ratios, divisor, demo = channel_mutator_args(mutator)
-            shape = tuple(input_shape) if input_shape is not None else demo
+            shape = input_shape if input_shape is not None else demo
+            if shape is not None and (not isinstance(shape, (list, tuple)) or not shape or any(
+                    isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape)):
+                raise ConfigError(f"AutoSlim: the example input shape must be a list of positive ints such as "
+                                  f"(1, 3, 224, 224), got {shape!r}.")
             if shape is None:
                 raise ConfigError("AutoSlim traces the architecture's channels on an example input: give "
                                   "mutator.parse_cfg.demo_input=(1, C, H, W) or input_shape=(1, C, H, W).")
             device = next((p.device for p in model.parameters()), torch.device("cpu"))
-            supernet = make_searchable(model, torch.zeros(shape, device=device), ratios, divisor=divisor)
+            supernet = make_searchable(model, torch.zeros(tuple(shape), device=device), ratios, divisor=divisor)
         super().__init__(supernet, NasMutator(), distiller, num_random_samples, bn_training_mode,
                          data_preprocessor, init_cfg)
 
