@@ -26,7 +26,7 @@ from slimkit.engines.pruning.maskers import num_to_prune
 from slimkit.errors import closest
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, check_schedule, to_v1_masks, v2_masks
 from slimkit.faces.nni.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner
-from slimkit.faces.nni.v2.legacy import LegacyAGP, is_legacy_agp_call, is_optimizer
+from slimkit.faces.nni.v2.legacy import LegacyAGP, is_legacy_agp_call, legacy_agp
 from slimkit.faces.nni.v2.speedup import ModelSpeedup
 from slimkit.faces.nni.v2.trace import rebuild
 from slimkit.faces.nni.v2.trained import (
@@ -73,19 +73,7 @@ class _IterativePruner:
         self._sub: V2Pruner | None = None
         self._legacy: LegacyAGP | None = None
         if name == "AGPPruner" and is_legacy_agp_call(pruning_algorithm, v3_kwargs):  # NNI 2.0-2.5
-            given = dict(v3_kwargs)
-            if is_optimizer(pruning_algorithm):  # (model, config_list, optimizer, trainer, criterion, ...)
-                given.update(zip(("optimizer", "trainer", "criterion"), (pruning_algorithm, total_iteration,
-                                                                         log_dir), strict=True))
-            elif pruning_algorithm is not None:
-                given["pruning_algorithm"] = pruning_algorithm
-            unknown = sorted(set(given) - {"optimizer", "trainer", "criterion", "num_iterations",
-                                           "epochs_per_iteration", "pruning_algorithm"})
-            if unknown:
-                raise PruningConfigError(f"AGPPruner got unexpected argument(s) {', '.join(unknown)} in NNI "
-                                         "2.0-2.5's form AGPPruner(model, config_list, optimizer, trainer, criterion, "
-                                         "num_iterations, epochs_per_iteration, pruning_algorithm).")
-            self._legacy = LegacyAGP(model, config_list, **given)
+            self._legacy = legacy_agp(model, config_list, (pruning_algorithm, total_iteration, log_dir), v3_kwargs)
             self.bound_model = model
             return
         if isinstance(model, V2Pruner):  # NNI 3.0: (pruner, interval_steps, total_times, evaluator=None)

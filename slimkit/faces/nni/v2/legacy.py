@@ -20,7 +20,7 @@ from slimkit.engines.pruning.agp import AGPEngine
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.faces.nni.v2.base import call_trainer, check_training_args
 
-__all__ = ["LegacyAGP", "is_optimizer", "is_legacy_agp_call", "legacy_slim_arguments"]
+__all__ = ["LegacyAGP", "is_legacy_agp_call", "is_optimizer", "legacy_agp", "legacy_slim_arguments"]
 
 
 def is_optimizer(value: Any) -> bool:
@@ -83,3 +83,23 @@ class LegacyAGP:
             self.engine.update_epoch(epoch)
             call_trainer(self.trainer, model, self.optimizer, self.criterion, epoch)
         return model
+
+
+def legacy_agp(model: nn.Module, config_list: Any, slots: tuple[Any, Any, Any], kwargs: Mapping[str, Any]) -> LegacyAGP:
+    """The :class:`LegacyAGP` of an NNI 2.0-2.5 ``AGPPruner`` call.
+
+    ``slots`` are the values in NNI 2.x's third to fifth places (``pruning_algorithm``, ``total_iteration``,
+    ``log_dir``), which hold ``(optimizer, trainer, criterion)`` when they were passed by position.
+    """
+    given = dict(kwargs)
+    if is_optimizer(slots[0]):  # (model, config_list, optimizer, trainer, criterion, ...)
+        given.update(zip(("optimizer", "trainer", "criterion"), slots, strict=True))
+    elif slots[0] is not None:
+        given["pruning_algorithm"] = slots[0]
+    unknown = sorted(set(given) - {"optimizer", "trainer", "criterion", "num_iterations", "epochs_per_iteration",
+                                   "pruning_algorithm"})
+    if unknown:
+        raise PruningConfigError(f"AGPPruner got unexpected argument(s) {', '.join(unknown)} in NNI 2.0-2.5's form "
+                                 "AGPPruner(model, config_list, optimizer, trainer, criterion, num_iterations, "
+                                 "epochs_per_iteration, pruning_algorithm).")
+    return LegacyAGP(model, config_list, **given)
