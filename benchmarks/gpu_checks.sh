@@ -31,12 +31,12 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for s in $steps; do
     case $s in
         tests) step tests "${TESTS_LIMIT:-240}" "$PY" -m pytest -q -m cuda -p no:cacheprovider --timeout 120 \
-                   --continue-on-collection-errors -o addopts="-ra --import-mode=importlib" tests ;;
+                   -o addopts="-ra --import-mode=importlib" $(grep -rl "mark.cuda" tests --include="test_*.py") ;;
         stream) step stream "${STREAM_LIMIT:-200}" "$PY" benchmarks/stream_llm.py --sizes 1b --methods rtn gptq \
                     --device cuda --threads 8 ${TOK:+--tokenizer "$TOK"} ${STREAM_ARGS:-} ;;
         int4) step int4 "${INT4_LIMIT:-150}" "$PY" benchmarks/int4_cuda.py ;;
         gptq) step gptq "${GPTQ_LIMIT:-200}" "$PY" benchmarks/gptq_llmcompressor.py --device cuda \
-                  ${LLMC_SITE:+--llmc-site "$LLMC_SITE"} ;;
+                  ${LLMC_SITE:+--llmc-site "$LLMC_SITE"} ${GPTQ_ARGS:-} ;;
         *) echo "unknown step $s (tests stream int4 gptq)"; exit 2 ;;
     esac
 done
