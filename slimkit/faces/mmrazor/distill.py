@@ -27,6 +27,15 @@ def build_distiller(spec: Any, what: str = "distiller") -> ConfigurableDistiller
     return spec
 
 
+def student_pass(algo: BaseAlgorithm, inputs: Any, data_samples: Any,
+                 with_loss: bool) -> tuple[dict[str, torch.Tensor], Any]:
+    """``({"student.<name>": loss}, output)`` of the architecture (only its output without ``with_loss``)."""
+    if not with_loss:
+        return {}, algo.tensor(inputs, data_samples)
+    student, output = algo.student_loss(inputs, data_samples)
+    return {f"student.{k}": v for k, v in student.items()}, output
+
+
 @register_module()
 class SingleTeacherDistill(BaseAlgorithm):
     """Knowledge distillation from one teacher (MMRazor's ``SingleTeacherDistill``).
@@ -86,13 +95,8 @@ class SingleTeacherDistill(BaseAlgorithm):
                 self.teacher_trainable and self.training):
             output = self.teacher_forward(inputs)
             recorders.feed(inputs, data_samples, output, labels)
-        losses: dict[str, torch.Tensor] = {}
         with self.distiller.student_recording() as recorders:
-            if self.calculate_student_loss:
-                student, output = self.student_loss(inputs, data_samples)
-                losses.update({f"student.{k}": v for k, v in student.items()})
-            else:
-                output = self.tensor(inputs, data_samples)
+            losses, output = student_pass(self, inputs, data_samples, self.calculate_student_loss)
             recorders.feed(inputs, data_samples, output, labels)
         losses.update({f"distill.{k}": v for k, v in self.distiller.compute_distill_losses().items()})
         return losses

@@ -17,7 +17,7 @@ from torch import nn
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.base import BaseAlgorithm, labels_of
 from slimkit.faces.mmrazor.builder import register_module
-from slimkit.faces.mmrazor.distill import build_distiller
+from slimkit.faces.mmrazor.distill import build_distiller, student_pass
 from slimkit.training.distill import ConfigurableDistiller
 
 
@@ -52,14 +52,9 @@ class SelfDistill(BaseAlgorithm):
     def loss(self, inputs: Any, data_samples: Any = None) -> dict[str, torch.Tensor]:
         """``student.*`` task losses and ``distill.*`` losses from one forward of the architecture."""
         labels = labels_of(data_samples)
-        losses: dict[str, torch.Tensor] = {}
         with self.distiller.student_recording() as students, self.distiller.teacher_recording() as teachers, \
                 torch.set_grad_enabled(self.student_trainable and torch.is_grad_enabled()):
-            if self.calculate_student_loss:
-                student, output = self.student_loss(inputs, data_samples)
-                losses.update({f"student.{k}": v for k, v in student.items()})
-            else:
-                output = self.tensor(inputs, data_samples)
+            losses, output = student_pass(self, inputs, data_samples, self.calculate_student_loss)
             students.feed(inputs, data_samples, output, labels)
             teachers.feed(inputs, data_samples, output, labels)
         losses.update({f"distill.{k}": v for k, v in self.distiller.compute_distill_losses().items()})
