@@ -32,9 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
-import torch
+# set before torch loads its OpenMP runtime, here and (inherited) in llm-compressor's process: spinning workers make
+# every small parallel op of a GPTQ column loop take milliseconds on a shared CPU
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 SHAPES = {  # vocabulary, hidden, layers, ffn, heads, kv heads, rope theta, tied embeddings
     "1b": dict(vocab_size=128256, hidden_size=2048, num_hidden_layers=16, intermediate_size=8192,
@@ -164,8 +169,12 @@ def _slimkit_job(model, calib: torch.Tensor):
     registered: dict[str, int] = {}
     original = custom_ops.CustomOpDef._register_to_dispatcher
 
-    def counting(self, *a, **k):
-        registered[self._qualname] = registered.get(self._qualname, 0) + 1
+    def counting(self, *a, **k):  # keyed by the op and the first caller outside torch and the import machinery
+        frames = [f for f in traceback.extract_stack()[:-1]
+                  if "/torch/" not in f.filename and "<frozen" not in f.filename]
+        where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
+        key = f"{self._qualname} from {where}"
+        registered[key] = registered.get(key, 0) + 1
         return original(self, *a, **k)
 
     def job():
@@ -178,7 +187,8 @@ def _slimkit_job(model, calib: torch.Tensor):
 
     def after() -> dict:
         return dict(fused_sweep=bool(gptq_columns._STATE.get("checked")), triton_ready=gptq_columns.triton_ready(),
-                    custom_ops_registered=sum(registered.values()), custom_ops=sorted(registered)[:10])
+                    custom_ops_registered=sum(registered.values()),
+                    custom_ops=sorted(registered.items(), key=lambda kv: -kv[1])[:10])
 
     return job, {"after": after}
 

@@ -47,9 +47,12 @@ class ActivationStats:
         return self.abs_sum / max(self.count, 1)
 
 
-def output_error(delta: torch.Tensor, h: torch.Tensor) -> float:
-    """Mean squared output change per token, ``trace(delta h delta^T)``, for a weight change ``delta [out, in]``."""
-    return float(((delta @ h) * delta).sum())
+def output_error(delta: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """Mean squared output change per token, ``trace(delta h delta^T)``, for a weight change ``delta [out, in]``.
+
+    A 0-d tensor on ``delta``'s device (no host round trip: a scale search compares all its candidates at once).
+    """
+    return ((delta @ h) * delta).sum()
 
 
 def search_scale(
@@ -61,22 +64,25 @@ def search_scale(
     ``mean|w|`` the per-channel weight magnitude relative to each row's maximum, for ``alpha`` on a grid in
     [0, 1). The error of each is the exact output error on all calibration tokens, ``trace(D h D^T)`` with
     ``D = Q(W s) / s - W``. Returns ``(s, alpha)``; ``s = 1`` (plain RTN) is a candidate, so AWQ never does
-    worse than RTN on the calibration activations.
+    worse than RTN on the calibration activations. The errors stay on the weights' device until the one
+    comparison at the end (the first of equal errors wins).
     """
     h, act = stats.h, stats.act.clamp(min=1e-5)
     w_all = torch.cat([w.float() for w in weights], dim=0)
     w_mag = (w_all.abs() / w_all.abs().amax(dim=1, keepdim=True).clamp(min=1e-8)).mean(0).clamp(min=1e-5)
-    best = (float("inf"), torch.ones_like(act), 0.0)
+    candidates, errors = [], []
     for duo in (False, True):
         for step in range(n_grid):
             alpha = step / n_grid
             s = act.pow(alpha) / (w_mag.pow(1 - alpha) if duo else 1.0)
             s = s / (s.max() * s.min()).sqrt()
             deq = torch.cat([fake_quantize(w.float() * s, bits, group_size, sym) for w in weights], dim=0)
-            err = output_error(deq / s - w_all, h)
-            if err < best[0]:
-                best = (err, s, alpha)
-    return best[1], best[2]
+            candidates.append((s, alpha))
+            errors.append(output_error(deq / s - w_all, h))
+    if not candidates:
+        return torch.ones_like(act), 0.0
+    best = int(torch.stack(errors).nan_to_num(nan=float("inf")).argmin())
+    return candidates[best]
 
 
 def _norm_weight(module: nn.Module, width: int) -> nn.Parameter | None:
