@@ -5,7 +5,7 @@ Candidates, each ``x @ W^T + b`` from the same packed weight:
 - ``dense``: the dequantised weight and one dense GEMM (cuBLAS). Prefill-sized inputs are compute-bound, where
   nothing beats the dense GEMM, so this is also the floor that makes int4 never slower than the dense layer.
 - ``tinygemm``: PyTorch's int4 kernel (:mod:`.tinygemm`), for buckets up to :data:`MAX_TINYGEMM_BUCKET` rows.
-- ``gemv_*`` (one row) and ``gemm_*`` (2 to :data:`MAX_GEMM_BUCKET` rows, float16/bfloat16): our Triton kernels
+- ``gemv*`` (1 to 8 rows) and ``gemm*`` (2 to :data:`MAX_GEMM_BUCKET` rows, float16/bfloat16): our Triton kernels
   (:mod:`.triton_int4`) with a few tile configurations each.
 
 The first call of a layer shape, dtype and row bucket (:func:`.autotune.row_bucket`) on a device builds every
@@ -115,10 +115,10 @@ def candidates(layer: PackedLayer, dtype: torch.dtype, bucket: int,
     if not (use_triton and triton_int4.AVAILABLE and layer.bits <= 4
             and triton_int4.kernel_group(layer.group_size) is not None):
         return out
-    if bucket == 1:
-        for cfg in triton_int4.GEMV_CONFIGS:
+    if bucket <= triton_int4.MAX_GEMV_ROWS:
+        for cfg in triton_int4.gemv_configs(bucket):
             out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemv_fn, cfg)
-    elif bucket <= MAX_GEMM_BUCKET and dtype in _HALF:
+    if 1 < bucket <= MAX_GEMM_BUCKET and dtype in _HALF:
         for cfg in triton_int4.gemm_configs(bucket):
             out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemm_fn, cfg)
     return out

@@ -12,7 +12,7 @@ the input is masked there, so padding never reaches the sum). Scales and mins ar
 ``w = q * s + m`` (``m = -z * s``), ``G`` a divisor of the layer's group size, a multiple of 8 (a word's eight
 rows share a group).
 
-- :func:`gemv` (one row): each program owns ``BLOCK_N`` outputs and walks ``K`` in ``BLOCK_K`` tiles; each int32
+- :func:`gemv` (1 to 8 rows): each program owns ``BLOCK_N`` outputs and walks ``K`` in ``BLOCK_K`` tiles; each int32
   word is loaded once and its eight nibbles are taken in turn (nibble ``j`` of word row ``r`` is input row
   ``8r + j``), accumulating ``s * sum(x * q) + m * sum(x)`` per word row in float32. The codes become floats
   without an int-to-float conversion (``(q | 0x4B000000)`` read as float32 is ``2**23 + q``: one OR and one
@@ -65,6 +65,8 @@ class Gemv:
     block_k: int
     split_k: int = 1
     warps: int = 4
+    #: activation rows one program takes (a power of two; each dequantised word serves all of them)
+    rows: int = 1
 
     def __post_init__(self) -> None:
         if K_ALIGN % (self.block_k * self.split_k):
@@ -72,8 +74,9 @@ class Gemv:
 
     @property
     def name(self) -> str:
-        """Candidate name in the dispatch table, e.g. ``gemv_n32_k128_s1_w4``."""
-        return f"gemv_n{self.block_n}_k{self.block_k}_s{self.split_k}_w{self.warps}"
+        """Candidate name in the dispatch table, e.g. ``gemv_n32_k128_s1_w4`` (``gemv4_...`` for 4 rows)."""
+        rows = "" if self.rows == 1 else str(self.rows)
+        return f"gemv{rows}_n{self.block_n}_k{self.block_k}_s{self.split_k}_w{self.warps}"
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,19 @@ class Gemm:
         return f"{kind}_m{self.block_m}_n{self.block_n}_k{self.block_k}_w{self.warps}_s{self.stages}"
 
 
+#: largest row bucket the GEMV kernel takes (above it the GEMM's tensor cores win)
+MAX_GEMV_ROWS = 8
 #: one-row candidates: wide tiles (coalesced, few programs) to narrow ones and split K (many programs)
 GEMV_CONFIGS = (Gemv(32, 256), Gemv(64, 128), Gemv(16, 256, warps=2), Gemv(32, 128, split_k=4),
                 Gemv(64, 256, split_k=2))
+
+
+def gemv_configs(rows: int) -> tuple[Gemv, ...]:
+    """GEMV candidates for a bucket of ``rows`` (1 to :data:`MAX_GEMV_ROWS`): smaller K tiles as rows grow."""
+    if rows == 1:
+        return GEMV_CONFIGS
+    bk = 128 if rows <= 2 else 64
+    return (Gemv(32, bk, rows=rows), Gemv(64, bk, rows=rows), Gemv(32, bk, split_k=4, rows=rows))
 
 
 def gemm_configs(rows: int) -> tuple[Gemm, ...]:
@@ -159,38 +172,42 @@ if AVAILABLE:
     _add = tl.standard._sum_combine
 
     @triton.jit
-    def _gemv_kernel(x_ptr, w_ptr, s_ptr, m_ptr, b_ptr, y_ptr, N, K, ITERS,
+    def _gemv_kernel(x_ptr, w_ptr, s_ptr, m_ptr, b_ptr, y_ptr, M, N, K, ITERS,
                      GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                     HAS_BIAS: tl.constexpr):
+                     ROWS: tl.constexpr, HAS_BIAS: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = n < N
+        rr = tl.arange(0, ROWS)  # all rows share each dequantised word: the weight is read once for them
+        r_ok = rr < M
         ri = tl.arange(0, BLOCK_K // 8)  # word rows of the tile: each int32 word is loaded once
-        acc = tl.full((BLOCK_K // 8, BLOCK_N), 0.0, tl.float32)
+        acc = tl.full((ROWS, BLOCK_K // 8, BLOCK_N), 0.0, tl.float32)
         for i in range(0, ITERS):  # a host-side count: the interpreter cannot take a tensor as a range bound
             k0 = (i * SPLIT_K + pid_k) * BLOCK_K
             words = tl.load(w_ptr + (k0 // 8 + ri)[:, None] * N + n[None, :], mask=n_ok[None, :], other=0)
             g = (k0 + ri * 8) // GROUP
             s = tl.load(s_ptr + g[:, None] * N + n[None, :], mask=n_ok[None, :], other=0.0).to(tl.float32)
             m = tl.load(m_ptr + g[:, None] * N + n[None, :], mask=n_ok[None, :], other=0.0).to(tl.float32)
-            qx = tl.full((BLOCK_K // 8, BLOCK_N), 0.0, tl.float32)
-            xs = tl.full((BLOCK_K // 8,), 0.0, tl.float32)
+            qx = tl.full((ROWS, BLOCK_K // 8, BLOCK_N), 0.0, tl.float32)
+            xs = tl.full((ROWS, BLOCK_K // 8), 0.0, tl.float32)
             for j in tl.static_range(8):  # nibble j of every word: input rows k0 + 8 * ri + j
                 kj = k0 + ri * 8 + j
-                xj = tl.load(x_ptr + kj, mask=kj < K, other=0.0).to(tl.float32)
+                xj = tl.load(x_ptr + rr[:, None] * K + kj[None, :], mask=r_ok[:, None] & (kj[None, :] < K),
+                             other=0.0).to(tl.float32)
                 q = (((words >> (4 * j)) & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-                qx += q * xj[:, None]
+                qx += q[None, :, :] * xj[:, :, None]
                 xs += xj
-            acc += qx * s + xs[:, None] * m
-        y = tl.reduce(acc, 0, _add)
+            acc += qx * s[None, :, :] + xs[:, :, None] * m[None, :, :]
+        y = tl.reduce(acc, 1, _add)
         if HAS_BIAS:
             if pid_k == 0:
-                y += tl.load(b_ptr + n, mask=n_ok, other=0.0).to(tl.float32)
+                y += tl.load(b_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        out = y_ptr + rr[:, None] * N + n[None, :]
         if SPLIT_K == 1:
-            tl.store(y_ptr + n, y.to(y_ptr.dtype.element_ty), mask=n_ok)
+            tl.store(out, y.to(y_ptr.dtype.element_ty), mask=r_ok[:, None] & n_ok[None, :])
         else:
-            tl.atomic_add(y_ptr + n, y, mask=n_ok)
+            tl.atomic_add(out, y, mask=r_ok[:, None] & n_ok[None, :])
 
     @triton.jit
     def _gemm_kernel(x_ptr, w_ptr, s_ptr, m_ptr, b_ptr, y_ptr, M, N, K, ITERS, stride_xm, stride_ym,
@@ -257,7 +274,7 @@ else:  # pragma: no cover - depends on the install
 
 
 def gemv_fn(tw: TritonWeight, cfg: Gemv) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``fn(x [1, K]) -> x @ W^T (+ bias)`` as ``[1, N]`` in ``x.dtype`` (``x`` contiguous).
+    """``fn(x [M, K]) -> x @ W^T (+ bias)`` as ``[M, N]`` in ``x.dtype`` for ``M <= cfg.rows`` (rows contiguous).
 
     Grid, launcher and constants are fixed here, so a call is one allocation and one launch (plus a zero fill and
     a cast when ``K`` is split), made directly after the first (:class:`.triton_launch.DirectLaunch`).
@@ -265,20 +282,28 @@ def gemv_fn(tw: TritonWeight, cfg: Gemv) -> Callable[[torch.Tensor], torch.Tenso
     iters = tw.words.shape[0] * 8 // (cfg.block_k * cfg.split_k)
     weights = (tw.words, tw.scales, tw.mins, tw.scales if tw.bias is None else tw.bias)
     n, k = tw.out_features, tw.in_features
-    consts = dict(GROUP=tw.group, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
+    consts = dict(GROUP=tw.group, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k, ROWS=cfg.rows,
                   HAS_BIAS=tw.bias is not None)  # in the kernel's parameter order (the direct launch passes them so)
-    launch = DirectLaunch(KERNELS["gemv"], (triton.cdiv(n, cfg.block_n), cfg.split_k), consts,
-                          {"num_warps": cfg.warps}, varying=(0, 5), out=5)
+    grid = (triton.cdiv(n, cfg.block_n), cfg.split_k)
+    launchers: dict[int, DirectLaunch] = {}  # per row count (Triton specialises M == 1)
+
+    def launch(x: torch.Tensor, y: torch.Tensor) -> None:
+        m = x.shape[0]
+        if m > cfg.rows:
+            raise ValueError(f"{cfg.name} takes at most {cfg.rows} rows; got {m}.")
+        if m not in launchers:
+            launchers[m] = DirectLaunch(KERNELS["gemv"], grid, consts, {"num_warps": cfg.warps}, varying=(0, 5), out=5)
+        launchers[m](x, *weights, y, m, n, k, iters)
 
     if cfg.split_k == 1:
         def run(x: torch.Tensor) -> torch.Tensor:
-            y = torch.empty(1, n, dtype=x.dtype, device=x.device)
-            launch(x, *weights, y, n, k, iters)
+            y = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
+            launch(x, y)
             return y
     else:
         def run(x: torch.Tensor) -> torch.Tensor:
-            y = torch.zeros(1, n, dtype=torch.float32, device=x.device)
-            launch(x, *weights, y, n, k, iters)
+            y = torch.zeros(x.shape[0], n, dtype=torch.float32, device=x.device)
+            launch(x, y)
             return y.to(x.dtype)
     return run
 

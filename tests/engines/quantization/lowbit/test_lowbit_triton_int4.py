@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from slimkit.engines.quantization.lowbit import int4_dispatch, triton_int4
-from slimkit.engines.quantization.lowbit.autotune import Chooser
+from slimkit.engines.quantization.lowbit.autotune import Chooser, row_bucket
 
 
 def _unpacked(tw: triton_int4.TritonWeight) -> torch.Tensor:
@@ -68,7 +68,8 @@ def _rel_err(out: torch.Tensor, layer, x: torch.Tensor) -> float:
     return float((out.float() - ref).abs().max() / ref.abs().max())
 
 
-CASES = [(4, 40, 200, 128, True), (2, 24, 256, 32, False), (3, 16, 96, 48, True)]
+#: (bits, out, in, group, bias), smallest first (the interpreter's time grows with the layer)
+CASES = [(3, 16, 96, 48, True), (2, 24, 256, 32, False), (4, 40, 200, 128, True)]
 
 
 #: the interpreter is slow: two configurations (one with split K) per dtype in the fast tier, all in the slow one
@@ -87,6 +88,23 @@ def test_gemv_kernel_equals_the_dense_matmul(cfg, dtype, interpreted, make_layer
     out = triton_int4.gemv(x, tw, cfg)
     assert out.shape == (1, out_f) and out.dtype == dtype
     assert _rel_err(out, layer, x) < (1e-2 if dtype == torch.bfloat16 else 3e-3)  # float16 mins: ~1e-3
+
+
+@pytest.mark.parametrize(("rows", "which", "dtype"), [(3, 1, torch.float16),
+                                                      pytest.param(3, 2, torch.float32, marks=pytest.mark.slow),
+                                                      pytest.param(8, 0, torch.bfloat16, marks=pytest.mark.slow)])
+def test_gemv_kernel_takes_a_few_rows_at_once(rows, which, dtype, interpreted, make_layer):
+    """2 to 8 rows share every dequantised word (bucket 4 for 3 rows: one row masked; split K for index 2)."""
+    bits, out_f, in_f, group, bias = CASES[0]
+    layer = make_layer(bits, out_f, in_f, group, bias=bias)
+    tw = triton_int4.prepare(layer.codes(), layer.scales, layer.zeros, group, layer.bias)
+    cfg = triton_int4.gemv_configs(row_bucket(rows))[which]
+    x = torch.randn(rows, in_f).to(dtype)
+    out = triton_int4.gemv(x, tw, cfg)
+    assert cfg.rows >= rows and out.shape == (rows, out_f) and out.dtype == dtype
+    assert _rel_err(out, layer, x) < (1e-2 if dtype == torch.bfloat16 else 5e-3)
+    with pytest.raises(ValueError, match="takes at most"):
+        triton_int4.gemv(torch.randn(cfg.rows + 1, in_f).to(dtype), tw, cfg)
 
 
 @pytest.mark.parametrize(("rows", "case", "which"), [(5, 1, 1), (1, 0, 2),
@@ -111,6 +129,8 @@ def test_dispatch_runs_a_triton_kernel_when_it_measures_fastest(rows, winner, in
     layer = make_layer(4, 16, 128, 128, bias=False)
     # one Triton config per kernel (beside dense and tinygemm) keeps the interpreted verification short
     monkeypatch.setattr(triton_int4, "GEMV_CONFIGS", triton_int4.GEMV_CONFIGS[3:4])
+    gemv_configs = triton_int4.gemv_configs
+    monkeypatch.setattr(triton_int4, "gemv_configs", lambda r: gemv_configs(r) if r == 1 else ())
     gemm_configs = triton_int4.gemm_configs
     monkeypatch.setattr(triton_int4, "gemm_configs", lambda r: gemm_configs(r)[1:2])
     times = {winner: 1.0}
