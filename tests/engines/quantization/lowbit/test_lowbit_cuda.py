@@ -72,8 +72,9 @@ def test_outputs_match_the_dense_layer_within_int4_tolerance(rows, dtype, bias, 
 
 
 def _configs(rows: int, subset: bool) -> tuple:
-    configs = triton_int4.GEMV_CONFIGS if rows == 1 else triton_int4.gemm_configs(rows)
-    return configs[1::2] if subset else configs  # the subset: a split-K GEMV, a plain and a planes GEMM
+    gemv = triton_int4.gemv_configs(rows) if rows <= triton_int4.MAX_GEMV_ROWS else ()
+    configs = gemv + (triton_int4.gemm_configs(rows) if rows > 1 else ())
+    return configs[1::2] if subset else configs  # the subset: split-K and not, plain and planes GEMMs
 
 
 @pytest.mark.parametrize(("in_f", "out_f", "bias", "dtype", "rows"), [
