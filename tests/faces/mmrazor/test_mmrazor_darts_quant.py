@@ -111,11 +111,17 @@ def test_darts_refuses_a_space_without_differentiable_choices_and_bad_optimizers
     net = ImageClassifier(build(spos_space.nas_backbone), 96)
     with pytest.raises(ConfigError, match="Darts needs an architecture with DiffMutableOP"):
         Darts(net)
-    algo = Darts(darts_net(), arch_optimizer=dict(type="Adamm", lr=1e-3))
+    def tiny() -> torch.nn.Sequential:
+        return torch.nn.Sequential(DiffMutableOP({"lin": torch.nn.Linear(4, 4), "skip": torch.nn.Identity()}),
+                                   torch.nn.Linear(4, 3))
+
+    algo = Darts(tiny(), arch_optimizer=dict(type="Adamm", lr=1e-3))
     with pytest.raises(ConfigError, match="'Adamm' is not a torch.optim optimizer"):
-        algo(*images(1, size=16)[0], mode="loss")
+        algo(torch.randn(4, 4), torch.tensor([0, 1, 2, 0]), mode="loss")
     with pytest.raises(ConfigError, match="at least 2 samples"):
-        Darts(darts_net())(*images(1, size=16, batch=1)[0], mode="loss")
+        Darts(tiny())(torch.randn(1, 4), torch.tensor([0]), mode="loss")
+    with pytest.raises(ConfigError, match="arch_optimizer must be dict"):
+        Darts(tiny(), arch_optimizer="Adam")
 
 
 def digit_batches(n: int = 2, batch: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:

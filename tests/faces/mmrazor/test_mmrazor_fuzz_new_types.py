@@ -64,7 +64,7 @@ def _build_and_run(cfg: dict) -> None:
         obj(x)
 
 
-@examples(40)
+@examples(30)
 @given(st.sampled_from(LOSSES + CONNECTORS).flatmap(config))
 def test_new_losses_and_connectors_build_and_run_or_are_refused(cfg):
     clear_or_ok(f"razor {cfg['type']}", lambda: _build_and_run(cfg))
