@@ -1,8 +1,13 @@
-"""The steps of ``spos_search`` (not an algorithm): train the supernet, search it, measure the result."""
+"""The steps of ``spos_search`` (not an algorithm): train the supernet, search it, measure the result.
+
+``autoslim`` and ``bignas`` share the example batch, the limits and the search; ``owner`` names the algorithm in
+errors and in the hyperparameters they point at.
+"""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,11 +23,11 @@ from slimkit.training import BatchLoss, FitResult, default_loss, fit, split_batc
 from slimkit.utils import model_device, move_inputs
 
 
-def example_batch(smash_config: SmashConfigPrefixWrapper, model: nn.Module) -> Any:
+def example_batch(smash_config: SmashConfigPrefixWrapper, model: nn.Module, owner: str = "spos_search") -> Any:
     """One input sample (the first train example) on ``model``'s device: traced for the channels, counted for FLOPs."""
     batch = next(iter(smash_config.data.train_dataloader(batch_size=1, shuffle=False)), None)
     if batch is None:
-        raise DataError("spos_search: the train split is empty; add data with training examples "
+        raise DataError(f"{owner}: the train split is empty; add data with training examples "
                         "(cfg.add_data('Digits') or cfg.add_data((train, val, test))).")
     inputs, _ = split_batch(batch)
     return move_inputs(inputs, model_device(model))
@@ -64,20 +69,24 @@ def constraints(smash_config: SmashConfigPrefixWrapper, limit: float) -> dict[st
     return out
 
 
-def check_reachable(supernet: nn.Module, example: Any, limits: dict[str, float]) -> None:
+def _hint(owner: str) -> str:
+    return (f"Raise {owner}_flops_ratio / {owner}_max_flops / {owner}_max_params, or add smaller "
+            f"{owner}_width_ratios.")
+
+
+def check_reachable(supernet: nn.Module, example: Any, limits: dict[str, float], owner: str = "spos_search") -> None:
     """Fail before any training when even the narrowest subnet breaks a limit (say by how much)."""
     narrowest = {name: choices[0] for name, choices in NasMutator(supernet).search_space().items()}
     metrics = measure_subnet(supernet, narrowest, limits, example)
     over = [f"{k} {metrics[k]:,.0f} > limit {v:,.0f}" for k, v in limits.items() if metrics[k] > v]
     if over:
-        raise ConfigError(f"spos_search: no subnet meets the limits; even the narrowest one (every width at its "
-                          f"smallest choice: {narrowest}) has {'; '.join(over)}. Raise spos_search_flops_ratio / "
-                          "spos_search_max_flops / spos_search_max_params, or add smaller spos_search_width_ratios.")
+        raise ConfigError(f"{owner}: no subnet meets the limits; even the narrowest one (every width at its "
+                          f"smallest choice: {narrowest}) has {'; '.join(over)}. {_hint(owner)}")
 
 
-def search(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, example: Any, limit: float,
-           seed: int) -> SearchResult:
-    """Evolution search for the subnet with the lowest validation loss under the FLOPs / params limits."""
+def scoring(smash_config: SmashConfigPrefixWrapper, seed: int) -> tuple[Callable[[nn.Module], float],
+                                                                    Callable[[nn.Module], Any] | None]:
+    """(minus the validation loss over ``score_batches``, BatchNorm recalibration on ``calibrate_batches``)."""
     batch_size = int(smash_config["batch_size"])
     try:
         scored = smash_config.data.val_dataloader(batch_size=batch_size)
@@ -86,18 +95,25 @@ def search(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, example:
     calibration = smash_config.data.train_dataloader(batch_size=batch_size, shuffle=True,
                                                      generator=torch.Generator().manual_seed(seed))
     n_cal, n_score = int(smash_config["calibrate_batches"]), int(smash_config["score_batches"])
+    return ((lambda m: -validation_loss(m, scored, max_batches=n_score)),
+            (lambda m: calibrate_bn(m, calibration, n_cal)) if n_cal else None)
+
+
+def search(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, example: Any, limit: float,
+           seed: int, owner: str = "spos_search") -> SearchResult:
+    """Evolution search for the subnet with the lowest validation loss under the FLOPs / params limits."""
+    score_fn, calibrate_fn = scoring(smash_config, seed)
     candidates, top_k = int(smash_config["num_candidates"]), int(smash_config["top_k"])
     children = max(0, candidates - top_k)
     try:
         loop = EvolutionSearchLoop(
-            supernet, lambda m: -validation_loss(m, scored, max_batches=n_score), example_inputs=example,
+            supernet, score_fn, example_inputs=example,
             max_epochs=int(smash_config["max_epochs"]), num_candidates=candidates, top_k=top_k,
             num_mutation=children // 2, num_crossover=children - children // 2,
             mutate_prob=float(smash_config["mutate_prob"]), crossover_prob=float(smash_config["crossover_prob"]),
             constraints_range=constraints(smash_config, limit), score_key="neg_val_loss",
-            calibrate_fn=(lambda m: calibrate_bn(m, calibration, n_cal)) if n_cal else None, seed=seed,
+            calibrate_fn=calibrate_fn, seed=seed,
             units="slimkit")
         return loop.run()
     except ConfigError as exc:
-        raise ConfigError(f"spos_search: {exc} Raise spos_search_flops_ratio / spos_search_max_flops / "
-                          "spos_search_max_params, or add smaller spos_search_width_ratios.") from exc
+        raise ConfigError(f"{owner}: {exc} {_hint(owner)}") from exc
