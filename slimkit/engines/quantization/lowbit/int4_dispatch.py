@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from slimkit.engines.quantization.lowbit import tinygemm, triton_int4
+from slimkit.engines.quantization.lowbit import tinygemm, triton_gemm, triton_int4
 from slimkit.engines.quantization.lowbit.autotune import Chooser, cuda_event_timer, row_bucket
 from slimkit.engines.quantization.lowbit.protocol import PackedLayer
 
@@ -119,8 +119,8 @@ def candidates(layer: PackedLayer, dtype: torch.dtype, bucket: int,
         for cfg in triton_int4.gemv_configs(bucket):
             out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemv_fn, cfg)
     if 1 < bucket <= MAX_GEMM_BUCKET and dtype in _HALF:
-        for cfg in triton_int4.gemm_configs(bucket):
-            out[cfg.name] = functools.partial(_triton_call, layer, triton_int4.gemm_fn, cfg)
+        for cfg in triton_gemm.gemm_configs(bucket):
+            out[cfg.name] = functools.partial(_triton_call, layer, triton_gemm.gemm_fn, cfg)
     return out
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from slimkit.engines.quantization.lowbit import PackedLinear, int4_dispatch, quantize_rtn, triton_int4
+from slimkit.engines.quantization.lowbit import PackedLinear, int4_dispatch, quantize_rtn, triton_gemm, triton_int4
 from slimkit.engines.quantization.lowbit.autotune import Chooser, cuda_event_timer, row_bucket
 
 pytestmark = pytest.mark.cuda
@@ -73,7 +73,7 @@ def test_outputs_match_the_dense_layer_within_int4_tolerance(rows, dtype, bias, 
 
 def _configs(rows: int, subset: bool) -> tuple:
     gemv = triton_int4.gemv_configs(rows) if rows <= triton_int4.MAX_GEMV_ROWS else ()
-    configs = gemv + (triton_int4.gemm_configs(rows) if rows > 1 else ())
+    configs = gemv + (triton_gemm.gemm_configs(rows) if rows > 1 else ())
     return configs[1::2] if subset else configs  # the subset: split-K and not, plain and planes GEMMs
 
 
@@ -90,7 +90,7 @@ def test_triton_configs_compile_and_equal_the_dense_matmul_here(in_f, out_f, bia
         x = torch.randn(m, in_f, device="cuda", dtype=dtype)
         ref = F.linear(x.float(), layer.dequantize(torch.float32), None if layer.bias is None else layer.bias.float())
         for cfg in _configs(m, subset=in_f == 200):
-            fn = (triton_int4.gemv_fn if isinstance(cfg, triton_int4.Gemv) else triton_int4.gemm_fn)(tw, cfg)
+            fn = (triton_int4.gemv_fn if isinstance(cfg, triton_int4.Gemv) else triton_gemm.gemm_fn)(tw, cfg)
             for call in range(3):  # a GEMV's third call is a direct launch (after the compile and the check)
                 assert _rel(fn(x), ref) < 2e-2, (in_f, out_f, m, cfg.name, call)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from slimkit.engines.quantization.lowbit import int4_dispatch, triton_int4
+from slimkit.engines.quantization.lowbit import int4_dispatch, triton_gemm, triton_int4
 from slimkit.engines.quantization.lowbit.autotune import Chooser, row_bucket
 
 
@@ -58,8 +58,9 @@ def interpreted(monkeypatch):
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
 
     monkeypatch.setattr(interpreter, "_patch_lang_tensor", patch_lang_tensor)
-    for name, kernel in list(triton_int4.KERNELS.items()):
-        monkeypatch.setitem(triton_int4.KERNELS, name, interpreter.InterpretedFunction(kernel.fn))
+    for kernels in (triton_int4.KERNELS, triton_gemm.KERNELS):
+        for name, kernel in list(kernels.items()):
+            monkeypatch.setitem(kernels, name, interpreter.InterpretedFunction(kernel.fn))
 
 
 def _rel_err(out: torch.Tensor, layer, x: torch.Tensor) -> float:
@@ -117,22 +118,22 @@ def test_gemm_kernel_equals_the_dense_matmul(rows, case, which, interpreted, mak
     layer = make_layer(bits, out_f, in_f, group, bias=bias)
     tw = triton_int4.prepare(layer.codes(), layer.scales, layer.zeros, group, layer.bias)
     x = torch.randn(rows, in_f).half()
-    cfg = triton_int4.gemm_configs(rows)[which]
-    out = triton_int4.gemm(x, tw, cfg)
+    cfg = triton_gemm.gemm_configs(rows)[which]
+    out = triton_gemm.gemm(x, tw, cfg)
     assert out.shape == (rows, out_f) and out.dtype == torch.float16
     assert _rel_err(out, layer, x) < 5e-3, cfg.name
 
 
 @pytest.mark.parametrize(("rows", "winner"), [pytest.param(1, triton_int4.GEMV_CONFIGS[3].name, marks=pytest.mark.slow),
-                                              (6, triton_int4.gemm_configs(8)[1].name)])
+                                              (6, triton_gemm.gemm_configs(8)[1].name)])
 def test_dispatch_runs_a_triton_kernel_when_it_measures_fastest(rows, winner, interpreted, make_layer, monkeypatch):
     layer = make_layer(4, 16, 128, 128, bias=False)
     # one Triton config per kernel (beside dense and tinygemm) keeps the interpreted verification short
     monkeypatch.setattr(triton_int4, "GEMV_CONFIGS", triton_int4.GEMV_CONFIGS[3:4])
     gemv_configs = triton_int4.gemv_configs
     monkeypatch.setattr(triton_int4, "gemv_configs", lambda r: gemv_configs(r) if r == 1 else ())
-    gemm_configs = triton_int4.gemm_configs
-    monkeypatch.setattr(triton_int4, "gemm_configs", lambda r: gemm_configs(r)[1:2])
+    gemm_configs = triton_gemm.gemm_configs
+    monkeypatch.setattr(triton_gemm, "gemm_configs", lambda r: gemm_configs(r)[1:2])
     times = {winner: 1.0}
     chooser = Chooser(lambda name, fn: fn() is None or times.get(name, 9.0))
     x = torch.randn(rows, 128).half()
