@@ -136,9 +136,11 @@ class DartsSearch(SlimkitDistiller):
 
         def step_loss(net: nn.Module, batch: Any) -> torch.Tensor:
             inputs, targets = split_batch(batch)
-            if not isinstance(inputs, torch.Tensor) or inputs.shape[0] < 2 or targets is None:
-                raise ConfigError("darts splits each batch (alpha, weights): it needs tensor batches of at least 2 "
-                                  "labelled samples.")
+            if not isinstance(inputs, torch.Tensor) or targets is None:
+                raise ConfigError("darts splits each batch in halves (alpha, weights): it needs tensor inputs with "
+                                  "targets, as cfg.add_data('Digits') or (inputs, labels) datasets give.")
+            if inputs.shape[0] < 2:  # a last batch of one sample trains the weights only
+                return default_loss(net, batch)
             cut = inputs.shape[0] // 2
             for op in ops.values():
                 op.arch_grad = True
