@@ -116,7 +116,7 @@ def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
 def hypervolume(points: list[tuple[float, float]], ref_size: float) -> float:
     """Area dominated by ``points`` in (accuracy from 0, size saved from ``ref_size``), as a fraction of 1 x 1."""
     area, best = 0.0, 0.0
-    for accuracy, size in sorted(front(points), key=lambda p: p[1], reverse=True):  # largest model first
+    for accuracy, size in front(points):  # smallest model first: each adds the accuracy it gains over the smaller
         saved = max(0.0, 1.0 - size / ref_size)
         if accuracy > best:
             area += (accuracy - best) * saved
