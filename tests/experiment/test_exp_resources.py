@@ -153,7 +153,7 @@ def test_a_relative_output_folder_is_found_by_the_jobs(tmp_path, monkeypatch):
     assert result.counts() == {"complete": 2} and result.folder == tmp_path / "elsewhere" / "runs" / "relative"
 
 
-@pytest.mark.slow  # ~6 s: a PostgreSQL server and two worker processes
+@pytest.mark.slow  # 10-20 s: a PostgreSQL server and two worker processes
 def test_passive_waits_while_two_workers_finish_the_study(tmp_path, postgres, capsys):
     url = postgres.url()
     path = _experiment(tmp_path, resource="passive", n_samples=6, runtime_args={"seconds": 0.3})
@@ -176,7 +176,7 @@ def test_passive_waits_while_two_workers_finish_the_study(tmp_path, postgres, ca
     assert best["result"] == max(r["result"] for r in result.rows)
 
 
-@pytest.mark.slow  # ~6 s: a PostgreSQL server, this runner and one more worker
+@pytest.mark.slow  # 5-10 s: a PostgreSQL server, this runner and one more worker
 def test_node_runs_trials_here_and_on_the_other_workers(tmp_path, postgres):
     url = postgres.url()
     path = _experiment(tmp_path, resource="node", n_samples=6, runtime_args={"seconds": 0.3},
@@ -194,7 +194,7 @@ def test_node_runs_trials_here_and_on_the_other_workers(tmp_path, postgres):
     assert run["storage"]["heartbeat_interval"] == 1  # async_reconnect
 
 
-@pytest.mark.slow  # ~15 s: three fresh Python processes importing slimkit
+@pytest.mark.slow  # 15-60 s: three fresh Python processes importing slimkit
 def test_passive_from_the_command_line_with_two_slimkit_workers(tmp_path, postgres):
     url = postgres.url()
     path = _experiment(tmp_path, resource="passive", n_samples=4, runtime_args={"seconds": 0.2})
