@@ -62,6 +62,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "bignas": ("digits_cnn", ["--set", "bignas_supernet_steps=5", "--set", "bignas_num_candidates=4",
                               "--set", "bignas_top_k=2", "--set", "bignas_max_epochs=1"]),
     "darts": ("digits_cnn", ["--set", "darts_steps=5"]),
+    "dsnas": ("digits_cnn", ["--set", "dsnas_steps=5"]),
     "admm": ("digits_cnn", ["--set", "admm_num_iterations=1"]),
     "amc": ("digits_cnn", ["--set", "amc_episodes=3", "--set", "amc_warmup=1", "--set", "amc_eval_finetune_steps=0"]),
     "auto_compress": ("digits_cnn", ["--set", "auto_compress_num_iterations=1",
@@ -92,7 +93,7 @@ def test_every_registered_algorithm_has_a_shell_recipe():
 #: algorithm -> pytest marks of its shell case (llama_cpp needs the llamacpp extra: `make test-llamacpp`)
 MARKS = {"llama_cpp": [pytest.mark.llamacpp],
          **{a: [pytest.mark.slow] for a in ("group_fisher", "ite_prune", "dcff", "dmcp", "slimmable_network",
-                                                    "autoslim", "bignas", "darts")}}
+                                                    "autoslim", "bignas", "darts", "dsnas")}}
 
 
 @pytest.mark.parametrize("algorithm", [pytest.param(a, marks=MARKS.get(a, [])) for a in sorted(RECIPES)])

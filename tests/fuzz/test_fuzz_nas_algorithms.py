@@ -1,4 +1,4 @@
-"""The smash NAS algorithms (autoslim, bignas, darts) at their boundary: any value for any of their
+"""The smash NAS algorithms (autoslim, bignas, darts, dsnas) at their boundary: any value for any of their
 hyperparameters is taken only when it is legal, else refused naming the key; budgets no subnet can meet are
 refused before any training, naming the hyperparameter to change."""
 
@@ -15,7 +15,7 @@ from slimkit.core import registry
 from slimkit.errors import ConfigError
 from tests.fuzz._fuzz import clear_or_ok, examples
 
-NAS = ("autoslim", "bignas", "darts")
+NAS = ("autoslim", "bignas", "darts", "dsnas")
 HYPERPARAMETERS = {h["name"]: h for a in NAS for h in registry.info(a)["hyperparameters"]}
 NUMBER = re.compile(r"an? (integer|float) in \[([^,]+), ([^\]]+)\]")
 
@@ -36,7 +36,7 @@ def _legal(spec: dict, value: object) -> bool:
         type(v) in (int, float) and 0 < v <= 1 for v in value)
 
 
-@examples(100)
+@examples(80)
 @given(st.sampled_from(sorted(HYPERPARAMETERS)), values)
 def test_hyperparameter_values_taken_only_when_legal(key, value):
     cfg = SmashConfig()

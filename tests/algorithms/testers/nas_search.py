@@ -1,4 +1,4 @@
-"""Testers of the smash NAS algorithms on the digits CNN: autoslim, bignas, darts (slow: each trains a supernet)."""
+"""Testers of the smash NAS algorithms on the digits CNN: autoslim, bignas, darts, dsnas (slow: supernet training)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,25 @@ def _check_width_subnet(smashed, base, inputs):
     assert 2 * macs == state["flops_after"] <= state["flops_limit"] == 0.5 * state["flops_before"] == base_macs
     assert count_parameters(smashed.model) < count_parameters(base)
     assert state["export_max_abs_diff"] <= 1e-5 and state["supernet_steps"] == 6
+    return state
+
+
+def _check_conv_choices(smashed, base, inputs, steps):
+    """Every conv left its full kxk candidate for the argmax one; smaller, and the supernet's path exactly."""
+    state = smashed.applied[0]["state"]
+    assert set(state["choices"]) == {"features.0", "features.4", "features.8"}
+    assert state["candidates"]["features.4"] == ["conv", "point", "sep"]  # 32 -> 64 channels: no skip
+    assert all(choice != "conv" for choice in state["choices"].values())
+    for name, choice in state["choices"].items():
+        layer = smashed.model.get_submodule(name)
+        probs = state["probabilities"][name]
+        assert probs.index(max(probs)) == state["candidates"][name].index(choice)
+        if choice == "point":
+            assert layer.kernel_size == (1, 1)
+    macs, base_macs = count_macs(smashed.model, inputs[:1]), count_macs(base, inputs[:1])
+    assert macs == state["macs_after"] < 0.5 * base_macs and state["macs_before"] == base_macs
+    assert count_parameters(smashed.model) < count_parameters(base)
+    assert state["export_max_abs_diff"] <= 1e-5 and state["supernet_steps"] == steps
     return state
 
 
@@ -73,17 +92,20 @@ class TestDarts(AlgorithmTesterBase):
         cfg.add_data("Digits")
 
     def post_smash_hook(self, smashed, base, inputs):
-        state = smashed.applied[0]["state"]
-        assert set(state["choices"]) == {"features.0", "features.4", "features.8"}
-        assert state["candidates"]["features.4"] == ["conv", "point", "sep"]  # 32 -> 64 channels: no skip
-        assert all(choice != "conv" for choice in state["choices"].values())
-        for name, choice in state["choices"].items():
-            layer = smashed.model.get_submodule(name)
-            probs = state["probabilities"][name]
-            assert probs.index(max(probs)) == state["candidates"][name].index(choice)
-            if choice == "point":
-                assert layer.kernel_size == (1, 1)
-        macs, base_macs = count_macs(smashed.model, inputs[:1]), count_macs(base, inputs[:1])
-        assert macs == state["macs_after"] < 0.5 * base_macs and state["macs_before"] == base_macs
-        assert count_parameters(smashed.model) < count_parameters(base)
-        assert state["export_max_abs_diff"] <= 1e-5 and state["supernet_steps"] == 12
+        _check_conv_choices(smashed, base, inputs, steps=12)
+
+
+class TestDsnas(AlgorithmTesterBase):
+    algorithm = "dsnas"
+    models = ["digits_cnn"]
+    reject_models = ["mlp", "no_weights", "not_a_module"]
+    hyperparameters = {"steps": 12, "pretrain_steps": 2, "flops_weight": 50.0, "arch_lr": 0.1, "num_threads": 1}
+    marks = ["slow"]
+
+    @classmethod
+    def prepare_config(cls, cfg):
+        cfg.add_data("Digits")
+
+    def post_smash_hook(self, smashed, base, inputs):
+        state = _check_conv_choices(smashed, base, inputs, steps=12)
+        assert state["arch_steps"] == 10  # after the 2 uniform steps: one per later backward
