@@ -4,7 +4,7 @@ An eligible ``nn.Conv2d`` (odd square kxk, k > 1, groups=1, dilation 1, 'same' z
 a 1x1 conv (its centre taps), a depthwise kxk + pointwise 1x1, and skip where input and output shapes match; all
 give its output shape. The choice is a :class:`~slimkit.engines.nas.DiffMutableOP` (DARTS) or a
 :class:`~slimkit.engines.nas.OneHotMutableOP` (DSNAS); the argmax candidates are exported as plain layers, and a
-save records ``choices`` (layer -> candidate) that :func:`replay_choices` puts back on a freshly built model.
+save records ``choices`` (layer -> candidate) that :meth:`ConvChoiceModels.replay` puts back on a freshly built model.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ import torch
 from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
+from slimkit.algorithms.distillation._nas import example_batch
+from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.engines.nas import DiffMutableOP, NasMutator, export_subnet
 from slimkit.errors import ConfigError
 from slimkit.evaluation import count_macs
 from slimkit.evaluation.runtime import eval_mode
+from slimkit.training import BatchLoss, FitResult, fit
 from slimkit.utils import main_tensor, run_model
 
 #: what the search needs of a model (for model_check_reason)
@@ -128,19 +131,48 @@ class ConvChoices:
                          "probabilities": probs, "candidates": {n: op.choices for n, op in self.ops.items()}}
 
 
-def replay_choices(model: nn.Module, state: dict[str, Any], owner: str) -> nn.Module:
-    """Put each searched choice in place of its conv on a freshly built model (the weights then load)."""
-    if not isinstance(state.get("choices"), dict):
-        raise ConfigError(f"The saved {owner} state has no 'choices'; the save is incomplete.")
-    for name, choice in state["choices"].items():
-        try:
-            conv = model.get_submodule(name)
-        except AttributeError:
-            conv = None
-        options = candidates(conv) if conv is not None and eligible(conv) else {}
-        if choice not in options:
-            raise ConfigError(f"{owner} replay: layer {name!r} cannot take the saved choice {choice!r} (its "
-                              f"candidates: {sorted(options)}); is this the model the save was made from?")
-        parent, _, leaf = name.rpartition(".")
-        setattr(model.get_submodule(parent), leaf, options[choice])
-    return model
+class ConvChoiceModels:
+    """The models ``darts`` and ``dsnas`` take, their training call and the replay of a save (a mixin)."""
+
+    algorithm_name: str
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs an eligible convolution."""
+        return isinstance(model, nn.Module) and any(eligible(m) for m in model.modules())
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return MODELS
+
+    def choices_for(self, model: nn.Module, smash_config: SmashConfigPrefixWrapper,
+                    op_type: type[DiffMutableOP]) -> ConvChoices:
+        """The search space on ``model`` (seeded; alpha's optimizer from ``arch_lr`` / ``arch_weight_decay``)."""
+        torch.manual_seed(int(smash_config["seed"]))
+        return ConvChoices(model, example_batch(smash_config, model, self.algorithm_name), op_type,
+                           float(smash_config["arch_lr"]), float(smash_config["arch_weight_decay"]))
+
+    def train(self, space: ConvChoices, smash_config: SmashConfigPrefixWrapper, loss: BatchLoss) -> FitResult:
+        """Slimkit's training loop over the train split with ``loss`` (which also steps alpha)."""
+        seed, steps, threads = int(smash_config["seed"]), int(smash_config["steps"]), int(smash_config["num_threads"])
+        loader = smash_config.data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
+                                                    generator=torch.Generator().manual_seed(seed))
+        return fit(space.supernet, loader, loss=loss, lr=float(smash_config["lr"]), epochs=int(smash_config["epochs"]),
+                   steps=steps or None, seed=seed, num_threads=threads or None, desc=f"{self.algorithm_name} supernet")
+
+    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Put each searched choice in place of its conv on a freshly built model (the weights then load)."""
+        owner = self.algorithm_name
+        if not isinstance(state.get("choices"), dict):
+            raise ConfigError(f"The saved {owner} state has no 'choices'; the save is incomplete.")
+        for name, choice in state["choices"].items():
+            try:
+                conv = model.get_submodule(name)
+            except AttributeError:
+                conv = None
+            options = candidates(conv) if conv is not None and eligible(conv) else {}
+            if choice not in options:
+                raise ConfigError(f"{owner} replay: layer {name!r} cannot take the saved choice {choice!r} (its "
+                                  f"candidates: {sorted(options)}); is this the model the save was made from?")
+            parent, _, leaf = name.rpartition(".")
+            setattr(model.get_submodule(parent), leaf, options[choice])
+        return model

@@ -7,23 +7,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.algorithms.distillation._conv_choices import (
-    MODELS,
-    ConvChoices,
-    choice_hyperparameters,
-    eligible,
-    replay_choices,
-)
-from slimkit.algorithms.distillation._nas import example_batch
+from slimkit.algorithms.distillation._conv_choices import ConvChoiceModels, choice_hyperparameters
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.nas import DiffMutableOP
 from slimkit.errors import ConfigError
-from slimkit.training import default_loss, fit, split_batch
+from slimkit.training import default_loss, split_batch
 
 
 @register
-class DartsSearch(SlimkitDistiller):
+class DartsSearch(ConvChoiceModels, SlimkitDistiller):
     """DARTS over each eligible convolution: {itself, 1x1, depthwise-separable, skip}, mixed by softmax(alpha).
 
     Every eligible ``nn.Conv2d`` (odd kxk, k > 1, 'same' zero padding) becomes a
@@ -46,19 +39,8 @@ class DartsSearch(SlimkitDistiller):
         """Training length, weight and architecture learning rates, the FLOPs penalty, batch size, seed, threads."""
         return choice_hyperparameters(arch_lr=3e-4)
 
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs an eligible convolution."""
-        return isinstance(model, nn.Module) and any(eligible(m) for m in model.modules())
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return MODELS
-
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        seed = int(smash_config["seed"])
-        torch.manual_seed(seed)
-        space = ConvChoices(model, example_batch(smash_config, model, self.algorithm_name), DiffMutableOP,
-                            float(smash_config["arch_lr"]), float(smash_config["arch_weight_decay"]))
+        space = self.choices_for(model, smash_config, DiffMutableOP)
         ops, penalty = space.ops, float(smash_config["flops_weight"])
 
         def step_loss(net: nn.Module, batch: Any) -> torch.Tensor:
@@ -81,16 +63,8 @@ class DartsSearch(SlimkitDistiller):
             space.arch_opt.step()
             return default_loss(net, (inputs[cut:], targets[cut:]))
 
-        loader = smash_config.data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
-                                                    generator=torch.Generator().manual_seed(seed))
-        steps, threads = int(smash_config["steps"]), int(smash_config["num_threads"])
-        trained = fit(space.supernet, loader, loss=step_loss, lr=float(smash_config["lr"]),
-                      epochs=int(smash_config["epochs"]), steps=steps or None, seed=seed,
-                      num_threads=threads or None, desc="darts supernet")
+        trained = self.train(space, smash_config, step_loss)
         student, state = space.export(model.training)
         smash_config.state.update(state, supernet_steps=trained.steps)
         return student
 
-    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
-        """Put each searched choice in place of its conv on a freshly built model (the weights then load)."""
-        return replay_choices(model, state, self.algorithm_name)

@@ -8,22 +8,15 @@ import torch
 from ConfigSpace import UniformIntegerHyperparameter
 from torch import nn
 
-from slimkit.algorithms.distillation._conv_choices import (
-    MODELS,
-    ConvChoices,
-    choice_hyperparameters,
-    eligible,
-    replay_choices,
-)
-from slimkit.algorithms.distillation._nas import example_batch
+from slimkit.algorithms.distillation._conv_choices import ConvChoiceModels, choice_hyperparameters
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.nas import OneHotMutableOP
-from slimkit.training import default_loss, fit
+from slimkit.training import default_loss
 
 
 @register
-class DsnasSearch(SlimkitDistiller):
+class DsnasSearch(ConvChoiceModels, SlimkitDistiller):
     """DSNAS over each eligible convolution: one candidate drawn per step, alpha from the draw's credit.
 
     The search space is ``darts``'s ({itself, 1x1, depthwise-separable, skip} per eligible conv), each choice a
@@ -47,19 +40,8 @@ class DsnasSearch(SlimkitDistiller):
                 UniformIntegerHyperparameter("pretrain_steps", 0, 10**7, default_value=0, meta={
                     "desc": "First steps drawing candidates uniformly with alpha left as it is (supernet warm-up)."})]
 
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs an eligible convolution."""
-        return isinstance(model, nn.Module) and any(eligible(m) for m in model.modules())
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return MODELS
-
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        seed = int(smash_config["seed"])
-        torch.manual_seed(seed)
-        space = ConvChoices(model, example_batch(smash_config, model, self.algorithm_name), OneHotMutableOP,
-                            float(smash_config["arch_lr"]), float(smash_config["arch_weight_decay"]))
+        space = self.choices_for(model, smash_config, OneHotMutableOP)
         ops, penalty = list(space.ops.values()), float(smash_config["flops_weight"])
         warmup, done = int(smash_config["pretrain_steps"]), {"steps": 0, "arch_steps": 0}
 
@@ -83,17 +65,9 @@ class DsnasSearch(SlimkitDistiller):
                 op.uniform = done["steps"] <= warmup
             return default_loss(net, batch)
 
-        loader = smash_config.data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
-                                                    generator=torch.Generator().manual_seed(seed))
-        steps, threads = int(smash_config["steps"]), int(smash_config["num_threads"])
-        trained = fit(space.supernet, loader, loss=step_loss, lr=float(smash_config["lr"]),
-                      epochs=int(smash_config["epochs"]), steps=steps or None, seed=seed,
-                      num_threads=threads or None, desc="dsnas supernet")
+        trained = self.train(space, smash_config, step_loss)
         arch_step()  # the last backward's credit
         student, state = space.export(model.training)
         smash_config.state.update(state, supernet_steps=trained.steps, arch_steps=done["arch_steps"])
         return student
 
-    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
-        """Put each searched choice in place of its conv on a freshly built model (the weights then load)."""
-        return replay_choices(model, state, self.algorithm_name)

@@ -8,6 +8,17 @@ from tests.algorithms.testers.base import AlgorithmTesterBase
 WIDTH_GROUPS = {"widths.features_0", "widths.features_4", "widths.features_8", "widths.classifier_1"}
 
 
+class DigitsSupernet:
+    """What every NAS tester shares: the digits CNN and data, slow (each trains a supernet)."""
+
+    models = ["digits_cnn"]
+    marks = ["slow"]
+
+    @classmethod
+    def prepare_config(cls, cfg):
+        cfg.add_data("Digits")
+
+
 def _check_width_subnet(smashed, base, inputs):
     """The exported model has the chosen widths, is under the FLOPs budget and computes the supernet's path."""
     state = smashed.applied[0]["state"]
@@ -43,17 +54,11 @@ def _check_conv_choices(smashed, base, inputs, steps):
     return state
 
 
-class TestAutoslim(AlgorithmTesterBase):
+class TestAutoslim(DigitsSupernet, AlgorithmTesterBase):
     algorithm = "autoslim"
-    models = ["digits_cnn"]
     reject_models = ["no_weights", "not_a_module"]
     hyperparameters = {"supernet_steps": 6, "flops_ratio": 0.5, "score_batches": 1, "calibrate_batches": 0,
                        "num_threads": 1}
-    marks = ["slow"]
-
-    @classmethod
-    def prepare_config(cls, cfg):
-        cfg.add_data("Digits")
 
     def post_smash_hook(self, smashed, base, inputs):
         state = _check_width_subnet(smashed, base, inputs)
@@ -62,49 +67,31 @@ class TestAutoslim(AlgorithmTesterBase):
         assert steps[-1]["flops"] == state["flops_after"] and steps[-2]["flops"] > state["flops_limit"]
 
 
-class TestBignas(AlgorithmTesterBase):
+class TestBignas(DigitsSupernet, AlgorithmTesterBase):
     algorithm = "bignas"
-    models = ["digits_cnn"]
     reject_models = ["no_weights", "not_a_module"]
     hyperparameters = {"supernet_steps": 6, "flops_ratio": 0.5, "num_candidates": 6, "top_k": 2, "max_epochs": 2,
                        "score_batches": 1, "calibrate_batches": 0, "num_threads": 1}
-    marks = ["slow"]
-
-    @classmethod
-    def prepare_config(cls, cfg):
-        cfg.add_data("Digits")
 
     def post_smash_hook(self, smashed, base, inputs):
         state = _check_width_subnet(smashed, base, inputs)
         assert state["evaluated"] >= 6 and len(state["search_history"]) == 2
 
 
-class TestDarts(AlgorithmTesterBase):
+class TestDarts(DigitsSupernet, AlgorithmTesterBase):
     algorithm = "darts"
-    models = ["digits_cnn"]
     reject_models = ["mlp", "no_weights", "not_a_module"]
     # a strong FLOPs penalty and a fast alpha: every conv must leave its full kxk candidate
     hyperparameters = {"steps": 12, "flops_weight": 50.0, "arch_lr": 0.1, "num_threads": 1}
-    marks = ["slow"]
-
-    @classmethod
-    def prepare_config(cls, cfg):
-        cfg.add_data("Digits")
 
     def post_smash_hook(self, smashed, base, inputs):
         _check_conv_choices(smashed, base, inputs, steps=12)
 
 
-class TestDsnas(AlgorithmTesterBase):
+class TestDsnas(DigitsSupernet, AlgorithmTesterBase):
     algorithm = "dsnas"
-    models = ["digits_cnn"]
     reject_models = ["mlp", "no_weights", "not_a_module"]
     hyperparameters = {"steps": 12, "pretrain_steps": 2, "flops_weight": 50.0, "arch_lr": 0.1, "num_threads": 1}
-    marks = ["slow"]
-
-    @classmethod
-    def prepare_config(cls, cfg):
-        cfg.add_data("Digits")
 
     def post_smash_hook(self, smashed, base, inputs):
         state = _check_conv_choices(smashed, base, inputs, steps=12)
