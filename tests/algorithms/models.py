@@ -98,6 +98,43 @@ def tiny_bart() -> torch.nn.Module:
     return transformers.BartForConditionalGeneration(config).eval()
 
 
+def tiny_whisper() -> torch.nn.Module:
+    """A 264-token Whisper (bytes + Whisper's special tokens, no timestamps; see whisper_tokenizer), random weights."""
+    import transformers
+
+    ids = dict(zip(WHISPER_SPECIAL, range(256, 256 + len(WHISPER_SPECIAL)), strict=True))
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(
+        vocab_size=256 + len(WHISPER_SPECIAL), num_mel_bins=16, d_model=32, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        max_source_positions=16, max_target_positions=32, pad_token_id=ids["<|endoftext|>"],
+        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|endoftext|>"],
+        decoder_start_token_id=ids["<|startoftranscript|>"], suppress_tokens=[], begin_suppress_tokens=[],
+        init_std=0.5)  # wide weights: greedy decoding wanders instead of repeating one token
+    model = transformers.WhisperForConditionalGeneration(config).eval()
+    model.generation_config.no_timestamps_token_id = ids["<|notimestamps|>"]
+    return model
+
+
+#: Whisper's special tokens, ids 256.. after the 256 bytes (English-only: no language token)
+WHISPER_SPECIAL = ("<|endoftext|>", "<|startoftranscript|>", "<|translate|>", "<|transcribe|>",
+                   "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>")
+
+
+def whisper_tokenizer():
+    """The byte tokenizer with Whisper's special tokens (ids 256..263), the vocabulary of tiny_whisper."""
+    from slimkit.zoo._hf import byte_tokenizer
+
+    tokenizer = byte_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": list(WHISPER_SPECIAL)})
+    return tokenizer
+
+
+def _whisper_inputs() -> dict[str, torch.Tensor]:
+    """Log-mel features [2, 16 mels, 32 frames] (the encoder's two convolutions halve them to 16 positions)."""
+    return {"input_features": torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(1))}
+
+
 def _seq2seq_inputs() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(2)
     decoder = torch.cat([torch.zeros(2, 1, dtype=torch.long), torch.randint(1, 256, (2, 5), generator=g)], dim=1)
@@ -135,6 +172,7 @@ LOCAL = {
     "tiny_mixtral": (lambda: tiny_moe("mixtral"), _token_inputs),
     "tiny_qwen2_moe": (lambda: tiny_moe("qwen2_moe"), _token_inputs),
     "tiny_bart": (tiny_bart, _seq2seq_inputs),
+    "tiny_whisper": (tiny_whisper, _whisper_inputs),
     "tiny_deit": (tiny_deit, lambda: torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))),
 }
 

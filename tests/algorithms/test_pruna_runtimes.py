@@ -1,16 +1,25 @@
-"""Pruna's c_generate (CTranslate2) and kvpress at their boundaries: bad hyperparameters, missing packages, refusals."""
+"""Pruna's c_generate / c_whisper (CTranslate2) and kvpress at their boundaries: bad hyperparameters, missing packages,
+refusals."""
 
 from __future__ import annotations
 
 import shutil
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from slimkit import SmashConfig, SmashedModel, smash, zoo
-from slimkit.errors import ConfigError, MissingComponentError, MissingPackageError, SaveLoadError
+from slimkit.errors import (
+    ConfigError,
+    MissingComponentError,
+    MissingPackageError,
+    ModelNotSupportedError,
+    SaveLoadError,
+)
 from slimkit.zoo._hf import byte_tokenizer
+from tests.algorithms.models import get_model, tiny_whisper, whisper_tokenizer
 
 PROMPT = torch.randint(1, 256, (1, 24), generator=torch.Generator().manual_seed(0))
 
@@ -33,11 +42,46 @@ def test_out_of_range_hyperparameters_name_the_key(key, value):
 
 
 @pytest.mark.parametrize(("algorithm", "module", "extra"), [("c_generate", "ctranslate2", "ctranslate2"),
+                                                           ("c_whisper", "ctranslate2", "ctranslate2"),
                                                            ("kvpress", "kvpress", "kvpress")])
 def test_a_missing_library_names_the_extra(monkeypatch, algorithm, module, extra):
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if the package were not installed
     with pytest.raises(MissingPackageError, match=rf"pip install 'slimkit\[{extra}\]'"):
-        _smash(algorithm)
+        if algorithm == "c_whisper":
+            _smash_whisper()
+        else:
+            _smash(algorithm)
+
+
+def _smash_whisper(tokenizer: bool = True, model=None, processor=None, **hyperparameters):
+    cfg = SmashConfig({"c_whisper": {"n_threads": 1, **hyperparameters}}, device="cpu")
+    if tokenizer:
+        cfg.add_tokenizer(whisper_tokenizer())
+    if processor is not None:  # Pruna's way: the processor, whose tokenizer gives the vocabulary
+        cfg.add_processor(processor)
+    return smash(tiny_whisper() if model is None else model, cfg, verbose=False)
+
+
+def test_c_whisper_refuses_other_models_and_needs_the_vocabulary():
+    with pytest.raises(ModelNotSupportedError, match="c_whisper does not support this model .BartForConditional"
+                                                     "Generation.. It converts Hugging Face WhisperForConditional"):
+        _smash_whisper(model=get_model("tiny_bart")[0])
+    with pytest.raises(MissingComponentError, match=r"c_whisper needs the model's processor \(cfg.add_processor"):
+        _smash_whisper(tokenizer=False)
+    smashed = _smash_whisper(tokenizer=False, processor=SimpleNamespace(tokenizer=whisper_tokenizer()))
+    assert smashed.model.vocabulary[257] == "<|startoftranscript|>" and len(smashed.model.vocabulary) == 264
+
+
+def test_c_whisper_refuses_bad_generate_calls_and_forward():
+    smashed, features = _smash_whisper(weight_bits=32), torch.randn(1, 16, 32)
+    assert smashed.generate(features, max_new_tokens=3).shape == (1, 3)
+    for call, message in ((lambda: smashed.generate(features[0]), r"input_features as a \[batch, n_mels, frames\]"),
+                          (lambda: smashed.generate(features, do_sample=True), r"does not take \['do_sample'\]"),
+                          (lambda: smashed.generate(features, task="summarize"), "task is 'transcribe' or"),
+                          (lambda: smashed.generate(features, max_new_tokens=0), "max_new_tokens must be >= 1"),
+                          (lambda: smashed(input_features=features), "no teacher-forced logits: call generate")):
+        with pytest.raises(ConfigError, match=message):
+            call()
 
 
 def test_c_generate_needs_the_tokenizer_and_refuses_bad_generate_calls():

@@ -22,7 +22,7 @@ class TorchCompile(SlimkitCompiler):
 
     algorithm_name = "torch_compile"
     #: Pruna's names for close algorithms (errors point here)
-    near_names = ("stable_fast", "x_fast", "c_whisper")
+    near_names = ("stable_fast", "x_fast")
     references = {"PyTorch": "https://pytorch.org/docs/stable/generated/torch.compile.html"}
     save_fn = SaveFn.SAVE_BEFORE_APPLY
 

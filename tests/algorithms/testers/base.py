@@ -21,6 +21,9 @@ class AlgorithmTesterBase:
     hyperparameters: ClassVar[dict[str, Any]] = {}
     #: other algorithms smashed together with this one ({group: name} plus their prefixed hyperparameters)
     extra_config: ClassVar[dict[str, Any]] = {}
+    #: when set, the harness compares ``generate(**inputs, **generate_kwargs)``'s token ids instead of forward outputs
+    #: (models such as CTranslate2's Whisper that decode but give no teacher-forced logits)
+    generate_kwargs: ClassVar[dict[str, Any] | None] = None
     #: max |reloaded - smashed| on the example inputs (0.0 means bit-identical)
     reload_atol: ClassVar[float] = 0.0
     allow_pickle_files: ClassVar[bool] = False
