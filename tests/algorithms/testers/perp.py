@@ -100,6 +100,6 @@ class TestTextToTextPERPSmolLM2(TestTextToTextPERP):
 
     models = ["smollm2-135m"]
     marks = ["slow"]
-    hyperparameters = {"steps": 4, "training_batch_size": 2, "learning_rate": 1e-3, "num_threads": 2}
+    hyperparameters = {"steps": 4, "training_batch_size": 2, "learning_rate": 1e-3, "num_threads": 2, "lora_r": 4}
     tokenizer_of = "smollm2-135m"
     head = "model.embed_tokens.weight"
