@@ -82,7 +82,7 @@ class FilterFusion:
             p, s = self.distribution(parametrize_original(module, "weight"), tau)
             dists[layer] = p
             inside = np.flatnonzero(idx >= 0)
-            score.index_add_(0, torch.from_numpy(idx[inside]), s[torch.from_numpy(inside)])
+            score.index_add_(0, torch.from_numpy(idx[inside]), s.cpu()[torch.from_numpy(inside)])  # unit's ids: host
         unit.keep(torch.argsort(score, descending=True, stable=True)[:count].tolist())
         kept = (unit.mask != 0).numpy()
         for layer, p in dists.items():

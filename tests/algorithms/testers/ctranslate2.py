@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import torch
-from starlette.testclient import TestClient
 
 from slimkit.algorithms.compilation._ctranslate2 import CT2Generator
 from slimkit.algorithms.compilation._ctranslate2_seq2seq import CT2Translator
-from slimkit.serve import build_app
 from slimkit.zoo._hf import byte_tokenizer
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
@@ -40,6 +38,10 @@ class TestCGenerate(AlgorithmTesterBase):
             assert torch.equal(smashed.generate(ids, **new), base.generate(ids, do_sample=False, **new))
         # the serve face's /generate runs the converted model, token for token as the original's greedy search
         prompt = ids[0, :6].tolist()
+        from starlette.testclient import TestClient  # serve's extra: a GPU image may lack it
+
+        from slimkit.serve import build_app
+
         with TestClient(build_app(smashed)) as client:
             answer = client.post("/generate", json={"inputs": [prompt], "max_new_tokens": 5})
         assert answer.status_code == 200, answer.text
