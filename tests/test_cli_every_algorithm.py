@@ -37,6 +37,8 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "l2_filter": ("digits_cnn", []),
     "layer_drop": ("tiny_llama", ["--set", "layer_drop_steps=2", "--set", "layer_drop_batch_size=4"]),
     "level": ("tiny_vit", []),
+    "text_to_text_perp": ("tiny_llama", ["--set", "{a}_steps=2", "--set", "{a}_training_batch_size=2"]),
+    "text_to_text_inplace_perp": ("tiny_llama", ["--set", "{a}_steps=2", "--set", "{a}_training_batch_size=2"]),
     "llama_cpp": ("tiny_llama", ["--set", "llama_cpp_n_threads=1"]),
     "lsq": ("digits_cnn", ["--set", "lsq_epochs=1"]),
     "naive": ("digits_cnn", []),
@@ -98,7 +100,8 @@ def test_every_registered_algorithm_has_a_shell_recipe():
 #: algorithm -> pytest marks of its shell case (llama_cpp needs the llamacpp extra: `make test-llamacpp`)
 MARKS = {"llama_cpp": [pytest.mark.llamacpp],
          **{a: [pytest.mark.slow] for a in ("group_fisher", "ite_prune", "dcff", "dmcp", "slimmable_network",
-                                                    "autoslim", "bignas", "darts", "dsnas")}}
+                                                    "autoslim", "bignas", "darts", "dsnas",
+                                                    "text_to_text_perp", "text_to_text_inplace_perp")}}
 
 
 @pytest.mark.parametrize("algorithm", [pytest.param(a, marks=MARKS.get(a, [])) for a in sorted(RECIPES)])

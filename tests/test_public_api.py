@@ -26,14 +26,16 @@ PUBLIC = {
         "resolve_config_list", "save_masks", "sensitivity_analysis"
     ],
     "slimkit.engines.nas": [
-        "BaseMutable", "ChannelSupernet", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear", "EvolutionSearchLoop",
-        "METRICS", "MutableChannels", "MutableSequential", "NasMutator", "OneShotMutableOP", "SearchResult",
-        "calibrate_bn", "export_subnet", "load_subnet", "make_searchable", "measure_subnet", "read_subnet",
-        "save_subnet", "subnet_key", "write_subnet"
+        "BaseMutable", "ChannelSupernet", "DiffMutableOP", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear",
+        "EvolutionSearchLoop", "GreedyChannelSearch", "GreedySubnet", "METRICS", "MutableChannels",
+        "MutableSequential", "NasMutator", "OneHotMutableOP", "OneShotMutableOP", "SearchResult", "calibrate_bn",
+        "export_subnet", "load_subnet", "make_searchable", "measure_subnet", "read_subnet", "save_subnet",
+        "subnet_key", "write_subnet"
     ],
     "slimkit.engines.quantization": [
         "BNNEngine", "BNNGrad", "ClipGrad", "DoReFaEngine", "Int8Linear", "LsqEngine", "LsqPlusEngine",
-        "NaiveQuantizer", "ObserverQuantizer", "QATEngine", "QuantGrad", "QuantType", "QuantizationConfigError", "QuantizedLayer",
+        "NaiveQuantizer", "ObserverQuantizer", "QATEngine", "QuantGrad", "QuantType", "QuantizationConfigError",
+        "QuantizedLayer",
         "Quantizer",
         "QuantizerModuleWrapper", "affine_qparams", "dequantize", "fake_quantize", "grad_scale", "load_calibration",
         "quantize_codes", "quantized_layer_specs", "rebuild_quantized_layers", "resolve_quant_config_list",
@@ -116,33 +118,38 @@ PUBLIC = {
                            "count_macs", "count_macs_by_dtype", "count_parameters", "fidelity", "measure_latency",
                            "measure_latency_pair", "peak_bytes", "peak_memory",
                            "perplexity", "plot_comparison", "set_threads", "size_on_disk", "training_peak_memory"],
-    "slimkit.razor": ["MODES", "BaseAlgorithm", "SingleTeacherDistill", "batch_loss", "build", "build_module",
-                      "load_config", "merge_configs", "register_module", "task_loss", "zoo_model",
-                      # one-shot NAS
-                      "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear", "EvolutionSearchLoop",
-                      "MutableChannels", "MutableSequential", "NasMutator", "OneShotMutableOP", "SPOS",
-                      "SearchResult", "SearchableCNN", "calibrate_bn", "export_subnet", "load_subnet", "read_subnet",
-                      "save_subnet", "write_subnet",
-                      # MMRazor's configs: loading, the other algorithms, search spaces, sub_model
-                      "ConfigDict", "DAFLDataFreeDistillation", "DataFreeDistillation", "FpnTeacherDistill",
-                      "ImgDataPreprocessor", "MBBlock", "OverhaulFeatureDistillation", "SearchableMobileNetV2",
-                      "SearchableShuffleNetV2", "ShuffleBlock", "ShuffleXception", "SkippedBase",
-                      "separate_optimizers", "skipped_bases", "sub_model"],
-    "slimkit.faces.mmrazor.nas": ["MBBlock", "SPOS", "SearchableCNN", "SearchableIdentity", "SearchableMobileNetV2",
-                                  "SearchableShuffleNetV2", "ShuffleBlock", "ShuffleXception", "sub_model"],
+    "slimkit.razor": [
+        "AutoSlim", "Autoformer", "AutoformerBackbone", "BaseAlgorithm", "BigNAS", "ChannelMutator", "ConfigDict",
+        "DAFLDataFreeDistillation", "DCFF", "DCFFChannelMutator", "DMCP", "DMCPChannelMutator", "DSNAS", "Darts",
+        "DataFreeDistillation", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear", "EvolutionSearchLoop",
+        "FpnTeacherDistill", "GroupFisherAlgorithm", "GroupFisherChannelMutator", "ImgDataPreprocessor",
+        "ItePruneAlgorithm", "MBBlock", "MMArchitectureQuant", "MODES", "MutableChannels", "MutableSequential",
+        "NasMutator", "OneShotChannelMutator", "OneShotMutableOP", "OverhaulFeatureDistillation", "SPOS",
+        "SearchResult", "SearchableCNN", "SearchableMobileNetV2", "SearchableShuffleNetV2", "SelfDistill",
+        "ShuffleBlock", "ShuffleXception", "SingleTeacherDistill", "SkippedBase", "SlimmableChannelMutator",
+        "SlimmableNetwork", "batch_loss", "build", "build_module", "calibrate_bn", "export_subnet", "load_config",
+        "load_subnet", "merge_configs", "read_subnet", "register_module", "save_subnet", "separate_optimizers",
+        "skipped_bases", "sub_model", "task_loss", "write_subnet", "zoo_model"
+    ],
+    "slimkit.faces.mmrazor.nas": [
+        "AutoSlim", "Autoformer", "AutoformerBackbone", "BigNAS", "DSNAS", "Darts", "MBBlock", "SPOS",
+        "SearchableCNN", "SearchableIdentity", "SearchableMobileNetV2", "SearchableShuffleNetV2", "ShuffleBlock",
+        "ShuffleXception", "sub_model"
+    ],
     "slimkit.serve": ["Generator", "ModelRunner", "RequestError", "ServeMetrics", "ServedModel", "build_app", "serve"],
-    "slimkit.training.distill": ["ATLoss", "BaseRecorder", "ChannelWiseDivergence", "ConfigurableDistiller",
-                                 "Conv1x1Connector", "CosineSimilarityLoss", "DistillLoss", "DistillObjective",
-                                 "FunctionOutputsRecorder", "KLDivergence", "L2Loss", "LinearConnector", "MSELoss",
-                                 "MethodOutputsRecorder", "ModuleInputsRecorder", "ModuleOutputsRecorder",
-                                 "RecorderManager", "connector_for", "forward_arguments", "frozen_teacher",
-                                 # MMRazor's loss zoo, its connectors, generators and OFD's distiller
-                                 "ActivationLoss", "AngleWiseRKD", "CRDConnector", "CRDLoss", "ConvModuleConnector",
-                                 "DAFLGenerator", "DISTLoss", "DKDLoss", "DistanceWiseRKD", "FBKDLoss",
-                                 "FBKDStudentConnector", "FBKDTeacherConnector", "FTLoss", "InformationEntropyLoss",
-                                 "L1Loss", "MGDConnector", "MGDLoss", "OFDDistiller", "OFDLoss",
-                                 "OFDTeacherConnector", "OnehotLikeLoss", "PKDLoss", "Paraphraser", "Translator",
-                                 "WSLD", "ZSKTGenerator"],
+    "slimkit.training.distill": [
+        "ABLoss", "ATLoss", "ActivationLoss", "AngleWiseRKD", "BYOTConnector", "BYOTDistiller", "BaseRecorder",
+        "CRDConnector", "CRDLoss", "ChannelWiseDivergence", "ConfigurableDistiller", "Conv1x1Connector",
+        "ConvModuleConnector", "CosineSimilarityLoss", "CrossEntropyLoss", "DAFLGenerator", "DISTLoss", "DKDLoss",
+        "DistanceWiseRKD", "DistillLoss", "DistillObjective", "FBKDLoss", "FBKDStudentConnector",
+        "FBKDTeacherConnector", "FTLoss", "FunctionInputsRecorder", "FunctionOutputsRecorder",
+        "InformationEntropyLoss", "KDSoftCELoss", "KLDivergence", "L1Loss", "L2Loss", "LinearConnector",
+        "MGDConnector", "MGDLoss", "MSELoss", "MethodInputsRecorder", "MethodOutputsRecorder",
+        "ModuleInputsRecorder", "ModuleOutputsRecorder", "NormConnector", "OFDDistiller", "OFDLoss",
+        "OFDTeacherConnector", "OnehotLikeLoss", "PKDLoss", "ParameterRecorder", "Paraphraser", "RecorderManager",
+        "TorchFunctionalConnector", "TorchNNConnector", "Translator", "WSLD", "ZSKTGenerator", "connector_for",
+        "forward_arguments", "frozen_teacher"
+    ],
     "slimkit.zoo": ["ZooModel", "build", "cache_dir", "digits_split", "imagenet_preprocess", "load", "names",
                     "sentence_pairs"],
 }

@@ -41,7 +41,7 @@ class UnitPruner(SlimkitPruner):
         """``steps``, ``exclude``, the algorithm's own, then the training settings."""
         return [
             UniformIntegerHyperparameter("steps", 1, 10**7, default_value=self.default_steps,
-                                         meta={"desc": "Optimizer steps of training on cfg.data while pruning."}),
+                                         meta={"desc": "Optimizer steps of training on the added data while pruning."}),
             ListHyperparameter("exclude", (), meta={"desc": "Layer names whose channel groups are never pruned."}),
             *self.extra_hyperparameters(),
             *training_hyperparameters(lr=1e-3),

@@ -73,13 +73,17 @@ def is_own_forward(model: Any, inner: Callable[..., Any]) -> bool:
 
 
 def _segmented_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """Transformers' sdpa attention; given :data:`LENGTHS_KWARG`, one SDPA per sentence of the packed sequence."""
+                    attention_mask: torch.Tensor | None, dropout: float = 0.0,
+                    **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Transformers' sdpa attention; given :data:`LENGTHS_KWARG`, one SDPA per sentence of the packed sequence.
+
+    ``dropout`` may come by position: kvpress, once imported, wraps every registered attention function so.
+    """
     lengths = kwargs.pop(LENGTHS_KWARG, None)
     if lengths is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
     parts = [F.scaled_dot_product_attention(q, k, v, scale=kwargs.get("scaling"))
              for q, k, v in zip(query.split(lengths, 2), key.split(lengths, 2), value.split(lengths, 2), strict=True)]
     return torch.cat(parts, 2).transpose(1, 2).contiguous(), None

@@ -98,9 +98,13 @@ def test_gptq_pruna_tester_flow():
     assert abs(ppl - base_ppl) < 0.05 * base_ppl  # a random model: 4 bits barely move its perplexity
 
 
-def test_llama_cpp_quantization_method_refusals():
+def test_llama_cpp_quantization_method_names_the_k_quants():
     with pytest.raises(ConfigError, match=r"allowed is one of None, 'q2_k'.*'q4_k_m'.*'q6_k'"):
         SmashConfig()["llama_cpp_quantization_method"] = "q4_k_x"
+
+
+@pytest.mark.llamacpp
+def test_llama_cpp_quantization_method_refuses_slimkit_quantized_layers():
     loaded = zoo.load("tiny_llama")
     smash_config = SmashConfig(["rtn", "llama_cpp"])
     smash_config.add({"rtn_group_size": 32, "llama_cpp_quantization_method": "q4_k_m"})
