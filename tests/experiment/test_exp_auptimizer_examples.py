@@ -79,6 +79,7 @@ def _check_one_time(result, name: str) -> None:
     assert -1.0 < row["result"] <= 0.0  # (accuracy - 1) / log(flops)
 
 
+@pytest.mark.slow  # example files end to end (~6 s each); test_exp_runner runs a one-time script job in make test
 @pytest.mark.parametrize("name", ["exp_l1filter.json", "exp_quantization_naive.json"])
 def test_one_time_examples(workdir, name):
     result = run_experiment(workdir / name, automatic=False, quiet=True)

@@ -156,6 +156,7 @@ def test_early_stop_prunes_trials_through_optuna(tmp_path):
     assert all(t.intermediate_values for t in study.trials)
 
 
+@pytest.mark.slow  # ~10 s: a runner killed and resumed (the slow tier holds the kill/resume runs)
 def test_resume_after_the_runner_is_killed(tmp_path):
     exp = _experiment(tmp_path, LIGHT_SCRIPT, name="resume", n_samples=4, random_seed=1, proposer="random",
                       runtime_args={"mode": "sleep", "seconds": 1.5})

@@ -64,6 +64,7 @@ def small_gptq_streamed(byte_llama_folder, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # a fresh process killed mid-run (~6 s)
 def test_sigkill_of_a_fresh_process_mid_run_then_the_same_call_resumes_to_identical_files(byte_llama_folder,
                                                                                         small_gptq_streamed, tmp_path):
     """The fast variant: the 3-block Llama through GPTQ in a child process, killed with SIGKILL after a random block.
@@ -122,6 +123,7 @@ def test_another_config_on_an_unfinished_run_is_refused(llama_folder, tmp_path, 
     assert "out.partial" in str(info.value)
 
 
+@pytest.mark.slow  # a fresh-process memory run (~9 s)
 def test_peak_memory_of_a_fresh_process_stays_far_under_the_model(tmp_path):  # ~7 s: a 239 MB model, a fresh process
     """16 blocks of 12.6 MB (float32), 239 MB in all: streaming holds one block (or one piece) at a time.
 
