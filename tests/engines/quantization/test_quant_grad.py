@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from slimkit.engines.quantization import (
-    BNNGrad,
     BNNEngine,
+    BNNGrad,
     ClipGrad,
     LsqEngine,
     QATEngine,

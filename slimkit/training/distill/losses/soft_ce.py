@@ -74,7 +74,8 @@ class CrossEntropyLoss(DistillLoss):
             raise ConfigError("CrossEntropyLoss takes (preds_S, preds_T) or (cls_score, label) tensors, got "
                               f"{type(logits).__name__} and {type(target).__name__}.")
         if logits.dim() < 2:
-            raise ConfigError(f"CrossEntropyLoss needs logits [N, C] (or [N, C, ...]), got shape {tuple(logits.shape)}.")
+            raise ConfigError("CrossEntropyLoss needs logits [N, C] (or [N, C, ...]), "
+                              f"got shape {tuple(logits.shape)}.")
         if target.is_floating_point():
             check_pair("CrossEntropyLoss", logits, target)
             target = target.detach().argmax(dim=1)
