@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.recovery._training import validation_loss
@@ -21,6 +22,23 @@ from slimkit.evaluation import count_macs
 from slimkit.evaluation.runtime import eval_mode
 from slimkit.training import BatchLoss, FitResult, default_loss, fit, split_batch
 from slimkit.utils import model_device, move_inputs
+
+
+def evolution_hyperparameters() -> list:
+    """The evolution search's settings (``EvolutionSearchLoop``), shared by every algorithm that runs it."""
+    def integer(name: str, low: int, default: int, desc: str) -> UniformIntegerHyperparameter:
+        return UniformIntegerHyperparameter(name, low, 1000, default_value=default, meta={"desc": desc})
+
+    def share(name: str, default: float, desc: str) -> UniformFloatHyperparameter:
+        return UniformFloatHyperparameter(name, 0.0, 1.0, default_value=default, meta={"desc": desc})
+
+    return [
+        integer("num_candidates", 2, 16, "Population of each evolution epoch."),
+        integer("top_k", 1, 4, "Best subnets kept as parents."),
+        integer("max_epochs", 1, 4, "Evolution epochs."),
+        share("mutate_prob", 0.2, "Chance that a child resamples each width of its parent."),
+        share("crossover_prob", 0.5, "Chance that a crossover child takes each width from parent 2."),
+    ]
 
 
 def example_batch(smash_config: SmashConfigPrefixWrapper, model: nn.Module, owner: str = "spos_search") -> Any:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
+from ConfigSpace import UniformFloatHyperparameter
 
-from slimkit.algorithms.distillation._nas import search
+from slimkit.algorithms.distillation._nas import evolution_hyperparameters, search
 from slimkit.algorithms.distillation._width_nas import WidthNasModels, WidthRun, width_nas_hyperparameters
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
@@ -37,15 +37,7 @@ class BigNasSearch(WidthNasModels, SlimkitDistiller):
             *width_nas_hyperparameters(),
             UniformFloatHyperparameter("max_params", 0.0, 1e15, default_value=0.0,
                                        meta={"desc": "Parameter budget of the subnet (0: none)."}),
-            UniformIntegerHyperparameter("num_candidates", 2, 1000, default_value=16,
-                                         meta={"desc": "Population of each evolution epoch."}),
-            UniformIntegerHyperparameter("top_k", 1, 1000, default_value=4,
-                                         meta={"desc": "Best subnets kept as parents."}),
-            UniformIntegerHyperparameter("max_epochs", 1, 1000, default_value=4, meta={"desc": "Evolution epochs."}),
-            UniformFloatHyperparameter("mutate_prob", 0.0, 1.0, default_value=0.2,
-                                       meta={"desc": "Chance that a child resamples each width of its parent."}),
-            UniformFloatHyperparameter("crossover_prob", 0.0, 1.0, default_value=0.5,
-                                       meta={"desc": "Chance that a crossover child takes each width from parent 2."}),
+            *evolution_hyperparameters(),
         ]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
