@@ -54,14 +54,11 @@ def eval_mode(model: Any) -> Iterator[None]:
 
 
 def batch_size_of(inputs: Inputs) -> int:
-    """Leading dimension of the first tensor in ``inputs`` (1 when there is none or it is a scalar)."""
-    if isinstance(inputs, torch.Tensor):
-        return int(inputs.shape[0]) if inputs.dim() > 0 else 1
-    values = inputs.values() if isinstance(inputs, Mapping) else inputs if isinstance(inputs, Sequence) else []
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            return batch_size_of(value)
-    return 1
+    """Leading dimension of the first batched tensor in ``inputs`` (1 when there is none)."""
+    if isinstance(inputs, Mapping):
+        inputs = list(inputs.values())
+    values = inputs if isinstance(inputs, (tuple, list)) else [inputs]
+    return next((int(v.shape[0]) for v in values if isinstance(v, torch.Tensor) and v.dim() > 0), 1)
 
 
 @dataclass

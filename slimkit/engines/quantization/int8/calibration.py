@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from slimkit.errors import DataError
+from slimkit.evaluation.runtime import batch_size_of
 from slimkit.utils import Inputs, model_device, move_inputs
 
 _LABEL_KEYS = ("label", "labels")
@@ -31,18 +32,6 @@ def batch_inputs(batch: Any) -> Inputs:
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         return batch[0]
     return batch
-
-
-def batch_size_of(inputs: Inputs) -> int:
-    """Leading dimension of the first tensor in ``inputs`` (1 when there is none)."""
-    if isinstance(inputs, Mapping):
-        values = list(inputs.values())
-    else:
-        values = list(inputs) if isinstance(inputs, (tuple, list)) else [inputs]
-    for value in values:
-        if isinstance(value, torch.Tensor) and value.dim() > 0:
-            return int(value.shape[0])
-    return 1
 
 
 def slice_inputs(inputs: Inputs, start: int, stop: int) -> Inputs:

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from slimkit.engines.quantization.int8.calibration import batch_size_of, slice_inputs
+from slimkit.engines.quantization.int8.calibration import slice_inputs
+from slimkit.evaluation.runtime import batch_size_of
 from slimkit.utils import Inputs, main_tensor, run_model
 
 T = TypeVar("T")
