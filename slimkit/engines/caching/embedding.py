@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from slimkit.engines._patch import patch_forward
+from slimkit.engines.caching._lru import BoundedLRU
 from slimkit.engines.rows import batch_size_of, map_tensors, merge_rows, split_rows, take_rows
 
 #: Keyword arguments that make an output depend on more than the inputs; calls with them are not cached.
@@ -48,7 +47,7 @@ def row_keys(args: tuple, kwargs: Mapping[str, Any], n: int) -> list[bytes] | No
     return keys
 
 
-class EmbeddingLRU:
+class EmbeddingLRU(BoundedLRU):
     """A bounded LRU of per-row encoder outputs with hit statistics; installed as a model's forward wrapper.
 
     Calls in training mode or that :func:`row_keys` cannot key run the model uncached (counted as ``bypassed``).
@@ -61,26 +60,12 @@ class EmbeddingLRU:
     def __init__(self, max_entries: int) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}.")
+        super().__init__(max_entries)
         self.max_entries = max_entries
-        self._entries: OrderedDict[bytes, Any] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-        self.bypassed = 0
-        self.evictions = 0
 
     def __deepcopy__(self, memo: dict) -> EmbeddingLRU:
         """A copy starts empty with the same bound (stored outputs belong to the model they came from)."""
         return EmbeddingLRU(self.max_entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def hit_rate(self) -> float:
-        """Hits over looked-up rows (0.0 before any lookup)."""
-        looked_up = self.hits + self.misses
-        return self.hits / looked_up if looked_up else 0.0
 
     def stats(self) -> dict[str, float | int]:
         """Counters as a JSON-able dict: hits, misses, bypassed calls, entries, max_entries, evictions, hit_rate."""
@@ -107,21 +92,12 @@ class EmbeddingLRU:
                 found.append(value)
             return found
 
-    def _store(self, key: bytes, value: Any) -> None:
-        with self._lock:
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-                self.evictions += 1
-
     def __call__(self, module: torch.nn.Module, inner: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """Answer a forward call from the cache where possible (the handler :func:`attach_embedding_cache` installs)."""
         n = batch_size_of(args, kwargs)
         keys = None if module.training or n is None else row_keys(args, kwargs, n)
         if keys is None:
-            with self._lock:
-                self.bypassed += 1
+            self._bypass()
             return inner(*args, **kwargs)
         found = self._lookup(keys)
         missing: dict[bytes, int] = {}
@@ -131,7 +107,7 @@ class EmbeddingLRU:
         if len(missing) == n:  # nothing stored and no repeats: the uncached forward, exactly
             output = inner(*args, **kwargs)
             for key, row in zip(keys, split_rows(output, n), strict=True):
-                self._store(key, map_tensors(row, lambda t: t.detach().clone()))
+                self._put(key, map_tensors(row, lambda t: t.detach().clone()))
             return output
         if missing:
             sub_args, sub_kwargs = take_rows(args, kwargs, list(missing.values()))
@@ -139,7 +115,7 @@ class EmbeddingLRU:
             fresh = {}
             for key, row in zip(missing, computed, strict=True):
                 fresh[key] = map_tensors(row, lambda t: t.detach().clone())
-                self._store(key, fresh[key])
+                self._put(key, fresh[key])
             found = [value if value is not None else fresh[key] for key, value in zip(keys, found, strict=True)]
         return merge_rows(found)
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import copy
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from slimkit.engines._patch import patch_forward
+from slimkit.engines.caching._lru import BoundedLRU
 
 
 def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -29,7 +28,7 @@ def _crop(cache: Any, length: int) -> Any:
     return cache
 
 
-class PrefixLRU:
+class PrefixLRU(BoundedLRU):
     """A bounded LRU of prompt KV caches; ``generate`` reuses the longest stored prefix of a new prompt.
 
     Only the prompt tokens after the matched prefix are computed, so greedy generations are the same tokens
@@ -41,23 +40,13 @@ class PrefixLRU:
         if max_prefixes < 1 or min_prefix_tokens < 1:
             raise ValueError(f"max_prefixes and min_prefix_tokens must be at least 1, got {max_prefixes} and "
                              f"{min_prefix_tokens}.")
+        super().__init__(max_prefixes)
         self.max_prefixes, self.min_prefix_tokens = max_prefixes, min_prefix_tokens
-        self._entries: OrderedDict[tuple[int, ...], Any] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = self.misses = self.bypassed = self.evictions = self.reused_tokens = 0
+        self.reused_tokens = 0
 
     def __deepcopy__(self, memo: dict) -> PrefixLRU:
         """A copy starts empty with the same bounds."""
         return PrefixLRU(self.max_prefixes, self.min_prefix_tokens)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def hit_rate(self) -> float:
-        """Prompts that reused a stored prefix over cached prompts (0.0 before any)."""
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
 
     def stats(self) -> dict[str, float | int]:
         """Counters as a JSON-able dict (hits, misses, bypassed, reused_tokens, entries, evictions, hit_rate)."""
@@ -87,12 +76,7 @@ class PrefixLRU:
         if len(ids) < self.min_prefix_tokens:
             return
         cache = _crop(cache, len(ids))
-        with self._lock:
-            self._entries[ids] = cache
-            self._entries.move_to_end(ids)
-            while len(self._entries) > self.max_prefixes:
-                self._entries.popitem(last=False)
-                self.evictions += 1
+        self._put(ids, cache)
 
     def __call__(self, module: torch.nn.Module, inner: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """Run ``generate`` with the longest stored prefix of the prompt, then store this prompt's cache."""
@@ -104,8 +88,7 @@ class PrefixLRU:
             and (mask is None or bool((mask != 0).all())) and kwargs.get("inputs_embeds") is None
         )
         if not cacheable:
-            with self._lock:
-                self.bypassed += 1
+            self._bypass()
             return inner(*args, **kwargs)
         from transformers import DynamicCache  # noqa: PLC0415 - transformers loads slowly; only generation needs it
 
