@@ -89,16 +89,11 @@ class Compressor(Generic[W]):
         return model_device(wrapper)
 
     # --- wrapping ----------------------------------------------------------------------------------------
-    def _set_child(self, name: str, module: nn.Module) -> None:
-        parent_name, _, child = name.rpartition(".")
-        parent = self.bound_model.get_submodule(parent_name) if parent_name else self.bound_model
-        setattr(parent, child, module)
-
     def _wrap_model(self) -> None:
         """Put every wrapper in place of its layer (idempotent)."""
         if not self.is_wrapped:
             for wrapper in self.modules_wrapper:
-                self._set_child(wrapper.name, wrapper)
+                self.bound_model.set_submodule(wrapper.name, wrapper)
             self.is_wrapped = True
 
     def _restore_layers(self) -> None:
@@ -108,7 +103,7 @@ class Compressor(Generic[W]):
         """
         if self.is_wrapped:
             for wrapper in self.modules_wrapper:
-                self._set_child(wrapper.name, wrapper.module)
+                self.bound_model.set_submodule(wrapper.name, wrapper.module)
             self.is_wrapped = False
 
     def _unwrap_model(self) -> None:

@@ -19,7 +19,6 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from slimkit.engines.quantization.lowbit.layers import replace_module
 from slimkit.engines.quantization.lowbit.linear import PackedLinear
 from slimkit.formats.hf_format import HFCheckpointFormat
 from slimkit.formats.kinds import FormatError, symmetric_grid
@@ -105,7 +104,7 @@ def load_into(model: nn.Module, folder: str | os.PathLike, fmt: HFCheckpointForm
     for name, how in layers.items():
         local = _take(tensors, name)
         layer = fmt.layer_from_tensors(local, how, name, dtype, notes)
-        replace_module(model, name, layer)
+        model.set_submodule(name, layer)
         specs[name] = layer.spec()
         schemes[name] = WeightScheme(layer.bits, None if layer.scales.shape[1] == 1 else layer.group_size,
                                      symmetric_grid(layer)).describe()

@@ -26,7 +26,6 @@ from torch import nn
 from slimkit.core.io import atomic_directory, write_json_atomic
 from slimkit.engines.quantization.experts import DOWN, FIRST
 from slimkit.engines.quantization.lowbit.experts import PackedExperts
-from slimkit.engines.quantization.lowbit.layers import replace_module
 from slimkit.engines.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.formats.kinds import symmetric_grid
 
@@ -93,11 +92,11 @@ def packed_on_meta(model: nn.Module, records: dict[str, dict]) -> None:
         if record.get("experts"):
             if not isinstance(old, PackedExperts):
                 with torch.device("meta"):  # from_spec makes real buffers for a meta skeleton: keep these on meta
-                    replace_module(model, name, PackedExperts.from_spec(spec, old.act_fn))
+                    model.set_submodule(name, PackedExperts.from_spec(spec, old.act_fn))
         elif not isinstance(old, PackedLinear):
-            replace_module(model, name, PackedLinear(spec["in_features"], spec["out_features"], spec["bits"],
-                                                     spec["group_size"], bias=spec["bias"],
-                                                     input_scale=spec["input_scale"], device="meta"))
+            model.set_submodule(name, PackedLinear(spec["in_features"], spec["out_features"], spec["bits"],
+                                                   spec["group_size"], bias=spec["bias"],
+                                                   input_scale=spec["input_scale"], device="meta"))
 
 
 class ModelWriter(ABC):

@@ -228,7 +228,7 @@ class Quantizer(Compressor[QuantizerModuleWrapper]):
         self.restore_optimizer()
         self._wrap_model()
         for wrapper in self.modules_wrapper:
-            self._set_child(wrapper.name, QuantizedLayer.from_wrapper(wrapper))
+            self.bound_model.set_submodule(wrapper.name, QuantizedLayer.from_wrapper(wrapper))
         self.is_wrapped = False
         self.modules_wrapper = []
         return self.bound_model

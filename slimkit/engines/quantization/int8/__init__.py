@@ -12,7 +12,6 @@ One module per concern:
 """
 
 from slimkit.engines.quantization.int8.calibration import calibration_batches, example_inputs
-from slimkit.engines.quantization.int8.dynamic import linear_names, quantize_linears
 from slimkit.engines.quantization.int8.emulation import EmulatedAvx2Linear, avx2_int8_matmul, emulate_avx2
 from slimkit.engines.quantization.int8.experts import Int8Experts
 from slimkit.engines.quantization.int8.linear import (
@@ -43,10 +42,8 @@ __all__ = [
     "emulate_avx2",
     "example_inputs",
     "full_range_is_exact",
-    "linear_names",
     "pair_safe_levels",
     "quantize_layers",
-    "quantize_linears",
     "quantize_smooth",
     "quantize_static",
     "rebuild_static",

@@ -15,15 +15,10 @@ import torch
 from torch import nn
 
 from slimkit.core.selection import matches
-from slimkit.core.weights import DENSE, Target, find_targets, select, weight_of
+from slimkit.core.weights import DENSE, Target, weight_of
 
 #: The target kinds int8_dynamic quantizes (MoE experts are not among them yet).
 KINDS: tuple[str, ...] = DENSE
-
-
-def linear_names(model: nn.Module, exclude: tuple[str, ...] = ()) -> list[str]:
-    """Names of the dense targets of ``model`` (Linear and subclasses, Conv1D) that ``exclude`` does not name."""
-    return [t.name for t in select(find_targets(model, KINDS), KINDS, exclude)]
 
 
 def legacy_linear_names(model: nn.Module, exclude: tuple[str, ...] = ()) -> list[str]:
@@ -47,13 +42,6 @@ def as_plain_linear(module: nn.Module) -> nn.Linear:
     return plain.train(module.training)
 
 
-def set_module(model: nn.Module, name: str, module: nn.Module) -> None:
-    """Replace submodule ``name`` (dotted path) of ``model`` by ``module``."""
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, module)
-
-
 def quantize_named(model: nn.Module, names: Iterable[str], per_channel: bool) -> nn.Module:
     """Swap the named dense layers of ``model`` for torch.ao dynamic int8 ``Linear`` modules, in place.
 
@@ -63,7 +51,7 @@ def quantize_named(model: nn.Module, names: Iterable[str], per_channel: bool) ->
     for name in names:
         module = model.get_submodule(name)
         if type(module) is not nn.Linear:
-            set_module(model, name, as_plain_linear(module))
+            model.set_submodule(name, as_plain_linear(module))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao prints deprecation notices on every call
         from torch.ao.quantization import (
@@ -86,9 +74,3 @@ def quantize_targets(model: nn.Module, targets: Sequence[Target], per_channel: b
     names = [t.name for t in targets]
     quantize_named(model, names, per_channel)
     return names
-
-
-def quantize_linears(model: nn.Module, per_channel: bool, exclude: tuple[str, ...] = ()) -> nn.Module:
-    """Quantize every dense target of ``model`` that ``exclude`` does not name (see :func:`quantize_targets`)."""
-    quantize_targets(model, select(find_targets(model, KINDS), KINDS, exclude), per_channel)
-    return model

@@ -30,7 +30,6 @@ from slimkit.engines.quantization.experts import (
     QuantizedExperts,
     layout_from_spec,
     layout_spec,
-    replace_module,
     saved_experts,
 )
 from slimkit.engines.quantization.int8.linear import SATURATION_SAFE, choose_path, quantize_weight, use_fbgemm
@@ -173,7 +172,7 @@ def quantize_experts_int8(model: nn.Module, names: list[str], saturation_safe: b
             weight = weight.detach()
             for e in range(layout.num_experts):
                 new.set_expert(which, e, quantize_weight(weight[e], safe))
-        replace_module(model, name, new.train(module.training))
+        model.set_submodule(name, new.train(module.training))
         specs[name] = new.spec()
     return specs
 
@@ -182,5 +181,5 @@ def replay_int8_experts(model: nn.Module, specs: dict[str, dict]) -> nn.Module:
     """Swap each named experts module for an empty :class:`Int8Experts`; the saved int8 weights then load."""
     use_fbgemm()
     for name, spec, old in saved_experts(model, specs):
-        replace_module(model, name, Int8Experts.from_spec(spec, old.act_fn))
+        model.set_submodule(name, Int8Experts.from_spec(spec, old.act_fn))
     return model

@@ -171,13 +171,6 @@ def choose_path(saturation_safe: bool | None = None) -> str:
     return SATURATION_SAFE if forced or not full_range_is_exact() else FULL_RANGE
 
 
-def set_module(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
-    """Replace submodule ``name`` (dotted path) of ``model`` by ``module``."""
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, module)
-
-
 def quantize_layers(model: torch.nn.Module, names: Iterable[str], reduce_range: bool,
                     saturation_safe: bool = False, requantize_on_load: bool = False) -> torch.nn.Module:
     """Swap the named dense layers (Linear, subclasses, Conv1D) of ``model`` for :class:`Int8Linear`, in place."""
@@ -185,5 +178,5 @@ def quantize_layers(model: torch.nn.Module, names: Iterable[str], reduce_range: 
     for name in names:
         module = Int8Linear.from_linear(model.get_submodule(name), reduce_range, saturation_safe)
         module.requantize_on_load = requantize_on_load
-        set_module(model, name, module)
+        model.set_submodule(name, module)
     return model

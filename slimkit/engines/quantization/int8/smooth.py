@@ -32,7 +32,6 @@ from slimkit.engines.quantization.int8.linear import (
     cpu_int8_capability,
     quantize_layers,
     saturation_safe_forced,
-    set_module,
 )
 from slimkit.engines.quantization.int8.smoothing import (
     choose_alpha,
@@ -58,7 +57,7 @@ class LayerSwitch:
 
     def set(self, name: str, quantized: bool) -> None:
         """Put layer ``name``'s int8 (``quantized``) or fp32 module into the model."""
-        set_module(self.model, name, (self.int8 if quantized else self.fp32)[name])
+        self.model.set_submodule(name, (self.int8 if quantized else self.fp32)[name])
 
 
 def smooth_groups(model: torch.nn.Module, names: list[str], batches: list[Inputs], alphas: list[float] | None,

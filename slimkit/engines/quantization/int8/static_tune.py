@@ -20,7 +20,6 @@ from typing import Any
 import torch
 import torch.ao.nn.quantized as nnq
 
-from slimkit.engines.quantization.int8.linear import set_module
 from slimkit.engines.quantization.int8.static_fx import feeds_graph_output, reads_graph_input
 
 _QUANTIZED = (nnq.Conv1d, nnq.Conv2d, nnq.Conv3d, nnq.Linear)  # fused ConvReLU / LinearReLU subclass these
@@ -115,11 +114,11 @@ def float_alone(quantized: torch.fx.GraphModule, prepared: torch.nn.Module,
         shim = FloatShim(prepared.get_submodule(name), original.scale, original.zero_point,
                          stash if reads_graph_input(quantized, name) else None, feeds_graph_output(quantized, name))
         handle = quantized.register_forward_pre_hook(keep_input)
-        set_module(quantized, name, shim)
+        quantized.set_submodule(name, shim)
         try:
             return measure()
         finally:
-            set_module(quantized, name, original)
+            quantized.set_submodule(name, original)
             handle.remove()
             stash.clear()
 
