@@ -147,8 +147,5 @@ def rebuild_quantized_layers(model: nn.Module, specs: Mapping[str, LayerSpec]) -
                 f"Cannot rebuild quantized layer {name!r}: the model has no such layer. Pass the architecture "
                 "that was quantized."
             )
-        module = model.get_submodule(name)
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, QuantizedLayer(module, name, spec))
+        model.set_submodule(name, QuantizedLayer(model.get_submodule(name), name, spec))
     return model

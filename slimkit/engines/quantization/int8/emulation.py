@@ -93,7 +93,5 @@ def emulate_avx2(model: torch.nn.Module) -> torch.nn.Module:
     copied = copy.deepcopy(model)
     for name, module in list(copied.named_modules()):
         if type(module) in (Int8Linear, nnqd.Linear):
-            parent_name, _, child = name.rpartition(".")
-            parent = copied.get_submodule(parent_name) if parent_name else copied
-            setattr(parent, child, EmulatedAvx2Linear(module))
+            copied.set_submodule(name, EmulatedAvx2Linear(module))
     return copied
