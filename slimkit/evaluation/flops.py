@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from slimkit.errors import ConfigError
+from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import model_device, run_model
 
 __all__ = ["count_flops_params", "format_flops_table"]
@@ -161,13 +162,10 @@ def count_flops_params(model: nn.Module, x: Any, custom_ops: Mapping[type, Custo
         inner = getattr(module, "module", None) if any(module is w for w in wrappers.values()) else module
         if isinstance(inner, counted):
             handles.append(module.register_forward_hook(hook(name or type(inner).__name__, inner)))
-    training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             run_model(model, _inputs(model, x))
     finally:
-        model.train(training)
         for handle in handles:
             handle.remove()
     flops = sum(r["flops"] for r in rows)

@@ -18,6 +18,7 @@ from torch import nn
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter, TextHyperparameter
 from slimkit.errors import DataError
+from slimkit.evaluation.runtime import eval_mode
 from slimkit.training import BatchLoss, FitResult, default_loss, fit, model_loss, move_batch, split_batch
 from slimkit.training.lora import add_lora, lora_targets, merge_lora
 from slimkit.utils import model_device, run_model
@@ -103,18 +104,13 @@ def validation_loss(model: nn.Module, batches: Any, max_batches: int = 50, loss:
     ``loss`` defaults to :func:`slimkit.training.default_loss` (the task loss).
     """
     loss = loss or default_loss
-    was, device = model.training, model_device(model)
-    model.eval()
-    total, n = 0.0, 0
-    try:
-        with torch.no_grad():
-            for i, batch in enumerate(batches):
-                if i >= max_batches:
-                    break
-                total += float(loss(model, move_batch(batch, device)))
-                n += 1
-    finally:
-        model.train(was)
+    device, total, n = model_device(model), 0.0, 0
+    with eval_mode(model), torch.no_grad():
+        for i, batch in enumerate(batches):
+            if i >= max_batches:
+                break
+            total += float(loss(model, move_batch(batch, device)))
+            n += 1
     if n == 0:
         raise DataError("The validation split yielded no batch; add data with a non-empty validation split.")
     return total / n
@@ -128,13 +124,8 @@ def _has_task_loss(model: nn.Module, batches: Any) -> bool:
     inputs, targets = split_batch(batch)
     if targets is not None:
         return True
-    was = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            return model_loss(run_model(model, move_batch(inputs, model_device(model)))) is not None
-    finally:
-        model.train(was)
+    with eval_mode(model), torch.no_grad():
+        return model_loss(run_model(model, move_batch(inputs, model_device(model)))) is not None
 
 
 def _val_batches(smash_config: SmashConfigPrefixWrapper, batch_size: int) -> Any:

@@ -35,6 +35,7 @@ from slimkit.engines.pruning.maskers import (
     num_to_prune,
 )
 from slimkit.engines.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
+from slimkit.evaluation.runtime import eval_mode
 
 #: ``base_algo`` name -> the masker that ranks units inside one layer
 BASE_MASKERS: dict[str, type[WeightMasker]] = {
@@ -215,13 +216,8 @@ class AllocationPruner(Pruner):
     def score(self, evaluator: Evaluator) -> float:
         """``evaluator(model)`` on the masked model in eval mode, signed so that higher is better."""
         model = self.bound_model
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                value = evaluator(model)
-        finally:
-            model.train(was_training)
+        with eval_mode(model), torch.no_grad():
+            value = evaluator(model)
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.item()
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from slimkit.engines.pruning.coupling import ChannelCoupling
+from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import run_model
 
 _LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
@@ -35,13 +36,10 @@ class ChannelMacs:
         for name, module in model.named_modules():
             if isinstance(module, _LAYERS):
                 handles.append(module.register_forward_hook(self._hook(name)))
-        was_training = model.training
-        model.eval()
         try:
-            with torch.no_grad():
+            with eval_mode(model), torch.no_grad():
                 run_model(model, dummy_input)
         finally:
-            model.train(was_training)
             for handle in handles:
                 handle.remove()
         coupling = ChannelCoupling(model, dummy_input)

@@ -24,6 +24,7 @@ from slimkit.engines.pruning.dependency import DependencyAwarePruner
 from slimkit.engines.pruning.one_shot import FILTER_OP_TYPES
 from slimkit.engines.pruning.training import check_positive_int
 from slimkit.errors import DataError
+from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import run_model
 
 Trainer = Callable[[nn.Module, Any, Any, int], Any]
@@ -88,14 +89,9 @@ class _DataDrivenPruner(DependencyAwarePruner):
         if self.dataloader is None:
             self._run_trainer()
             return
-        was_training = self.bound_model.training
-        self.bound_model.eval()
-        try:
-            with torch.no_grad():
-                for inputs, _ in self._batches():
-                    run_model(self.bound_model, inputs)
-        finally:
-            self.bound_model.train(was_training)
+        with eval_mode(self.bound_model), torch.no_grad():
+            for inputs, _ in self._batches():
+                run_model(self.bound_model, inputs)
 
     def _run_trainer(self) -> None:
         self.trainer(self.bound_model, self.optimizer, self.criterion, 0)

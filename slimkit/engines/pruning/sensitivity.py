@@ -25,6 +25,7 @@ from slimkit.engines.pruning.io import save_masks
 from slimkit.engines.pruning.one_shot import FPGMEngine, L1FilterPruner, L2FilterPruner, LevelEngine
 from slimkit.engines.pruning.training import check_fraction, check_positive
 from slimkit.engines.pruning.utils import Sensitivity, sensitivity_analysis
+from slimkit.evaluation.runtime import eval_mode
 
 ProportionFn = Callable[[float, float, Sensitivity], Mapping[str, float]]
 _ANALYSERS: dict[str, type[Pruner]] = {"l1": L1FilterPruner, "l2": L2FilterPruner, "fpgm": FPGMEngine,
@@ -82,14 +83,9 @@ class SensitivityPruner(AllocationPruner):
 
     def _metric(self, model: nn.Module) -> float:
         """The evaluator's value (higher is better) for ``model``, in eval mode without gradients."""
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                args, kwargs = self._eval_call or ((model,), {})
-                value = float(self.evaluator(*args, **kwargs))
-        finally:
-            model.train(was_training)
+        with eval_mode(model), torch.no_grad():
+            args, kwargs = self._eval_call or ((model,), {})
+            value = float(self.evaluator(*args, **kwargs))
         return value if self.optimize_mode == "maximize" else -value
 
     def analyse(self) -> Sensitivity:

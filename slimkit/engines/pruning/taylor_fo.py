@@ -18,6 +18,7 @@ from slimkit.engines.pruning.maskers import StructuredWeightMasker
 from slimkit.engines.pruning.wrapper import PrunerModuleWrapper
 from slimkit.engines.speedup.layers import out_dim, out_major
 from slimkit.errors import DataError
+from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import main_tensor, run_model
 
 
@@ -88,16 +89,14 @@ class TaylorFOWeightFilterPruner(_DataDrivenPruner):
         model = self.bound_model
         params = list(model.parameters())
         saved = [p.grad for p in params]
-        was_training = model.training
-        model.eval()
         try:
-            for inputs, targets in self._batches():
-                for p in params:
-                    p.grad = None
-                with torch.enable_grad():
-                    self._loss(run_model(model, inputs), targets).backward()
-                self._accumulate()
+            with eval_mode(model):
+                for inputs, targets in self._batches():
+                    for p in params:
+                        p.grad = None
+                    with torch.enable_grad():
+                        self._loss(run_model(model, inputs), targets).backward()
+                    self._accumulate()
         finally:
             for p, g in zip(params, saved, strict=True):
                 p.grad = g
-            model.train(was_training)
