@@ -19,9 +19,10 @@ Auptimizer's SSH settings of ``node`` (in ``resource_args``) become their databa
 them; ``async_timeout`` is the seconds a job may run (``job_timeout`` when that is absent); ``async_reconnect`` is
 how often a running trial reports it is alive (the heartbeat, unless ``--heartbeat-interval`` is given);
 ``async_run`` is accepted (a worker's jobs never depend on a connection to the machine that started the study).
-For ``aws``, ``connection_retry`` is the attempts to reach the database 30 s apart (Auptimizer's interval), and
-``shutdown: true`` is refused: stopping an instance is the instance's business (``slimkit worker ...; sudo
-poweroff``); with ``shutdown: false`` the file runs as written.
+For ``aws``, ``connection_retry`` is the attempts to reach the database 30 s apart (Auptimizer's interval).
+``shutdown`` (true or false) is accepted on every resource and the file runs as written: slimkit starts and stops
+no machine, so ``true`` has nothing to shut down; ``slimkit run`` says so in one warning line (a cloud instance
+is stopped after its worker exits: ``slimkit worker ...; sudo poweroff``).
 
 ``runtime_args`` ``prescript`` / ``postscript`` (shell commands run before / after each job, in the same shell),
 ``env`` (extra environment variables) and ``overwrite`` (accepted: slimkit copies no script to other machines,
@@ -43,7 +44,7 @@ RESOURCES = ("cpu", "gpu", "node", "passive", "aws")
 #: resources whose study must live in a database other machines reach
 SHARED = ("node", "passive", "aws")
 NODE_FIELDS = ("max_retries", "reconn_wait_time", "async_run", "async_reconnect", "async_timeout")
-AWS_FIELDS = ("shutdown", "connection_retry")
+AWS_FIELDS = ("connection_retry",)
 RUNNER_KEYS = ("prescript", "postscript", "env", "overwrite")
 
 
@@ -59,6 +60,8 @@ class Resource:
     heartbeat: int | None = None
     #: a job's time limit from async_timeout (None: not given)
     job_timeout: float | None = None
+    #: Auptimizer's ``shutdown`` (stop the machines after the study): accepted, nothing is shut down
+    shutdown: bool = False
     prescript: str = ""
     postscript: str = ""
     env: dict[str, str] = field(default_factory=dict)
@@ -91,10 +94,9 @@ def parse_resource(kind: str, args: Mapping[str, Any], runtime_args: Mapping[str
         if key in args and kind != "aws":
             raise ConfigError(f"resource_args.{key}: belongs to the 'aws' resource; remove it, or set \"resource\": "
                               "\"aws\".")
-    if args.get("shutdown") not in (None, False):
-        raise ConfigError(f"resource_args.shutdown: {args['shutdown']!r}: slimkit starts and stops no cloud instance "
-                          "(each worker exits when the study is finished: stop the instance after it, e.g. `slimkit "
-                          "worker EXPERIMENT --storage URL; sudo poweroff`); set it to false or remove it.")
+    if not isinstance(args.get("shutdown", False), bool):
+        raise ConfigError(f"resource_args.shutdown: true or false; got {args['shutdown']!r}.")
+    out.shutdown = args.get("shutdown", False)
     if "connection_retry" in args:
         out.connect_retries = _number(args, "connection_retry", True, 0)
     if "max_retries" in args:
@@ -131,6 +133,17 @@ def check_resource_kind(value: Any) -> str:
         raise ConfigError(f"resource: {value!r} is not allowed; use one of (closest first): "
                           f"{', '.join(ranked(str(value), RESOURCES))}.")
     return value
+
+
+def shutdown_warning(resource: Resource) -> str | None:
+    """The one warning line ``shutdown: true`` earns (slimkit stops no machine), None without it."""
+    if not resource.shutdown:
+        return None
+    where = ("each machine runs `slimkit worker`, which exits when the study is finished: stop an instance after it "
+             "(`slimkit worker EXPERIMENT --storage URL; sudo poweroff`)" if resource.shared else
+             "the jobs run on this machine")
+    return (f"slimkit: warning: resource_args.shutdown: true: slimkit starts and stops no machine, so nothing is shut "
+            f"down after the study ({where}).")
 
 
 def job_values(runtime_args: Mapping[str, Any]) -> dict[str, Any]:

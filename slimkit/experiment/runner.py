@@ -28,7 +28,7 @@ from slimkit.experiment.jobs import JobOutcome, die_with_parent, run_script_job,
 from slimkit.experiment.passive import wait_for_workers
 from slimkit.experiment.proposers import MULTI_FIDELITY
 from slimkit.experiment.report import ExperimentResult, finish, progress_line
-from slimkit.experiment.resources import job_values, needs_database
+from slimkit.experiment.resources import job_values, needs_database, shutdown_warning
 from slimkit.experiment.storage import Heartbeat, Store, file_lock, forget_connections, redact
 from slimkit.experiment.study import (
     POLL_SECONDS,
@@ -203,6 +203,8 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
                           "postgresql://USER@HOST:PORT/DB (or \"storage\" in the file). On one machine, use "
                           "`slimkit run EXPERIMENT --automatic` with n_parallel workers.")
     needs_database(exp.resources, url)
+    if (warning := shutdown_warning(exp.resources)) and not quiet:
+        print(warning, file=sys.stderr)
     if heartbeat_interval is None:
         heartbeat_interval = exp.resources.heartbeat or 10
     if isinstance(heartbeat_interval, bool) or not isinstance(heartbeat_interval, int) or heartbeat_interval < 1:

@@ -128,3 +128,32 @@ def test_a_tensorflow_compression_example_validates_and_fails_at_the_import(tmp_
     assert job["compression_framework"] == "tensorflow" and job["config_list"][0]["sparsity"] == 0.5
     with pytest.raises(ConfigError, match="compression.framework: 'mxnet' is not supported"):
         load_experiment(_write(tmp_path, {**fields, "compression": {**fields["compression"], "framework": "mxnet"}}))
+
+
+HIMMELBLAU = """import json, sys
+c = json.load(open(sys.argv[1]))
+print("#Auto: result=%r" % ((c["x"] ** 2 + c["y"] - 11) ** 2 + (c["x"] + c["y"] ** 2 - 7) ** 2))
+"""
+
+
+@pytest.mark.parametrize(("resource", "n_samples", "where"), [
+    pytest.param("aws", 3, "each machine runs `slimkit worker`", marks=pytest.mark.slow),  # ~3 s: a SQLite study
+    ("cpu", 1, "the jobs run on this machine"),
+])
+def test_shutdown_true_runs_as_written_with_one_warning_line(tmp_path, capsys, resource, n_samples, where):
+    fields = {"proposer": "random", "n_samples": n_samples, "random_seed": 1, "resource": resource, "target": "min",
+              "resource_args": {"shutdown": True, **({"connection_retry": 2} if resource == "aws" else {})},
+              "runtime_args": {"prescript": "cd .", "postscript": "echo done"}, "parameter_config": XY}
+    path = _write(tmp_path, fields, HIMMELBLAU)
+    assert load_experiment(path).resources.shutdown is True
+    storage = f"sqlite:///{tmp_path / 'study.db'}" if resource == "aws" else None  # aws shares its study
+    result = run_experiment(path, automatic=True, storage=storage)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and where in warnings[0]
+    assert warnings[0].startswith("slimkit: warning: resource_args.shutdown: true: slimkit starts and stops no "
+                                  "machine, so nothing is shut down after the study")
+    assert [r["state"] for r in result.rows] == ["complete"] * n_samples
+    for row in result.rows:  # each result is the function at the trial's parameters
+        x, y = row["params"]["x"], row["params"]["y"]
+        assert row["result"] == pytest.approx((x * x + y - 11) ** 2 + (x + y * y - 7) ** 2)
+    assert result.best[0]["result"] == min(r["result"] for r in result.rows)
