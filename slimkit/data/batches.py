@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from slimkit.core.devices import move_inputs
 from slimkit.errors import DataError
 
 #: Keys that hold the targets of a dict batch (HF datasets name them ``label`` or ``labels``).
@@ -54,11 +55,4 @@ def split_batch(batch: Any, *, label_keys: Sequence[str] = ()) -> tuple[Any, Any
 
 def move_batch(batch: Any, device: torch.device | str) -> Any:
     """``batch`` with every tensor in it (nested in tuples, lists and dicts) moved to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return {k: move_batch(v, device) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        moved = [move_batch(v, device) for v in batch]
-        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)  # namedtuples too
-    return batch
+    return move_inputs(batch, device)

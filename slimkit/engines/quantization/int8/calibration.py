@@ -18,17 +18,17 @@ from typing import Any
 
 import torch
 
+from slimkit.data.batches import LABEL_KEYS
+from slimkit.engines.rows import map_tensors
 from slimkit.errors import DataError
 from slimkit.evaluation.runtime import batch_size_of
 from slimkit.utils import Inputs, model_device, move_inputs
-
-_LABEL_KEYS = ("label", "labels")
 
 
 def batch_inputs(batch: Any) -> Inputs:
     """The model inputs of one data batch: drop labels from ``(inputs, labels)`` tuples and dict batches."""
     if isinstance(batch, Mapping):
-        return {k: v for k, v in batch.items() if k not in _LABEL_KEYS}
+        return {k: v for k, v in batch.items() if k not in LABEL_KEYS}
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         return batch[0]
     return batch
@@ -37,29 +37,12 @@ def batch_inputs(batch: Any) -> Inputs:
 def slice_inputs(inputs: Inputs, start: int, stop: int) -> Inputs:
     """Rows ``start:stop`` of every batched tensor in ``inputs`` (other values are kept as they are)."""
     n = batch_size_of(inputs)
-
-    def cut(v: Any) -> Any:
-        return v[start:stop] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n else v
-
-    if isinstance(inputs, Mapping):
-        return {k: cut(v) for k, v in inputs.items()}
-    if isinstance(inputs, (tuple, list)):
-        return type(inputs)(cut(v) for v in inputs)
-    return cut(inputs)
+    return map_tensors(inputs, lambda v: v[start:stop] if v.dim() > 0 and v.shape[0] == n else v)
 
 
 def truncate_tokens(inputs: Inputs, max_seq_len: int) -> Inputs:
     """Cut integer ``[batch, seq]`` tensors (token ids, masks) to ``max_seq_len`` positions."""
-
-    def cut(v: Any) -> Any:
-        is_tokens = isinstance(v, torch.Tensor) and v.dim() == 2 and not v.is_floating_point()
-        return v[:, :max_seq_len] if is_tokens else v
-
-    if isinstance(inputs, Mapping):
-        return {k: cut(v) for k, v in inputs.items()}
-    if isinstance(inputs, (tuple, list)):
-        return type(inputs)(cut(v) for v in inputs)
-    return cut(inputs)
+    return map_tensors(inputs, lambda v: v[:, :max_seq_len] if v.dim() == 2 and not v.is_floating_point() else v)
 
 
 def _accepts(model: Any, name: str) -> bool:
