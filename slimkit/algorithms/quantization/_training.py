@@ -24,7 +24,7 @@ from slimkit.algorithms.quantization._targets import record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.core.selection import matches
-from slimkit.core.weights import DENSE, find_targets, select
+from slimkit.core.weights import DENSE, Target, find_targets, select
 from slimkit.engines.quantization import Quantizer, quantized_layer_specs, rebuild_quantized_layers
 from slimkit.errors import ConfigError
 from slimkit.training import fit, make_optimizer
@@ -126,13 +126,18 @@ def train_and_freeze(
     result = fit(model, loader, optimizer=optimizer, epochs=int(smash_config["epochs"]), seed=seed,
                  on_epoch=quantizer.update_epoch, num_threads=threads if threads > 0 else None,
                  desc=desc)
-    quantizer.freeze()
-    smash_config.state["layers"] = quantized_layer_specs(model)
-    weights = [n for n, spec in smash_config.state["layers"].items() if "weight" in spec["bits"]]
-    record_coverage(smash_config.state, targets, weights, tuple(smash_config["exclude"]))
+    freeze_and_record(quantizer, smash_config, targets)
     smash_config.state["train_steps"] = result.steps
     smash_config.state["final_loss"] = round(result.final_loss, 6)
     return model
+
+
+def freeze_and_record(quantizer: Quantizer, smash_config: Any, targets: Sequence[Target]) -> None:
+    """Freeze ``quantizer``'s layers; record their specs (what ``replay()`` rebuilds) and the weight coverage."""
+    quantizer.freeze()
+    smash_config.state["layers"] = quantized_layer_specs(quantizer.bound_model)
+    weights = [n for n, spec in smash_config.state["layers"].items() if "weight" in spec["bits"]]
+    record_coverage(smash_config.state, targets, weights, tuple(smash_config["exclude"]))
 
 
 def replay_frozen(model: nn.Module, state: Mapping[str, Any]) -> nn.Module:
@@ -142,22 +147,44 @@ def replay_frozen(model: nn.Module, state: Mapping[str, Any]) -> nn.Module:
     return rebuild_quantized_layers(model, state["layers"])
 
 
-class TrainingQuantizer(SlimkitQuantizer):
+class FrozenQuantizer(SlimkitQuantizer):
+    """Base of the smash quantizers that end in frozen integer-code layers (not registered): check and replay.
+
+    The model check asks for a Linear or Conv layer; ``replay`` rebuilds the frozen layers recorded by
+    :func:`freeze_and_record`, into which the saved codes and scales then load strictly.
+    """
+
+    save_fn: ClassVar[SaveFn] = SaveFn.REPLAY
+    replay_on_meta: ClassVar[bool] = True  # replay wraps layers in empty frozen-code layers; reads no weight values
+    #: what the algorithm does to a layer, for the model-check refusal ("It quantizes ... layers")
+    verb: ClassVar[str] = "quantizes"
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs a Linear or Conv layer."""
+        return has_quantizable_layers(model)
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return f"It {self.verb} {', '.join(LAYER_TYPES)} layers and the model has none."
+
+    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
+        """Rebuild the frozen quantized layers; the saved codes and scales then load strictly."""
+        return replay_frozen(model, state)
+
+
+class TrainingQuantizer(FrozenQuantizer):
     """Base of the training-aware smash quantizers (not registered): wrap, fine-tune, freeze, replay.
 
     A subclass sets ``algorithm_name``/``engine``/``references`` and the training defaults, and implements
     :meth:`quantizer_hyperparameters`, :meth:`config_list` and :meth:`make_quantizer`; the training
-    hyperparameters, the model check, ``_apply`` (:func:`train_and_freeze`) and ``replay`` live here.
+    hyperparameters and ``_apply`` (:func:`train_and_freeze`) live here, the model check and ``replay`` in
+    :class:`FrozenQuantizer`.
     """
 
     dataset_required: ClassVar[bool] = True
-    save_fn: ClassVar[SaveFn] = SaveFn.REPLAY
-    replay_on_meta: ClassVar[bool] = True  # replay wraps layers in empty frozen-code layers; reads no weight values
     #: defaults of the shared ``epochs`` and ``lr`` hyperparameters
     default_epochs: ClassVar[int] = 2
     default_lr: ClassVar[float] = 1e-3
-    #: what the algorithm does to a layer, for the model-check refusal ("It quantizes ... layers")
-    verb: ClassVar[str] = "quantizes"
 
     @abstractmethod
     def quantizer_hyperparameters(self) -> list:
@@ -176,19 +203,7 @@ class TrainingQuantizer(SlimkitQuantizer):
         """The algorithm's own hyperparameters, then the shared training settings."""
         return [*self.quantizer_hyperparameters(), *training_hyperparameters(self.default_epochs, self.default_lr)]
 
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs a Linear or Conv layer."""
-        return has_quantizable_layers(model)
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return f"It {self.verb} {', '.join(LAYER_TYPES)} layers and the model has none."
-
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         return train_and_freeze(model, smash_config,
                                 lambda m, c, o: self.make_quantizer(m, c, o, smash_config),
                                 self.config_list(model, smash_config), desc=self.algorithm_name)
-
-    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
-        """Rebuild the frozen quantized layers; the saved codes and scales then load strictly."""
-        return replay_frozen(model, state)

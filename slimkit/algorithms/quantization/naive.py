@@ -6,22 +6,16 @@ from typing import Any
 
 from ConfigSpace import UniformIntegerHyperparameter
 
-from slimkit.algorithms.quantization._targets import record_coverage
-from slimkit.algorithms.quantization._training import (
-    LAYER_TYPES,
-    build_config_list,
-    has_quantizable_layers,
-    replay_frozen,
-)
-from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
+from slimkit.algorithms.quantization._training import FrozenQuantizer, build_config_list, freeze_and_record
+from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.core.registry import register
 from slimkit.core.weights import find_targets
-from slimkit.engines.quantization import NaiveQuantizer, quantized_layer_specs
+from slimkit.engines.quantization import NaiveQuantizer
 
 
 @register
-class Naive(SlimkitQuantizer):
+class Naive(FrozenQuantizer):
     """Naive weight quantization: each Linear/Conv weight rounded to a symmetric per-tensor grid, then frozen.
 
     ``scale = max|w| / ((2**bits - 1) / 2)`` per layer, codes centred on ``2**(bits-1)`` (NNI's
@@ -33,8 +27,6 @@ class Naive(SlimkitQuantizer):
     algorithm_name = "naive"
     engine = NaiveQuantizer
     references = {"NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Quantizer.html#naive-quantizer"}
-    save_fn = SaveFn.REPLAY
-    replay_on_meta = True  # replay builds empty frozen-code layers from the saved specs
 
     def get_hyperparameters(self) -> list:
         """Bit width and the layers left in full precision."""
@@ -44,25 +36,10 @@ class Naive(SlimkitQuantizer):
                                                             "patterns, e.g. ['classifier.3']."}),
         ]
 
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs a Linear or Conv layer."""
-        return has_quantizable_layers(model)
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return f"It quantizes {', '.join(LAYER_TYPES)} layers and the model has none."
-
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         targets = find_targets(model)  # before wrapping: what coverage is measured against
         config = build_config_list(model, ["weight"], {"weight": int(smash_config["bits"])}, smash_config["exclude"])
         quantizer = NaiveQuantizer(model, config)
         quantizer.compress()
-        quantizer.freeze()
-        smash_config.state["layers"] = quantized_layer_specs(model)
-        weights = [n for n, spec in smash_config.state["layers"].items() if "weight" in spec["bits"]]
-        record_coverage(smash_config.state, targets, weights, tuple(smash_config["exclude"]))
+        freeze_and_record(quantizer, smash_config, targets)
         return model
-
-    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
-        """Rebuild the frozen layers; the saved codes and scales then load strictly."""
-        return replay_frozen(model, state)
