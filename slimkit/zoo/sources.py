@@ -102,19 +102,27 @@ def safetensors_files(folder: Path) -> list[Path]:
     return []
 
 
-def _from_hf_folder(folder: Path, dtype: Any = None) -> ZooModel:
+def folder_architecture(folder: Path, fix: str) -> tuple[Any, type, str]:
+    """``(config, transformers class, class name)`` that ``folder/config.json`` names; a ConfigError saying ``fix``."""
     transformers = transformers_module(f"model folder {folder}")
-    if not safetensors_files(folder):
-        raise ConfigError(f"{folder} has no *.safetensors weights (and no {SHARD_INDEX}).")
     try:
         config = transformers.AutoConfig.from_pretrained(str(folder))
-    except Exception as exc:  # transformers raises OSError/ValueError/KeyError for unusable folders
+    except Exception as exc:  # noqa: BLE001 - transformers raises OSError/ValueError/KeyError for unusable folders
         raise ConfigError(f"{folder} is not a Hugging Face model folder transformers can read ({exc}).") from exc
     architecture = (getattr(config, "architectures", None) or [None])[0]
     cls = getattr(transformers, architecture, None) if architecture else None
     if cls is None:
         raise ConfigError(f"{folder}/config.json names architecture {architecture!r}, which this transformers does "
-                          "not have; add 'architectures' to config.json or pass a factory (package.module:fn).")
+                          f"not have; {fix}.")
+    return config, cls, architecture
+
+
+def _from_hf_folder(folder: Path, dtype: Any = None) -> ZooModel:
+    transformers = transformers_module(f"model folder {folder}")
+    if not safetensors_files(folder):
+        raise ConfigError(f"{folder} has no *.safetensors weights (and no {SHARD_INDEX}).")
+    config, cls, architecture = folder_architecture(
+        folder, "add 'architectures' to config.json or pass a factory (package.module:fn)")
     model = cls.from_pretrained(str(folder), dtype=dtype or "auto", use_safetensors=True).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder)) if has_tokenizer(folder) else None
     vocab = int(getattr(config, "vocab_size", 0) or 0)

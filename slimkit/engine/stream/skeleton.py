@@ -21,25 +21,15 @@ from slimkit.engine.stream.checkpoint import Checkpoint
 from slimkit.engine.stream.layout import Merged, stored_layout
 from slimkit.engines.quantization.lowbit.calibration import find_blocks
 from slimkit.errors import ConfigError, ModelNotSupportedError
+from slimkit.zoo.sources import folder_architecture
 
 __all__ = ["Skeleton", "build_model"]
 
 
 def build_model(folder: Path, dtype: torch.dtype) -> nn.Module:
     """The causal LM ``folder/config.json`` describes, parameters on meta, created in ``dtype``; in eval mode."""
-    try:
-        import transformers
-    except ImportError as exc:  # pragma: no cover - transformers is a dependency
-        raise ConfigError(f"Reading a model folder needs transformers ({exc}).") from exc
-    try:
-        config = transformers.AutoConfig.from_pretrained(str(folder))
-    except Exception as exc:  # noqa: BLE001 - transformers raises OSError/ValueError/KeyError for unusable folders
-        raise ConfigError(f"{folder} is not a Hugging Face model folder transformers can read ({exc}).") from exc
-    architecture = (getattr(config, "architectures", None) or [None])[0]
-    cls = getattr(transformers, architecture, None) if architecture else None
-    if cls is None:
-        raise ConfigError(f"{folder}/config.json names architecture {architecture!r}, which this transformers does "
-                          "not have; add 'architectures' (e.g. [\"LlamaForCausalLM\"]) to config.json.")
+    config, cls, architecture = folder_architecture(
+        folder, "add 'architectures' (e.g. [\"LlamaForCausalLM\"]) to config.json")
     if not architecture.endswith("ForCausalLM"):
         raise ModelNotSupportedError(f"Streaming quantizes causal language models (a ...ForCausalLM class); "
                                      f"{folder} is a {architecture}. Smash it in memory (--no-stream).")
