@@ -1,15 +1,18 @@
 """``resource_args.early_stop``: Auptimizer's early-stopping policies as Optuna pruners.
 
-``"early_stop": true`` is Optuna's ``MedianPruner``. This module checks the policy (no Optuna needed to read a
-file); :mod:`slimkit.experiment.pruners` builds its pruner. Auptimizer's object form names a policy::
+``"early_stop": true`` is Optuna's ``MedianPruner`` (after two finished trials). This module checks the policy
+(no Optuna needed to read a file); :mod:`slimkit.experiment.pruners` builds its pruner. Auptimizer's object form
+names a policy::
 
     "resource_args": {"early_stop": {"aup_policy": "median", "aup_policy_steps": 5, "warmup": 2}}
 
 =============== ====================================================== ==========================================
 aup_policy      Optuna pruner                                          the policy's own fields (defaults)
 =============== ====================================================== ==========================================
-median          ``MedianPruner``: stop a trial whose value is behind   --
-                the median of the other trials at the same step
+median          :class:`~slimkit.experiment.median.                    --
+                RunningAverageMedianPruner` (Auptimizer's rule): stop
+                a trial whose running average is behind the median
+                of the other trials' running averages
 bandit          ``SuccessiveHalvingPruner`` with reduction factor      ``bandit_factor`` (0.5; higher cuts more)
                 ``max(2, round(1 / (1 - bandit_factor)))``: keep the
                 best ``1 / factor`` of the trials at each rung
@@ -60,7 +63,8 @@ def parse_early_stop(value: Any) -> dict[str, Any] | None:
     if value is None or value is False:
         return None
     if value is True:
-        return {"aup_policy": "median", "aup_policy_steps": 1, "warmup": 0, "startup_trials": 2}
+        return {"aup_policy": "median", "aup_policy_steps": 1, "warmup": 0, "startup_trials": 2,
+                "running_average": False}
     if not isinstance(value, Mapping):
         raise ConfigError(f"resource_args.early_stop: true, or a policy such as {{\"aup_policy\": \"median\", "
                           f"\"aup_policy_steps\": 5}}; got {value!r}.")

@@ -8,6 +8,7 @@ from typing import Any
 import optuna
 
 from slimkit.experiment.curve_fitting import CurveFittingPruner
+from slimkit.experiment.median import RunningAverageMedianPruner
 
 
 def bandit_reduction_factor(bandit_factor: float) -> int:
@@ -19,7 +20,9 @@ def policy_pruner(policy: Mapping[str, Any]) -> optuna.pruners.BasePruner:
     """The Optuna pruner of a checked early-stopping policy (see the module docstring)."""
     steps, warmup = policy["aup_policy_steps"], policy["warmup"]
     name = policy["aup_policy"]
-    if name == "median":
+    if name == "median" and policy.get("running_average", True):
+        return RunningAverageMedianPruner(interval=steps, warmup=warmup)
+    if name == "median":  # ``"early_stop": true``: Optuna's own median rule
         return optuna.pruners.MedianPruner(n_startup_trials=policy.get("startup_trials", 1), n_warmup_steps=warmup,
                                            interval_steps=steps)
     if name == "bandit":

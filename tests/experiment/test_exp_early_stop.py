@@ -18,6 +18,7 @@ import pytest
 from slimkit.errors import ConfigError
 from slimkit.experiment import load_experiment, run_experiment
 from slimkit.experiment.curve_fitting import CurveFittingPruner, predict_final
+from slimkit.experiment.median import RunningAverageMedianPruner
 from slimkit.experiment.pruners import bandit_reduction_factor
 from slimkit.experiment.study import make_pruner
 
@@ -67,13 +68,12 @@ def _experiment(folder: Path, policy: dict | bool, name: str, **fields) -> Path:
     return path
 
 
-# ~7 s each (8 jobs); median and curve_fitting (slimkit's own pruner) run in the fast tier
+@pytest.mark.slow  # ~7 s each (8 jobs); the fast tier checks each pruner's rule in process (below)
 @pytest.mark.parametrize(("policy", "pruner"), [
-    ({"aup_policy": "median", "aup_policy_steps": 2}, optuna.pruners.MedianPruner),
-    pytest.param({"aup_policy": "bandit", "aup_policy_steps": 2, "bandit_factor": 0.5},
-                 optuna.pruners.SuccessiveHalvingPruner, marks=pytest.mark.slow),
-    pytest.param({"aup_policy": "truncation", "aup_policy_steps": 2, "truncation_percentage": 0.5},
-                 optuna.pruners.PercentilePruner, marks=pytest.mark.slow),
+    ({"aup_policy": "median", "aup_policy_steps": 2}, RunningAverageMedianPruner),
+    ({"aup_policy": "bandit", "aup_policy_steps": 2, "bandit_factor": 0.5}, optuna.pruners.SuccessiveHalvingPruner),
+    ({"aup_policy": "truncation", "aup_policy_steps": 2, "truncation_percentage": 0.5},
+     optuna.pruners.PercentilePruner),
     ({"aup_policy": "curve_fitting", "aup_policy_steps": 1, "curve_fitting_max_iters": EPOCHS,
       "curve_fitting_threshold": 0.95, "curve_fitting_timeout": 60}, CurveFittingPruner),
 ])
@@ -146,3 +146,71 @@ def test_policy_fields_and_bandit_factor():
         with pytest.raises(ConfigError) as info:
             load_experiment({**base, "resource_args": {"early_stop": policy}}, automatic=True)
         assert message in str(info.value)
+
+
+def _study(direction: str, pruner: optuna.pruners.BasePruner, finished: list[list[float]]) -> optuna.Study:
+    study = optuna.create_study(direction=direction, pruner=pruner)
+    for curve in finished:
+        study.add_trial(optuna.trial.create_trial(value=curve[-1], intermediate_values=dict(enumerate(curve, 1))))
+    return study
+
+
+def _checks(study: optuna.Study, curve: list[float]) -> list[bool]:
+    """should_prune after each step of ``curve`` (the trial is told pruned at the end)."""
+    trial, out = study.ask(), []
+    for step, value in enumerate(curve, 1):
+        trial.report(value, step)
+        out.append(trial.should_prune())
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    return out
+
+
+@pytest.mark.parametrize(("direction", "sign"), [("maximize", 1.0), ("minimize", -1.0)])
+def test_median_compares_running_averages_as_auptimizer_does(direction, sign):
+    finished = [[sign * v for v in curve] for curve in ([0.5, 0.6, 0.7, 0.8], [0.3, 0.5, 0.6, 0.7],
+                                                        [0.1, 0.2, 0.3, 0.4])]
+    study = _study(direction, RunningAverageMedianPruner(interval=1), finished)
+    # running averages of the others at steps 1..4: medians 0.3, 0.4, 0.4667, 0.525. A noisy curve falls behind
+    # on its running average at step 3 ((0.2 + 0.62 + 0.35) / 3 = 0.39), where Optuna's MedianPruner keeps it:
+    # its best value so far (0.62) beats the median of the others' values at step 3 (0.6)
+    noisy = [sign * v for v in (0.2, 0.62, 0.35, 0.5)]
+    assert _checks(study, noisy) == [True, False, True, True]
+    three = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING,
+                                      intermediate_values=dict(enumerate(noisy[:3], 1)))
+    assert not optuna.pruners.MedianPruner(n_startup_trials=1).prune(study, three)
+    assert RunningAverageMedianPruner().prune(study, three) is True
+    assert _checks(study, [sign * v for v in (0.4, 0.5, 0.6, 0.7)]) == [False] * 4
+
+
+def test_median_checks_on_auptimizers_schedule():
+    study = _study("maximize", RunningAverageMedianPruner(interval=3, warmup=4), [[0.9] * 9])
+    assert _checks(study, [0.1] * 9) == [False] * 5 + [True, False, False, True]  # multiples of 3 from 4 values
+    alone = optuna.create_study(direction="maximize", pruner=RunningAverageMedianPruner())
+    assert _checks(alone, [0.1, 0.2]) == [False, False]  # nobody to compare with
+    assert _checks(_study("maximize", RunningAverageMedianPruner(), [[0.5, 0.6]]), [0.4, float("nan")]) == [True,
+                                                                                                            True]
+    with pytest.raises(ValueError, match="interval >= 1"):
+        RunningAverageMedianPruner(interval=0)
+
+
+def test_early_stop_true_stays_optunas_median_pruner(tmp_path):
+    base = {"name": "e", "model": "mlp", "search": {"pruner": "l1_filter"}}
+    exp = load_experiment({**base, "resource_args": {"early_stop": True}}, automatic=True)
+    assert type(make_pruner(exp)) is optuna.pruners.MedianPruner
+    exp = load_experiment({**base, "resource_args": {"early_stop": {"aup_policy": "median", "aup_policy_steps": 2,
+                                                                    "warmup": 1}}}, automatic=True)
+    pruner = make_pruner(exp)
+    assert isinstance(pruner, RunningAverageMedianPruner) and (pruner.interval, pruner.warmup) == (2, 1)
+
+
+def test_curve_fitting_stops_a_bad_curve_at_once_and_spares_a_rising_good_one():
+    # two curves of benchmarks/early_stop_curve.py (seed 3): a finished trial (0.822), then one that ends at 0.818
+    good = [0.4775, 0.5565, 0.6165, 0.652, 0.6975, 0.7225, 0.738, 0.751, 0.7665, 0.7805, 0.7855, 0.7905, 0.7955,
+            0.802, 0.8075, 0.8105, 0.8145, 0.8205, 0.822, 0.822]
+    rising = [0.5285, 0.647, 0.706, 0.7325, 0.763, 0.777]
+    study = _study("maximize", CurveFittingPruner(max_iters=20, threshold=0.95, warmup=2), [good])
+    assert _checks(study, [0.10, 0.11, 0.12, 0.13, 0.14]) == [False, False, True, True, True]  # from 3 points
+    # at step 4 the weighted fit bends the rising curve over below 0.95 * 0.822; the most favourable family
+    # does not, so the trial (which ends at 0.818) is not stopped
+    assert predict_final(rising[:4], 20) < 0.95 * good[-1] < predict_final(rising[:4], 20, optimistic=True)
+    assert _checks(study, rising) == [False] * len(rising)
