@@ -15,7 +15,7 @@ import torch
 from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
-from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.contract import SlimkitRecoverer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter, TextHyperparameter
 from slimkit.errors import DataError
 from slimkit.evaluation.runtime import eval_mode
@@ -74,6 +74,20 @@ def lora_hyperparameters() -> list:
         ListHyperparameter("lora_targets", (), meta={"desc": "Linear layers that get adapters (names or globs such as "
                                                              "'*proj'); empty: every Linear but the output head."}),
     ]
+
+
+class WeightTrainer(SlimkitRecoverer):
+    """Base of the recoverers that train the model's floating-point weights on ``cfg.data`` (not registered)."""
+
+    dataset_required = True
+
+    def model_check_fn(self, model: Any) -> bool:
+        """Needs a module with trainable parameters."""
+        return isinstance(model, nn.Module) and any(p.is_floating_point() for p in model.parameters())
+
+    def model_check_reason(self) -> str:
+        """Which models are supported."""
+        return "It trains floating-point parameters and the model has none."
 
 
 def train_adapted(model: nn.Module, smash_config: SmashConfigPrefixWrapper, loss: BatchLoss | None,

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
-
-from slimkit.algorithms.recovery._training import lora_hyperparameters, student_hyperparameters, train_adapted
-from slimkit.core.contract import SlimkitRecoverer, SmashConfigPrefixWrapper
+from slimkit.algorithms.recovery._training import (
+    WeightTrainer,
+    lora_hyperparameters,
+    student_hyperparameters,
+    train_adapted,
+)
+from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 
 
 @register
-class Finetune(SlimkitRecoverer):
+class Finetune(WeightTrainer):
     """Fine-tuning: train the compressed model on the task loss of the SmashConfig's data.
 
     The loss is cross-entropy on the batch targets (or the model's own ``.loss``), through slimkit's one
@@ -30,20 +33,11 @@ class Finetune(SlimkitRecoverer):
     renamed_hyperparameters = {"text_to_text_lora": {"lora_r": "lora_rank", "learning_rate": "lr",
                                                      "training_batch_size": "batch_size", "num_epochs": "epochs"}}
     alias_defaults = {"text_to_text_lora": {"lora_rank": 8}}
-    dataset_required = True
     references = {"Guide": "https://pytorch.org/tutorials/beginner/finetuning_torchvision_models_tutorial.html"}
 
     def get_hyperparameters(self) -> list:
         """The shared training settings (epochs, steps, max_seconds, lr, batch_size, patience, seed...)."""
         return [*student_hyperparameters(epochs=2, lr=1e-3), *lora_hyperparameters()]
-
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs a module with trainable parameters."""
-        return isinstance(model, nn.Module) and any(p.is_floating_point() for p in model.parameters())
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return "It trains floating-point parameters and the model has none."
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         return train_adapted(model, smash_config, None, self.algorithm_name)

@@ -9,13 +9,14 @@ from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter
 from torch import nn
 
 from slimkit.algorithms.recovery._training import (
+    WeightTrainer,
     chosen_teacher,
     lora_hyperparameters,
     student_hyperparameters,
     teacher_hyperparameter,
     train_adapted,
 )
-from slimkit.core.contract import SlimkitRecoverer, SmashConfigPrefixWrapper
+from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import build_component, register
 from slimkit.errors import ConfigError
 from slimkit.training.distill import DistillObjective, frozen_teacher
@@ -26,7 +27,7 @@ LOSSES: tuple[str, ...] = ("KLDivergence", "DKDLoss", "DISTLoss", "WSLD")
 
 
 @register
-class KDRecover(SlimkitRecoverer):
+class KDRecover(WeightTrainer):
     """Knowledge-distillation recovery: the compressed model learns the original model's softened outputs.
 
     The teacher is the model as it was before smash, or the model saved in the folder ``teacher_ckpt`` names (a
@@ -42,7 +43,6 @@ class KDRecover(SlimkitRecoverer):
 
     algorithm_name = "kd_recover"
     aliases = ("KDRecover",)
-    dataset_required = True
     #: smash hands this algorithm the model as it entered smash (``smash_config.original_model``)
     uses_original_model: ClassVar[bool] = True
     references = {"Paper": "https://arxiv.org/abs/1503.02531"}
@@ -64,14 +64,6 @@ class KDRecover(SlimkitRecoverer):
             *student_hyperparameters(epochs=3, lr=1e-3),
             *lora_hyperparameters(),
         ]
-
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs a module with trainable parameters."""
-        return isinstance(model, nn.Module) and any(p.is_floating_point() for p in model.parameters())
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return "It trains floating-point parameters and the model has none."
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         teacher = chosen_teacher(smash_config, getattr(smash_config, "original_model", None))
