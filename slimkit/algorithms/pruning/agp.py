@@ -10,7 +10,7 @@ from slimkit.algorithms.pruning._framework import FrameworkPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import AGPEngine, Pruner
-from slimkit.engines.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
+from slimkit.engines.pruning.allocation import base_op_types
 from slimkit.training import fit, make_optimizer
 
 
@@ -54,9 +54,7 @@ class AGP(FrameworkPruner):
 
     def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
         """Level pruning accepts any weighted layer; filter pruning Conv/Linear."""
-        if smash_config["pruning_algorithm"] == "level":
-            return LEVEL_OP_TYPES, None
-        return ("Conv2d", "Linear"), FILTER_OP_TYPES
+        return base_op_types(smash_config["pruning_algorithm"])
 
     def uses_speedup(self, smash_config: SmashConfigPrefixWrapper) -> bool:
         """Filter pruning can be shrunk; level pruning cannot."""

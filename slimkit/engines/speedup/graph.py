@@ -21,6 +21,8 @@ from torch.utils._pytree import tree_flatten
 
 from slimkit.engines._union_find import UnionFind
 
+from .attention_spec import AttentionSpec
+
 
 @dataclass
 class Space:
@@ -72,23 +74,15 @@ class ParamRecord:
 
 
 @dataclass
-class AttentionRecord:
-    """A recognised multi-head attention block (q/k/v[/o] projections, optional grouped kv heads).
+class AttentionRecord(AttentionSpec):
+    """A recognised multi-head attention block in the trace: its :class:`AttentionSpec` with model-level names.
 
     With a fused projection (``qkv``: one Linear/Conv1D whose rows are q, then k, then v) ``q``, ``k`` and
     ``v`` all name that layer and ``fused`` is True.
     """
 
-    name: str
-    q: str
-    k: str
-    v: str
-    o: str | None
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
+    name: str = ""
     heads_space: Space | None = None  # the context ids when no o-projection sits inside the block
-    fused: bool = False
 
     @property
     def group_size(self) -> int:

@@ -78,8 +78,8 @@ def _attention(tr: Tracer, name: str, module: nn.Module, x: torch.Tensor | None)
     att = tr.graph.attention.get(name)
     if att is None:
         full = {n: f"{name}.{n}" if name else n for n in (spec.q, spec.k, spec.v, spec.o) if n}
-        att = AttentionRecord(name, full[spec.q], full[spec.k], full[spec.v], full.get(spec.o), spec.num_heads,
-                              spec.num_kv_heads, spec.head_dim, fused=spec.fused)
+        att = AttentionRecord(full[spec.q], full[spec.k], full[spec.v], full.get(spec.o), spec.num_heads,
+                              spec.num_kv_heads, spec.head_dim, spec.fused, name=name)
         tr.graph.attention[name] = att
     if spec.o is not None:
         rec.out_ids = tr.graph.new_space(att.o, linear_io(getattr(module, spec.o))[0]).ids
