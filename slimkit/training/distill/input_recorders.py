@@ -51,7 +51,11 @@ def _signature(func: Any) -> inspect.Signature | None:
 
 
 class _InputsMixin:
-    """The inputs recorders return a call's whole argument list when no ``data_idx`` picks one."""
+    """The inputs recorders bind each call to the callee's signature; with no ``data_idx``, the whole list."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__(source)  # type: ignore[call-arg]
+        self._signature = _signature(self._original)  # type: ignore[attr-defined]
 
     def get_record_data(self, record_idx: int = 0, data_idx: int | None = None) -> Any:
         """The ``record_idx``-th call's arguments (a list), or its ``data_idx``-th argument."""
@@ -63,20 +67,12 @@ class _InputsMixin:
 class MethodInputsRecorder(_InputsMixin, MethodOutputsRecorder):
     """Records the arguments of method ``source`` = ``"package.module.Class.method"`` (every instance's calls)."""
 
-    def __init__(self, source: str) -> None:
-        super().__init__(source)
-        self._signature = _signature(self._original)
-
     def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> list[Any]:
         return _bound(self._signature, args, kwargs)[1:]  # without self
 
 
 class FunctionInputsRecorder(_InputsMixin, FunctionOutputsRecorder):
     """Records the arguments of function ``source`` = ``"package.module.function"`` (patched in that module)."""
-
-    def __init__(self, source: str) -> None:
-        super().__init__(source)
-        self._signature = _signature(self._original)
 
     def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> list[Any]:
         return _bound(self._signature, args, kwargs)
