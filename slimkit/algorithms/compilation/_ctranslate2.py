@@ -13,15 +13,16 @@ import shutil
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
-from transformers import AutoConfig
-from transformers.modeling_outputs import CausalLMOutput
 
 from slimkit.errors import ConfigError, MissingPackageError, SaveLoadError
+
+if TYPE_CHECKING:
+    from transformers.modeling_outputs import CausalLMOutput
 
 INSTALL = "pip install 'slimkit[ctranslate2]'"
 #: Pruna's ``weight_bits`` (8, 16) plus 32 -> CTranslate2's ``quantization`` of the converted weights
@@ -81,6 +82,8 @@ class CT2Module(nn.Module):
                                            "a list of token strings")
         raw = _read(self.folder / HF_CONFIG, lambda v: isinstance(v, dict) and isinstance(v.get("model_type"), str),
                     "a Hugging Face config with its model_type")
+        from transformers import AutoConfig
+
         try:
             self.config = AutoConfig.for_model(raw.pop("model_type"), **raw)
         except (ValueError, TypeError, KeyError) as exc:
@@ -157,6 +160,8 @@ class CT2Generator(CT2Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 **_: Any) -> CausalLMOutput:
         """Logits ``[batch, seq, vocab]`` float32 (zeros where ``attention_mask`` is 0); other arguments ignored."""
+        from transformers.modeling_outputs import CausalLMOutput
+
         batch = rows(input_ids, attention_mask, "c_generate")
         ids = input_ids.view(len(batch), -1)
         logits = torch.zeros(ids.shape[0], ids.shape[1], len(self.vocabulary))
