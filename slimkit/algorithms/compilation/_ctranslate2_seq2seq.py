@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from slimkit.algorithms.compilation._ctranslate2 import (
     CT2Module,
@@ -19,6 +18,9 @@ from slimkit.algorithms.compilation._ctranslate2 import (
 from slimkit.errors import ConfigError
 
 _GENERATE = ("max_new_tokens", "min_new_tokens", "do_sample", "temperature", "top_k", "top_p", "num_beams")
+
+if TYPE_CHECKING:
+    from transformers.modeling_outputs import Seq2SeqLMOutput
 
 
 def _logits(step: Any) -> torch.Tensor:
@@ -50,6 +52,8 @@ class CT2Translator(CT2Module):
         CTranslate2 forces the target prefix and reports each step's logits: position 0 comes from a free first step,
         positions 1.. from the run forced along ``decoder_input_ids[:, 1:]``.
         """
+        from transformers.modeling_outputs import Seq2SeqLMOutput
+
         if not isinstance(decoder_input_ids, torch.Tensor) or decoder_input_ids.dim() != 2:
             raise ConfigError("c_translate forward() needs decoder_input_ids [batch, target] (starting with the "
                               f"decoder start token {self.decoder_start_token_id}); use generate() to translate.")
