@@ -21,7 +21,7 @@ from tests.fuzz._fuzz import clear_or_ok, examples
 
 PERP = ("text_to_text_perp", "text_to_text_inplace_perp")
 KEYS = [f"{name}_{h['name']}" for name in PERP for h in registry.info(name)["hyperparameters"]] + [
-    "awq_quant_scheme", "llama_cpp_quantization_method", "torch_dynamic_weight_bits",
+    "awq_quant_scheme", "llama_cpp_quantization_method", "torch_dynamic_weight_bits", "torch_dynamic_activation_scales",
     "torch_unstructured_pruning_method"]
 #: values around and beyond the ranges: negatives, zero, huge, non-finite, wrong types, near-miss names
 values = st.one_of(st.integers(-5, 10**8), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),

@@ -1,4 +1,4 @@
-"""int8_dynamic: fbgemm dynamic int8 quantization of Linear layers (weights int8, activations per batch)."""
+"""int8_dynamic: fbgemm dynamic int8 quantization of Linear layers (weights int8, activations per token)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from slimkit.engines.quantization.int8.dynamic import (
     quantize_targets,
 )
 from slimkit.engines.quantization.int8.experts import quantize_experts_int8, replay_int8_experts
+from slimkit.engines.quantization.int8.per_token import per_token_activations
 from slimkit.errors import ConfigError, SaveLoadError
 
 
@@ -27,8 +28,10 @@ from slimkit.errors import ConfigError, SaveLoadError
 class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
     """Dynamic int8 quantization of Linear layers with PyTorch's fbgemm kernels (CPU).
 
-    Weights are stored as int8 (4x smaller than fp32); activations are quantized per batch at run time, so no
-    calibration data is needed. Per-channel weight scales keep more accuracy than a single per-tensor scale;
+    Weights are stored as int8 (4x smaller than fp32); activations are quantized at run time with one scale per
+    token (``activation_scales="per_token"``, as torchao's int8 dynamic does; an outlier token then coarsens no
+    other token's codes) or one per call (``"per_tensor"``, torch.ao's own), so no calibration data is needed.
+    Per-channel weight scales keep more accuracy than a single per-tensor scale;
     modules matching an ``exclude`` pattern stay in fp32. Quantizes ``nn.Linear`` and its subclasses that
     compute ``x W^T + b`` (Falcon's) and GPT-2's ``Conv1D``; MoE experts (transformers 5's 3-D expert weights)
     get int8 per-expert, per-channel weights and fbgemm int8 matmuls per expert (saturation-safe weights on CPUs
@@ -55,6 +58,10 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
                                                 "8-bit; PyTorch's dynamic Linear takes no quint8 weights."}),
             Boolean("per_channel", True, meta={"desc": "One weight scale per output channel (more accurate) "
                                                        "instead of one per tensor."}),
+            OrdinalHyperparameter("activation_scales", ["per_token", "per_tensor"], default_value="per_token",
+                                  meta={"desc": "Activation quantization scales: one per token (input row; keeps "
+                                                "LLMs with outlier tokens close to fp32) or one per call "
+                                                "(torch.ao's 7-bit dynamic Linear)."}),
             ListHyperparameter("exclude", (), meta={"desc": "Module names kept in fp32: exact names or glob patterns, "
                                                             "e.g. ['*.output.dense', 'classifier']."}),
         ]
@@ -71,8 +78,11 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
             warnings.warn(refusal(targets, self.target_kinds, exclude, self.algorithm_name)
                           + " The model is left unchanged.", RuntimeWarning, stacklevel=3)
         names = quantize_targets(model, [t for t in chosen if t.kind != EXPERTS], smash_config["per_channel"])
+        if smash_config["activation_scales"] == "per_token":
+            per_token_activations(model, names)
         experts = quantize_experts_int8(model, [t.name for t in chosen if t.kind == EXPERTS])  # per expert
-        smash_config.state.update(quantized_layers=len(names) + len(experts), layers=names, experts=experts)
+        smash_config.state.update(quantized_layers=len(names) + len(experts), layers=names, experts=experts,
+                                  activation_scales=smash_config["activation_scales"])
         record_coverage(smash_config.state, targets, [*names, *experts], exclude)
         return model
 
@@ -88,4 +98,6 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
                                 f"quantized {missing[:3]}, which it does not have. Pass model= the architecture that "
                                 "was smashed.")
         model = quantize_named(model, names, smash_config["per_channel"])
+        if state.get("activation_scales") == "per_token":  # saves made before per-token scales were per tensor
+            per_token_activations(model, names)
         return replay_int8_experts(model, state.get("experts", {}))

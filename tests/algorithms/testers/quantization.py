@@ -1,14 +1,16 @@
 from __future__ import annotations
 
 import torch
+import torch.ao.nn.quantized.dynamic as nnqd
 
 from slimkit.core.weights import DENSE, find_targets, select
+from slimkit.engines.quantization.int8.per_token import PerTokenInt8Linear
 from slimkit.evaluation import count_macs, count_macs_by_dtype, fidelity, size_on_disk
 from tests.algorithms.testers.base import AlgorithmTesterBase
 
 
 def _is_dynamic_int8(module: torch.nn.Module) -> bool:
-    return type(module).__module__.startswith("torch.ao.nn.quantized.dynamic") and type(module).__name__ == "Linear"
+    return isinstance(module, nnqd.Linear)  # torch.ao's (per-tensor activations) or PerTokenInt8Linear
 
 
 class TestInt8Dynamic(AlgorithmTesterBase):
@@ -29,6 +31,18 @@ class TestInt8Dynamic(AlgorithmTesterBase):
         assert fidelity(base, smashed, inputs).cosine_mean > 0.98
         macs = count_macs_by_dtype(smashed, inputs)  # int8 MACs are MACs: the total is the fp32 model's
         assert macs.get("int8", 0) > 0 and sum(macs.values()) == count_macs(base, inputs)
+        per_token = self.hyperparameters.get("activation_scales", "per_token") == "per_token"
+        assert state["activation_scales"] == ("per_token" if per_token else "per_tensor")
+        kinds = {type(m) for n, m in smashed.model.named_modules() if n in quantized}
+        assert kinds == ({PerTokenInt8Linear} if per_token else {nnqd.Linear})
+
+
+class TestInt8DynamicPerTensor(TestInt8Dynamic):
+    """torch.ao's own dynamic Linear: one activation scale per call."""
+
+    models = ["tiny_llama"]
+    hyperparameters = {"per_channel": True, "exclude": ["*lm_head"], "activation_scales": "per_tensor"}
+    marks = ["slow"]  # the fast tier checks the per-tensor replay in tests/algorithms/test_pruna_torch_dynamic.py
 
 
 class TestHalf(AlgorithmTesterBase):
