@@ -86,6 +86,36 @@ def task_metrics(loaded: Any, base: Any, smashed: Any) -> dict[str, tuple[float,
     return {}
 
 
+#: new tokens each timed ``generate`` call makes when the smashed model only generates
+GENERATE_TOKENS = 16
+
+
+class GenerateCall(torch.nn.Module):
+    """``model``'s greedy ``generate`` as a forward, for smashed models that only generate (``generate_only``).
+
+    The output is the generated ids one-hot over ``vocab_size`` (ids padded with zero vectors to the prompt
+    plus ``new_tokens``), so :func:`slimkit.evaluation.fidelity`'s per-row cosine is the share of positions
+    whose tokens agree. ``save_pretrained`` is the model's own, so its size on disk is measured as saved.
+    """
+
+    def __init__(self, model: Any, new_tokens: int, vocab_size: int) -> None:
+        super().__init__()
+        self.model, self.new_tokens, self.vocab_size = model, int(new_tokens), int(vocab_size)
+
+    def forward(self, **inputs: Any) -> torch.Tensor:
+        """One-hot ``[batch, prompt + new_tokens, vocab_size]`` of the greedy generation's ids."""
+        ids = self.model.generate(**inputs, max_new_tokens=self.new_tokens)
+        prompt = inputs.get("input_ids")
+        length = self.new_tokens + (prompt.shape[1] if isinstance(prompt, torch.Tensor) else 0)
+        out = torch.zeros(ids.shape[0], max(length, ids.shape[1]), self.vocab_size)
+        out[:, : ids.shape[1]].scatter_(-1, ids.cpu().clamp(0, self.vocab_size - 1)[..., None], 1.0)
+        return out
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Save the wrapped model (what size on disk measures)."""
+        self.model.save_pretrained(path)
+
+
 def load_model(model_name: str, dtype: str | None = None) -> ZooModel:
     """The model ``--model`` names; another tool's compressed-tensors / GPTQ folder loads onto packed layers.
 
@@ -130,6 +160,7 @@ def run(
     :func:`slimkit.engine.prepare.prepare` decides, once, before anything is loaded.
     """
     from slimkit.evaluation import compare
+    from slimkit.evaluation.report import applied_coverage
 
     folder = Path(str(model_name)).expanduser()
     folder = folder if folder.is_dir() and (folder / "config.json").is_file() else None
@@ -170,8 +201,17 @@ def run(
         print(f"slimkit: note: {config['cacher']} answers a repeated input from memory, so both models are timed on "
               "a new input each call (token positions shuffled): the latency below is what a stream of new inputs "
               "sees; a repeated input returns from memory", flush=True)
-    result = compare(base, smashed, inputs, threads=threads, warmup=warmup, repeats=repeats,
-                     extra=task_metrics(loaded, base, smashed), fresh_inputs=bool(config["cacher"]))
+    timed_base, timed_smashed = base, smashed
+    reason = getattr(smashed, "generate_only", None)
+    if reason:  # no forward to time or compare: both models' greedy generate instead
+        vocab = int(base.config.vocab_size)
+        timed_base, timed_smashed = (GenerateCall(m, GENERATE_TOKENS, vocab) for m in (base, smashed))
+        print(f"slimkit: note: the smashed model only generates ({reason}): both models are timed on greedy "
+              f"generate(max_new_tokens={GENERATE_TOKENS}) instead of forward, and fidelity compares the generated "
+              "tokens (cosine of one-hot ids: the share of positions whose tokens agree)", flush=True)
+    result = compare(timed_base, timed_smashed, inputs, threads=threads, warmup=warmup, repeats=repeats,
+                     extra=task_metrics(loaded, base, smashed), fresh_inputs=bool(config["cacher"]),
+                     coverage=applied_coverage(smashed))
     result.print()
     smashed.measurements = measurement_record(result, threads)
 
@@ -182,8 +222,10 @@ def run(
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"slimkit: saved to {out} ({size / 1e6:.1f} MB: {', '.join(sorted(p.name for p in out.iterdir()))})")
     reloaded = SmashedModel.from_pretrained(out, trust_code=True)  # the user ran this model's code already
+    if reason:
+        reloaded = GenerateCall(reloaded, GENERATE_TOKENS, int(base.config.vocab_size))
     with torch.inference_mode():
-        a = main_tensor(run_model(smashed, inputs)).float().cpu()
+        a = main_tensor(run_model(timed_smashed, inputs)).float().cpu()
         b = main_tensor(run_model(reloaded, inputs)).float().cpu()
     diff = float((a - b).abs().max())
     if torch.equal(a, b):

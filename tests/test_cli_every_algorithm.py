@@ -18,6 +18,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
     "awq": ("tiny_llama", LLM_CALIBRATION),
     "bnn": ("digits_cnn", ["--set", "bnn_epochs=1"]),
     "c_generate": ("tiny_llama", ["--set", "c_generate_n_threads=1"]),
+    "c_whisper": ("tests.test_cli_generate:tiny_whisper_with_tokenizer", ["--set", "c_whisper_n_threads=1"]),
     "c_translate": ("tests.algorithms.models:tiny_bart_with_tokenizer", ["--set", "c_translate_n_threads=1"]),
     "channel_energy": ("tiny_llama", ["--set", "channel_energy_batches=2", "--set", "channel_energy_batch_size=4"]),
     "dorefa": ("digits_cnn", ["--set", "dorefa_epochs=1"]),
@@ -88,19 +89,15 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
 }
 
 
-#: algorithms `slimkit smash` cannot run: it times and compares forward(), and these only decode (no logits)
-GENERATE_ONLY = {"c_whisper": "CTranslate2's Whisper decodes; it gives no forward logits to time or compare"}
-
-
 def test_every_registered_algorithm_has_a_shell_recipe():
-    assert set(RECIPES) | set(GENERATE_ONLY) == set(registry.names()), \
+    assert set(RECIPES) == set(registry.names()), \
         "add the new algorithm to RECIPES with a compatible zoo model"
 
 
 #: algorithm -> pytest marks of its shell case (llama_cpp needs the llamacpp extra: `make test-llamacpp`)
 MARKS = {"llama_cpp": [pytest.mark.llamacpp],
          **{a: [pytest.mark.slow] for a in ("group_fisher", "ite_prune", "dcff", "dmcp", "slimmable_network",
-                                                    "autoslim", "bignas", "darts", "dsnas",
+                                                    "c_whisper", "autoslim", "bignas", "darts", "dsnas",
                                                     "text_to_text_perp", "text_to_text_inplace_perp")}}
 
 

@@ -26,6 +26,9 @@ class CT2Whisper(CT2Module):
     token included, finished rows padded with the pad token.
     """
 
+    #: why the result has no ``forward``: tools that measure a model (``slimkit smash``) time ``generate`` instead
+    generate_only = "CTranslate2's Whisper decodes; it gives no teacher-forced logits"
+
     def __init__(self, folder: str | Path, n_threads: int = 0, owns_folder: bool = False) -> None:
         super().__init__(folder, n_threads, owns_folder)
         self.whisper = open_model(self.ctranslate2.models.Whisper, self.folder, self.n_threads)
