@@ -26,7 +26,8 @@ PUBLIC = {
         "resolve_config_list", "save_masks", "sensitivity_analysis"
     ],
     "slimkit.engines.nas": [
-        "BaseMutable", "ChannelSupernet", "DiffMutableOP", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear",
+        "ArchLogits", "BaseMutable", "ChannelSupernet", "ChosenEdges", "DiffChoiceRoute", "DiffMutableOP",
+        "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear",
         "EvolutionSearchLoop", "GreedyChannelSearch", "GreedySubnet", "METRICS", "MutableChannels",
         "MutableSequential", "NasMutator", "OneHotMutableOP", "OneShotMutableOP", "SearchResult", "calibrate_bn",
         "export_subnet", "load_subnet", "make_searchable", "measure_subnet", "read_subnet", "save_subnet",
@@ -121,7 +122,8 @@ PUBLIC = {
     "slimkit.razor": [
         "AutoSlim", "Autoformer", "AutoformerBackbone", "BaseAlgorithm", "BigNAS", "ChannelMutator", "ConfigDict",
         "DAFLDataFreeDistillation", "DCFF", "DCFFChannelMutator", "DMCP", "DMCPChannelMutator", "DSNAS", "Darts",
-        "DataFreeDistillation", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear", "EvolutionSearchLoop",
+        "DartsBackbone", "DataFreeDistillation", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear",
+        "EvolutionSearchLoop",
         "FpnTeacherDistill", "GroupFisherAlgorithm", "GroupFisherChannelMutator", "ImgDataPreprocessor",
         "ItePruneAlgorithm", "MBBlock", "MMArchitectureQuant", "MODES", "MutableChannels", "MutableSequential",
         "NasMutator", "OneShotChannelMutator", "OneShotMutableOP", "OverhaulFeatureDistillation", "SPOS",
@@ -132,7 +134,8 @@ PUBLIC = {
         "skipped_bases", "sub_model", "task_loss", "write_subnet", "zoo_model"
     ],
     "slimkit.faces.mmrazor.nas": [
-        "AutoSlim", "Autoformer", "AutoformerBackbone", "BigNAS", "DSNAS", "Darts", "MBBlock", "SPOS",
+        "AutoSlim", "Autoformer", "AutoformerBackbone", "BigNAS", "DSNAS", "Darts", "DartsBackbone", "MBBlock",
+        "SPOS",
         "SearchableCNN", "SearchableIdentity", "SearchableMobileNetV2", "SearchableShuffleNetV2", "ShuffleBlock",
         "ShuffleXception", "sub_model"
     ],

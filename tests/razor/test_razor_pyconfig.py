@@ -61,6 +61,23 @@ def test_scoped_bases_are_skipped_with_a_note_and_read_as_placeholders(tmp_path,
     assert cfg.model.architecture == {"neck": {"depth": 50, "init_cfg": {"type": "Pretrained"}}, "head": 1}
 
 
+def test_arithmetic_on_a_skipped_base_value_is_a_placeholder_too(tmp_path):
+    # MMRazor's GroupFisher prune configs scale the skipped mmcls schedule's learning rate and extend its hooks
+    cfg = load_config(write(tmp_path, "prune.py", (
+        "_base_ = ['mmcls::resnet/resnet50_8xb32_in1k.py']\n"
+        "lr_ratio = 0.1\n"
+        "optim_wrapper = dict(optimizer=dict(lr=_base_.optim_wrapper.optimizer.lr * lr_ratio))\n"
+        "custom_hooks = getattr(_base_, 'custom_hooks', []) + [dict(type='mmrazor.PruningStructureHook')]\n"
+        "half = 1 / _base_.model.head.num_classes - 2\n")))
+    lr = cfg.optim_wrapper.optimizer.lr
+    assert isinstance(lr, SkippedBase) and lr.path == "(optim_wrapper.optimizer.lr * 0.1)"
+    assert lr.sources == ("mmcls::resnet/resnet50_8xb32_in1k.py",)
+    assert cfg.custom_hooks == [{"type": "mmrazor.PruningStructureHook"}]  # getattr's default: MMRazor's own hooks
+    assert cfg.half.path == "((1 / model.head.num_classes) - 2)"
+    with pytest.raises(ConfigError, match=r"optim_wrapper\.optimizer\.lr \* 0\.1"):
+        build(dict(type="KLDivergence", tau=lr))
+
+
 @pytest.mark.parametrize("text,message", [
     ("import os\nx = os.getcwd()\n", "the config imports 'os'.*allows only: copy, math"),
     ("from subprocess import run\n", "imports 'subprocess'"),

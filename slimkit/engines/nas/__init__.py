@@ -1,6 +1,7 @@
 """NAS engines: mutables, dynamic layers, the mutator, evolution and greedy search, constraints, subnet export.
 
-Mutables are one-shot (one candidate runs) or differentiable (:class:`DiffMutableOP`, DARTS).
+Mutables are one-shot (one candidate runs) or differentiable (:class:`DiffMutableOP` and the DARTS cell's
+:class:`DiffChoiceRoute`).
 
 The razor face (:mod:`slimkit.razor.nas`) re-exports these beside ``SPOS`` and ``SearchableCNN``; the smash
 algorithm ``spos_search`` builds a supernet from a plain CNN (:func:`make_searchable`) and uses the same
@@ -8,7 +9,8 @@ loop and export.
 """
 
 from slimkit.engines.nas.constraints import METRICS, calibrate_bn, measure_subnet
-from slimkit.engines.nas.diff_mutable import DiffMutableOP, OneHotMutableOP
+from slimkit.engines.nas.diff_mutable import ArchLogits, DiffMutableOP, OneHotMutableOP
+from slimkit.engines.nas.diff_route import ChosenEdges, DiffChoiceRoute
 from slimkit.engines.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
 from slimkit.engines.nas.export import export_subnet, load_subnet, read_subnet, save_subnet, write_subnet
 from slimkit.engines.nas.greedy import GreedyChannelSearch, GreedySubnet
@@ -18,8 +20,11 @@ from slimkit.engines.nas.search import EvolutionSearchLoop, SearchResult
 from slimkit.engines.nas.searchable import ChannelSupernet, make_searchable
 
 __all__ = [
+    "ArchLogits",
     "BaseMutable",
     "ChannelSupernet",
+    "ChosenEdges",
+    "DiffChoiceRoute",
     "DiffMutableOP",
     "DynamicBatchNorm2d",
     "DynamicConv2d",

@@ -21,18 +21,21 @@ from slimkit.engines.nas.mutables import OneShotMutableOP
 from slimkit.errors import ConfigError
 
 
-class DiffMutableOP(OneShotMutableOP):
-    """Candidates mixed by ``softmax(arch_param)`` (see the module doc); ``fixed=True`` runs the current choice only.
+class ArchLogits:
+    """Architecture logits ``arch_param`` kept as a buffer that requires gradients (see the module doc).
 
-    ``candidates`` / ``module_kwargs`` as :class:`OneShotMutableOP`. Every candidate must give outputs of one
-    shape. ``arch_grad`` (set by the algorithm) says whether the mixing weights carry gradients to alpha.
+    Shared by :class:`DiffMutableOP` and :class:`~slimkit.engines.nas.DiffChoiceRoute`; ``arch_grad`` (set by the
+    algorithm) says whether ``softmax(alpha)`` carries gradients to alpha.
     """
 
-    def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
-                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False) -> None:
-        super().__init__(candidates, init_choice, module_kwargs)
-        self.register_buffer("arch_param", (1e-3 * torch.randn(len(self.choices))).requires_grad_())
-        self.fixed, self.arch_grad = bool(fixed), True
+    arch_param: torch.Tensor
+    arch_grad: bool
+
+    def init_arch_param(self, size: int) -> None:
+        """Register ``size`` small random logits (as DARTS initialises them) and turn ``arch_grad`` on."""
+        assert isinstance(self, nn.Module)
+        self.register_buffer("arch_param", (1e-3 * torch.randn(size)).requires_grad_())
+        self.arch_grad = True
 
     def arch_parameter(self) -> torch.Tensor:
         """The architecture logits as a leaf tensor that requires gradients (re-made leaf after a device move)."""
@@ -45,6 +48,26 @@ class DiffMutableOP(OneShotMutableOP):
         """``softmax(alpha)``: how much each candidate counts."""
         alpha = self.arch_parameter()
         return torch.softmax(alpha if self.arch_grad else alpha.detach(), dim=0)
+
+
+class DiffMutableOP(ArchLogits, OneShotMutableOP):
+    """Candidates mixed by ``softmax(arch_param)`` (see the module doc); ``fixed=True`` runs the current choice only.
+
+    ``candidates`` / ``module_kwargs`` / ``alias`` as :class:`OneShotMutableOP`. Every candidate must give outputs
+    of one shape. ``arch_grad`` (set by the algorithm) says whether the mixing weights carry gradients to alpha.
+    """
+
+    def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
+                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False, alias: str | None = None) -> None:
+        super().__init__(candidates, init_choice, module_kwargs, alias)
+        self.init_arch_param(len(self.choices))
+        self.fixed = bool(fixed)
+
+    def canonical_choice(self, choice: Any) -> Any:
+        """MMRazor's subnet files write a DiffMutableOP's choice as a one-element list (``chosen: [sep_conv_3x3]``)."""
+        if isinstance(choice, (list, tuple)) and len(choice) == 1:
+            return choice[0]
+        return choice
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The weighted sum of every candidate's output (or the current choice's, when ``fixed``)."""
@@ -89,8 +112,8 @@ class OneHotMutableOP(DiffMutableOP):
     """
 
     def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
-                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False) -> None:
-        super().__init__(candidates, init_choice, module_kwargs, fixed)
+                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False, alias: str | None = None) -> None:
+        super().__init__(candidates, init_choice, module_kwargs, fixed, alias)
         self.uniform = False
         self.arch_weights: torch.Tensor | None = None  # the latest draw's one-hot (a leaf with a gradient)
         self.drawn: int | None = None

@@ -56,11 +56,16 @@ class BaseMutable(nn.Module):
 
     @current_choice.setter
     def current_choice(self, choice: Choice) -> None:
+        choice = self.canonical_choice(choice)
         if choice not in self._choices:
             hint = closest(str(choice), [str(c) for c in self._choices]) if isinstance(choice, str) else ""
             raise ConfigError(f"{choice!r} is not a choice of this {type(self).__name__}.{hint} Valid choices: "
                               f"{', '.join(repr(c) for c in self._choices)}.")
         self._current = choice
+
+    def canonical_choice(self, choice: Choice) -> Choice:
+        """``choice`` as it appears in :attr:`choices` (subclasses accept other spellings, e.g. a list for a tuple)."""
+        return choice
 
     def export(self) -> nn.Module | None:
         """The plain module for the current choice (``None``: the mutable disappears from the exported model)."""
@@ -77,17 +82,21 @@ class OneShotMutableOP(BaseMutable):
     ``candidates``: a mapping name -> module (or a config dict built with :func:`~slimkit.razor.build`). Every
     candidate keeps its own weights; the forward runs only the chosen one. ``module_kwargs`` (MMRazor's) are
     fields added to every candidate config, e.g. ``dict(in_channels=16, out_channels=64, stride=2)`` from the
-    search space that places the op.
+    search space that places the op. ``alias`` (MMRazor's): a name several mutables share; a subnet entry under
+    that name sets all of them (:meth:`~slimkit.engines.nas.NasMutator.set_choices`).
     """
 
     def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
-                 module_kwargs: Mapping[str, Any] | None = None) -> None:
+                 module_kwargs: Mapping[str, Any] | None = None, alias: str | None = None) -> None:
         if not isinstance(candidates, Mapping) or not candidates:
             raise ConfigError(f"OneShotMutableOP needs a non-empty mapping name -> module, got {candidates!r}.")
         bad = [k for k in candidates if not isinstance(k, str) or not k.isidentifier()]
         if bad:
             raise ConfigError(f"OneShotMutableOP candidate names must be identifiers such as 'k3', got {bad!r}.")
         super().__init__(list(candidates), init_choice)
+        if alias is not None and not isinstance(alias, str):
+            raise ConfigError(f"OneShotMutableOP alias must be a string, got {alias!r}.")
+        self.alias = alias
         extra = dict(module_kwargs or {})
         self.candidates = nn.ModuleDict({
             k: build_module({**v, **extra} if isinstance(v, Mapping) else v, f"candidate {k!r}")

@@ -108,12 +108,15 @@ class NasMutator:
     def set_choices(self, subnet: Mapping[str, Any], strict: bool = True) -> None:
         """Make ``subnet`` the active path. ``strict``: every mutable must be named (else the missing ones).
 
+        A name may also be an ``alias`` several mutables carry (MMRazor's subnet files): it sets all of them.
         Unknown names list the closest mutable names; an invalid choice lists the valid ones. Nothing changes
         unless every entry is valid.
         """
         self._require()
-        choices = plain_choices(subnet)
+        choices = self._expand_aliases(plain_choices(subnet))
         for name, choice in choices.items():
+            if name in self.mutables:
+                choice = choices[name] = self.mutables[name].canonical_choice(choice)
             if name not in self.mutables:
                 raise ConfigError(f"The supernet has no mutable {name!r}.{closest(name, self.mutables)} Its mutables: "
                                   f"{', '.join(self.mutables)}.")
@@ -127,6 +130,19 @@ class NasMutator:
                               "mutable (see mutator.search_space()) or pass strict=False.")
         for name, choice in choices.items():
             self.mutables[name].current_choice = choice
+
+    def _expand_aliases(self, choices: Subnet) -> Subnet:
+        """Entries named by an ``alias`` (MMRazor's subnet files) set every mutable carrying that alias."""
+        aliases: dict[str, list[str]] = {}
+        for path, m in self.mutables.items():
+            alias = getattr(m, "alias", None)
+            if alias is not None:
+                aliases.setdefault(alias, []).append(path)
+        out: Subnet = {}
+        for name, choice in choices.items():
+            for path in [name] if name in self.mutables or name not in aliases else aliases[name]:
+                out[path] = choice
+        return out
 
     def current_choices(self) -> Subnet:
         """The active subnet ``{name: choice}``."""

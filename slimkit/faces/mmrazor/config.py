@@ -33,6 +33,7 @@ from typing import Any
 
 from slimkit.errors import ConfigError, MissingPackageError, closest
 from slimkit.faces.mmrazor.pyeval import ConfigEvaluator, literal_bases
+from slimkit.faces.mmrazor.skipped import SkippedBase
 
 BASE_KEY = "_base_"
 DELETE_KEY = "_delete_"
@@ -64,37 +65,6 @@ class ConfigDict(dict):
         for key, value in self.items():
             out[copy.deepcopy(key, memo)] = copy.deepcopy(value, memo)
         return out
-
-
-class SkippedBase:
-    """A value a config read from a base file slimkit skipped (one of another MMEngine-based package).
-
-    ``sources``: the skipped base files; ``path``: what was read (``"model.neck"``). Reading an attribute of
-    it gives another placeholder; assigning one is ignored. :func:`slimkit.faces.mmrazor.build` refuses to build it and
-    says which argument to pass instead.
-    """
-
-    slimkit_placeholder = True
-
-    def __init__(self, sources: tuple[str, ...], path: str) -> None:
-        self.sources, self.path = tuple(sources), path
-
-    def child(self, name: str) -> SkippedBase:
-        """The placeholder of ``self.<name>``."""
-        return SkippedBase(self.sources, f"{self.path}.{name}")
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> SkippedBase:
-        """Placeholders are immutable: the copy is the object itself."""
-        return self
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SkippedBase) and (other.sources, other.path) == (self.sources, self.path)
-
-    def __hash__(self) -> int:
-        return hash((self.sources, self.path))
-
-    def __repr__(self) -> str:
-        return f"<_base_.{self.path} from the skipped base {' / '.join(self.sources)}>"
 
 
 class _BaseNamespace(ConfigDict):

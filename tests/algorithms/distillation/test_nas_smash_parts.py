@@ -9,7 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import TensorDataset
 
+from slimkit import SmashConfig, smash
 from slimkit.algorithms.distillation._conv_choices import ConvChoices, candidates
 from slimkit.algorithms.distillation._width_nas import sandwich_loss
 from slimkit.core import registry
@@ -94,3 +96,25 @@ def test_width_replay_needs_the_layer_shapes(name):
         registry.get(name)().replay(_cnn(), None, {})
     shrunk = registry.get(name)().replay(_cnn(), None, {"layer_shapes": {"0": [3, 4], "1": [4], "3": [4, 8]}})
     assert shrunk[0].out_channels == 4 and shrunk[1].num_features == 4 and shrunk[3].in_channels == 4
+
+
+def _darts_probabilities(unroll: bool) -> dict:
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(16, 3, 6, 6, generator=g), torch.randint(0, 4, (16,), generator=g))
+    cfg = SmashConfig()
+    cfg["distiller"] = "darts"
+    for key, value in {"steps": 2, "batch_size": 8, "arch_lr": 0.5, "unroll": unroll, "unroll_lr": 0.5,
+                       "num_threads": 1}.items():
+        cfg[f"darts_{key}"] = value
+    cfg.add_data((data, data, data), collate_fn=lambda b: (torch.stack([x for x, _ in b]),
+                                                           torch.stack([y for _, y in b])))
+    smashed = smash(_cnn(), cfg, experimental=True)
+    assert smashed.smash_config["darts_unroll"] is unroll
+    return smashed.applied[0]["state"]["probabilities"]
+
+
+@pytest.mark.slow
+def test_darts_unroll_takes_the_second_order_step():
+    first, second = _darts_probabilities(False), _darts_probabilities(True)
+    assert sorted(first) == sorted(second) == ["0", "3"]
+    assert any(abs(a - b) > 1e-3 for n in first for a, b in zip(first[n], second[n], strict=True))

@@ -95,3 +95,38 @@ def _algorithm(cfg: dict) -> None:
 @given(st.sampled_from(ALGORITHMS).flatmap(config))
 def test_new_algorithms_build_or_are_refused(cfg):
     clear_or_ok(f"razor {cfg['type']}", lambda: _algorithm(cfg))
+
+
+DARTS_CELL = {"type": "DartsBackbone", "in_channels": 4, "base_channels": 2, "num_layers": 3, "num_nodes": 2,
+              "stem_multiplier": 1, "out_indices": (2,),
+              "mutable_cfg": {"type": "DiffMutableOP", "candidates": {"skip": {"type": "DartsSkipConnect"},
+                                                                      "pool": {"type": "DartsPoolBN",
+                                                                               "pool_type": "max"}}},
+              "route_cfg": {"type": "DiffChoiceRoute"}}
+small_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-1, 5), st.floats(-1, 2),
+                                      st.sampled_from(["max", "avg", "BN", "ReLU", "", "p0"])),
+                            lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(
+                                ["type", "kernel_size", "pool_type", "candidates", "num_chosen"]), inner, max_size=2)),
+                            max_leaves=4)
+
+
+def _darts_cell(kind: str, fields_: dict) -> None:
+    if kind == "DartsBackbone":
+        net = build({**DARTS_CELL, **fields_})
+        net(torch.rand(2, 4, 8, 8))
+    elif kind == "DiffChoiceRoute":
+        route = build({"type": kind, "edges": {"p0": nn.Identity(), "p1": nn.Conv2d(4, 4, 1)}, **fields_})
+        route([torch.rand(1, 4, 4, 4), torch.rand(1, 4, 4, 4)])
+    else:
+        op = build({"type": kind, "in_channels": 4, "out_channels": 4, **fields_})
+        op(torch.rand(2, 4, 8, 8))
+
+
+@pytest.mark.slow
+@examples(60)
+@given(st.sampled_from(["DartsBackbone", "DiffChoiceRoute", "DartsSepConv", "DartsDilConv", "DartsPoolBN",
+                        "DartsSkipConnect", "DartsZero"]).flatmap(
+    lambda kind: st.tuples(st.just(kind), st.dictionaries(st.sampled_from(fields(kind)), small_values, max_size=3))))
+def test_darts_cell_types_build_and_run_or_are_refused(case):
+    kind, fields_ = case
+    clear_or_ok(f"razor {kind}", lambda: _darts_cell(kind, fields_))

@@ -1,6 +1,7 @@
 """NAS in MMRazor's terms: ``SPOS``, ``AutoSlim``, ``BigNAS``, ``Darts``, ``DSNAS``, search spaces, ``sub_model``.
 
-The search spaces: ``SearchableCNN`` and MMRazor's ShuffleNetV2 and MobileNetV2, buildable from its configs.
+The search spaces: ``SearchableCNN`` and MMRazor's ShuffleNetV2, MobileNetV2 and DARTS cells (``DartsBackbone``),
+buildable from its configs.
 
 The engines (mutables, dynamic layers, the mutator, evolution search, subnet export) live in
 :mod:`slimkit.engines.nas`, where smash algorithms use them too; :mod:`slimkit.faces.mmrazor` re-exports them.
@@ -17,6 +18,7 @@ from slimkit.faces.mmrazor.nas.autoformer_space import AutoformerBackbone
 from slimkit.faces.mmrazor.nas.autoslim import AutoSlim
 from slimkit.faces.mmrazor.nas.bignas import BigNAS
 from slimkit.faces.mmrazor.nas.darts import Darts
+from slimkit.faces.mmrazor.nas.darts_space import DartsBackbone
 from slimkit.faces.mmrazor.nas.dsnas import DSNAS
 from slimkit.faces.mmrazor.nas.mobilenet import MBBlock, SearchableIdentity, SearchableMobileNetV2
 from slimkit.faces.mmrazor.nas.searchable_cnn import SearchableCNN
@@ -31,6 +33,7 @@ __all__ = [
     "BigNAS",
     "DSNAS",
     "Darts",
+    "DartsBackbone",
     "MBBlock",
     "SPOS",
     "SearchableCNN",

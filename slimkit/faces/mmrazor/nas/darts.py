@@ -1,6 +1,8 @@
 """DARTS (Liu, Simonyan & Yang, ICLR 2019): differentiable architecture search (MMRazor's ``Darts``).
 
-The supernet's choices (:class:`~slimkit.engines.nas.DiffMutableOP`) mix their candidates by ``softmax(alpha)``.
+The supernet's choices (:class:`~slimkit.engines.nas.DiffMutableOP`) mix their candidates by ``softmax(alpha)``,
+and a DARTS cell's :class:`~slimkit.engines.nas.DiffChoiceRoute` mixes a node's input edges the same way (choices
+sharing an ``alias`` -- every normal cell's ``normal_n2``, say -- share one alpha, as in MMRazor).
 Each training step first updates the architecture parameters alpha on held-out data, then returns the task loss of
 the weights on the training data (what :func:`slimkit.training.fit` steps its optimizer with; alpha is not among
 the model's parameters). The alpha update is
@@ -9,11 +11,13 @@ the model's parameters). The alpha update is
 * second order (``unroll=True``, DARTS's bi-level approximation): ``grad_alpha L_val(w', alpha) - xi *
   (grad_alpha L_train(w+, alpha) - grad_alpha L_train(w-, alpha)) / (2 eps)`` with the virtual step
   ``w' = w - xi * grad_w L_train(w, alpha)``, ``w+- = w +- eps * grad_w' L_val(w', alpha)`` and
-  ``eps = 0.01 / ||grad_w' L_val||`` (a finite-difference Hessian-vector product); ``xi`` is ``unroll_lr``.
+  ``eps = 0.01 / ||grad_w' L_val||`` (a finite-difference Hessian-vector product); ``xi`` is ``unroll_lr``
+  (:func:`slimkit.engines.nas.darts_step.arch_gradients`).
 
 Held-out data: the ``arch_batches`` you give (cycled), else the first half of each training batch (the second
-half then trains the weights). :meth:`Darts.search_subnet` is the argmax architecture, :meth:`Darts.export`
-its plain module (only the chosen op of each choice is left: physically smaller).
+half then trains the weights). :meth:`Darts.search_subnet` is the argmax architecture (each route's top
+``num_chosen`` edges), :meth:`Darts.export` its plain module (only the chosen op of each choice and the kept edges
+of each route are left: physically smaller).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import torch
 from torch import nn
 
 from slimkit.data.batches import split_batch
-from slimkit.engines.nas import DiffMutableOP, NasMutator, export_subnet
+from slimkit.engines.nas import ArchLogits, NasMutator, export_subnet
+from slimkit.engines.nas.darts_step import arch_gradients
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
 from slimkit.faces.mmrazor.nas.spos import SPOS
@@ -82,10 +87,10 @@ class Darts(SPOS):
                  unroll_lr: float = 0.025, norm_training: bool = False, data_preprocessor: Any = None,
                  init_cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__(architecture, mutator, norm_training, data_preprocessor, init_cfg)
-        self.diff_ops = {n: m for n, m in self.mutator.mutables.items() if isinstance(m, DiffMutableOP)}
+        self.diff_ops: dict[str, Any] = {n: m for n, m in self.mutator.mutables.items() if isinstance(m, ArchLogits)}
         if not self.diff_ops:
-            raise ConfigError("Darts needs an architecture with DiffMutableOP choices (e.g. mutable_cfg="
-                              "dict(type='DiffMutableOP', candidates=...)); this one has only "
+            raise ConfigError("Darts needs an architecture with DiffMutableOP / DiffChoiceRoute choices (e.g. "
+                              "mutable_cfg=dict(type='DiffMutableOP', candidates=...)); this one has only "
                               f"{sorted({type(m).__name__ for m in self.mutator.mutables.values()})}.")
         if isinstance(unroll_lr, bool) or not isinstance(unroll_lr, (int, float)) or unroll_lr <= 0:
             raise ConfigError(f"Darts: unroll_lr must be a number > 0, got {unroll_lr!r}.")
@@ -95,14 +100,25 @@ class Darts(SPOS):
         self._arch_iter: Iterator[Any] | None = None
         self.last_arch_loss = float("nan")  # the held-out loss of the latest alpha step
         self.set_arch_batches(arch_batches)
+        self.arch_parameters()  # one alpha per alias group from the start
 
     def set_arch_batches(self, batches: Iterable[Any] | None) -> None:
         """Held-out batches for the architecture step (cycled); ``None``: half of each training batch."""
         self._arch_iter = None if batches is None else itertools.cycle(batches)
 
     def arch_parameters(self) -> list[torch.Tensor]:
-        """The architecture logits of every DiffMutableOP."""
-        return [op.arch_parameter() for op in self.diff_ops.values()]
+        """The architecture logits, one tensor per alias group (routes and ops of one ``alias`` share theirs)."""
+        out: dict[str, torch.Tensor] = {}
+        for name, op in self.diff_ops.items():
+            key = f"alias:{op.alias}" if getattr(op, "alias", None) is not None else name
+            if key not in out:
+                out[key] = op.arch_parameter()
+            elif op.arch_param is not out[key]:
+                if op.arch_param.shape != out[key].shape:
+                    raise ConfigError(f"Darts: the choices sharing alias {op.alias!r} differ in size "
+                                      f"({tuple(op.arch_param.shape)} vs {tuple(out[key].shape)}).")
+                op.arch_param = out[key]  # tie: one alpha per alias, as MMRazor's mutator groups them
+        return list(out.values())
 
     def arch_optimizer(self) -> torch.optim.Optimizer:
         """The alpha optimizer (rebuilt if the parameters were moved)."""
@@ -117,6 +133,7 @@ class Darts(SPOS):
         return torch.stack([v.float() for v in losses.values()]).sum()
 
     def _set_arch_grad(self, on: bool) -> None:
+        self.arch_parameters()  # re-tie alias groups (a device move unties them)
         for op in self.diff_ops.values():
             op.arch_grad = on
 
@@ -124,52 +141,13 @@ class Darts(SPOS):
         """One update of alpha (first or second order); returns the held-out loss."""
         opt, alphas = self.arch_optimizer(), self.arch_parameters()
         weights = [p for p in self.architecture.parameters() if p.requires_grad]
-        self._set_arch_grad(True)
-        try:
-            if not self.unroll:
-                loss = self._task(*held_out)
-                grads = torch.autograd.grad(loss, alphas, allow_unused=True)
-            else:
-                loss, grads = self._unrolled(train, held_out, alphas, weights)
-        finally:
-            self._set_arch_grad(False)
+        loss, grads = arch_gradients(lambda: self._task(*train), lambda: self._task(*held_out), alphas, weights,
+                                     self._set_arch_grad, self.unroll_lr if self.unroll else None)
         opt.zero_grad()
         for alpha, grad in zip(alphas, grads, strict=True):
-            alpha.grad = torch.zeros_like(alpha) if grad is None else grad.detach()
+            alpha.grad = grad.detach()
         opt.step()
         return float(loss.detach())
-
-    def _unrolled(self, train: tuple[Any, Any], held_out: tuple[Any, Any], alphas: list[torch.Tensor],
-                  weights: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        backup = [w.detach().clone() for w in weights]
-        self._set_arch_grad(False)
-        dw = torch.autograd.grad(self._task(*train), weights, allow_unused=True)
-        with torch.no_grad():  # the virtual step w' = w - xi * dL_train/dw
-            for w, g in zip(weights, dw, strict=True):
-                if g is not None:
-                    w.sub_(self.unroll_lr * g)
-        self._set_arch_grad(True)
-        loss = self._task(*held_out)
-        grads = torch.autograd.grad(loss, [*alphas, *weights], allow_unused=True)
-        d_alpha, d_w = grads[: len(alphas)], grads[len(alphas):]
-        norm = torch.sqrt(sum((g.float() ** 2).sum() for g in d_w if g is not None)) if any(
-            g is not None for g in d_w) else torch.tensor(0.0)
-        eps = 0.01 / max(float(norm), 1e-12)
-        hessian = []
-        for sign in (1.0, -1.0):  # grad_alpha L_train at w +- eps * d_w
-            with torch.no_grad():
-                for w, b, g in zip(weights, backup, d_w, strict=True):
-                    w.copy_(b if g is None else b + sign * eps * g)
-            hessian.append(torch.autograd.grad(self._task(*train), alphas, allow_unused=True))
-        with torch.no_grad():
-            for w, b in zip(weights, backup, strict=True):
-                w.copy_(b)
-        out = []
-        for a, plus, minus, alpha in zip(d_alpha, hessian[0], hessian[1], alphas, strict=True):
-            zero = torch.zeros_like(alpha)
-            hvp = ((plus if plus is not None else zero) - (minus if minus is not None else zero)) / (2 * eps)
-            out.append((a if a is not None else zero) - self.unroll_lr * hvp)
-        return loss, out
 
     def loss(self, inputs: Any, data_samples: Any = None) -> dict[str, torch.Tensor]:
         """Training: an alpha step on held-out data, then the weights' task loss; else the mixed supernet's loss."""
@@ -187,12 +165,12 @@ class Darts(SPOS):
         return self.student_loss(*train)[0]
 
     def search_subnet(self) -> dict[str, dict[str, Any]]:
-        """The argmax architecture ``{name: {"chosen": op}}`` (other mutables keep their current choice)."""
+        """The argmax architecture ``{name: {"chosen": op or kept edges}}`` (other mutables keep their choice)."""
         return self.mutator.fix_subnet({**self.mutator.current_choices(),
                                         **{n: op.argmax_choice() for n, op in self.diff_ops.items()}})
 
     def export(self) -> nn.Module:
-        """The plain module of the argmax architecture (each DiffMutableOP replaced by its chosen op)."""
+        """The plain module of the argmax architecture (ops by their chosen candidate, routes by their kept edges)."""
         return export_subnet(self.architecture, self.search_subnet())
 
 
