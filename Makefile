@@ -33,8 +33,15 @@ test: setup
 test-all: setup
 	$(PY) -m pytest -q -m "not llamacpp" -p no:cacheprovider
 
+# llama-cpp-python compiles llama.cpp from source. A native build (GGML_NATIVE, the default) on a CPU with AMX
+# compiles ggml's AMX backend, which puts Q4_1/Q8_0 weights in AMX buffers and segfaults in
+# ggml_backend_amx_mul_mat on this project's Xeon (llama-cpp-python 0.3.36); a native build is also tied to the
+# CPU it was built on. The portable AVX2 build below runs every quantized GGUF on any x86-64 CPU with AVX2
+# (--no-cache-dir: pip's wheel cache would hand back an earlier native build; an installed native build stays until
+# `$(PIP) uninstall llama-cpp-python`).
+LLAMACPP_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 test-llamacpp: setup
-	$(PIP) install -q -e ".[dev,llamacpp]"
+	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" $(PIP) install -q --no-cache-dir -e ".[dev,llamacpp]"
 	$(PY) -m pytest -q -m llamacpp -p no:cacheprovider
 
 lint: setup
