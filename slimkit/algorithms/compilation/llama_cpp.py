@@ -7,17 +7,18 @@ import shutil
 import tempfile
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 
 from slimkit.core.contract import SaveFn, SlimkitCompiler, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
-from slimkit.engines.gguf import LlamaCppModule, architecture, export_gguf, supported_names
-from slimkit.engines.gguf.runtime import import_llama_cpp
 from slimkit.engines.quantization.lowbit import PackedLinear
 from slimkit.errors import ConfigError, ModelNotSupportedError, SaveLoadError
+
+if TYPE_CHECKING:
+    from slimkit.engines.gguf import LlamaCppModule
 
 GGUF_FILE = "model.gguf"
 #: Pruna's ``quantization_method`` values: llama.cpp's own quantizer types (k-quants and the legacy ones)
@@ -95,6 +96,8 @@ class LlamaCpp(SlimkitCompiler):
 
     def model_check_fn(self, model: Any) -> bool:
         """A Hugging Face causal LM of a family llama.cpp runs (smashed or not)."""
+        from slimkit.engines.gguf import architecture  # the optional gguf package loads when llama_cpp is used
+
         try:
             architecture(model)
         except ModelNotSupportedError:
@@ -103,13 +106,19 @@ class LlamaCpp(SlimkitCompiler):
 
     def model_check_reason(self) -> str:
         """Which models are supported."""
+        from slimkit.engines.gguf import supported_names
+
         return f"llama.cpp runs {supported_names()} here; other architectures are not exported."
 
     def import_algorithm_packages(self) -> dict[str, Any]:
         """Import llama_cpp (pip install 'slimkit[llamacpp]')."""
+        from slimkit.engines.gguf.runtime import import_llama_cpp
+
         return {"llama_cpp": import_llama_cpp()}
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        from slimkit.engines.gguf import LlamaCppModule, export_gguf
+
         method = smash_config["quantization_method"]
         if method is not None and any(isinstance(m, PackedLinear) for m in model.modules()):
             raise ConfigError(f"llama_cpp_quantization_method={method!r} quantizes float weights, and this model's "
@@ -150,6 +159,8 @@ class LlamaCpp(SlimkitCompiler):
 
     def save_artifacts(self, model: Any, directory: Path, state: dict[str, Any]) -> None:
         """Copy the GGUF file the model runs into ``directory``."""
+        from slimkit.engines.gguf import LlamaCppModule
+
         if not isinstance(model, LlamaCppModule):
             raise SaveLoadError(f"llama_cpp saves a LlamaCppModule, got {type(model).__name__}.")
         try:
@@ -161,6 +172,8 @@ class LlamaCpp(SlimkitCompiler):
     def load_artifacts(self, directory: Path, smash_config: SmashConfigPrefixWrapper,
                        state: dict[str, Any]) -> LlamaCppModule:
         """Open the saved GGUF in llama.cpp; the save directory is read, never modified."""
+        from slimkit.engines.gguf import LlamaCppModule
+
         path = directory / GGUF_FILE
         if not path.is_file():
             raise SaveLoadError(f"{path} is missing: the save is incomplete. Copy the whole directory, or save the "
