@@ -115,7 +115,7 @@ def _cmd_smash(args: argparse.Namespace) -> int:
 def _cmd_algorithms(args: argparse.Namespace) -> int:
     from slimkit.algorithms.docs import algorithms_markdown
     from slimkit.core import registry
-    from slimkit.core.contract import GROUPS
+    from slimkit.core.groups import GROUPS
 
     if args.markdown:
         sys.stdout.write(algorithms_markdown())
@@ -186,8 +186,8 @@ def _experiment_flags(p: argparse.ArgumentParser, output_help: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    from slimkit.core.contract import GROUPS
-    from slimkit.demo import DEFAULT_MODEL
+    from slimkit.core.groups import GROUPS
+    from slimkit.zoo import DEFAULT_MODEL
 
     parser = argparse.ArgumentParser(
         prog="slimkit",

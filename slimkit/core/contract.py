@@ -16,21 +16,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from slimkit.core.groups import GROUPS as GROUPS  # re-exported: contract.GROUPS is what importers name
+from slimkit.core.groups import KIND_OF_GROUP
 from slimkit.core.hyperparameters import Hyperparameter
-
-#: Algorithm groups in the order smash() applies them.
-GROUPS: tuple[str, ...] = ("pruner", "distiller", "recoverer", "quantizer", "cacher", "compiler", "batcher")
-
-#: The experiment ``"type"`` of each group (``"type": "pruning", "compressor": "l1_filter"``).
-KIND_OF_GROUP: dict[str, str] = {
-    "pruner": "pruning",
-    "distiller": "distillation",
-    "recoverer": "recovery",
-    "quantizer": "quantization",
-    "cacher": "caching",
-    "compiler": "compilation",
-    "batcher": "batching",
-}
 
 
 class SmashConfigPrefixWrapper:

@@ -12,14 +12,16 @@ import collections
 import ctypes
 import os
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
-from transformers.modeling_outputs import CausalLMOutput
 
 from slimkit.errors import ConfigError, MissingPackageError, SaveLoadError
+
+if TYPE_CHECKING:
+    from transformers.modeling_outputs import CausalLMOutput
 
 INSTALL = ("llama-cpp-python is not installed. Install it with: pip install 'slimkit[llamacpp]' (builds llama.cpp "
            "from source, ~15 min on 2 cores), or run `make test-llamacpp` in a slimkit checkout.")
@@ -113,6 +115,8 @@ class LlamaCppModule(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 **_: Any) -> CausalLMOutput:
         """Logits ``[batch, seq, vocab]`` (zeros where ``attention_mask`` is 0); other arguments are ignored."""
+        from transformers.modeling_outputs import CausalLMOutput  # transformers loads when a model runs, not here
+
         rows = self._rows(input_ids, attention_mask)
         ids = input_ids.view(len(rows), -1)
         logits = torch.zeros(ids.shape[0], ids.shape[1], self.n_vocab)
