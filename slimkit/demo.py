@@ -18,10 +18,9 @@ from slimkit.engine.stream import run_folder
 from slimkit.engine.stream.memory import format_bytes
 from slimkit.errors import ConfigError
 from slimkit.utils import main_tensor, model_device, move_inputs, run_model
-from slimkit.zoo import ZooModel
+from slimkit.zoo import DEFAULT_MODEL, ZooModel
 from slimkit.zoo.sources import has_tokenizer
 
-DEFAULT_MODEL = "minilm"
 #: Default recipe per model: what `slimkit smash` applies when no algorithm is named.
 DEFAULT_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
     "minilm": {"int8_dynamic": {"per_channel": True}},
