@@ -5,7 +5,8 @@
 
 For each width ``n`` (4096 is a Llama-3-8B attention/MLP input, 14336 its ``down_proj`` input) a damped Hessian
 ``2/m X^T X`` of random inputs is factorised into ``U = chol(H^-1)^T`` both ways, interleaved, each in a fresh copy:
-``torch`` (``cholesky_ex``, ``cholesky_inverse``, ``cholesky_ex`` again: two ``[n, n]`` matrices alive at once) and
+``torch`` (what GPTQ runs on CUDA: one ``cholesky_ex`` of the reversed ``H`` and one triangular solve into an
+identity, in place: two ``[n, n]`` matrices alive at once) and
 ``in place`` (what GPTQ runs on the CPU: LAPACK ``potrf``/``potri``/``potrf`` inside ``H``'s own memory). The table
 shows the median seconds, the speed ratio, the largest difference between the two factors relative to the factor's
 largest entry, and each method's peak memory above its input, in Hessians (the process's VmHWM, reset through

@@ -20,6 +20,15 @@ set, VmHWM, reset before the call), and the quantized model's logit error agains
 row (relative RMS), so equal work is visible; then the ratios. On CUDA the slimkit side also reports whether its
 fused Triton column sweep ran and how many custom operators were registered during the call, and
 ``--torch-loop`` adds a second slimkit run with the fused sweep turned off (``SLIMKIT_GPTQ_TRITON=0``).
+
+``--live-bytes`` runs slimkit's side alone under :class:`~slimkit.engines.quantization.lowbit.memory_trace.LiveBytes`
+(no llm-compressor needed) and prints its peak of live tensor bytes with the code lines holding them. On the CPU
+the CUDA run's memory-relevant branches are taken (``cuda_paths``), so the GPU path's working set is seen without a
+GPU; on CUDA the allocator's own peak is printed beside it (the difference is what kernels allocate inside
+themselves: cuBLAS/cuSOLVER workspaces). ``--layers`` cuts the model to its first blocks (the peak is reached in
+block 0 now that no dense copy of a quantized block is kept):
+
+    .venv/bin/python benchmarks/gptq_llmcompressor.py --live-bytes --shape 1b --layers 2 --samples 8
 """
 
 from __future__ import annotations
@@ -52,13 +61,14 @@ SHAPES = {  # vocabulary, hidden, layers, ffn, heads, kv heads, rope theta, tied
 RESULT = "RESULT "
 
 
-def build(shape: str, device: str, seed: int):
+def build(shape: str, device: str, seed: int, layers: int | None = None, dtype: torch.dtype | None = None):
     """The seeded random Llama of ``shape`` on ``device`` (bf16 on CUDA, float32 on the CPU), in eval mode."""
     import transformers
 
-    config = transformers.LlamaConfig(max_position_embeddings=8192, rms_norm_eps=1e-5, **SHAPES[shape])
+    config = transformers.LlamaConfig(max_position_embeddings=8192, rms_norm_eps=1e-5,
+                                      **{**SHAPES[shape], **({"num_hidden_layers": layers} if layers else {})})
     torch.manual_seed(seed)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = dtype or (torch.bfloat16 if device == "cuda" else torch.float32)
     with torch.device(device):
         model = transformers.LlamaForCausalLM(config).to(dtype)
     return model.eval()
@@ -193,6 +203,39 @@ def _slimkit_job(model, calib: torch.Tensor):
     return job, {"after": after}
 
 
+def live_bytes(args) -> None:
+    """slimkit's GPTQ under LiveBytes (module doc): peak live tensor bytes and what held them."""
+    from slimkit.engines.quantization.lowbit import memory_trace
+    from slimkit.engines.quantization.lowbit.quantize import quantize_model_gptq
+
+    model = build(args.shape, args.device, args.seed, args.layers, torch.bfloat16)
+    calib, _ = tokens(args.shape, args.samples, args.seq_len, args.seed)
+    existing = memory_trace.tensors_of(model)
+    model_bytes = sum(t.numel() * t.element_size() for t in existing)
+    cuda = args.device == "cuda"
+    internal = {} if cuda else memory_trace.CUDA_INTERNAL  # on a GPU its allocator sees them itself
+    _peak_reset(args.device)
+    start = time.perf_counter()
+    with (memory_trace.cuda_paths() if not cuda else _nothing()), memory_trace.LiveBytes(existing, internal) as live:
+        quantize_model_gptq(model, calib, bits=4, group_size=128, sym=True, act_order=True, damp=0.01,
+                            block_size=128, exclude=("lm_head",), batch_size=1, clip_search=False)
+        left = live.live_bytes()
+    seconds = time.perf_counter() - start
+    where = "the CUDA path, run on the CPU" if not cuda else "CUDA"
+    print(f"live bytes ({where}; {args.shape} shape, {args.layers or SHAPES[args.shape]['num_hidden_layers']} "
+          f"blocks, bf16, {args.samples} x {args.seq_len} tokens, {seconds:.0f} s): model {model_bytes / 1e9:.3f} GB, "
+          f"peak {live.peak.bytes / 1e9:.3f} GB (+{(live.peak.bytes - model_bytes) / 1e9:.3f} over the model), "
+          f"after {left / 1e9:.3f} GB" + (f"; allocator peak {_peak(args.device) / 1e9:.3f} GB" if cuda else ""))
+    for line, size in live.peak.top(12):
+        print(f"  {size / 1e6:10.1f} MB  {line}")
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
 def child(args) -> None:
     torch.set_num_threads(args.threads)
     print(RESULT + json.dumps(run_side(args.child, args)), flush=True)
@@ -227,11 +270,18 @@ def main() -> None:
     parser.add_argument("--llmc-site", default=None, help="folder with llm-compressor's packages (pip --target)")
     parser.add_argument("--torch-loop", action="store_true", help="also run slimkit with the fused sweep off")
     parser.add_argument("--checksum", action="store_true", help="print both sides' weight checksums (slower)")
+    parser.add_argument("--live-bytes", action="store_true", help="slimkit alone: peak live tensor bytes, by line")
+    parser.add_argument("--layers", type=int, default=None, help="with --live-bytes: the model's first N blocks")
     parser.add_argument("--child", choices=["llmc", "slimkit"], default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.shape = args.shape or ("1b" if args.device == "cuda" else "small")
     if args.child:
         child(args)
+        return
+    if args.live_bytes:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        torch.set_num_threads(args.threads)
+        live_bytes(args)
         return
     if not (args.llmc_python or args.llmc_site):
         parser.error("name llm-compressor's environment: --llmc-python PATH or --llmc-site DIR")

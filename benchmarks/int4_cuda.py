@@ -8,6 +8,11 @@ the speed ratio bf16 time / int4 time (CUDA events around back-to-back eager cal
 launch overhead), the path the dispatch chose, and the best time each family of candidates had when it was measured.
 The last line is whole-model decode tokens/s of a 1B-shape Llama built from a config (random bf16 weights, greedy
 HF ``generate``, eager) before and after ``quantize_model_rtn``. Needs a CUDA GPU; runs in about a minute on an H200.
+
+``--cpu-overhead`` needs no GPU: the Python cost per call of PackedLinear's direct paths (what its forward runs for an
+input shape the CUDA dispatch has seen), measured on the CPU with a tiny layer so that the op itself costs little:
+the thread CPU time per call of ``layer(x)``, of ``nn.Linear`` (under ``no_grad``) with the same weight, and of the
+bare op, interleaved repetitions, medians. The dispatch is fed fixed timings that pick the path under test.
 """
 
 from __future__ import annotations
@@ -145,11 +150,56 @@ def model_line(new_tokens: int = 64) -> None:
           f"{quant_s:.1f} s)")
 
 
+@torch.no_grad()
+def cpu_overhead() -> None:
+    """Per-call thread CPU time of PackedLinear's direct paths against nn.Linear and the bare op (module doc)."""
+    from slimkit.engines.quantization.lowbit.autotune import Chooser
+
+    torch.set_num_threads(1)
+    print("| path | rows | PackedLinear us | nn.Linear us | bare op us | PackedLinear - nn.Linear us |")
+    print("|---|---|---|---|---|---|")
+    saved = int4_dispatch.CHOOSER
+    try:
+        for path, rows in (("dense", 1), ("dense", 64), ("tinygemm", 1)):
+            int4_dispatch.CHOOSER = Chooser(lambda name, fn, path=path: 0.0 if name == path else 1.0)
+            med = _overhead_row(rows)
+            print(f"| {path} | {rows} | {med['packed']:.2f} | {med['nn.Linear']:.2f} | {med['bare']:.2f} | "
+                  f"{med['packed'] - med['nn.Linear']:+.2f} |", flush=True)
+    finally:
+        int4_dispatch.CHOOSER = saved
+
+
+def _overhead_row(rows: int, k: int = 128, n: int = 16, calls: int = 2000, repeats: int = 15) -> dict[str, float]:
+    q, s, z = quantize_rtn(torch.randn(n, k) * 0.02, 4, 128, False)
+    packed = PackedLinear.from_quantized(q, s, z, 4, 128, None, dtype=torch.float32)
+    x = torch.randn(1, rows, k)
+    int4_dispatch.matmul(packed, x)  # what the layer's CUDA branch runs on its first call of this shape
+    weight, _ = packed.direct_calls()[(x.shape, x.dtype)]
+    dense = nn.Linear(k, n, bias=False)
+    dense.weight.copy_(packed.dequantize(torch.float32))
+    flat = x.view(rows, k)
+    kernel = packed.kernel_cache.get(("tinygemm", torch.float32))
+    bare = (lambda: torch.nn.functional.linear(x, weight)) if weight is not None else (lambda: kernel(flat))
+    fns = {"packed": lambda: packed(x), "nn.Linear": lambda: dense(x), "bare": bare}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):  # interleaved: load on a shared host hits every candidate alike
+        for name, fn in fns.items():
+            start = time.thread_time()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.thread_time() - start) / calls * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 8, 64, 128])
     parser.add_argument("--no-model", action="store_true", help="skip the whole-model decode line")
+    parser.add_argument("--cpu-overhead", action="store_true", help="no GPU: Python cost of the direct paths")
     args = parser.parse_args()
+    if args.cpu_overhead:
+        cpu_overhead()
+        return
     if not torch.cuda.is_available():
         sys.exit("benchmarks/int4_cuda.py needs a CUDA GPU (torch.cuda.is_available() is False here); nothing run.")
     start = time.perf_counter()

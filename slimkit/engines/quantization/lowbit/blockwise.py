@@ -18,7 +18,6 @@ from torch import nn
 
 from slimkit.core.weights import EXPERTS
 from slimkit.engines.quantization.lowbit.calibration import InputStore, process_block
-from slimkit.engines.quantization.lowbit.experts import PackedExperts
 from slimkit.engines.quantization.lowbit.experts_quantize import (
     ExpertsCalibrator,
     WithExperts,
@@ -27,8 +26,7 @@ from slimkit.engines.quantization.lowbit.experts_quantize import (
     require_layout,
 )
 from slimkit.engines.quantization.lowbit.hqq import quantize_hqq
-from slimkit.engines.quantization.lowbit.layers import require_targets, weight_of
-from slimkit.engines.quantization.lowbit.linear import PackedLinear
+from slimkit.engines.quantization.lowbit.layers import release_caches, require_targets, weight_of
 from slimkit.engines.quantization.lowbit.quantize import (
     _AWQ,
     _GPTQ,
@@ -184,10 +182,3 @@ def awq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128
     experts = ExpertsCalibrator("awq", bits, group_size, sym, min_expert_tokens, n_grid=n_grid, clip_search=clip_search)
     return CalibratedStep(_AWQ(bits, group_size, sym, n_grid, clip_search, fold_only), experts, calibration_ids,
                           "awq", exclude, batch_size)
-
-
-def release_caches(module: nn.Module) -> None:
-    """Drop the kernel layouts packed layers cache on themselves (CPU plan, CUDA int4 weight) before freeing."""
-    for m in module.modules():
-        if isinstance(m, (PackedLinear, PackedExperts)):
-            m.release_caches()

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.engines.quantization.lowbit.layers import KINDS, select_targets
+from slimkit.engines.quantization.lowbit.layers import KINDS, release_caches, select_targets
 from slimkit.errors import DataError, ModelNotSupportedError
 from slimkit.utils import model_device, move_inputs
 
@@ -241,7 +241,9 @@ def process_block(model: nn.Module, prefix: str, block: nn.Module, names: list[s
     """Calibrate and quantize the targets ``names`` of one block, then (``advance``) turn its inputs into outputs.
 
     The block runs on every stored input with hooks handing each target's input to ``quantizer``; the quantizer
-    replaces the layers; the quantized block then runs once more to produce the next block's inputs.
+    replaces the layers; the quantized block then runs once more to produce the next block's inputs. What that run
+    made the packed layers cache (on CUDA the dequantised weight of each prefill-sized layer) is dropped after it:
+    kept, block after block it would hold a dense copy of every quantized layer beside its packed one.
     """
     if names:
         shared, producers = _input_sharing(block, prefix, names, lambda: run_block(block, inputs.get(0)))
@@ -259,6 +261,7 @@ def process_block(model: nn.Module, prefix: str, block: nn.Module, names: list[s
     if advance:
         for i in range(len(inputs)):
             inputs.put(i, run_block(block, inputs.get(i)))
+        release_caches(block)
 
 
 @torch.no_grad()

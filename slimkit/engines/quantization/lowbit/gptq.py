@@ -46,18 +46,21 @@ class HessianAccumulator:
         self.count = total
 
 
+def factor_in_place(h: torch.Tensor) -> bool:
+    """Whether ``H`` is factorised inside its own memory by LAPACK (a contiguous float32 CPU matrix) or by torch."""
+    return h.device.type == "cpu" and h.dtype == torch.float32 and h.is_contiguous()
+
+
 def _inverse_cholesky(box: list[torch.Tensor], damp: float) -> torch.Tensor:
     """Upper Cholesky factor of ``(H + damp * mean(diag H) * I)^-1``, raising the damping until it works.
 
     ``box`` holds ``H`` (float32, square) and is emptied. On the CPU the factor is computed inside ``H``'s own memory
     (:func:`_inverse_cholesky_in_place`): one ``[in, in]`` matrix alive instead of two (for a 14336-wide layer each
-    is 822 MB), and LAPACK's factorisations are much faster there than torch's. Elsewhere (CUDA) ``H`` is damped in
-    place and freed as soon as its factor exists, so at most two such matrices are alive at once.
+    is 822 MB), and LAPACK's factorisations are much faster there than torch's. Elsewhere (CUDA) torch's
+    factorisations run with at most two such matrices alive at any time (:func:`_inverse_cholesky_torch`).
     """
-    h = box[0]
-    if h.device.type == "cpu" and h.dtype == torch.float32 and h.is_contiguous():
+    if factor_in_place(box[0]):
         return _inverse_cholesky_in_place(box.pop(), damp)
-    del h  # the box keeps the only reference, so that H can be freed once factorised
     return _inverse_cholesky_torch(box, damp)
 
 
@@ -73,24 +76,27 @@ def inverse_hessian_factor(h: torch.Tensor, damp: float = 0.01, overwrite: bool 
 
 
 def _inverse_cholesky_torch(box: list[torch.Tensor], damp: float) -> torch.Tensor:
-    """:func:`_inverse_cholesky` with torch's factorisations (any device); ``H`` is damped in place and dropped."""
-    h = box.pop()
+    """:func:`_inverse_cholesky` with torch's ops (any device), never more than two ``[in, in]`` matrices alive.
+
+    With ``J`` the reversal of the index order and ``J H J = R R^T`` (``R`` lower), ``H^-1 = (J R^-1 J)^T (J R^-1 J)``
+    and ``J R^-1 J`` is upper: it is the factor ``U``. So one Cholesky and one triangular solve written into an
+    identity in place (no third matrix: ``cholesky_inverse`` followed by a second Cholesky holds three on CUDA,
+    where cuSOLVER works on a copy of its input). ``H`` is dropped as soon as its factor exists.
+    """
+    h = box.pop().flip((0, 1))  # J H J; the caller's H is freed here (the box held the only reference)
     base = torch.diagonal(h).clone()
     diag_mean = float(base.mean())
     for attempt in range(8):
         torch.diagonal(h).copy_(base + _damping(damp, attempt, diag_mean))
         lower, info = torch.linalg.cholesky_ex(h)
         if int(info) != 0:
+            del lower
             continue
-        h = None  # freed: only its factor is needed from here
-        inverse = torch.cholesky_inverse(lower)
+        del h, base
+        inverse = torch.eye(lower.shape[0], dtype=lower.dtype, device=lower.device)
+        torch.linalg.solve_triangular(lower, inverse, upper=False, out=inverse)  # R^-1, in place of the identity
         del lower
-        upper, info = torch.linalg.cholesky_ex(inverse, upper=True)
-        if int(info) == 0:
-            return upper
-        del upper
-        h = torch.linalg.inv(inverse)  # rare: the damped H back from its inverse, for a stronger damping
-        del inverse
+        return inverse.flip((0, 1))
     raise _singular(damp)
 
 
@@ -238,9 +244,9 @@ def quantize_gptq(
         scales.copy_(s)
         zeros.copy_(z)
         perm = torch.argsort(torch.diagonal(h), descending=True)
-        for matrix in (weight, h):  # in place: no second copy of either (h then rows too: P H P^T)
-            _permute_(matrix, perm, rows=False)
-        if h.is_cpu:  # along the cycles, a row at a time: a second [in, in] matrix may not fit
+        _permute_(weight, perm, rows=False)  # in place: no second copy of either (h then rows too: P H P^T)
+        _permute_(h, perm, rows=False)  # (no loop variable: it would keep this h alive past the gather below)
+        if factor_in_place(h):  # along the cycles, a row at a time: a second [in, in] matrix may not fit
             _permute_(h, perm, rows=True)
         else:  # one gather instead of a launch per row; the old h is freed right after
             h = h.index_select(0, perm)

@@ -42,7 +42,7 @@ MAX_GEMM_BUCKET = 512
 TOLERANCE = 0.05
 #: ``auto`` keeps a dense weight only while this fraction of the GPU's memory stays free after it
 DENSE_FREE_FRACTION = 0.2
-#: input shapes per layer whose call :class:`PackedLinear` makes directly (``kernel_cache["calls"]``: decode and
+#: input shapes per layer whose call :class:`PackedLinear` makes directly (its ``direct_calls()``: decode and
 #: repeated prefill shapes skip the dispatch, as lean as ``nn.Linear``); new shapes past this go through the plans
 MAX_CALLS = 64
 #: the process-wide decisions for CUDA calls
@@ -74,11 +74,28 @@ def _keep_dense(weight: torch.Tensor) -> bool:
     return free >= DENSE_FREE_FRACTION * total  # the weight is already allocated here
 
 
+class DenseMatmul:
+    """``F.linear(x, weight, bias)`` with the dequantised weight kept.
+
+    The dense path's call, and what :class:`PackedLinear` calls directly for an input shape seen before
+    (``F.linear`` takes any leading dims).
+    """
+
+    __slots__ = ("bias", "weight")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ weight^T + bias``."""
+        return F.linear(x, self.weight, self.bias)
+
+
 def _dense(layer: PackedLayer, dtype: torch.dtype) -> Matmul:
     bias = None if layer.bias is None else layer.bias.detach().to(dtype)
     weight = layer.dequantize(dtype)
     if _keep_dense(weight):
-        return functools.partial(F.linear, weight=weight, bias=bias)
+        return DenseMatmul(weight, bias)
     del weight
     return lambda x: F.linear(x, layer.dequantize(dtype), bias)
 
@@ -209,11 +226,24 @@ def _shaped(fn: Matmul, shape: torch.Size, n: int) -> Matmul:
     return lambda x: fn(x.view(rows, shape[-1])).view(out_shape)
 
 
+def direct_entry(fn: Matmul, shape: torch.Size, n: int) -> tuple[torch.Tensor | None, object]:
+    """What :class:`PackedLinear` keeps for inputs of ``shape`` (see :meth:`PackedLayer.direct_calls`).
+
+    ``(weight, bias)`` for a kept dense weight: the layer calls ``F.linear(x, weight, bias)`` itself, for any
+    input of that shape and dtype (strided or needing gradients too), nothing else per call. ``(None, call)``
+    for a packed kernel: ``call(x)`` for contiguous inputs without gradients, one view in and out for 3-D ones.
+    """
+    if isinstance(fn, DenseMatmul):
+        return fn.weight, fn.bias
+    return None, _shaped(fn, shape, n)
+
+
 def matmul(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor | None:
     """``x @ W^T + b`` through the layer's plan for this row bucket (measured on first use).
 
     ``None`` when the caller should dequantise: gradients wanted, empty input, or a graph capture before the layer
-    ran this row bucket outside it.
+    ran this row bucket outside it. The path taken is also recorded in the layer's direct calls (for its first
+    :data:`MAX_CALLS` input shapes), which the layer's forward then runs without coming here.
     """
     numel = x.numel()
     if x.requires_grad or not numel:
@@ -230,7 +260,7 @@ def matmul(layer: PackedLayer, x: torch.Tensor) -> torch.Tensor | None:
             return None
         plans[pkey] = entry
     if layer.input_scale is None and x.is_contiguous():
-        calls = cache.setdefault("calls", {})
+        calls = layer.direct_calls()
         if len(calls) < MAX_CALLS:
-            calls[(x.shape, x.dtype)] = _shaped(entry[1].raw, x.shape, layer.out_features)
+            calls[(x.shape, x.dtype)] = direct_entry(entry[1].raw, x.shape, layer.out_features)
     return entry[1](x)

@@ -15,11 +15,12 @@ from torch import nn
 
 from slimkit.core.coverage import refusal
 from slimkit.core.weights import DENSE, Target, find_targets, select, target_kind, weight_of
+from slimkit.engines.quantization.lowbit.experts import PackedExperts
 from slimkit.engines.quantization.lowbit.linear import PackedLinear
 from slimkit.errors import ConfigError
 
-__all__ = ["KINDS", "in_out", "is_dense", "pack_layer", "replace_module", "replay_layers", "require_targets",
-           "select_layers", "select_targets", "weight_of"]
+__all__ = ["KINDS", "in_out", "is_dense", "pack_layer", "release_caches", "replace_module", "replay_layers",
+           "require_targets", "select_layers", "select_targets", "weight_of"]
 
 #: The target kinds the low-bit quantizers pack.
 KINDS: tuple[str, ...] = DENSE
@@ -28,6 +29,16 @@ KINDS: tuple[str, ...] = DENSE
 def is_dense(module: nn.Module) -> bool:
     """``nn.Linear`` (or a subclass) or transformers' ``Conv1D``: an ``[out, in]`` weight (structure only)."""
     return target_kind(module) in DENSE
+
+
+def release_caches(module: nn.Module) -> None:
+    """Drop what the packed layers under ``module`` cache for their kernels (CPU plan, CUDA int4 or dense weight).
+
+    The next call rebuilds what it needs; until then the layers hold only their packed buffers.
+    """
+    for m in module.modules():
+        if isinstance(m, (PackedLinear, PackedExperts)):
+            m.release_caches()
 
 
 def in_out(module: nn.Module) -> tuple[int, int]:

@@ -128,13 +128,20 @@ class PackedLinear(nn.Module):
         w = torch.addcmul(-self.zeros.to(dtype).unsqueeze(-1) * scales, q, scales)
         return w.view(self.out_features, groups * gs)[:, : self.in_features]
 
+    #: ``{(input shape, dtype): (weight or None, call)}`` once the CUDA dispatch ran a shape (:meth:`direct_calls`)
+    _direct: dict | None = None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Dequantise on the fly (or run a packed kernel for small batches) and apply the layer."""
-        cache = self.__dict__.get("_kernel_cache")
-        if cache is not None and "calls" in cache and self.use_kernel and not x.requires_grad:
-            call = cache["calls"].get((x.shape, x.dtype))  # a CUDA input shape seen before: its path, directly
-            if call is not None and x.is_contiguous():
-                return call(x)
+        direct = self._direct
+        if direct is not None and self.use_kernel:
+            entry = direct.get((x.shape, x.dtype))  # a CUDA input shape seen before: its path, nothing else
+            if entry is not None:
+                weight, call = entry
+                if weight is not None:  # the kept dense weight: exactly nn.Linear's call
+                    return F.linear(x, weight, call)
+                if not x.requires_grad and x.is_contiguous():
+                    return call(x)
         if self.input_scale is not None:
             x = x * self.input_scale.to(x.dtype)
         if self.use_kernel:
@@ -142,6 +149,18 @@ class PackedLinear(nn.Module):
             if out is not None:
                 return out
         return F.linear(x, self.dequantize(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+
+    def direct_calls(self) -> dict[tuple, tuple]:
+        """The input shapes whose path :meth:`forward` runs itself: ``{(shape, dtype): (weight or None, call)}``.
+
+        Filled by the CUDA dispatch (:func:`.int4_dispatch.matmul`) the first time it runs a shape: a kept dense
+        weight is called as ``F.linear(x, weight, bias)`` (``call`` is then the bias), a packed kernel as
+        ``call(x)`` for contiguous inputs without gradients. Dropped with :meth:`release_caches`.
+        """
+        direct = self.__dict__.get("_direct")
+        if direct is None:
+            direct = self.__dict__["_direct"] = {}
+        return direct
 
     def call_macs(self, args: tuple, output: object) -> tuple[str, int]:
         """``("int<bits> weights", MACs)`` of one call (weight-only: activations stay float), for evaluation."""
@@ -157,8 +176,9 @@ class PackedLinear(nn.Module):
         return self.__dict__.setdefault("_kernel_cache", {})
 
     def release_caches(self) -> None:
-        """Drop :attr:`kernel_cache`; the next call rebuilds what it needs."""
+        """Drop :attr:`kernel_cache` and :meth:`direct_calls`; the next call rebuilds what it needs."""
         self.__dict__.pop("_kernel_cache", None)
+        self.__dict__.pop("_direct", None)
 
     def _apply(self, fn: Any, recurse: bool = True) -> PackedLinear:
         """``.to()``/``.cuda()``/``.half()`` and the like: the kernels' state belongs to the old tensors, drop it."""
@@ -167,7 +187,7 @@ class PackedLinear(nn.Module):
 
     def __getstate__(self) -> dict:
         """The layer's state for copy/deepcopy, without the kernel cache (ctypes handles do not copy)."""
-        return {k: v for k, v in self.__dict__.items() if k != "_kernel_cache"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_kernel_cache", "_direct")}
 
     def extra_repr(self) -> str:
         """Shape, bit width and group size in ``print(model)``."""

@@ -28,6 +28,9 @@ class PackedLayer(Protocol):
     def kernel_cache(self) -> dict[Any, Any]:
         """State the kernels built for this layer (never saved)."""
 
+    def direct_calls(self) -> dict[Any, Any]:
+        """``{(input shape, dtype): (weight or None, call)}``: the paths the layer's forward runs itself."""
+
     def codes(self) -> torch.Tensor:
         """The integer codes ``q`` as uint8 ``[out, in]``."""
 

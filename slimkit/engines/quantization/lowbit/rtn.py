@@ -103,6 +103,8 @@ def search_params(
         parts = [search_params(w[rows], bits, sym, mask, None if imp is None else imp[rows], grid, min_shrink)
                  for rows in row_slices(w.shape[0], w[0].numel())]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    if grid <= 1:  # nothing to search: the full range (no error buffers of w's size)
+        return _range_params(*_extremes(w, mask), check_bits(bits), sym)
     w = w.float()
     weight = None if importance is None else importance.expand_as(w)
     if mask is not None:

@@ -67,7 +67,10 @@ def build(layer: PackedLayer, dtype: torch.dtype) -> Callable[[torch.Tensor], to
     if group is None:
         return None
     cuda = layer.qweight.device.type == "cuda"
-    mm = torch.ops.aten._weight_int4pack_mm if cuda else torch.ops.aten._weight_int4pack_mm_for_cpu
+    name = "_weight_int4pack_mm" if cuda else "_weight_int4pack_mm_for_cpu"
+    # torch's own binding where it has one: ~1 us less per call than the torch.ops.aten packet (decode runs it for
+    # every layer and token)
+    mm = getattr(torch, name, None) or getattr(torch.ops.aten, name)
     op_dtype = torch.bfloat16 if cuda else dtype  # the CUDA op takes bfloat16 only
     sz = scales_and_mins(layer, group).to(op_dtype)
     bias = None if layer.bias is None else layer.bias.detach().to(dtype)

@@ -192,23 +192,70 @@ def test_prefill_sizes_with_only_the_dense_path_are_neither_probed_nor_timed(mon
 
 def test_a_seen_input_shape_is_called_directly_by_the_layer(monkeypatch, make_layer):
     """After the dispatch ran a shape once, PackedLinear.forward calls that path itself (no dispatch, no reshape
-    logic): as lean as nn.Linear. Gradients, ``use_kernel=False`` and new shapes still take the full path."""
+    logic): a kept dense weight as ``F.linear(x, weight, bias)``, exactly nn.Linear's call, for any input of that
+    shape (strided, with gradients); ``use_kernel=False`` and new shapes still take the full path."""
     layer = make_layer(4, 64, 256, 128)
     monkeypatch.setattr(int4_dispatch, "CHOOSER", Chooser(FakeTimes({"dense": 1.0, "tinygemm": 5.0})))
     x = torch.randn(1, 3, 256)
     first = int4_dispatch.matmul(layer, x)  # what the CUDA branch of the layer's forward runs the first time
-    assert set(layer.kernel_cache["calls"]) == {(torch.Size([1, 3, 256]), torch.float32)}
     key = (torch.Size([1, 3, 256]), torch.float32)
-    direct, used = layer.kernel_cache["calls"][key], []
-    layer.kernel_cache["calls"][key] = lambda t: used.append(t) or direct(t)
-    assert torch.equal(layer(x), first) and len(used) == 1 and used[0] is x
-    assert float((layer(x) - _reference(layer, x)).abs().max()) < 1e-4 and len(used) == 2
+    assert set(layer.direct_calls()) == {key}
+    weight, bias = layer.direct_calls()[key]
+    assert weight is layer.kernel_cache[("dense", torch.float32)].weight and torch.equal(bias, layer.bias)
+    strided = torch.randn(1, 3, 512)[..., ::2]
+    references = [_reference(layer, t) for t in (x, strided)]
+    monkeypatch.setattr(layer, "dequantize", lambda *a: pytest.fail("dequantised again"))
+    assert torch.equal(layer(x), first)
+    for t, ref in zip((x, strided), references, strict=True):
+        assert float((layer(t) - ref).abs().max()) < 1e-4
+    grad = x.clone().requires_grad_()
+    layer(grad).sum().backward()  # gradients flow to the input through the kept weight
+    torch.testing.assert_close(grad.grad, weight.sum(0).expand_as(x))
+    monkeypatch.undo()
     layer.use_kernel = False
+    seen = []
+    monkeypatch.setattr(layer, "dequantize", lambda *a: seen.append(1) or weight)
     layer(x)
     layer.use_kernel = True
-    layer(x.clone().requires_grad_())
-    layer(torch.randn(1, 3, 512)[..., ::2])  # the same shape, not contiguous
-    layer(torch.randn(2, 256))  # a shape never dispatched (a CPU layer: its CPU path)
-    assert len(used) == 2
+    layer(torch.randn(2, 256))  # a shape never dispatched (a CPU layer: its CPU path, not the direct call)
+    assert seen == [1]
     layer.to(torch.float64)
-    assert "calls" not in layer.kernel_cache  # moved or cast: the state built for the old tensors is gone
+    assert "_direct" not in layer.__dict__  # moved or cast: the state built for the old tensors is gone
+
+
+def _bucket_times(winners: dict[int, str]):
+    """A timer that makes ``winners[bucket]`` the fastest for that row bucket (read off the probe's rows)."""
+    def timer(name, fn):
+        fn()
+        return 1.0 if name == winners[fn.args[0].shape[0]] else 5.0
+    return timer
+
+
+def test_each_row_bucket_runs_its_measured_path_directly_without_allocating(monkeypatch, make_layer):
+    """Decode buckets on the int4 kernel, prefill buckets on the kept dense weight, as measured on an H200; a
+    direct call allocates nothing beyond what its op does (no cast, copy or reshape of the input or the weight)."""
+    from slimkit.engines.quantization.lowbit.memory_trace import LiveBytes
+
+    layer = make_layer(4, 64, 256, 128)
+    winners = {1: "tinygemm", 8: "tinygemm", 64: "dense", 128: "dense"}
+    monkeypatch.setattr(int4_dispatch, "CHOOSER", Chooser(_bucket_times(winners)))
+    inputs = {rows: torch.randn(1, rows, 256, dtype=torch.bfloat16) for rows in (1, 7, 64, 100)}
+    for x in inputs.values():
+        int4_dispatch.matmul(layer, x)
+    direct = layer.direct_calls()
+    paths = {rows: "dense" if direct[(x.shape, x.dtype)][0] is not None else "kernel" for rows, x in inputs.items()}
+    assert paths == {1: "kernel", 7: "kernel", 64: "dense", 100: "dense"}
+    assert {k[:2] for k in layer.kernel_cache["plans"]} == {(1, torch.bfloat16), (8, torch.bfloat16),
+                                                            (64, torch.bfloat16), (128, torch.bfloat16)}
+    dense_weight = layer.kernel_cache[("dense", torch.bfloat16)].weight
+    assert all(direct[(x.shape, x.dtype)][0] is dense_weight for rows, x in inputs.items() if rows >= 64)
+    monkeypatch.setattr(int4_dispatch, "matmul", lambda *a: pytest.fail("dispatched a shape it has seen"))
+    for rows, x in inputs.items():
+        weight, bias = direct[(x.shape, x.dtype)]
+        with LiveBytes() as plain:  # what the op itself allocates (oneDNN's bf16 GEMM copies the weight on a CPU)
+            F.linear(x, weight, bias) if weight is not None else layer.kernel_cache[("tinygemm", x.dtype)](x[0])
+        with LiveBytes() as live:
+            out = layer(x)
+        assert out.shape == (1, rows, 64) and live.allocations == plain.allocations, (rows, live.peak.top())
+        ref = _reference(layer, x)
+        assert float((out.float() - ref).abs().max() / ref.abs().max()) < 0.02
