@@ -38,6 +38,8 @@ class QATEngine(Quantizer):
 
     NNI 2.x's schemes apply too (``set_quant_scheme_dtype`` or the entry keys ``quant_scheme`` / ``quant_dtype``):
     ``per_channel_*`` / ``per_tensor_*`` choose the weight granularity, ``*_symmetric`` a grid centred on zero.
+    A ``per_channel_*`` input or output (NNI 3.0's activation ``granularity: "per_channel"``) tracks one range per
+    channel, dim 1 (dim 0 is the batch): its scale and zero point are ``[1, C, 1, ...]``.
     """
 
     user_name = "QATQuantizer"  # NNI's name for it (slimkit.faces.nni: 2.x and 3.0 signatures)
@@ -68,15 +70,13 @@ class QATEngine(Quantizer):
                 f"quant_start_step of layer {wrapper.name!r} must be an integer >= 0, got {start!r}."
             )
         device = self.device
-        wrapper.symmetric = {}
+        wrapper.symmetric, wrapper.channel_wise = {}, {}
         for quant_type in wrapper.quant_types:
             name = quant_type.value
             scheme, _ = scheme_of(wrapper.config, name, wrapper.name)
             wrapper.symmetric[name] = scheme is not None and scheme.endswith("symmetric")
-            if scheme is not None and scheme.startswith("per_channel") and quant_type is not QuantType.WEIGHT:
-                raise QuantizationConfigError(f"Layer {wrapper.name!r}: {scheme} for its {name} is not supported; "
-                                              "activations are quantized per tensor (per_tensor_affine or "
-                                              "per_tensor_symmetric).")
+            wrapper.channel_wise[name] = quant_type is not QuantType.WEIGHT and scheme is not None and \
+                scheme.startswith("per_channel")
             if quant_type is QuantType.WEIGHT:
                 weight = wrapper.layer_weight()
                 per_channel = self.per_channel if scheme is None else scheme.startswith("per_channel")
@@ -112,7 +112,9 @@ class QATEngine(Quantizer):
         """Observe activations (train mode), then fake-quantize them once active; weights always."""
         if quant_type is not QuantType.WEIGHT:
             name = quant_type.value
-            if wrapper.training:
+            if wrapper.training and wrapper.channel_wise.get(name):
+                _channel_ema_update(wrapper, name, tensor, self.ema_decay)
+            elif wrapper.training:
                 ema_update(getattr(wrapper, f"{name}_tracked_min"), getattr(wrapper, f"{name}_tracked_max"),
                            getattr(wrapper, f"{name}_observed"), tensor, self.ema_decay)
             if not self._active(wrapper, quant_type):
@@ -135,8 +137,16 @@ class QATEngine(Quantizer):
         if qparams is None:
             return x
         scale, zero_point = qparams
-        getattr(wrapper, f"{quant_type.value}_scale").copy_(scale)
-        getattr(wrapper, f"{quant_type.value}_zero_point").copy_(zero_point)
+        name = quant_type.value
+        if scale.dim() > 1 and (x.dim() < 2 or x.shape[1] != scale.shape[1]):
+            raise QuantizationConfigError(f"Layer {wrapper.name!r}: its {name} has {x.shape[1] if x.dim() > 1 else 0} "
+                                          f"channels but per-channel ranges for {scale.shape[1]} were tracked (a "
+                                          "speedup changed it?); run a batch in train mode to track them again.")
+        if getattr(wrapper, f"{name}_scale").shape != scale.shape:  # per channel: shaped on the first batch
+            setattr(wrapper, f"{name}_scale", scale.clone())
+            setattr(wrapper, f"{name}_zero_point", zero_point.clone())
+        getattr(wrapper, f"{name}_scale").copy_(scale)
+        getattr(wrapper, f"{name}_zero_point").copy_(zero_point)
         return fake_quantize(x, scale, zero_point, wrapper.bits(quant_type))
 
     def quantize_input(self, inputs: torch.Tensor, wrapper: QuantizerModuleWrapper, **kwargs: Any) -> torch.Tensor:
@@ -147,3 +157,22 @@ class QATEngine(Quantizer):
         """Fake-quantize the output with its EMA-tracked range (observing it in train mode)."""
         return self._quantize_activation(output, wrapper, QuantType.OUTPUT)
 
+
+@torch.no_grad()
+def _channel_ema_update(wrapper: QuantizerModuleWrapper, name: str, x: torch.Tensor, decay: float) -> None:
+    """:func:`ema_update` with one range per channel (dim 1): ranges ``[1, C, 1, ...]``, reset if ``C`` changes."""
+    if x.dim() < 2:
+        raise QuantizationConfigError(f"Layer {wrapper.name!r}: a per-channel {name} needs a batch and a channel "
+                                      f"dimension (dim 1), got a tensor of shape {tuple(x.shape)}.")
+    channels = x.detach().transpose(0, 1).reshape(x.shape[1], -1).float()
+    shape = (1, x.shape[1], *([1] * (x.dim() - 2)))
+    low, high = channels.min(dim=1).values.reshape(shape), channels.max(dim=1).values.reshape(shape)
+    observed = getattr(wrapper, f"{name}_observed")
+    if int(observed) == 0 or getattr(wrapper, f"{name}_tracked_min").shape != shape:
+        setattr(wrapper, f"{name}_tracked_min", low)
+        setattr(wrapper, f"{name}_tracked_max", high)
+        observed.fill_(1)
+        return
+    getattr(wrapper, f"{name}_tracked_min").mul_(decay).add_(low * (1.0 - decay))
+    getattr(wrapper, f"{name}_tracked_max").mul_(decay).add_(high * (1.0 - decay))
+    observed.add_(1)

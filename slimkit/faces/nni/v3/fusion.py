@@ -1,30 +1,34 @@
-"""NNI 3.0's ``fuse_names``: a conv or linear layer and the BatchNorm after it become one layer before quantizing.
+"""NNI 3.0's ``fuse_names``: a conv or linear layer and the BatchNorm after it quantized as one layer.
 
-``{"op_names": ["conv1"], "fuse_names": [("conv1", "batchnorm1")], ...}`` in a quantizer's ``config_list``:
-the BatchNorm's affine transform and running statistics are folded into the layer's weight and bias
-(``w * gamma / sqrt(var + eps)``, ``(b - mean) * gamma / sqrt(var + eps) + beta``, torch's
-``fuse_conv_bn_weights`` / ``fuse_linear_bn_weights``), in place, so an optimizer built on the model keeps
-training the layer, and the BatchNorm is replaced by ``nn.Identity``, so the
-quantizer sees, trains and exports the weight the deployed (fused) layer really uses. The statistics are those
-of the model when the quantizer is built: fold after pre-training, as one does for integer deployment; the
-quantization-aware training that follows trains the fused weight (NNI 3.0 keeps updating the statistics during
-training instead).
+``{"op_names": ["conv1"], "fuse_names": [("conv1", "batchnorm1")], ...}`` in a quantizer's ``config_list``. While
+the quantizer wraps the model, the quantizer's wrapper of the layer reads its weight as the folded one,
+``w * gamma / sqrt(var + eps)`` (:func:`folded_weight`), and the layer's bias is parametrized as the folded one
+(``torch.nn.utils.parametrize``), ``(b - mean) * gamma / sqrt(var + eps) + beta``, both computed from the
+BatchNorm's current parameters and running statistics at every forward, so the quantizer sees,
+trains and exports the weight the deployed (fused) layer really uses, and the BatchNorm's place in the model holds
+an identity (:class:`FusedNorm`). As in NNI 3.0, a training forward first runs the layer's own (unfolded) output
+through the BatchNorm without gradients, which updates its running statistics, and then folds them: the fused
+layer follows the statistics as training moves them. The original parameters are still what the optimizer
+trains (``w``, ``b``, ``gamma``, ``beta``; a layer without a bias gets a trainable zero bias).
+:func:`unfuse_modules` puts the layer and its BatchNorm back as they were (NNI's ``unwrap_model``), with the trained
+parameters and statistics; :func:`bake_modules` folds the current statistics for good (freezing, exporting).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.fusion import fuse_conv_bn_weights, fuse_linear_bn_weights
+from torch.nn.utils import parametrize
 
 from slimkit.engines.quantization.config import QuantizationConfigError
 from slimkit.errors import closest
 
-__all__ = ["fuse_modules", "fuse_pairs"]
+__all__ = ["FusedNorm", "bake_modules", "folded_weight", "fuse_modules", "fuse_pairs", "statistics_hook",
+           "unfuse_modules"]
 
 _FIRST = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 _NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -58,6 +62,9 @@ def fuse_pairs(model: nn.Module, config_list: Any) -> list[tuple[str, str]]:
                 raise QuantizationConfigError(f"{where}: ({first!r}, {norm!r}) is a {type(modules[first]).__name__} "
                                               f"and a {type(modules[norm]).__name__}; slimkit fuses a Conv/Linear "
                                               "with the BatchNorm that follows it.")
+            if "weight" not in entry.get("target_names", []):
+                raise QuantizationConfigError(f"{where}: fusing {first!r} with {norm!r} quantizes the folded weight; "
+                                              "the entry's target_names must list 'weight', as in NNI.")
             if first not in entry.get("op_names", []):
                 raise QuantizationConfigError(f"{where}: the fused layer {first!r} must be one of the entry's "
                                               f"op_names ({entry.get('op_names', [])!r}), as in NNI.")
@@ -65,46 +72,115 @@ def fuse_pairs(model: nn.Module, config_list: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-def fuse_modules(model: nn.Module, pairs: Sequence[tuple[str, str]]) -> list[nn.Parameter]:
-    """Fold each pair's BatchNorm into its layer, in place (the norm becomes ``nn.Identity``).
+class _FoldBias(nn.Module):
+    """Parametrization of a fused layer's bias: ``(b - mean) * gamma / sqrt(var + eps) + beta`` (current stats)."""
 
-    Returns the parameters fusion created (the bias of a layer that had none), which the optimizer must learn too.
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        object.__setattr__(self, "norm", norm)  # a reference, not a submodule: FusedNorm owns the BatchNorm
+
+    def forward(self, bias: torch.Tensor) -> torch.Tensor:
+        norm = self.norm
+        beta = norm.bias if norm.affine else torch.zeros_like(norm.running_mean)  # type: ignore[union-attr]
+        return (bias - norm.running_mean) * _factor(norm) + beta  # type: ignore[arg-type, operator]
+
+
+def _factor(norm: nn.Module) -> torch.Tensor:
+    gamma = norm.weight if norm.affine else torch.ones_like(norm.running_var)
+    return gamma * torch.rsqrt(norm.running_var + norm.eps)
+
+
+def folded_weight(layer: nn.Module, norm: nn.Module) -> torch.Tensor:
+    """``layer``'s weight with ``norm`` folded in while the pair is fused (``w * gamma / sqrt(var + eps)``)."""
+    weight = layer.weight
+    if not parametrize.is_parametrized(layer, "bias"):
+        return weight  # not fused (or folded for good)
+    return weight * _factor(norm).reshape(-1, *([1] * (weight.dim() - 1)))
+
+
+class FusedNorm(nn.Identity):
+    """What stands in a fused BatchNorm's place: an identity that keeps the BatchNorm (``norm``) and its state."""
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+
+
+def _check_pair(layer: nn.Module, bn: nn.Module, first: str, norm: str) -> None:
+    channels = layer.out_features if isinstance(layer, nn.Linear) else layer.out_channels
+    if bn.num_features != channels:
+        raise QuantizationConfigError(f"fuse_names ({first!r}, {norm!r}): {norm} normalises {bn.num_features} "
+                                      f"channels but {first} produces {channels}; fuse a layer with the "
+                                      "BatchNorm right after it.")
+    if not bn.track_running_stats or bn.running_mean is None or bn.running_var is None:
+        raise QuantizationConfigError(f"fuse_names ({first!r}, {norm!r}): {norm} keeps no running statistics "
+                                      "(track_running_stats=False); there is nothing to fold.")
+
+
+def _plain(model: nn.Module, name: str) -> nn.Module:
+    """The layer at ``name``, looking through a quantizer's wrapper."""
+    module = model.get_submodule(name)
+    return getattr(module, "module", module) if not isinstance(module, _FIRST) else module
+
+
+def fuse_modules(model: nn.Module, pairs: Sequence[tuple[str, str]]) -> list[nn.Parameter]:
+    """Parametrize each pair's layer with its BatchNorm folded in; the norm's place holds a :class:`FusedNorm`.
+
+    Returns the parameters fusion created (the bias of a layer that had none), which the optimizer must learn too;
+    a pair fused already is left as it is.
     """
     created: list[nn.Parameter] = []
     for first, norm in pairs:
-        layer, bn = model.get_submodule(first), model.get_submodule(norm)
-        if isinstance(bn, nn.Identity):
-            continue  # already fused
-        channels = layer.out_features if isinstance(layer, nn.Linear) else layer.out_channels
-        if bn.num_features != channels:
-            raise QuantizationConfigError(f"fuse_names ({first!r}, {norm!r}): {norm} normalises {bn.num_features} "
-                                          f"channels but {first} produces {channels}; fuse a layer with the "
-                                          "BatchNorm right after it.")
-        if not bn.track_running_stats or bn.running_mean is None or bn.running_var is None:
-            raise QuantizationConfigError(f"fuse_names ({first!r}, {norm!r}): {norm} keeps no running statistics "
-                                          "(track_running_stats=False); there is nothing to fold.")
-        if int(bn.num_batches_tracked) == 0:
-            warnings.warn(f"fuse_names ({first!r}, {norm!r}): {norm} has seen no batch; folding its initial "
-                          "statistics (mean 0, variance 1). Fuse after training the model.", UserWarning, stacklevel=3)
-        gamma = bn.weight if bn.affine else torch.ones_like(bn.running_var)
-        beta = bn.bias if bn.affine else torch.zeros_like(bn.running_mean)
-        with torch.no_grad():
-            if isinstance(layer, nn.Linear):
-                weight, bias = fuse_linear_bn_weights(layer.weight, layer.bias, bn.running_mean, bn.running_var,
-                                                      bn.eps, gamma, beta)
-            else:
-                weight, bias = fuse_conv_bn_weights(layer.weight, layer.bias, bn.running_mean, bn.running_var,
-                                                    bn.eps, gamma, beta, transpose=False)
-            layer.weight.copy_(weight)
-            if layer.bias is None:
-                layer.bias = nn.Parameter(bias.detach().clone())
-                created.append(layer.bias)
-            else:
-                layer.bias.copy_(bias)
-        _replace(model, norm, nn.Identity())
+        layer, bn = _plain(model, first), model.get_submodule(norm)
+        if isinstance(bn, FusedNorm) or isinstance(bn, nn.Identity):
+            continue  # already fused (or folded for good)
+        _check_pair(layer, bn, first, norm)
+        if layer.bias is None:
+            layer.bias = nn.Parameter(torch.zeros_like(bn.running_mean))
+            created.append(layer.bias)
+        parametrize.register_parametrization(layer, "bias", _FoldBias(bn))
+        model.set_submodule(norm, FusedNorm(bn))
     return created
 
 
-def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent, _, child = name.rpartition(".")
-    setattr(model.get_submodule(parent) if parent else model, child, module)
+def unfuse_modules(model: nn.Module, pairs: Sequence[tuple[str, str]]) -> None:
+    """Put each fused pair back as a plain layer followed by its BatchNorm (trained parameters, current statistics)."""
+    for first, norm in pairs:
+        holder = model.get_submodule(norm)
+        if isinstance(holder, FusedNorm):
+            parametrize.remove_parametrizations(_plain(model, first), "bias", leave_parametrized=False)
+            model.set_submodule(norm, holder.norm)
+
+
+def bake_modules(model: nn.Module, pairs: Sequence[tuple[str, str]]) -> None:
+    """Fold the current statistics into each fused layer for good (plain parameters; the norm's place: Identity)."""
+    for first, norm in pairs:
+        holder = model.get_submodule(norm)
+        if not isinstance(holder, FusedNorm):
+            continue
+        layer = _plain(model, first)
+        with torch.no_grad():
+            layer.weight.copy_(folded_weight(layer, holder.norm))
+        parametrize.remove_parametrizations(layer, "bias", leave_parametrized=True)
+        model.set_submodule(norm, nn.Identity())
+
+
+def statistics_hook(layer: nn.Module, bn: nn.Module) -> Any:
+    """A forward pre-hook (for the quantizer's wrapper of ``layer``) updating ``bn``'s statistics in train mode.
+
+    It runs ``layer`` with its own (unfolded) weight and bias on the input, without gradients, through ``bn`` in
+    train mode, as NNI 3.0's fused forward does before it folds.
+    """
+    def hook(wrapper: nn.Module, args: tuple) -> None:
+        if not (wrapper.training and bn.training and args and isinstance(args[0], torch.Tensor)):
+            return
+        if not parametrize.is_parametrized(layer, "bias"):
+            return
+        with torch.no_grad():
+            weight, bias = layer.weight, layer.parametrizations.bias.original
+            if isinstance(layer, nn.Linear):
+                out = F.linear(args[0], weight, bias)
+            else:
+                out = layer._conv_forward(args[0], weight, bias)
+            bn(out)
+    return hook

@@ -3,11 +3,15 @@
 An entry selects modules as a pruning entry does (``op_names``, ``op_names_re``, ``op_types``, the ``exclude_*``
 keys) and says what to quantize: ``target_names`` (``"weight"``, ``"_input_"``, ``"_output_"``), ``quant_dtype``
 (``"int8"``, ``"uint8"``, ``"int4"``...: the bit width), ``quant_scheme`` (``"affine"`` / ``"symmetric"``) and
-``granularity`` (``"default"`` / ``"per_tensor"``; ``"per_channel"`` / ``"out_channel"`` for the weights of a
-quantizer with per-channel scales), directly or per target in ``target_settings``. ``fuse_names`` (module fusion,
+``granularity`` (``"default"`` / ``"per_tensor"``; ``"out_channel"`` / ``"per_channel"`` for the weights of a
+quantizer with per-channel weight scales: one scale per output channel; ``"per_channel"`` for the inputs and
+outputs of a quantizer with per-channel activation scales: one scale per channel, dim 1, as NNI 3.0), directly or
+per target in ``target_settings``. ``fuse_names`` (module fusion,
 :mod:`slimkit.faces.nni.v3.fusion`) is read by the quantizer before this translation. The result is
-``{"quant_types", "quant_bits", "op_names", "op_types"}`` entries, one per NNI 3.0 entry, plus NNI 2.x's
-``quant_scheme`` per type for the quantizers whose grids follow a scheme (QAT). An entry that selects no layer
+``{"quant_types", "quant_bits", "op_names", "op_types"}`` entries, one per selected layer, plus NNI 2.x's
+``quant_scheme`` per type for the quantizers whose grids follow a scheme (QAT); as in NNI 3.0, entries that select
+the same layer add their targets to it (one entry's ``_input_``, another's ``weight``); a target an earlier entry
+set keeps that setting (with a warning). An entry that selects no layer
 is skipped with a warning, as NNI does.
 """
 
@@ -44,7 +48,7 @@ def _bits(dtype: Any, where: str) -> int:
 
 
 def _settings(entry: Mapping[str, Any], target: str, where: str, per_channel: bool,
-              default_dtype: str | None) -> tuple[int, str, dict[str, str]]:
+              default_dtype: str | None, channel_activations: bool = False) -> tuple[int, str, dict[str, str]]:
     """``target``'s bit width, NNI 2.x scheme (``per_tensor_affine``...) and NNI 3.0 dtype and scheme, checked."""
     per_target = entry.get("target_settings", {}).get(target, {})
     if not isinstance(per_target, Mapping) or any(k not in _SETTINGS for k in per_target):
@@ -55,15 +59,7 @@ def _settings(entry: Mapping[str, Any], target: str, where: str, per_channel: bo
         raise QuantizationConfigError(f"{where} quant_scheme of {target!r} must be 'affine' or 'symmetric', got "
                                       f"{merged.get('quant_scheme')!r}.")
     granularity = merged.get("granularity", "default")
-    channel = granularity in _CHANNEL_GRANULARITIES
-    if granularity not in _GRANULARITIES and not (per_channel and channel):
-        also = " ('per_channel' / 'out_channel' for weights)" if per_channel else ""
-        raise QuantizationConfigError(f"{where} granularity of {target!r} must be 'default' or 'per_tensor'{also} "
-                                      f"(this quantizer keeps one scale per tensor), got {granularity!r}.")
-    if channel and target != "weight":
-        warnings.warn(f"{where}: granularity {granularity!r} of {target!r} is taken per tensor: slimkit quantizes "
-                      "activations with one scale (per-channel scales are for weights).", UserWarning, stacklevel=4)
-        channel = False
+    channel = _channel_granularity(granularity, target, where, per_channel, channel_activations)
     if merged.get("quant_dtype") is None:
         if default_dtype is None:
             raise QuantizationConfigError(f"{where} gives no quant_dtype for {target!r} (e.g. 'int8').")
@@ -74,21 +70,47 @@ def _settings(entry: Mapping[str, Any], target: str, where: str, per_channel: bo
         f"{'per_channel' if channel else 'per_tensor'}_{kind}", given
 
 
+def _channel_granularity(granularity: Any, target: str, where: str, weights: bool, activations: bool) -> bool:
+    """Whether ``granularity`` asks for one scale per channel of ``target``; refused where it cannot be had."""
+    if granularity in _GRANULARITIES:
+        return False
+    if target == "weight":
+        if granularity in _CHANNEL_GRANULARITIES and weights:
+            return True
+        also = " ('out_channel' / 'per_channel': one scale per output channel)" if weights else ""
+        keeps = "" if weights else " (this quantizer keeps one scale per weight tensor)"
+        raise QuantizationConfigError(f"{where} granularity of 'weight' must be 'default' or 'per_tensor'{also}"
+                                      f"{keeps}, got {granularity!r}.")
+    if granularity == "per_channel" and activations:
+        return True
+    if granularity == "per_channel":
+        raise QuantizationConfigError(f"{where} granularity 'per_channel' of {target!r}: this quantizer keeps one "
+                                      "scale per activation tensor; QATQuantizer and the calibration Quantizer "
+                                      "(slimkit.compression.base.compressor) keep one per channel. Use 'default' "
+                                      "or 'per_tensor' here.")
+    raise QuantizationConfigError(f"{where} granularity of {target!r} must be 'default', 'per_tensor' or "
+                                  f"'per_channel' (one scale per channel, dim 1; 'out_channel' / 'in_channel' are "
+                                  f"for weights, as in NNI 3.0), got {granularity!r}.")
+
+
 def quant_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequence[str], who: str = "quantizer",
                          schemes: bool = False,
                          record: dict[str, dict[str, dict[str, str]]] | None = None,
-                         default_dtype: str | None = None) -> list[dict[str, Any]]:
+                         default_dtype: str | None = None, channels: bool | None = None,
+                         channel_activations: bool = False) -> list[dict[str, Any]]:
     """Translate an NNI 3.0 quantization ``config_list`` for ``model`` (see the module docstring).
 
     ``schemes``: the quantizer's grids follow NNI 2.x's ``quant_scheme`` (QAT): weights may then be per channel
     and each entry carries ``quant_scheme`` per type; otherwise the scheme is only checked. ``record`` receives
     ``{layer: {type: {"quant_dtype", "quant_scheme"}}}`` as given (for NNI 3.0's calibration config);
-    ``default_dtype`` stands for a missing or ``None`` ``quant_dtype`` (BNN: ``"int1"``).
+    ``default_dtype`` stands for a missing or ``None`` ``quant_dtype`` (BNN: ``"int1"``). ``channels``: weights
+    may be per channel (default: ``schemes``); ``channel_activations``: inputs and outputs may be per channel.
     """
+    channels = schemes if channels is None else channels
     if isinstance(config_list, (str, bytes, Mapping)) or not isinstance(config_list, Sequence) or not config_list:
         raise QuantizationConfigError(f"{who} config_list must be a non-empty list of dicts, e.g. [{{'op_types': "
                                       "['Linear'], 'target_names': ['weight', '_input_'], 'quant_dtype': 'int8'}].")
-    out: list[dict[str, Any]] = []
+    merged: dict[str, dict[str, Any]] = {}
     types = {n: type(m).__name__ for n, m in model.named_modules() if n}
     for index, entry in enumerate(config_list):
         where = f"config_list[{index}]"
@@ -103,16 +125,22 @@ def quant_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequ
             warnings.warn(f"{who}: {where} selects no layer of the model; it is skipped (as NNI does).",
                           UserWarning, stacklevel=3)
             continue
-        settings = {_TARGETS[t]: _settings(entry, t, where, schemes, default_dtype) for t in targets}
-        one: dict[str, Any] = {"quant_types": list(settings),
-                               "quant_bits": {t: b for t, (b, _, _) in settings.items()},
-                               "op_names": layers, "op_types": sorted({types[n] for n in layers})}
-        if schemes:
-            one["quant_scheme"] = {t: scheme for t, (_, scheme, _) in settings.items()}
-        if record is not None:
-            for name in layers:
-                record.setdefault(name, {}).update({t: given for t, (_, _, given) in settings.items()})
-        out.append(one)
-    if not out:
+        settings = {_TARGETS[t]: _settings(entry, t, where, channels, default_dtype, channel_activations)
+                    for t in targets}
+        for name in layers:  # entries add targets to a layer; the first entry to set a target keeps it (NNI 3.0)
+            one = merged.setdefault(name, {"quant_types": [], "quant_bits": {}, "op_names": [name],
+                                           "op_types": [types[name]], **({"quant_scheme": {}} if schemes else {})})
+            again = [t for t in settings if t in one["quant_types"]]
+            if again:
+                warnings.warn(f"{who}: {where} sets {', '.join(again)} of {name!r}, which an earlier entry set "
+                              "already; the earlier setting is kept (as NNI 3.0 does).", UserWarning, stacklevel=3)
+            new = {t: value for t, value in settings.items() if t not in again}
+            one["quant_types"] += list(new)
+            one["quant_bits"].update({t: b for t, (b, _, _) in new.items()})
+            if schemes:
+                one["quant_scheme"].update({t: scheme for t, (_, scheme, _) in new.items()})
+            if record is not None:
+                record.setdefault(name, {}).update({t: given for t, (_, _, given) in new.items()})
+    if not merged:
         raise QuantizationConfigError(f"{who}: no entry of config_list selects a layer of the model.")
-    return out
+    return list(merged.values())

@@ -52,6 +52,7 @@ class QATQuantizer(V3Quantizer, QATEngine):
     """
 
     v3_schemes = True
+    v3_channel_activations = True
 
     def __init__(self, model: nn.Module, config_list: Sequence[Mapping[str, Any]], evaluator: Evaluator | Any = None,
                  quant_start_step: int | Any = 0, existed_wrappers: Any = None, **kwargs: Any) -> None:

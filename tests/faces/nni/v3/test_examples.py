@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from slimkit.compression.base.compressor import Quantizer
 from slimkit.compression.distillation import DynamicLayerwiseDistiller
 from slimkit.compression.pruning import AGPPruner, TaylorPruner
 from slimkit.compression.quantization import (
@@ -169,8 +170,7 @@ def test_fusion_example_flows_prune_distill_and_quantize(cnn, digits, with_quant
                      "granularity": "out_channel"},
                     {"op_types": ["BatchNorm2d"], "quant_dtype": "int8", "target_names": ["_output_"],
                      "granularity": "per_channel"}]
-        with pytest.warns(UserWarning, match="taken per tensor"):
-            compressor = QATQuantizer.from_compressor(scheduled_pruner, q_config, quant_start_step=5)
+        compressor = QATQuantizer.from_compressor(scheduled_pruner, q_config, quant_start_step=5)
     d_config = [{"op_types": ["Conv2d"], "lambda": 0.1, "apply_method": "mse"}]
     distiller = DynamicLayerwiseDistiller.from_compressor(compressor, d_config, teacher,
                                                           lambda batch, teacher_model: teacher_model(batch[0]), 0.1)
@@ -179,10 +179,52 @@ def test_fusion_example_flows_prune_distill_and_quantize(cnn, digits, with_quant
     distiller.unwrap_teacher_model()
     masks = scheduled_pruner.get_masks()
     assert [layer_sparsity(m["weight"]) for m in masks.values()] == [0.5, 0.5]
-    ModelSpeedup(cnn, dummy, masks).speedup_model()
+    speedup = ModelSpeedup(cnn, dummy, masks)
+    speedup.speedup_model()
     assert (cnn.conv1.out_channels, cnn.conv2.out_channels) == (8, 16)
-    if with_quantizer:  # read after the speedup, as NNI's example does: one weight scale per channel left
-        calibration = compressor.get_calibration_config()
-        assert calibration["conv2"]["weight"]["scale"].shape[0] == 16
-        assert calibration["bn2"]["_output_0"]["quant_bits"] == 8
     assert accuracy(cnn, digits[1]) >= 0.8
+    if not with_quantizer:
+        return
+    # as NNI's example ends: the QAT calibration trimmed to the kept channels, simulated by a base Quantizer
+    calibration = compressor.get_calibration_config()
+    assert calibration["conv2"]["_input_0"]["scale"].shape == (1, 16, 1, 1)  # per channel, as trained
+    assert calibration["bn2"]["_output_0"]["scale"].shape == (1, 32, 1, 1)
+    assert calibration["conv2"]["weight"]["scale"].shape == (32, 1, 1, 1)  # as trained (the speedup left 16)
+    trimmed = _trim_to_kept_channels(calibration, speedup)
+    assert trimmed["conv2"]["_input_0"]["scale"].shape == (1, 8, 1, 1)
+    assert trimmed["conv2"]["weight"]["scale"].shape == (16, 1, 1, 1)
+    assert trimmed["bn2"]["_output_0"]["zero_point"].shape == (1, 16, 1, 1)
+    before = accuracy(cnn, digits[1])
+    sim_quantizer = Quantizer(cnn, q_config)
+    assert accuracy(cnn, digits[1]) == before  # nothing quantized before the calibration is given
+    sim_quantizer.update_calibration_config(trimmed)
+    simulated = accuracy(cnn, digits[1])
+    assert simulated >= before - 0.05
+    x = digits[1][0][0]
+    grid = trimmed["conv2"]["_input_0"]
+    with torch.no_grad():  # conv2's input is put on its per-channel grids: signed int8 codes of each channel
+        quantized = sim_quantizer.quantize_input(cnn.relu1(cnn.bn1(cnn.conv1(x))), cnn.conv2)
+    codes = quantized / grid["scale"] + grid["zero_point"]
+    assert torch.allclose(codes, codes.round(), atol=1e-3)
+    assert -128 <= int(codes.round().min()) and int(codes.round().max()) <= 127
+    assert float(grid["scale"].std()) > 0  # one scale per channel, not one repeated
+
+
+def _trim_to_kept_channels(calibration, speedup):
+    """Keep the scales of the channels the speedup kept (NNI 3.0's node_infos: output and parameter masks)."""
+    def kept(mask, dim):
+        return torch.nonzero(mask.sum([d for d in range(mask.dim()) if d != dim]), as_tuple=True)[0]
+
+    out = copy.deepcopy(calibration)
+    for node, info in speedup.node_infos.items():
+        if node.op != "call_module" or node.target not in out:
+            continue
+        layer = out[node.target]
+        for target, mask, dim in (("_input_0", speedup.node_infos[node.args[0]].output_masks, 1),
+                                  ("_output_0", info.output_masks, 1),
+                                  ("weight", info.param_masks.get("weight"), 0)):
+            if target in layer and layer[target]["scale"].numel() > 1:
+                index = kept(mask, dim)
+                for key in ("scale", "zero_point"):
+                    layer[target][key] = layer[target][key].index_select(dim, index)
+    return out

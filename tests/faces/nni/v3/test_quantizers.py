@@ -12,8 +12,9 @@ from slimkit.faces.nni.v3.quantization import PtqQuantizer
 from tests.faces.nni.digits import accuracy
 from tests.faces.nni.v3.loop import make_evaluator, make_training_func, training_step
 
-CONFIG = [{"op_types": ["Conv2d", "Linear"], "target_names": ["_input_", "weight", "_output_"],
-           "quant_dtype": "int8", "quant_scheme": "affine", "granularity": "default"},
+CONFIG = [{"op_types": ["Conv2d", "Linear"], "exclude_op_names": ["fc2"],
+           "target_names": ["_input_", "weight", "_output_"], "quant_dtype": "int8", "quant_scheme": "affine",
+           "granularity": "default"},
           {"op_names": ["fc2"], "target_names": ["weight"], "target_settings": {"weight": {"quant_dtype": "int4"}}}]
 
 
@@ -34,6 +35,17 @@ def test_ptq_calibrates_through_the_evaluator_and_freezes_to_integer_codes(cnn, 
     assert accuracy(model, digits[1]) == pytest.approx(fake_quantized, abs=0.02)
 
 
+def test_entries_add_targets_to_a_layer_and_the_first_setting_of_a_target_is_kept(cnn, digits):
+    config = [{"op_names": ["fc2"], "target_names": ["_input_"], "quant_dtype": "uint8"},
+              {"op_types": ["Linear"], "target_names": ["weight", "_input_"], "quant_dtype": "int4"}]
+    with pytest.warns(UserWarning, match=r"config_list\[1\] sets input of 'fc2', which an earlier entry set"):
+        quantizer = PtqQuantizer(cnn, config, make_evaluator(cnn, digits))
+    _, calibration = quantizer.compress()
+    assert {t: (c["quant_bits"], c["quant_dtype"]) for t, c in calibration["fc2"].items()} == \
+        {"_input_0": (8, "uint8"), "weight": (4, "int4")}
+    assert sorted(calibration["fc1"]) == ["_input_0", "weight"]
+
+
 def test_ptq_can_observe_while_the_evaluator_trains(cnn, digits):
     losses = []
     optimizer = trace(torch.optim.SGD)(cnn.parameters(), lr=0.001)
@@ -51,7 +63,9 @@ def test_ptq_can_observe_while_the_evaluator_trains(cnn, digits):
     ({"op_names": ["fc1"], "target_names": ["weight"], "quant_dtype": "int8", "fuse_names": [["conv1", "bn1"]]},
      "fused layer 'conv1' must be one of the entry's op_names"),
     ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtype": "int8", "granularity": "per_channel"},
-     "granularity.*one scale per tensor"),
+     "granularity of 'weight'.*keeps one scale per weight tensor"),
+    ({"op_types": ["Linear"], "target_names": ["_input_"], "quant_dtype": "int8", "granularity": "per_channel"},
+     "keeps one scale per activation tensor; QATQuantizer"),
     ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtype": "float8"}, "'int<bits>' or 'uint<bits>'"),
     ({"op_types": ["Linear"], "target_names": ["_input_0"], "quant_dtype": "int8"}, "weight, _input_, _output_"),
     ({"op_types": ["Linear"], "target_names": ["weight"], "quant_dtyp": "int8"}, "Did you mean 'quant_dtype'"),

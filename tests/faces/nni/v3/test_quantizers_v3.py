@@ -6,9 +6,11 @@ import inspect
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from slimkit.compression import QAT_Quantizer
+from slimkit.compression.base.compressor import Quantizer
 from slimkit.compression.quantization import (
     BNNQuantizer,
     DoReFaQuantizer,
@@ -43,6 +45,7 @@ def _evaluator(model, digits, losses=None, lr=0.01):
     (DoReFaQuantizer, ["model", "config_list", "evaluator", "existed_wrappers", "kwargs"]),
     (BNNQuantizer, ["model", "config_list", "evaluator", "existed_wrappers", "kwargs"]),
     (PtqQuantizer, ["model", "config_list", "evaluator", "existed_wrappers", "is_bias_correction"]),
+    (Quantizer, ["model", "config_list", "evaluator", "existed_wrappers"]),
 ])
 def test_signatures_are_nni_30s(cls, params):
     assert list(inspect.signature(cls).parameters) == params
@@ -65,7 +68,8 @@ def test_qat_trains_through_the_evaluator_and_reports_30_calibration(digits):
     relu = calibration["relu1"]["_output_0"]
     assert float(relu["tracked_min"]) <= 0.0 < float(relu["tracked_max"]) <= 6.0 + float(relu["scale"])
     codes = torch.round(model.conv2.module.weight / weight["scale"] + weight["zero_point"])
-    assert int(codes.min()) >= 0 and int(codes.max()) <= 255
+    assert int(codes.min()) >= -128 and int(codes.max()) <= 127  # NNI 3.0's signed int8 grid
+    assert int(codes.min()) == -128 or int(codes.max()) == 127  # an affine grid spans the weight's range
 
 
 def test_qat_symmetric_out_channel_weights_get_one_scale_per_filter(digits):
@@ -137,17 +141,44 @@ def test_bnn_takes_nni_30s_quant_dtype_none_as_one_bit(digits):
 def test_fuse_names_folds_batchnorm_into_the_conv_with_the_same_outputs(cnn, digits):
     x = digits[1][0][0]
     with torch.no_grad():
-        reference = cnn(x)
+        reference = cnn.bn1(cnn.conv1(x))
     evaluator = _evaluator(cnn, digits)
     conv_weight = cnn.conv1.weight
     entry = {"op_names": ["conv1"], "target_names": ["weight"], "quant_dtype": "int8",
              "fuse_names": [("conv1", "bn1")]}
     quantizer = QATQuantizer(cnn, [entry], evaluator)
     assert quantizer.fused_pairs == [("conv1", "bn1")] and isinstance(cnn.bn1, nn.Identity)
-    assert cnn.conv1.module.weight is conv_weight  # folded in place: the user's optimizer still trains it
-    quantizer.unwrap_model()
+    assert cnn.conv1.module.weight is conv_weight  # the user's optimizer still trains it
+    with torch.no_grad():  # the weight the quantizer sees and the bias: conv + BatchNorm in one layer
+        assert torch.allclose(F.conv2d(x, cnn.conv1.layer_weight(), cnn.conv1.module.bias, padding=1), reference,
+                              atol=1e-4)
+    quantizer.unwrap_model()  # NNI's unwrap: the layer and its BatchNorm come back as they were
+    assert type(cnn.conv1) is nn.Conv2d and cnn.conv1.weight is conv_weight and isinstance(cnn.bn1, nn.BatchNorm2d)
     with torch.no_grad():
-        assert torch.allclose(cnn(x), reference, atol=1e-4)
+        assert torch.equal(cnn.bn1(cnn.conv1(x)), reference)
+
+
+def test_fused_layers_follow_the_batchnorm_statistics_as_qat_trains(cnn, digits):
+    bn = cnn.bn2
+    before_mean, tracked = bn.running_mean.clone(), int(bn.num_batches_tracked)
+    entry = {"op_names": ["conv2"], "target_names": ["weight"], "quant_dtype": "int8",
+             "fuse_names": [("conv2", "bn2")]}
+    quantizer = QATQuantizer(cnn, [entry], _evaluator(cnn, digits))
+    quantizer.compress(max_steps=3, max_epochs=None)
+    assert int(bn.num_batches_tracked) == tracked + 3  # one update per training forward, as NNI 3.0's fusion
+    assert not torch.allclose(bn.running_mean, before_mean)
+    conv = cnn.conv2.module
+    factor = bn.weight * torch.rsqrt(bn.running_var + bn.eps)  # the statistics as they are now
+    with torch.no_grad():
+        folded = cnn.conv2.layer_weight()
+        assert torch.allclose(folded, conv.weight * factor[:, None, None, None])
+        assert torch.allclose(conv.bias, (conv.parametrizations.bias.original - bn.running_mean) * factor + bn.bias)
+    calibration = quantizer.get_calibration_config()
+    codes = torch.round(folded / calibration["conv2"]["weight"]["scale"] + calibration["conv2"]["weight"]["zero_point"])
+    assert -128 <= int(codes.min()) and int(codes.max()) <= 127  # the scale is the folded weight's
+    assert int(codes.min()) == -128 or int(codes.max()) == 127
+    quantizer.freeze()  # integer codes of the folded weight; the BatchNorm's place: Identity for good
+    assert type(cnn.bn2) is nn.Identity and cnn.conv2.state_dict()["weight_codes"].dtype == torch.uint8
 
 
 def test_fuse_names_folds_linear_and_batchnorm1d():
@@ -160,13 +191,21 @@ def test_fuse_names_folds_linear_and_batchnorm1d():
     reference = model(x).detach()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     evaluator = TorchEvaluator(make_training_func([]), optimizer, training_step)
-    PtqQuantizer(model, [{"op_names": ["0"], "target_names": ["weight"], "quant_dtype": "int8",
-                          "fuse_names": [["0", "1"]]}], evaluator).unwrap_model()
-    assert isinstance(model[1], nn.Identity) and torch.allclose(model(x), reference, atol=1e-5)
+    quantizer = PtqQuantizer(model, [{"op_names": ["0"], "target_names": ["weight"], "quant_dtype": "int8",
+                                      "fuse_names": [["0", "1"]]}], evaluator)
+    assert isinstance(model[1], nn.Identity)
+    with torch.no_grad():
+        assert torch.allclose(F.linear(x, model[0].layer_weight(), model[0].module.bias).relu(), reference, atol=1e-5)
+    quantizer.unwrap_model()
+    assert isinstance(model[1], nn.BatchNorm1d) and torch.allclose(model(x), reference, atol=1e-6)
 
 
 @pytest.mark.parametrize(("entry", "message"), [
-    ({**LAYERS, "granularity": "per_channel"}, "granularity.*one scale per tensor"),
+    ({**LAYERS, "granularity": "per_channel"}, "'per_channel' of '_input_': this quantizer keeps one scale per "
+                                                "activation tensor; QATQuantizer"),
+    ({**LAYERS, "target_names": ["_output_"], "granularity": "in_channel"},
+     "'_output_' must be 'default', 'per_tensor' or 'per_channel'.*'in_channel' are for weights"),
+    ({**LAYERS, "target_names": ["weight"], "granularity": "in_channel"}, "keeps one scale per weight tensor"),
     ({**LAYERS, "quant_dtype": "fp8"}, "'int<bits>' or 'uint<bits>'"),
     ({**LAYERS, "fuse_names": [("conv1", "relu1")]}, "fuses a Conv/Linear with the BatchNorm"),
     ({**LAYERS, "fuse_names": [("conv1", "bn9")]}, "'bn9' is no layer of the model"),
