@@ -5,7 +5,8 @@
 #
 #     OUT=/tmp/gpu PY=python3 TOK=path/to/saved/tokenizer LLMC_SITE=/tmp/llmc bash benchmarks/gpu_checks.sh [steps]
 #
-# steps (default all): tests stream int4 gptq. TOK is a saved tokenizer folder for the streamed checkpoints (a GPU
+# steps (default all): tests stream int4 gptq; also gptqmem (not in the default: slimkit's GPTQ under the live-bytes
+# accounting, the code lines holding its GPU peak, ~1 min). TOK is a saved tokenizer folder for the streamed checkpoints (a GPU
 # machine has no zoo packages); LLMC_SITE a folder holding llm-compressor and the versions it pins (its own
 # environment, put first on PYTHONPATH for its side only).
 set -u
@@ -37,6 +38,8 @@ for s in $steps; do
         int4) step int4 "${INT4_LIMIT:-150}" "$PY" benchmarks/int4_cuda.py ;;
         gptq) step gptq "${GPTQ_LIMIT:-200}" "$PY" benchmarks/gptq_llmcompressor.py --device cuda \
                   ${LLMC_SITE:+--llmc-site "$LLMC_SITE"} ${GPTQ_ARGS:-} ;;
-        *) echo "unknown step $s (tests stream int4 gptq)"; exit 2 ;;
+        gptqmem) step gptqmem "${GPTQMEM_LIMIT:-120}" "$PY" benchmarks/gptq_llmcompressor.py --device cuda \
+                     --live-bytes --shape 1b --threads 8 ;;
+        *) echo "unknown step $s (tests stream int4 gptq gptqmem)"; exit 2 ;;
     esac
 done

@@ -133,9 +133,9 @@ class _GPTQ(HessianCollector):
         self._last = None
         for group in self.groups(names, shared):
             modules = [model.get_submodule(n) for n in group]
-            # the Hessian (and a concatenated weight) are handed over, not copied: each is freed once used
+            # the Hessian (and a stacked weight) are handed over, not copied: each is freed once used
             own = len(modules) > 1
-            w = torch.cat([weight_of(m) for m in modules], dim=0) if own else weight_of(modules[0])
+            w = _stacked_float32([weight_of(m) for m in modules]) if own else weight_of(modules[0])
             q, s, z = quantize_gptq(w, self._take(group), self.bits, self.group_size, self.sym, self.act_order,
                                     self.damp, self.block_size, self.clip_search, overwrite_w=own, overwrite_h=True)
             del w
@@ -152,6 +152,17 @@ class _GPTQ(HessianCollector):
         accumulators = [self.hessians.pop(n) for n in group if n in self.hessians]
         h, accumulators[0].h = accumulators[0].h, torch.empty(0)
         return h
+
+
+def _stacked_float32(weights: list[torch.Tensor]) -> torch.Tensor:
+    """The weights stacked by rows in one float32 buffer, the one GPTQ works in (no stacked copy in their dtype)."""
+    first = weights[0]
+    out = torch.empty(sum(w.shape[0] for w in weights), first.shape[1], dtype=torch.float32, device=first.device)
+    row = 0
+    for w in weights:
+        out[row : row + w.shape[0]].copy_(w.detach())
+        row += w.shape[0]
+    return out
 
 
 class _AWQ(LayerStatsCollector):
