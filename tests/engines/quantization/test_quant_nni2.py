@@ -75,9 +75,15 @@ def test_quant_schemes_choose_symmetric_and_per_tensor_grids():
     per_channel = QAT_Quantizer(other, entry, torch.optim.SGD(other.parameters(), lr=0.0))
     other(torch.rand(2, 1, 8, 8))
     assert per_channel.calibration_config()["conv1"]["weight_scale"].numel() == 4
-    with pytest.raises(QuantizationConfigError, match=r"per_channel_symmetric for its input is not supported"):
-        third = Net()
-        QAT_Quantizer(third, [{**CONFIG[0], "quant_scheme": "per_channel_symmetric"}])
+    third = Net()  # a per-channel input: one symmetric range per channel (dim 1), NNI 3.0's activation granularity
+    channels = QAT_Quantizer(third, [{**CONFIG[0], "quant_scheme": "per_channel_symmetric"}])
+    seen = {}
+    third.fc1.register_forward_pre_hook(lambda wrapper, args: seen.update(x=args[0].detach()))
+    third(torch.rand(2, 1, 8, 8))
+    flat = seen["x"]
+    assert channels.calibration_config()["fc1"]["input_scale"].shape == (1, 144)
+    assert torch.allclose(channels.calibration_config()["fc1"]["input_scale"].flatten(),
+                          flat.abs().amax(0).clamp(min=1e-8) / 127.5)
     with pytest.raises(QuantizationConfigError, match=r"scheme 'per_layer' is unknown.* per_tensor_affine"):
         set_quant_scheme_dtype("weight", "per_layer")
 
