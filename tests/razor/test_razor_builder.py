@@ -74,3 +74,14 @@ def test_configs_from_json_and_yaml_with_base_and_delete(tmp_path):
     (tmp_path / "x.txt").write_text("{}")
     with pytest.raises(ConfigError, match=r"must end in \.py, \.json, \.yaml or \.yml"):
         load_config(tmp_path / "x.txt")
+
+
+def test_mmcls_cls_data_preprocessor_normalises_like_img_data_preprocessor():
+    x = torch.rand(2, 3, 4, 4) * 255
+    pre = build(dict(type="mmcls.ClsDataPreprocessor", num_classes=1000, mean=[123.675, 116.28, 103.53],
+                     std=[58.395, 57.12, 57.375], to_rgb=True))
+    mean = torch.tensor([123.675, 116.28, 103.53]).view(1, 3, 1, 1)
+    std = torch.tensor([58.395, 57.12, 57.375]).view(1, 3, 1, 1)
+    torch.testing.assert_close(pre(x), (x.flip(1) - mean) / std)
+    with pytest.raises(ConfigError, match="batch_augments=.*is not supported"):
+        build(dict(type="mmcls.ClsDataPreprocessor", batch_augments=dict(augments=[dict(type="Mixup", alpha=0.2)])))

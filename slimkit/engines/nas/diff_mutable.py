@@ -54,14 +54,20 @@ class DiffMutableOP(ArchLogits, OneShotMutableOP):
     """Candidates mixed by ``softmax(arch_param)`` (see the module doc); ``fixed=True`` runs the current choice only.
 
     ``candidates`` / ``module_kwargs`` / ``alias`` as :class:`OneShotMutableOP`. Every candidate must give outputs
-    of one shape. ``arch_grad`` (set by the algorithm) says whether the mixing weights carry gradients to alpha.
+    of one shape. ``fix_threshold`` (MMRazor's, read by :class:`OneHotMutableOP`): once the largest probability
+    leads the second by that much in training, the choice is fixed to it. ``arch_grad`` (set by the
+    algorithm) says whether the mixing weights carry gradients to alpha.
     """
 
     def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
-                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False, alias: str | None = None) -> None:
+                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False, alias: str | None = None,
+                 fix_threshold: float = 1.0) -> None:
         super().__init__(candidates, init_choice, module_kwargs, alias)
+        if isinstance(fix_threshold, bool) or not isinstance(fix_threshold, (int, float)) or \
+                not 0 <= fix_threshold <= 1:
+            raise ConfigError(f"{type(self).__name__} fix_threshold must be a number in [0, 1], got {fix_threshold!r}.")
         self.init_arch_param(len(self.choices))
-        self.fixed = bool(fixed)
+        self.fixed, self.fix_threshold = bool(fixed), float(fix_threshold)
 
     def canonical_choice(self, choice: Any) -> Any:
         """MMRazor's subnet files write a DiffMutableOP's choice as a one-element list (``chosen: [sep_conv_3x3]``)."""
@@ -108,12 +114,14 @@ class OneHotMutableOP(DiffMutableOP):
     In training, a candidate is drawn from ``softmax(alpha)`` (uniformly while ``uniform`` is set, for supernet
     pre-training) and its output is multiplied by a one-hot leaf tensor ``arch_weights`` (value 1), so the loss's
     gradient with respect to that one-hot vector is the credit DSNAS gives the draw. Outside training, or when
-    ``fixed``, the current choice runs alone.
+    ``fixed``, the current choice runs alone; a training forward whose largest probability leads the second by
+    ``fix_threshold`` fixes the choice to it.
     """
 
     def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
-                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False, alias: str | None = None) -> None:
-        super().__init__(candidates, init_choice, module_kwargs, fixed, alias)
+                 module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False, alias: str | None = None,
+                 fix_threshold: float = 1.0) -> None:
+        super().__init__(candidates, init_choice, module_kwargs, fixed, alias, fix_threshold)
         self.uniform = False
         self.arch_weights: torch.Tensor | None = None  # the latest draw's one-hot (a leaf with a gradient)
         self.drawn: int | None = None
@@ -123,6 +131,11 @@ class OneHotMutableOP(DiffMutableOP):
         if self.fixed or not self.training:
             return self.candidates[self.current_choice](*args, **kwargs)
         probs = torch.full((len(self.choices),), 1.0 / len(self.choices)) if self.uniform else self.weights().detach()
+        if not self.uniform and len(self.choices) > 1:
+            top = torch.topk(probs, 2).values
+            if float(top[0] - top[1]) >= self.fix_threshold:  # confident enough: fixed from now on
+                self.fix_argmax()
+                return self.candidates[self.current_choice](*args, **kwargs)
         index = int(torch.multinomial(probs.float().cpu(), 1))
         self.current_choice, self.drawn = self.choices[index], index
         alpha = self.arch_parameter()

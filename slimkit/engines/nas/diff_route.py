@@ -76,6 +76,10 @@ class DiffChoiceRoute(ArchLogits, BaseMutable):
             return tuple(n for n in self._edge_names if n in choice)
         return choice
 
+    def unused_paths(self, choice: Any) -> list[str]:
+        """The edges not kept."""
+        return [f"edges.{e}" for e in self._edge_names if e not in choice]
+
     def forward(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         """The weighted sum of every edge on its input (the kept edges' plain sum when ``fixed``)."""
         if not isinstance(inputs, Sequence) or len(inputs) != len(self._edge_names):

@@ -67,6 +67,10 @@ class BaseMutable(nn.Module):
         """``choice`` as it appears in :attr:`choices` (subclasses accept other spellings, e.g. a list for a tuple)."""
         return choice
 
+    def unused_paths(self, choice: Choice) -> list[str]:
+        """Submodule paths (relative) that ``choice`` leaves out: mutables inside them need no choice."""
+        return []
+
     def export(self) -> nn.Module | None:
         """The plain module for the current choice (``None``: the mutable disappears from the exported model)."""
         raise NotImplementedError
@@ -101,6 +105,10 @@ class OneShotMutableOP(BaseMutable):
         self.candidates = nn.ModuleDict({
             k: build_module({**v, **extra} if isinstance(v, Mapping) else v, f"candidate {k!r}")
             for k, v in candidates.items()})
+
+    def unused_paths(self, choice: Choice) -> list[str]:
+        """The candidates not chosen."""
+        return [f"candidates.{c}" for c in self._choices if c != choice]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Run the chosen candidate."""

@@ -109,6 +109,7 @@ class NasMutator:
         """Make ``subnet`` the active path. ``strict``: every mutable must be named (else the missing ones).
 
         A name may also be an ``alias`` several mutables carry (MMRazor's subnet files): it sets all of them.
+        Mutables inside a part the subnet leaves out (an unchosen candidate, an edge a route drops) need no choice.
         Unknown names list the closest mutable names; an invalid choice lists the valid ones. Nothing changes
         unless every entry is valid.
         """
@@ -124,7 +125,9 @@ class NasMutator:
                 valid = ", ".join(repr(c) for c in self.mutables[name].choices)
                 hint = closest(str(choice), [str(c) for c in self.mutables[name].choices])
                 raise ConfigError(f"{choice!r} is not a choice of mutable {name!r}.{hint} Valid choices: {valid}.")
-        missing = [n for n in self.mutables if n not in choices]
+        unused = [f"{name}.{p}" for name, choice in choices.items() for p in self.mutables[name].unused_paths(choice)]
+        missing = [n for n in self.mutables if n not in choices  # mutables inside a part left out need no choice
+                   and not any(n == u or n.startswith(u + ".") for u in unused)]
         if strict and missing:
             raise ConfigError(f"The subnet does not set {', '.join(repr(n) for n in missing)}; give a choice for every "
                               "mutable (see mutator.search_space()) or pass strict=False.")

@@ -55,3 +55,21 @@ class ImgDataPreprocessor(nn.Module):
             pad_h, pad_w = (-h) % self.pad_size_divisor, (-w) % self.pad_size_divisor
             x = F.pad(x, (0, pad_w, 0, pad_h), value=self.pad_value)
         return x
+
+
+@register_module()
+class ClsDataPreprocessor(ImgDataPreprocessor):
+    """MMClassification's preprocessor as MMRazor's configs name it (``type='mmcls.ClsDataPreprocessor'``).
+
+    :class:`ImgDataPreprocessor` with ``to_rgb`` (MMCls's name for ``bgr_to_rgb``); ``num_classes`` and
+    ``to_onehot`` concern the labels, which slimkit's losses take as class indices (read and unused).
+    ``batch_augments`` (Mixup, CutMix) are not supported: give ``None``.
+    """
+
+    def __init__(self, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                 pad_size_divisor: int = 1, pad_value: float = 0, to_rgb: bool = False, to_onehot: bool = False,
+                 num_classes: int | None = None, batch_augments: object = None, non_blocking: bool = False) -> None:
+        if batch_augments is not None:
+            raise ConfigError(f"ClsDataPreprocessor: batch_augments={batch_augments!r} (Mixup / CutMix) is not "
+                              "supported; build with batch_augments=None and augment in your data pipeline.")
+        super().__init__(mean, std, pad_size_divisor, pad_value, bgr_to_rgb=bool(to_rgb), non_blocking=non_blocking)

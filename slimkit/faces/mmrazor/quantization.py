@@ -80,14 +80,15 @@ class MMArchitectureQuant(BaseAlgorithm):
 
     ``float_checkpoint``: a ``.safetensors`` file loaded into the architecture first (URLs and ``.pth`` are not
     read). ``quantizer``: see the module doc; ``tracer`` and other quantizer keys MMRazor uses for its own FX
-    tracing are read and ignored (slimkit traces with torch.ao's FX). After :meth:`calibrate`, ``architecture``
-    is the int8 graph (``quantized`` is True) and ``mode="tensor"/"predict"`` run it.
+    tracing are read and ignored (slimkit traces with torch.ao's FX), as is ``deploy_cfg`` (MMDeploy's backend
+    config: the backend itself is the quantizer's type, refused unless it is a CPU one). After :meth:`calibrate`,
+    ``architecture`` is the int8 graph (``quantized`` is True) and ``mode="tensor"/"predict"`` run it.
     """
 
     def __init__(self, architecture: nn.Module | Mapping[str, Any], quantizer: Mapping[str, Any],
                  data_preprocessor: Any = None, forward_modes: Iterable[str] = ("tensor", "predict", "loss"),
                  float_checkpoint: str | None = None, input_shapes: Any = None,
-                 init_cfg: Mapping[str, Any] | None = None) -> None:
+                 init_cfg: Mapping[str, Any] | None = None, deploy_cfg: Any = None) -> None:
         settings = parse_quantizer(quantizer)
         ckpt = dict(type="Pretrained", checkpoint=float_checkpoint) if float_checkpoint else None
         super().__init__(architecture, data_preprocessor, init_cfg or ckpt)

@@ -159,8 +159,13 @@ def test_mmrazor_style_subnet_file_by_alias_fixes_every_cell(tmp_path):
     assert type(small.backbone.cells[2].nodes[0].edges["reduce_n2_p0"]).__name__ == "DartsSepConv"
     small.eval()
     assert small(data()[0]).shape == (4, 10)
-    with pytest.raises(ConfigError, match="does not set"):
-        NasMutator(cell_net()).set_choices({"normal_n2": {"chosen": ["normal_n2_p0", "normal_n2_p1"]}})
+    # MMRazor's own DARTS subnet files name only the kept edges' ops: the dropped edges need no choice
+    kept_only = {k: v for k, v in chosen.items() if not k.endswith("_n3_p0")}
+    path.write_text(yaml.safe_dump(kept_only))
+    again = build(dict(type="mmrazor.sub_model", cfg=cell_net(), fix_subnet=str(path)))
+    assert list(again.backbone.cells[0].nodes[1].edges) == ["normal_n3_p1", "normal_n3_p2"]
+    with pytest.raises(ConfigError, match="does not set 'backbone.cells.0.nodes.0.edges.normal_n2_p0'"):
+        NasMutator(cell_net()).set_choices({k: v for k, v in chosen.items() if k != "normal_n2_p0"})
 
 
 def test_darts_backbone_refuses_bad_settings():

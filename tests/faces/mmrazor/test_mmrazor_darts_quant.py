@@ -174,7 +174,8 @@ def test_tensorrt_openvino_and_non_8_bit_quantizers_are_refused_naming_the_cpu_p
     good = load_config(CONFIGS / "quantization" / "ptq_native_digits.py").model
     qconfig = good.quantizer.global_qconfig
     with pytest.raises(ConfigError, match="'OpenVINOQuantizer' targets a OpenVINO deployment"):
-        build(good, quantizer=dict(type="mmrazor.OpenVINOQuantizer", global_qconfig=qconfig))
+        build(good, quantizer=dict(type="mmrazor.OpenVINOQuantizer", global_qconfig=qconfig),
+              deploy_cfg=dict(backend_config=dict(type="openvino")))  # MMRazor's PTQ configs carry MMDeploy's
     four = dict(qconfig, w_qscheme=dict(qdtype="qint8", bit=4))
     with pytest.raises(ConfigError, match="w_qscheme bit=4"):
         build(good, quantizer=dict(type="NativeQuantizer", global_qconfig=four))

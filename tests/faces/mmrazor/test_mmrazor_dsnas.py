@@ -80,3 +80,21 @@ def test_dsnas_config_searches_and_exports_a_smaller_subnet():
     subnet = algo.export()
     assert not any(isinstance(m, OneHotMutableOP) for m in subnet.modules())
     assert count_parameters(subnet) < count_parameters(net) / 3
+
+
+def test_one_hot_op_fixes_its_choice_once_the_leading_probability_passes_fix_threshold():
+    torch.manual_seed(0)
+    op = build(dict(type="mmrazor.OneHotMutableOP", fix_threshold=0.3,
+                    candidates=dict(a=dict(type="mmrazor.DartsZero"), b=dict(type="mmrazor.DartsSkipConnect")),
+                    module_kwargs=dict(in_channels=2, out_channels=2)))
+    x = torch.rand(1, 2, 4, 4)
+    with torch.no_grad():
+        op.arch_param.copy_(torch.tensor([0.0, 0.5]))  # softmax gap 0.245 < 0.3: still drawing
+    op.train()
+    op(x)
+    assert not op.fixed and op.arch_weights is not None
+    with torch.no_grad():
+        op.arch_param.copy_(torch.tensor([0.0, 0.7]))  # gap 0.336 >= 0.3: fixed to 'b' from now on
+    assert torch.equal(op(x), x) and op.fixed and op.current_choice == "b"
+    with pytest.raises(ConfigError, match=r"fix_threshold must be a number in \[0, 1\]"):
+        OneHotMutableOP({"a": nn.Identity()}, fix_threshold=1.5)

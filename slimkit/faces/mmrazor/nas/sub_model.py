@@ -18,6 +18,7 @@ from slimkit.core.registry import build_module, register_component
 from slimkit.engines.nas import NasMutator, export_subnet, read_subnet
 from slimkit.engines.nas.mutator import plain_choices, unwrap
 from slimkit.errors import ConfigError
+from slimkit.faces.mmrazor.pruning.deploy import mutator_structure, read_structure, shrink_to_structure
 from slimkit.faces.mmrazor.teacher import load_pretrained
 
 
@@ -38,7 +39,7 @@ def _subnet(fix_subnet: Any) -> dict[str, Any]:
 def sub_model(cfg: nn.Module | Mapping[str, Any] | None = None, fix_subnet: Any = None, mode: str = "mutable",
               prefix: str = "", extra_prefix: str = "", init_weight_from_supernet: bool = False,
               init_cfg: Mapping[str, Any] | None = None, architecture: nn.Module | Mapping[str, Any] | None = None,
-              mutator: Any = None) -> nn.Module:
+              mutator: Any = None, dummy_input: Any = None, **kwargs: Any) -> nn.Module:
     """The subnet ``fix_subnet`` of the supernet, exported as a plain module.
 
     The supernet is ``architecture`` when it is a module (what ``build(cfg.model, architecture=...)`` passes),
@@ -49,15 +50,31 @@ def sub_model(cfg: nn.Module | Mapping[str, Any] | None = None, fix_subnet: Any 
     afterwards; other checkpoints (URLs, ``.pth``) are not read, and the subnet keeps the supernet's weights
     (``init_weight_from_supernet`` is accepted for MMRazor's configs: the weights always come from there first).
     ``mutator`` is accepted and unused (the supernet's mutables are found directly).
+
+    ``mode="mutator"`` (channel pruning: DCFF's and DMCP's subnet configs): ``fix_subnet`` is a channel mutator's
+    dump (``{type, channel_unit_cfg: {units: {name: {choice}}}, parse_cfg}``) and the architecture is shrunk
+    physically to those widths (first channels kept; ``dummy_input`` traces it). Other keys (the algorithm's, which
+    MMRazor's subnet configs carry along) are accepted and unused.
     """
-    if mode != "mutable":
-        raise ConfigError(f"sub_model mode={mode!r} is not supported; slimkit fixes subnets from their mutables "
-                          "(mode='mutable').")
+    if mode not in ("mutable", "mutator"):
+        raise ConfigError(f"sub_model mode={mode!r} is not supported: 'mutable' (NAS subnets) or 'mutator' (channel "
+                          "pruning structures).")
     if fix_subnet is None:
         raise ConfigError("sub_model needs fix_subnet= (a subnet .yaml/.json file or dict).")
     source = architecture if isinstance(architecture, nn.Module) else cfg if cfg is not None else architecture
     if source is None:
         raise ConfigError("sub_model needs the supernet: build(cfg.model, architecture=your_supernet).")
+    if mode == "mutator":
+        dump = read_structure(fix_subnet, "sub_model") if isinstance(fix_subnet, (str, os.PathLike)) else fix_subnet
+        if not isinstance(dump, Mapping):
+            raise ConfigError(f"sub_model mode='mutator' needs fix_subnet= a channel mutator dump (dict or .json), "
+                              f"got {type(dump).__name__}.")
+        structure, parse_cfg = mutator_structure(dump)
+        model = shrink_to_structure(unwrap(build_module(source, "architecture")), structure, 1, parse_cfg,
+                                    dummy_input)
+        if init_cfg:
+            load_pretrained(model, init_cfg)
+        return model
     supernet = unwrap(build_module(source, "architecture"))
     choices = {prefix + k[len(extra_prefix):]: v for k, v in _subnet(fix_subnet).items() if k.startswith(extra_prefix)}
     NasMutator(supernet).set_choices(choices)
