@@ -101,6 +101,7 @@ PUBLIC = {
     "slimkit.compression.utils": ["Evaluator", "LightningEvaluator", "TorchEvaluator", "TransformersEvaluator",
                                   "auto_set_denpendency_group_ids", "auto_set_dependency_group_ids"],
     "slimkit.compression.quantization_speedup": ["ModelSpeedupTensorRT"],
+    "slimkit.compression.base.compressor": ["Quantizer"],
     "slimkit.faces.nni.v3.speedup": ["ModelSpeedup", "auto_set_denpendency_group_ids"],
     "slimkit.faces.nni.v3.utils": ["auto_set_denpendency_group_ids", "auto_set_dependency_group_ids",
                                    "slim_norm_config"],

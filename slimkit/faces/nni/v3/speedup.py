@@ -16,7 +16,7 @@ from slimkit.faces.nni.v2.speedup import NormMaskSpeedup
 from slimkit.faces.nni.v3.node_infos import NodeInfo, TracedShapes, infos_or_error, trace_shapes
 from slimkit.faces.nni.v3.utils import auto_set_denpendency_group_ids
 
-__all__ = ["ModelSpeedup", "TracedSpeedup", "auto_set_denpendency_group_ids"]
+__all__ = ["ModelSpeedup", "auto_set_denpendency_group_ids"]
 
 
 class TracedSpeedup(NormMaskSpeedup):
