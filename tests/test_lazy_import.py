@@ -1,8 +1,9 @@
 """`import slimkit` stays light: no torch, no optional library; the algorithm registry loads without them too.
 
 Every CLI call and every test that spawns ``python -m slimkit`` pays the import, so what it pulls in is pinned here
-(docs/benchmarks.md, "import slimkit"). One subprocess: a fresh interpreter is the only place ``sys.modules`` says
-what an import really loaded.
+(docs/benchmarks.md, "import slimkit"). A fresh interpreter is the only place ``sys.modules`` says what an import
+really loaded: one for ``import slimkit`` (fast tier), one for SmashConfig with every algorithm registered (slow tier:
+it imports torch).
 """
 
 from __future__ import annotations
@@ -11,19 +12,27 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 #: optional or heavy libraries that must load only where an algorithm, a face or a command uses them
 HEAVY = ("ctranslate2", "optuna", "transformers", "diffusers", "torchao", "optimum", "gguf", "onnx", "onnxruntime",
          "kvpress", "matplotlib", "rich", "huggingface_hub", "datasets", "starlette", "uvicorn", "llama_cpp", "hqq")
 
-_PROBE = """
+_PREAMBLE = """
 import json, sys
 def loaded(names):
     return sorted(n for n in names if n in sys.modules)
+"""
+
+_IMPORT_PROBE = """
 import slimkit
 from slimkit.cli import build_parser
 help_text = build_parser().format_help()
-after_import = {"torch": loaded(["torch"]), "heavy": loaded(HEAVY),
-                "slimkit": sorted(m for m in sys.modules if m.startswith("slimkit"))}
+print(json.dumps({"torch": loaded(["torch"]), "heavy": loaded(HEAVY), "help": "algorithms" in help_text,
+                  "slimkit": sorted(m for m in sys.modules if m.startswith("slimkit"))}))
+"""
+
+_REGISTRY_PROBE = """
 from slimkit import SmashConfig, smash
 from slimkit.core import registry
 cfg = SmashConfig({"l1_filter": {"sparsity": 0.5}, "c_generate": {}})
@@ -32,29 +41,35 @@ try:
     unknown = ""
 except Exception as exc:
     unknown = str(exc)
-print(json.dumps({"after_import": after_import, "help": "smash" in help_text and "algorithms" in help_text,
-                  "after_config": loaded(HEAVY), "names": registry.names(), "unknown": unknown,
+print(json.dumps({"heavy": loaded(HEAVY), "names": registry.names(), "unknown": unknown,
                   "config": [cfg["pruner"], cfg["compiler"], cfg["l1_filter_sparsity"]]}))
 """
 
 
-def test_import_slimkit_loads_no_heavy_library_and_the_registry_is_still_complete():
-    from slimkit.algorithms import algorithm_modules
+def _probe(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON line."""
+    out = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{_PREAMBLE}{code}"], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
-    probe = f"HEAVY = {HEAVY!r}\n{_PROBE}"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
 
-    after_import = seen["after_import"]
-    assert after_import["torch"] == [], "import slimkit (and the CLI parser) must not import torch"
-    assert after_import["heavy"] == [], f"import slimkit imported {after_import['heavy']}"
+def test_import_slimkit_and_the_cli_parser_load_no_torch_and_no_optional_library():
+    seen = _probe(_IMPORT_PROBE)
+    assert seen["torch"] == [], "import slimkit (and python -m slimkit --help) must not import torch"
+    assert seen["heavy"] == [], f"import slimkit imported {seen['heavy']}"
     # the package, its lazy-name helper, the CLI and what the parser reads: nothing of config/engine/faces yet
-    assert set(after_import["slimkit"]) == {"slimkit", "slimkit.cli", "slimkit.core", "slimkit.core.groups",
-                                            "slimkit.core.lazy", "slimkit.errors", "slimkit.zoo"}
+    assert set(seen["slimkit"]) == {"slimkit", "slimkit.cli", "slimkit.core", "slimkit.core.groups",
+                                    "slimkit.core.lazy", "slimkit.errors", "slimkit.zoo"}
     assert seen["help"] is True
 
-    assert seen["after_config"] == [], (
-        f"SmashConfig/smash (every algorithm registered) imported {seen['after_config']}: import optional libraries "
+
+@pytest.mark.slow  # a fresh interpreter importing torch and every algorithm: ~3 s on an idle 2-core host
+def test_smash_config_and_the_whole_registry_load_no_optional_library():
+    from slimkit.algorithms import algorithm_modules
+
+    seen = _probe(_REGISTRY_PROBE)
+    assert seen["heavy"] == [], (
+        f"SmashConfig/smash (every algorithm registered) imported {seen['heavy']}: import optional libraries "
         "inside the function that uses them")
     # the registry is complete all the same: one algorithm per module file, SmashConfig validates against it
     files = {m.rsplit(".", 1)[-1] for m in algorithm_modules()}
@@ -77,9 +92,6 @@ def test_lazy_names_resolve_to_the_same_objects_as_their_modules():
     assert slimkit.core.SlimkitPruner is SlimkitPruner and slimkit.zoo.load is load
     assert slimkit.compression.__name__ == "slimkit.compression"
     assert set(slimkit.__all__) <= set(dir(slimkit))
-    try:
+    with pytest.raises(AttributeError, match="^module 'slimkit' has no attribute 'no_such_name'$"):
         slimkit.no_such_name  # noqa: B018
-    except AttributeError as exc:
-        assert str(exc) == "module 'slimkit' has no attribute 'no_such_name'"
-    else:
-        raise AssertionError("an unknown name must raise AttributeError")
+
