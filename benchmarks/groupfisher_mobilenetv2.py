@@ -1,19 +1,23 @@
 """GroupFisher vs l1_filter vs Torch-Pruning at equal MACs on MobileNetV2 (ImageNet weights), offline.
 
-    .venv/bin/python benchmarks/groupfisher_mobilenetv2.py [--target 0.6] [--finetune-steps 30] [--threads 2]
+    .venv/bin/python benchmarks/groupfisher_mobilenetv2.py [--targets 0.5,0.7] [--finetune-steps 150] [--threads 2]
+
+For each MACs target:
 
 1. GroupFisher (slimkit's ``group_fisher`` engine through the razor face's ``GroupFisherAlgorithm``) prunes while
-   training on the Photos train crops until the estimated MACs reach ``--target``, ``--per-prune`` channels per
+   training on the Photos train crops until the estimated MACs reach the target, ``--per-prune`` channels per
    pruning, then deploys (physically smaller).
 2. slimkit ``l1_filter`` (dependency-aware, through ``smash``) and Torch-Pruning's L1 ``MetaPruner`` are bisected
    on their sparsity until their MACs match GroupFisher's (within 1 %).
-3. Every pruned model gets the same short fine-tune (``--finetune-steps`` Adam steps on the train crops) against
-   the dense model's ImageNet top-1 labels, then is scored on the crops of the held-out photos.
+3. Every pruned model gets the same fine-tune (``--finetune-steps`` Adam steps at ``--lr``, batch ``--batch``):
+   distillation (KL at T=2) from the dense model's logits on the train crops, random horizontal flips.
 
-"Accuracy" is top-1 / top-5 agreement with the dense model's ImageNet top-1 class on the held-out crops (and
-the mean cosine of the logits to the dense logits, which still ranks the methods when top-1 has collapsed): the
-ImageNet-sample here is scikit-image's photos (slimkit's ``Photos`` data: ten 224x224 crops of each, split by
-photo), which carry no ImageNet labels. Latency: batch 1, 224x224, median of interleaved runs on ``--threads``.
+"Accuracy" is top-1 / top-5 agreement with the dense model's ImageNet top-1 class on the crops of the held-out
+photos (and the mean cosine of the logits to the dense logits): the ImageNet-sample here is scikit-image's photos
+(slimkit's ``Photos`` data: ten 224x224 crops of each, split by photo), which carry no ImageNet labels. Latency:
+batch 1 and batch 8, 224x224, every model timed round-robin (alternating order) on ``--threads``; "speedup" is the
+median over rounds of dense time / model time in the same round (load hits both alike). Each pruned model is
+checked to be smaller and faster; a line says so when it is not, with its conv widths that are not a multiple of 8.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import statistics
 import sys
 import time
 import warnings
@@ -32,7 +37,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import interleaved_latency, machine_line, print_table  # noqa: E402
+from common import interleaved_samples, machine_line, print_table  # noqa: E402
 
 from slimkit import SmashConfig, smash  # noqa: E402
 from slimkit.data.builtin import load_photo_splits  # noqa: E402
@@ -124,17 +129,93 @@ def matched(prune, goal: float, x: torch.Tensor, lo: float = 0.0, hi: float = 0.
     return best[0], best[1]
 
 
-def finetune(model: nn.Module, data: list, steps: int) -> nn.Module:
-    fit(model, data, steps=steps, lr=1e-4, progress=False, seed=0)
+def kd_loss(temperature: float):
+    """Distillation from the dense model's logits (the batch's targets): KL at ``temperature``, times T^2."""
+
+    def loss(net: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, teacher = batch
+        if torch.rand(()) < 0.5:  # horizontal flip: the dense logits of a flipped crop are close enough
+            x = x.flip(3)
+        log_p = torch.log_softmax(net(x) / temperature, dim=1)
+        return torch.nn.functional.kl_div(log_p, torch.log_softmax(teacher / temperature, dim=1), log_target=True,
+                                          reduction="batchmean") * temperature ** 2
+
+    return loss
+
+
+def finetune(model: nn.Module, data: list, steps: int, lr: float) -> nn.Module:
+    fit(model, data, loss=kd_loss(2.0), steps=steps, lr=lr, progress=False, seed=0)
     return model.eval()
+
+
+def paired_latency(models: dict[str, nn.Module], x: torch.Tensor, repeats: int, threads: int) -> dict:
+    """{name: (median ms, median of the per-round dense/model time ratios)}; rounds interleave every model."""
+    samples = interleaved_samples({k: (lambda m=m: m(x)) for k, m in models.items()}, repeats=repeats, warmup=3,
+                                  threads=threads)
+    dense = samples["dense"]
+    return {k: (statistics.median(v), statistics.median(d / t for d, t in zip(dense, v, strict=True)))
+            for k, v in samples.items()}
+
+
+def conv_widths(model: nn.Module) -> list[int]:
+    return [m.out_channels for m in model.modules() if isinstance(m, nn.Conv2d)]
+
+
+def run_target(dense: nn.Module, target: float, data: list, kd_data: list, x_test: torch.Tensor,
+               ref_test: torch.Tensor, args: argparse.Namespace) -> list[str]:
+    x1 = data[0][0][:1]
+    dense_macs = count_macs(dense, x1)
+    t = time.perf_counter()
+    gf, info = group_fisher(dense, data, target, args.per_prune, args.prune_steps)
+    gf_macs = count_macs(gf, x1)
+    print(f"[{target}] group_fisher: {info['steps']} steps, {info['pruned']} channels, MACs "
+          f"{gf_macs / dense_macs:.3f} of dense (estimated {info['estimated']:.3f}), {time.perf_counter() - t:.0f} s",
+          flush=True)
+    l1, l1_s = matched(lambda s: l1_filter(dense, x1, s), gf_macs, x1)
+    tp_model, tp_r = matched(lambda r: torch_pruning(dense, x1, r), gf_macs, x1)
+    models = {"dense": dense, "group_fisher": gf, f"l1_filter (sparsity {l1_s:.3f})": l1,
+              f"Torch-Pruning L1 (ratio {tp_r:.3f})": tp_model}
+    before = {k: agreement(m, x_test, ref_test) for k, m in models.items()}
+    for name, model in models.items():
+        if name != "dense":
+            t = time.perf_counter()
+            finetune(model, kd_data, args.finetune_steps, args.lr)
+            print(f"[{target}] fine-tuned {name}: {time.perf_counter() - t:.0f} s", flush=True)
+    after = {k: agreement(m, x_test, ref_test) for k, m in models.items()}
+    lat1 = paired_latency(models, x1, args.repeats, args.threads)
+    lat8 = paired_latency(models, data[0][0][:8], max(args.repeats // 3, 5), args.threads)
+    rows, notes = [], []
+    dense_params = count_parameters(dense)
+    for name, model in models.items():
+        macs, params = count_macs(model, x1), count_parameters(model)
+        rows.append([name, f"{params / 1e6:.2f}", f"{macs / 1e6:.0f}", f"{macs / dense_macs:.3f}",
+                     f"{before[name][0]:.3f}", f"{before[name][2]:.3f}", f"{after[name][0]:.3f}",
+                     f"{after[name][1]:.3f}", f"{after[name][2]:.3f}",
+                     f"{lat1[name][0]:.1f}", f"{lat1[name][1]:.2f}x", f"{lat8[name][0]:.0f}", f"{lat8[name][1]:.2f}x"])
+        if name == "dense":
+            continue
+        if params >= dense_params:
+            notes.append(f"NOT SMALLER: {name} has {params} parameters (dense {dense_params})")
+        if lat1[name][1] <= 1.0 or lat8[name][1] <= 1.0:
+            notes.append(f"NOT FASTER: {name} batch-1 {lat1[name][1]:.2f}x, batch-8 {lat8[name][1]:.2f}x")
+        odd = sum(w % 8 != 0 for w in conv_widths(model))
+        notes.append(f"{name}: {odd} of {len(conv_widths(model))} conv widths not a multiple of 8")
+    print(f"\nMobileNetV2 (ImageNet weights) at {target} of the MACs, {len(x_test)} held-out photo crops; fine-tune "
+          f"{args.finetune_steps} steps x batch {args.batch} (distillation from the dense logits, lr {args.lr})")
+    print_table(["model", "params M", "MMACs", "MACs ratio", "top-1 pruned", "cos pruned", "top-1 tuned",
+                 "top-5 tuned", "cos tuned", "b1 ms", "b1 speedup", "b8 ms", "b8 speedup"], rows)
+    for note in notes:
+        print("  " + note)
+    return notes
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", type=float, default=0.7, help="MACs share GroupFisher prunes to")
+    parser.add_argument("--targets", default="0.5,0.7", help="MACs shares GroupFisher prunes to (comma-separated)")
     parser.add_argument("--per-prune", type=int, default=128, help="channels GroupFisher removes per pruning step")
-    parser.add_argument("--prune-steps", type=int, default=60, help="cap on GroupFisher's pruning steps")
-    parser.add_argument("--finetune-steps", type=int, default=20)
+    parser.add_argument("--prune-steps", type=int, default=80, help="cap on GroupFisher's pruning steps")
+    parser.add_argument("--finetune-steps", type=int, default=150)
+    parser.add_argument("--lr", type=float, default=3e-4, help="fine-tune learning rate (Adam)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=30)
@@ -146,40 +227,12 @@ def main() -> None:
     dense = load("mobilenet_v2").model.eval()
     x_train, x_test = photos()
     with torch.no_grad():
-        y_train = torch.cat([dense(x_train[i:i + 16]).argmax(1) for i in range(0, len(x_train), 16)])
+        logits_train = torch.cat([dense(x_train[i:i + 16]) for i in range(0, len(x_train), 16)])
         ref_test = torch.cat([dense(x_test[i:i + 16]) for i in range(0, len(x_test), 16)])
-    data = batches(x_train, y_train, args.batch)
-    x1 = x_train[:1]
-    dense_macs = count_macs(dense, x1)
-
-    t = time.perf_counter()
-    gf, info = group_fisher(dense, data, args.target, args.per_prune, args.prune_steps)
-    gf_macs = count_macs(gf, x1)
-    print(f"group_fisher: {info['steps']} steps, {info['pruned']} channels, MACs {gf_macs / dense_macs:.3f} of dense "
-          f"(estimated {info['estimated']:.3f}), {time.perf_counter() - t:.0f} s")
-    l1, l1_s = matched(lambda s: l1_filter(dense, x1, s), gf_macs, x1)
-    tp_model, tp_r = matched(lambda r: torch_pruning(dense, x1, r), gf_macs, x1)
-    models = {"dense": dense, "group_fisher": gf, f"l1_filter (sparsity {l1_s:.3f})": l1,
-              f"Torch-Pruning L1 (ratio {tp_r:.3f})": tp_model}
-    before = {k: agreement(m, x_test, ref_test) for k, m in models.items()}
-    for name, model in models.items():
-        if name != "dense":
-            finetune(model, data, args.finetune_steps)
-    after = {k: agreement(m, x_test, ref_test) for k, m in models.items()}
-    lat = interleaved_latency({k: (lambda m=m: m(x1)) for k, m in models.items()}, repeats=args.repeats, warmup=3,
-                              threads=args.threads)
-    rows = []
-    for name, model in models.items():
-        macs = count_macs(model, x1)
-        rows.append([name, f"{count_parameters(model) / 1e6:.2f}", f"{macs / 1e6:.0f}", f"{macs / dense_macs:.3f}",
-                     f"{before[name][0]:.3f}", f"{before[name][2]:.3f}", f"{after[name][0]:.3f}",
-                     f"{after[name][1]:.3f}", f"{after[name][2]:.3f}",
-                     f"{lat[name]:.1f}", f"{lat['dense'] / lat[name]:.2f}x"])
-    print(f"\nMobileNetV2 (ImageNet weights), {len(x_test)} held-out photo crops; "
-          f"fine-tune {args.finetune_steps} steps "
-          f"x batch {args.batch}")
-    print_table(["model", "params M", "MMACs", "MACs ratio", "top-1 pruned", "cos pruned", "top-1 tuned",
-                 "top-5 tuned", "cos tuned", "latency ms", "speedup"], rows)
+    data = batches(x_train, logits_train.argmax(1), args.batch)
+    kd_data = batches(x_train, logits_train, args.batch)
+    for target in (float(t) for t in args.targets.split(",")):
+        run_target(dense, target, data, kd_data, x_test, ref_test, args)
     print(f"total {time.perf_counter() - start:.0f} s")
 
 
