@@ -210,13 +210,14 @@ def live_bytes(args) -> None:
 
     model = build(args.shape, args.device, args.seed, args.layers, torch.bfloat16)
     calib, _ = tokens(args.shape, args.samples, args.seq_len, args.seed)
-    existing = memory_trace.tensors_of(model)
-    model_bytes = sum(t.numel() * t.element_size() for t in existing)
+    model_bytes = sum(t.numel() * t.element_size() for t in memory_trace.tensors_of(model))
     cuda = args.device == "cuda"
     internal = {} if cuda else memory_trace.CUDA_INTERNAL  # on a GPU its allocator sees them itself
     _peak_reset(args.device)
     start = time.perf_counter()
-    with (memory_trace.cuda_paths() if not cuda else _nothing()), memory_trace.LiveBytes(existing, internal) as live:
+    # the parameters are handed over in a temporary list: a reference kept here would keep every replaced weight alive
+    with (memory_trace.cuda_paths() if not cuda else _nothing()), \
+            memory_trace.LiveBytes(memory_trace.tensors_of(model), internal) as live:
         quantize_model_gptq(model, calib, bits=4, group_size=128, sym=True, act_order=True, damp=0.01,
                             block_size=128, exclude=("lm_head",), batch_size=1, clip_search=False)
         left = live.live_bytes()

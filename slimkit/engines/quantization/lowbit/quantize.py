@@ -145,6 +145,9 @@ class _GPTQ(HessianCollector):
                 self.specs[n] = _swap(model, n, q[row : row + rows], s[row : row + rows], z[row : row + rows],
                                       self.bits, self.group_size)
                 row += rows
+            # packed now: the codes, and the replaced layer the loop variable holds, would otherwise stay alive
+            # through the next group's GPTQ
+            del q, s, z, m, modules
         self.hessians.clear()
 
     def _take(self, group: list[str]) -> torch.Tensor:
