@@ -44,7 +44,9 @@ class PerTokenInt8Linear(Int8Linear):
             return torch.ops.quantized.linear_dynamic(x, packed, reduce_range=self.reduce_range).to(dtype)
         # two reductions cost less than abs() + amax or aminmax (measured on [4096, 1536]: 4.4 vs 9.9 / 24 ms)
         scale = torch.maximum(x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True).neg_()).clamp_min_(_TINY)
-        y = torch.ops.quantized.linear_dynamic(x * scale.reciprocal(), packed, reduce_range=self.reduce_range)
+        # a division (not a multiply by 1 / scale) leaves each row's extreme at exactly +-1: fbgemm's range of the
+        # call is then exactly [-1, 1] (SmolLM2-135M perplexity 16.61; the reciprocal's rounding gave 16.79)
+        y = torch.ops.quantized.linear_dynamic(x / scale, packed, reduce_range=self.reduce_range)
         if self.float_bias is None:
             return y.mul_(scale).to(dtype)
         return torch.addcmul(self.float_bias, y.sub_(self.float_bias), scale, out=y).to(dtype)
