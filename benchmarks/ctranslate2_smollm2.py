@@ -1,6 +1,12 @@
-"""SmolLM2-135M: c_generate (CTranslate2 int8) vs slimkit rtn 4-bit vs fp32, and kvpress memory/quality at 0.25/0.5.
+"""SmolLM2-135M: c_generate (CTranslate2 int8) vs slimkit rtn 4-bit vs llama.cpp vs fp32, and kvpress at 0.25/0.5.
 
     .venv/bin/python benchmarks/ctranslate2_smollm2.py [--threads 2] [--new-tokens 64] [--repeats 3]
+        [--skip-llamacpp] [--skip-kvpress]
+
+llama.cpp: slimkit's ``llama_cpp`` compiler writing the GGUF, llama.cpp's quantizer making Q4_K_M from it
+(``quantization_method="q4_k_m"``; matrices whose rows are not a multiple of 256 get llama.cpp's fallback type,
+listed) and slimkit's own writer making every matrix Q8_0 (``dtype="q8_0"``); run by llama-cpp-python with the
+same thread count (needs the ``llamacpp`` extra, ``make test-llamacpp`` builds it).
 
 Generation: greedy, a 32-token PyDocText prompt continued by ``--new-tokens`` tokens (forced, no early stop), median
 of ``--repeats`` runs, interleaved; tokens/s counts the new tokens over the whole ``generate`` call (prompt included).
@@ -90,6 +96,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-llamacpp", action="store_true", help="leave out the two llama.cpp rows")
+    parser.add_argument("--skip-kvpress", action="store_true", help="generation table only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -97,12 +105,19 @@ def main() -> None:
     base, tok = loaded.model.eval(), loaded.tokenizer
     test_ids = pydoc_text_blocks(tok, 8, 256, split="test")
     models, seconds = {"fp32 (transformers)": base}, {"fp32 (transformers)": 0.0}
-    for name, config in (("slimkit rtn 4-bit g64", {"rtn": {"bits": 4, "group_size": 64}}),
-                         ("c_generate (CTranslate2 int8)", {"c_generate": {"weight_bits": 8}})):
+    llama = {"n_threads": args.threads, "n_ctx": 512}
+    arms = [("slimkit rtn 4-bit g64", {"rtn": {"bits": 4, "group_size": 64}}),
+            ("c_generate (CTranslate2 int8)", {"c_generate": {"weight_bits": 8}})]
+    if not args.skip_llamacpp:
+        arms += [("llama.cpp Q4_K_M (llama_cpp, q4_k_m)", {"llama_cpp": {**llama, "quantization_method": "q4_k_m"}}),
+                 ("llama.cpp Q8_0 (llama_cpp, dtype q8_0)", {"llama_cpp": {**llama, "dtype": "q8_0"}})]
+    for name, config in arms:
         start = time.perf_counter()
         models[name] = smashed(base, tok, config)
         seconds[name] = time.perf_counter() - start
-        print(f"{name}: smashed in {seconds[name]:.1f} s", flush=True)
+        types = models[name].applied[-1]["state"].get("tensor_types")
+        print(f"{name}: smashed in {seconds[name]:.1f} s" + (f"; GGUF tensor types {types}" if types else ""),
+              flush=True)
     speed = tokens_per_second(models, test_ids[:1, :32], args.new_tokens, args.repeats)
     rows, fp32 = [], None
     for name, model in models.items():
@@ -116,6 +131,8 @@ def main() -> None:
     print(f"greedy, 32-token prompt + {args.new_tokens} new tokens, median of {args.repeats}; perplexity: PyDocText "
           "test, 8 x 256 tokens")
     print_table(["model", "perplexity", "vs fp32", "tokens/s", "vs fp32", "saved MB", "smash s"], rows)
+    if args.skip_kvpress:
+        return
 
     blocks = pydoc_text_blocks(tok, 4, 512, split="test")
     plain_bytes, plain_ppl = pressed_quality(base, None, blocks, 384)

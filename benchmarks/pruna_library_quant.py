@@ -4,7 +4,8 @@
         [--skip-smollm2] [--skip-vit] [--kquants]
 
 MiniLM-L6 (the zoo's padded sentence batch): fp32; ``torchao`` int8dq / int8wo / int4wo (group 128); ``quanto``
-qint8 / qint4 weights; slimkit ``int8_dynamic`` (fbgemm, per channel) and ``rtn`` 4-bit (group 128, packed).
+qint8 / qint4 weights; slimkit ``int8_dynamic`` (fbgemm, per-channel weights; activations per token, and per tensor
+as torch.ao's own) and ``rtn`` 4-bit (group 128, packed).
 Median latency (the arms timed round-robin), speed-up vs fp32 and embedding cosine vs fp32 (mean / min).
 SmolLM2-135M (one 256-token sequence per forward): the same arms with group 64 for the 4-bit ones (the 576-wide
 rows take no group of 128) and perplexity on PyDocText's test split (4 x 256 tokens). ViT-Base/16 from a
@@ -48,7 +49,8 @@ ARMS: dict[str, tuple[str, dict]] = {
     "torchao int4wo": ("torchao", {"quant_type": "int4wo", "group_size": "{group}"}),
     "quanto qint8": ("quanto", {"weight_bits": "qint8"}),
     "quanto qint4": ("quanto", {"weight_bits": "qint4"}),
-    "slimkit int8_dynamic": ("int8_dynamic", {}),
+    "slimkit int8_dynamic": ("int8_dynamic", {}),  # per-token activation scales (the default)
+    "slimkit int8_dynamic per-tensor": ("int8_dynamic", {"activation_scales": "per_tensor"}),  # torch.ao's
     "slimkit rtn 4-bit": ("rtn", {"bits": 4, "group_size": "{group}"}),
 }
 
