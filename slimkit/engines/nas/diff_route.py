@@ -23,6 +23,13 @@ from slimkit.engines.nas.mutables import BaseMutable
 from slimkit.errors import ConfigError
 
 
+def _sum(outs: list[torch.Tensor]) -> torch.Tensor:
+    total = outs[0]
+    for out in outs[1:]:
+        total = total + out
+    return total
+
+
 class ChosenEdges(nn.Module):
     """The exported node: ``sum(edge(inputs[index]))`` over the kept edges (``index``: each one's input position)."""
 
@@ -33,8 +40,7 @@ class ChosenEdges(nn.Module):
 
     def forward(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         """The sum of the kept edges applied to their inputs."""
-        outs = [edge(inputs[i]) for i, edge in zip(self.index, self.edges.values(), strict=True)]
-        return outs[0] if len(outs) == 1 else torch.stack(outs).sum(0)
+        return _sum([edge(inputs[i]) for i, edge in zip(self.index, self.edges.values(), strict=True)])
 
     def extra_repr(self) -> str:
         """Which inputs the kept edges read."""
@@ -87,7 +93,8 @@ class DiffChoiceRoute(ArchLogits, BaseMutable):
             raise ConfigError(f"DiffChoiceRoute has {len(self._edge_names)} edges {self._edge_names} and needs as "
                               f"many inputs (a list, one per edge), got {got}.")
         if self.fixed:
-            return self.export()(inputs)
+            kept = self.current_choice
+            return _sum([self.edges[n](x) for n, x in zip(self._edge_names, inputs, strict=True) if n in kept])
         weights = self.weights() if self.with_arch_param else None
         total = None
         for i, (name, x) in enumerate(zip(self._edge_names, inputs, strict=True)):
