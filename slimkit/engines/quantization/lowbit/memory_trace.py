@@ -89,9 +89,9 @@ class LiveBytes(TorchDispatchMode):
             self.current -= self._live.pop(key)[1]
 
     def _update_peak(self, extra: int, where: str) -> None:
+        """Take ``current + extra`` as the peak if it is one (``current`` must be swept: exact)."""
         if self.current + extra <= self.peak.bytes and self.peak.by_line:
             return
-        self._sweep()
         by_line: dict[str, int] = {}
         for _, size, line in self._live.values():
             by_line[line] = by_line.get(line, 0) + size
@@ -115,6 +115,7 @@ class LiveBytes(TorchDispatchMode):
                     where = _caller()
                 grew = self._track(t, where) or grew
         if inside is not None:
+            self._sweep()  # what was freed since the last allocation must not count here
             self._update_peak(inside(args), where or _caller())
         elif grew:
             self._update_peak(0, where)
