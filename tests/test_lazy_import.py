@@ -28,8 +28,12 @@ _IMPORT_PROBE = """
 import slimkit
 from slimkit.cli import build_parser
 help_text = build_parser().format_help()
-print(json.dumps({"torch": loaded(["torch"]), "heavy": loaded(HEAVY), "help": "algorithms" in help_text,
-                  "slimkit": sorted(m for m in sys.modules if m.startswith("slimkit"))}))
+seen = {"torch": loaded(["torch"]), "heavy": loaded(HEAVY), "help": "algorithms" in help_text,
+        "slimkit": sorted(m for m in sys.modules if m.startswith("slimkit"))}
+from slimkit import zoo
+seen["zoo"] = zoo.names()
+seen["torch_after_zoo_names"] = loaded(["torch"])
+print(json.dumps(seen))
 """
 
 _REGISTRY_PROBE = """
@@ -61,6 +65,7 @@ def test_import_slimkit_and_the_cli_parser_load_no_torch_and_no_optional_library
     assert set(seen["slimkit"]) == {"slimkit", "slimkit.cli", "slimkit.core", "slimkit.core.groups",
                                     "slimkit.core.lazy", "slimkit.errors", "slimkit.zoo"}
     assert seen["help"] is True
+    assert "minilm" in seen["zoo"] and seen["torch_after_zoo_names"] == [], "`slimkit zoo` lists names without torch"
 
 
 @pytest.mark.slow  # a fresh interpreter importing torch and every algorithm: ~3 s on an idle 2-core host

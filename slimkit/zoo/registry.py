@@ -12,11 +12,12 @@ import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from slimkit.errors import ConfigError, closest
+
+if TYPE_CHECKING:  # annotations only: `slimkit zoo` lists the names without importing torch
+    import torch
 
 # name -> module (file) inside slimkit.zoo
 _ENTRIES: dict[str, str] = {
