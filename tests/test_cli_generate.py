@@ -27,7 +27,7 @@ def _metric(out: str, label: str) -> list[str]:
     return [cell.strip() for cell in re.split(r"[│|]", line) if cell.strip()]
 
 
-@pytest.mark.slow  # ~45 s on the loaded 2-core host: two Whisper generates per timing, a save and a reload
+@pytest.mark.slow  # 1 s warm at load ~3, 2.7 s cold, ~45 s at load 15: HF Whisper generates, a save, a reload
 def test_c_whisper_runs_from_the_shell_timing_generate(tmp_path, capsys):
     out_dir = tmp_path / "whisper"
     code = main(["smash", "--model", "tests.test_cli_generate:tiny_whisper_with_tokenizer", "--algorithm",
