@@ -171,11 +171,6 @@ def choose_path(saturation_safe: bool | None = None) -> str:
     return SATURATION_SAFE if forced or not full_range_is_exact() else FULL_RANGE
 
 
-def set_module(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
-    """Replace submodule ``name`` (dotted path) of ``model`` by ``module`` (``nn.Module.set_submodule``)."""
-    model.set_submodule(name, module)
-
-
 def quantize_layers(model: torch.nn.Module, names: Iterable[str], reduce_range: bool,
                     saturation_safe: bool = False, requantize_on_load: bool = False) -> torch.nn.Module:
     """Swap the named dense layers (Linear, subclasses, Conv1D) of ``model`` for :class:`Int8Linear`, in place."""

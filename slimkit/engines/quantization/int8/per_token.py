@@ -38,7 +38,8 @@ class PerTokenInt8Linear(Int8Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Scale each token to [-1, 1], run fbgemm's int8 GEMM, scale each output row back; ``x``'s dtype."""
-        dtype, x = x.dtype, x.float()
+        # fbgemm's int8 GEMM has no gradient (as torch.ao's dynamic Linear): the input's graph is not followed
+        dtype, x = x.dtype, x.detach().float()
         packed = self._packed_params._packed_params
         if x.numel() == x.shape[-1]:  # one token (decoding): fbgemm's scale of the call is already its own
             return torch.ops.quantized.linear_dynamic(x, packed, reduce_range=self.reduce_range).to(dtype)
