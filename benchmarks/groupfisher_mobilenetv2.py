@@ -18,6 +18,9 @@ photos (and the mean cosine of the logits to the dense logits): the ImageNet-sam
 batch 1 and batch 8, 224x224, every model timed round-robin (alternating order) on ``--threads``; "speedup" is the
 median over rounds of dense time / model time in the same round (load hits both alike). Each pruned model is
 checked to be smaller and faster; a line says so when it is not, with its conv widths that are not a multiple of 8.
+``--channels-last`` times every model (dense included) on channels_last weights and inputs: in the default NCHW
+layout oneDNN reorders each conv's activations to 16-channel blocks and back, which pruned widths that are not a
+multiple of 16 do not make cheaper (see the issue-36 note in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -148,8 +151,13 @@ def finetune(model: nn.Module, data: list, steps: int, lr: float) -> nn.Module:
     return model.eval()
 
 
-def paired_latency(models: dict[str, nn.Module], x: torch.Tensor, repeats: int, threads: int) -> dict:
-    """{name: (median ms, median of the per-round dense/model time ratios)}; rounds interleave every model."""
+def paired_latency(models: dict[str, nn.Module], x: torch.Tensor, repeats: int, threads: int,
+                   channels_last: bool = False) -> dict:
+    """{name: (median ms, median of the per-round dense/model time ratios)}; rounds interleave every model.
+    With ``channels_last`` every model runs on channels_last copies of its weights and of ``x``."""
+    if channels_last:
+        models = {k: copy.deepcopy(m).to(memory_format=torch.channels_last) for k, m in models.items()}
+        x = x.contiguous(memory_format=torch.channels_last)
     samples = interleaved_samples({k: (lambda m=m: m(x)) for k, m in models.items()}, repeats=repeats, warmup=3,
                                   threads=threads)
     dense = samples["dense"]
@@ -182,8 +190,8 @@ def run_target(dense: nn.Module, target: float, data: list, kd_data: list, x_tes
             finetune(model, kd_data, args.finetune_steps, args.lr)
             print(f"[{target}] fine-tuned {name}: {time.perf_counter() - t:.0f} s", flush=True)
     after = {k: agreement(m, x_test, ref_test) for k, m in models.items()}
-    lat1 = paired_latency(models, x1, args.repeats, args.threads)
-    lat8 = paired_latency(models, data[0][0][:8], max(args.repeats // 3, 5), args.threads)
+    lat1 = paired_latency(models, x1, args.repeats, args.threads, args.channels_last)
+    lat8 = paired_latency(models, data[0][0][:8], max(args.repeats // 3, 5), args.threads, args.channels_last)
     rows, notes = [], []
     dense_params = count_parameters(dense)
     for name, model in models.items():
@@ -219,6 +227,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--channels-last", action="store_true",
+                        help="time every model on channels_last weights and inputs (default: NCHW)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
