@@ -121,24 +121,26 @@ PUBLIC = {
                            "measure_latency_pair", "peak_bytes", "peak_memory",
                            "perplexity", "plot_comparison", "set_threads", "size_on_disk", "training_peak_memory"],
     "slimkit.razor": [
-        "AutoSlim", "Autoformer", "AutoformerBackbone", "BaseAlgorithm", "BigNAS", "ChannelMutator", "ConfigDict",
+        "AttentiveMobileNetV3", "AutoSlim", "Autoformer", "AutoformerBackbone", "BaseAlgorithm", "BigNAS",
+        "ChannelMutator", "ConfigDict",
         "DAFLDataFreeDistillation", "DCFF", "DCFFChannelMutator", "DMCP", "DMCPChannelMutator", "DSNAS", "Darts",
         "DartsBackbone", "DataFreeDistillation", "DynamicBatchNorm2d", "DynamicConv2d", "DynamicLinear",
         "EvolutionSearchLoop",
         "FpnTeacherDistill", "GroupFisherAlgorithm", "GroupFisherChannelMutator", "ImgDataPreprocessor",
         "ItePruneAlgorithm", "MBBlock", "MMArchitectureQuant", "MODES", "MutableChannels", "MutableSequential",
         "NasMutator", "OneShotChannelMutator", "OneShotMutableOP", "OverhaulFeatureDistillation", "SPOS",
-        "SearchResult", "SearchableCNN", "SearchableMobileNetV2", "SearchableShuffleNetV2", "SelfDistill",
+        "SearchResult", "SearchableCNN", "SearchableImageClassifier", "SearchableMobileNetV2",
+        "SearchableShuffleNetV2", "SelfDistill",
         "ShuffleBlock", "ShuffleXception", "SingleTeacherDistill", "SkippedBase", "SlimmableChannelMutator",
         "SlimmableNetwork", "batch_loss", "build", "build_module", "calibrate_bn", "export_subnet", "load_config",
         "load_subnet", "merge_configs", "read_subnet", "register_module", "save_subnet", "separate_optimizers",
         "skipped_bases", "sub_model", "task_loss", "write_subnet", "zoo_model"
     ],
     "slimkit.faces.mmrazor.nas": [
-        "AutoSlim", "Autoformer", "AutoformerBackbone", "BigNAS", "DSNAS", "Darts", "DartsBackbone", "MBBlock",
-        "SPOS",
-        "SearchableCNN", "SearchableIdentity", "SearchableMobileNetV2", "SearchableShuffleNetV2", "ShuffleBlock",
-        "ShuffleXception", "sub_model"
+        "AttentiveMobileNetV3", "AutoSlim", "Autoformer", "AutoformerBackbone", "BigNAS", "DSNAS", "Darts",
+        "DartsBackbone", "DynamicLinearClsHead", "GlobalAveragePooling", "LabelSmoothLoss", "MBBlock", "MutableValue",
+        "SPOS", "SearchableCNN", "SearchableIdentity", "SearchableImageClassifier", "SearchableMobileNetV2",
+        "SearchableShuffleNetV2", "ShuffleBlock", "ShuffleXception", "SqueezeMeanPoolingWithDropout", "sub_model"
     ],
     "slimkit.serve": ["Generator", "ModelRunner", "RequestError", "ServeMetrics", "ServedModel", "build_app", "serve"],
     "slimkit.training.distill": [

@@ -36,6 +36,7 @@ from slimkit.faces.mmrazor.distill_variants import FpnTeacherDistill, OverhaulFe
 from slimkit.faces.mmrazor.nas import (
     DSNAS,
     SPOS,
+    AttentiveMobileNetV3,
     Autoformer,
     AutoformerBackbone,
     AutoSlim,
@@ -44,6 +45,7 @@ from slimkit.faces.mmrazor.nas import (
     DartsBackbone,
     MBBlock,
     SearchableCNN,
+    SearchableImageClassifier,
     SearchableMobileNetV2,
     SearchableShuffleNetV2,
     ShuffleBlock,
@@ -68,6 +70,7 @@ from slimkit.faces.mmrazor.quantization import MMArchitectureQuant
 from slimkit.faces.mmrazor.self_distill import SelfDistill
 
 __all__ = [
+    "AttentiveMobileNetV3",
     "AutoSlim",
     "Autoformer",
     "AutoformerBackbone",
@@ -105,6 +108,7 @@ __all__ = [
     "SPOS",
     "SearchResult",
     "SearchableCNN",
+    "SearchableImageClassifier",
     "SearchableMobileNetV2",
     "SearchableShuffleNetV2",
     "SelfDistill",

@@ -1,7 +1,8 @@
 """NAS in MMRazor's terms: ``SPOS``, ``AutoSlim``, ``BigNAS``, ``Darts``, ``DSNAS``, search spaces, ``sub_model``.
 
-The search spaces: ``SearchableCNN`` and MMRazor's ShuffleNetV2, MobileNetV2 and DARTS cells (``DartsBackbone``),
-buildable from its configs.
+The search spaces: ``SearchableCNN`` and MMRazor's ShuffleNetV2, MobileNetV2, DARTS cells (``DartsBackbone``) and
+BigNAS / once-for-all MobileNetV3 (``AttentiveMobileNetV3`` in a ``SearchableImageClassifier``), buildable from
+its configs.
 
 The engines (mutables, dynamic layers, the mutator, evolution search, subnet export) live in
 :mod:`slimkit.engines.nas`, where smash algorithms use them too; :mod:`slimkit.faces.mmrazor` re-exports them.
@@ -13,13 +14,22 @@ The engines (mutables, dynamic layers, the mutator, evolution search, subnet exp
 >>> small = save_subnet(spos, "subnet/")                           # plain nn.Module; load_subnet("subnet/")
 """
 
+from slimkit.faces.mmrazor.nas.attentive_mobilenet import AttentiveMobileNetV3
 from slimkit.faces.mmrazor.nas.autoformer import Autoformer
 from slimkit.faces.mmrazor.nas.autoformer_space import AutoformerBackbone
 from slimkit.faces.mmrazor.nas.autoslim import AutoSlim
 from slimkit.faces.mmrazor.nas.bignas import BigNAS
+from slimkit.faces.mmrazor.nas.classifier import (
+    DynamicLinearClsHead,
+    GlobalAveragePooling,
+    LabelSmoothLoss,
+    SearchableImageClassifier,
+    SqueezeMeanPoolingWithDropout,
+)
 from slimkit.faces.mmrazor.nas.darts import Darts
 from slimkit.faces.mmrazor.nas.darts_space import DartsBackbone
 from slimkit.faces.mmrazor.nas.dsnas import DSNAS
+from slimkit.faces.mmrazor.nas.elastic_ops import MutableValue
 from slimkit.faces.mmrazor.nas.mobilenet import MBBlock, SearchableIdentity, SearchableMobileNetV2
 from slimkit.faces.mmrazor.nas.searchable_cnn import SearchableCNN
 from slimkit.faces.mmrazor.nas.shufflenet import SearchableShuffleNetV2, ShuffleBlock, ShuffleXception
@@ -27,6 +37,7 @@ from slimkit.faces.mmrazor.nas.spos import SPOS
 from slimkit.faces.mmrazor.nas.sub_model import sub_model
 
 __all__ = [
+    "AttentiveMobileNetV3",
     "AutoSlim",
     "Autoformer",
     "AutoformerBackbone",
@@ -34,13 +45,19 @@ __all__ = [
     "DSNAS",
     "Darts",
     "DartsBackbone",
+    "DynamicLinearClsHead",
+    "GlobalAveragePooling",
+    "LabelSmoothLoss",
     "MBBlock",
+    "MutableValue",
     "SPOS",
     "SearchableCNN",
     "SearchableIdentity",
+    "SearchableImageClassifier",
     "SearchableMobileNetV2",
     "SearchableShuffleNetV2",
     "ShuffleBlock",
     "ShuffleXception",
+    "SqueezeMeanPoolingWithDropout",
     "sub_model",
 ]

@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import nn
 
+from slimkit.engines.nas.export import export_subnet
 from slimkit.engines.nas.mutator import NasMutator
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
@@ -30,6 +31,7 @@ class BigNAS(SandwichNAS):
     (e.g. ``MBBlock``) while the largest subnet trains -- 0 for the smaller ones, as in BigNAS, where only the
     largest child is regularised. ``backbone_dropout_stages``: which stages get it (1-based, the supernet's
     ``layer<i>`` modules wherever they sit); blocks outside ``layer<i>`` modules are not dropped when it is set.
+    ``mutators``: the same as ``mutator`` (MMRazor's once-for-all config spells it so).
     """
 
     def __init__(self, architecture: nn.Module | Mapping[str, Any],
@@ -37,7 +39,11 @@ class BigNAS(SandwichNAS):
                  distiller: ConfigurableDistiller | Mapping[str, Any] | None = None,
                  data_preprocessor: Any = None, num_random_samples: int = 2, drop_path_rate: float = 0.2,
                  backbone_dropout_stages: Sequence[int] = (6, 7), norm_training: bool = False,
-                 init_cfg: Mapping[str, Any] | None = None) -> None:
+                 init_cfg: Mapping[str, Any] | None = None,
+                 mutators: NasMutator | Mapping[str, Any] | None = None) -> None:
+        if mutator is not None and mutators is not None:
+            raise ConfigError("BigNAS: give mutator or mutators (the same thing), not both.")
+        mutator = mutators if mutator is None else mutator
         if isinstance(drop_path_rate, bool) or not isinstance(drop_path_rate, (int, float)) or not (
                 0 <= drop_path_rate < 1):
             raise ConfigError(f"BigNAS: drop_path_rate must be a number in [0, 1), got {drop_path_rate!r}.")
@@ -52,6 +58,10 @@ class BigNAS(SandwichNAS):
         stages = {f"layer{int(i)}" for i in (backbone_dropout_stages or ())}
         self.drop_blocks = [m for name, m in self.architecture.named_modules() if hasattr(m, "drop_path_rate")
                             and (not stages or stages.intersection(name.split(".")))]
+
+    def export(self, subnet: Mapping[str, Any] | None = None) -> nn.Module:
+        """The plain architecture of ``subnet`` (default: the active one): narrower layers, chosen kernels."""
+        return export_subnet(self.architecture, subnet)
 
     def before_subnet(self, kind: str) -> None:
         """Drop path on (``drop_path_rate``) for the largest subnet, off for the others."""

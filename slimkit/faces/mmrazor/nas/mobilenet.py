@@ -11,6 +11,7 @@ from torch import nn
 from slimkit.core.registry import build_component
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
+from slimkit.faces.mmrazor.nas.staged import StagedBackbone
 from slimkit.training.layers import check_conv_cfg, conv_module
 
 _BN, _RELU, _RELU6 = {"type": "BN"}, {"type": "ReLU"}, {"type": "ReLU6"}
@@ -78,7 +79,7 @@ class MBBlock(nn.Module):
 
 
 @register_module()
-class SearchableMobileNetV2(nn.Module):
+class SearchableMobileNetV2(StagedBackbone):
     """The SPOS MobileNetV2 supernet backbone (MMRazor's ``SearchableMobileNetV2``).
 
     A 3x3 stride-2 stem of ``first_channels``, stages ``layer1..layerN`` from ``arch_setting`` rows
@@ -117,30 +118,10 @@ class SearchableMobileNetV2(nn.Module):
         self.layer_names.append("conv2")
         self._freeze()
 
-    def _freeze(self) -> None:
-        frozen = ([self.conv1] if self.frozen_stages >= 0 else []) + [
-            getattr(self, f"layer{i}") for i in range(1, self.frozen_stages + 1)]
-        for module in frozen:
-            module.eval()
-            for p in module.parameters():
-                p.requires_grad_(False)
+    def stem(self) -> nn.Module:
+        """The 3x3 stride-2 ``conv1``."""
+        return self.conv1
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The outputs of the layers in ``out_indices``."""
-        x = self.conv1(x)
-        outs = []
-        for i, name in enumerate(self.layer_names):
-            x = getattr(self, name)(x)
-            if i in self.out_indices:
-                outs.append(x)
-        return tuple(outs)
-
-    def train(self, mode: bool = True) -> SearchableMobileNetV2:
-        """Train mode, keeping frozen stages (and, with ``norm_eval``, batch norms) in eval mode."""
-        super().train(mode)
-        self._freeze()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                    m.eval()
-        return self
+    def stages(self) -> list[nn.Module]:
+        """``layer1..layerN``, then ``conv2``."""
+        return [getattr(self, name) for name in self.layer_names]

@@ -17,6 +17,7 @@ from torch import nn
 from slimkit.core.registry import build_component
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
+from slimkit.faces.mmrazor.nas.staged import StagedBackbone
 from slimkit.training.layers import check_conv_cfg, conv_module
 
 _BN, _RELU = {"type": "BN"}, {"type": "ReLU"}
@@ -96,7 +97,7 @@ class ShuffleXception(_ShuffleUnit):
 
 
 @register_module()
-class SearchableShuffleNetV2(nn.Module):
+class SearchableShuffleNetV2(StagedBackbone):
     """The SPOS ShuffleNetV2 supernet backbone (MMRazor's ``SearchableShuffleNetV2``).
 
     A 3x3 stride-2 stem of ``16 * stem_multiplier`` channels, the ``arch_setting`` stages (widths scaled by
@@ -134,29 +135,10 @@ class SearchableShuffleNetV2(nn.Module):
             self.layers.append(conv_module(channels, 1024, 1, norm_cfg=norm_cfg, act_cfg=act_cfg))
         self._freeze()
 
-    def _freeze(self) -> None:
-        for module in ([self.conv1] if self.frozen_stages >= 0 else []) + list(self.layers[: max(self.frozen_stages,
-                                                                                                   0)]):
-            module.eval()
-            for p in module.parameters():
-                p.requires_grad_(False)
+    def stem(self) -> nn.Module:
+        """The 3x3 stride-2 ``conv1``."""
+        return self.conv1
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The outputs of the layers in ``out_indices``."""
-        x = self.conv1(x)
-        outs = []
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i in self.out_indices:
-                outs.append(x)
-        return tuple(outs)
-
-    def train(self, mode: bool = True) -> SearchableShuffleNetV2:
-        """Train mode, keeping frozen stages (and, with ``norm_eval``, batch norms) in eval mode."""
-        super().train(mode)
-        self._freeze()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                    m.eval()
-        return self
+    def stages(self) -> list[nn.Module]:
+        """The stages, then the last 1x1 layer (``with_last_layer``)."""
+        return list(self.layers)

@@ -7,6 +7,7 @@ result is the exported plain module of that subnet (no mutables left), with the 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +21,8 @@ from slimkit.engines.nas.mutator import plain_choices, unwrap
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.pruning.deploy import mutator_structure, read_structure, shrink_to_structure
 from slimkit.faces.mmrazor.teacher import load_pretrained
+
+log = logging.getLogger(__name__)
 
 
 def _subnet(fix_subnet: Any) -> dict[str, Any]:
@@ -44,7 +47,9 @@ def sub_model(cfg: nn.Module | Mapping[str, Any] | None = None, fix_subnet: Any 
 
     The supernet is ``architecture`` when it is a module (what ``build(cfg.model, architecture=...)`` passes),
     else ``cfg`` (a module or a buildable config). ``fix_subnet``: a .yaml/.json file (``{name: {chosen: ...}}``)
-    or a dict. Subnet keys are matched to the supernet's mutables as ``prefix + key`` after removing
+    or a dict; entries naming no mutable of the supernet are ignored with a logged warning (as MMRazor, which looks
+    each mutable up in the file: every mutable must still have its entry).
+    Subnet keys are matched to the supernet's mutables as ``prefix + key`` after removing
     ``extra_prefix`` from the key (keys without it are skipped), as MMRazor does. ``mode="mutable"`` only.
     ``init_cfg=dict(type='Pretrained', checkpoint=<.safetensors>, prefix=...)`` loads weights into the subnet
     afterwards; other checkpoints (URLs, ``.pth``) are not read, and the subnet keeps the supernet's weights
@@ -77,7 +82,13 @@ def sub_model(cfg: nn.Module | Mapping[str, Any] | None = None, fix_subnet: Any 
         return model
     supernet = unwrap(build_module(source, "architecture"))
     choices = {prefix + k[len(extra_prefix):]: v for k, v in _subnet(fix_subnet).items() if k.startswith(extra_prefix)}
-    NasMutator(supernet).set_choices(choices)
+    mutator = NasMutator(supernet)
+    known = set(mutator.mutables) | {getattr(m, "alias", None) for m in mutator.mutables.values()}
+    ignored = sorted(set(choices) - known)
+    if ignored:  # as MMRazor: the supernet's mutables are looked up in the file; every one must still be there
+        log.warning("sub_model: %d subnet entries name no mutable of this supernet and are ignored: %s",
+                    len(ignored), ", ".join(ignored))
+    mutator.set_choices({k: v for k, v in choices.items() if k not in ignored})
     model = export_subnet(supernet)
     if init_cfg:
         load_pretrained(model, init_cfg)
