@@ -48,11 +48,39 @@ def parse_values(rows: Any, key: str) -> list[list[int]]:
 
 
 def _scoped(cfg: Mapping[str, Any] | None, what: str, allowed: Sequence[str | None]) -> str | None:
-    kind = None if cfg is None else str(cfg.get("type", "")).split(".")[-1]
+    kind = None if cfg is None else str(cfg.get("type", "")).split(".")[-1] if isinstance(cfg, Mapping) else "?"
     if kind not in allowed:
         raise ConfigError(f"AttentiveMobileNetV3 {what}={cfg!r} is not supported; types: "
                           f"{', '.join(a for a in allowed if a)}.")
     return kind
+
+
+def _ints(value: Any, allowed: Sequence[int] | None = None) -> bool:
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(v, int) and not isinstance(v, bool) and (allowed is None or v in allowed) for v in value)
+
+
+def _check_args(widen_factor: Any, out_indices: Any, frozen_stages: Any, norm_cfg: Any, act_cfg_list: Any,
+                stride_list: Any, with_se_list: Any, in_channels: Any) -> None:
+    """ConfigError naming the first argument of the wrong type or range."""
+    momentum = norm_cfg.get("momentum", 0.1) if isinstance(norm_cfg, Mapping) else 0.1
+    checks = [
+        ("widen_factor", widen_factor, isinstance(widen_factor, (int, float)) and not isinstance(widen_factor, bool)
+         and widen_factor > 0, "a positive number"),
+        ("out_indices", out_indices, _ints(out_indices), "a list of stage indices"),
+        ("frozen_stages", frozen_stages, _ints([frozen_stages]), "an int (-1: none)"),
+        ("norm_cfg", norm_cfg, norm_cfg is None or isinstance(norm_cfg, Mapping), "dict(type='DynamicBatchNorm2d')"),
+        ("norm_cfg momentum", momentum, isinstance(momentum, (int, float)) and not isinstance(momentum, bool)
+         and 0 <= momentum <= 1, "a number in [0, 1]"),
+        ("act_cfg_list", act_cfg_list, act_cfg_list is None or (isinstance(act_cfg_list, (list, tuple)) and all(
+            isinstance(a, str) for a in act_cfg_list)), "a list of activation names such as 'HSwish'"),
+        ("stride_list", stride_list, stride_list is None or _ints(stride_list, (1, 2)), "a list of strides 1 or 2"),
+        ("with_se_list", with_se_list, with_se_list is None or (isinstance(with_se_list, (list, tuple)) and all(
+            isinstance(v, bool) for v in with_se_list)), "a list of booleans"),
+        ("in_channels", in_channels, _ints([in_channels]) and in_channels > 0, "a positive int")]
+    for name, value, ok, want in checks:
+        if not ok:
+            raise ConfigError(f"AttentiveMobileNetV3 {name} must be {want}, got {value!r}.")
 
 
 class ElasticStage(MutableSequential):
@@ -93,6 +121,8 @@ class AttentiveMobileNetV3(StagedBackbone):
         if init_cfg is not None:
             raise ConfigError("AttentiveMobileNetV3 init_cfg is not read; load weights with the algorithm's "
                               "init_cfg=dict(type='Pretrained', checkpoint=<.safetensors>).")
+        _check_args(widen_factor, out_indices, frozen_stages, norm_cfg, act_cfg_list, stride_list, with_se_list,
+                    in_channels)
         kernels, depths, ratios, widths = (parse_values(arch_setting[k], k) for k in _KEYS)
         widths = [sorted({make_divisible(c * widen_factor, 8) for c in row}) for row in widths]
         n = len(kernels)

@@ -76,7 +76,13 @@ class LabelSmoothLoss(nn.Module):
     def __init__(self, label_smooth_val: float, num_classes: int | None = None, use_sigmoid: bool | None = None,
                  mode: str = "original", reduction: str = "mean", loss_weight: float = 1.0) -> None:
         super().__init__()
-        if not isinstance(label_smooth_val, (int, float)) or not 0 <= label_smooth_val < 1:
+        if isinstance(loss_weight, bool) or not isinstance(loss_weight, (int, float)) or (
+                num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                             or num_classes < 1)):
+            raise ConfigError(f"LabelSmoothLoss loss_weight must be a number and num_classes a positive int or None, "
+                              f"got {loss_weight!r} and {num_classes!r}.")
+        if isinstance(label_smooth_val, bool) or not isinstance(label_smooth_val, (int, float)) or not (
+                0 <= label_smooth_val < 1):
             raise ConfigError(f"LabelSmoothLoss label_smooth_val must be in [0, 1), got {label_smooth_val!r}.")
         if mode not in ("original", "classy_vision") or use_sigmoid:
             raise ConfigError(f"LabelSmoothLoss supports mode='original' or 'classy_vision' without use_sigmoid, got "
@@ -109,8 +115,9 @@ class DynamicLinearClsHead(nn.Module):
                  loss: Mapping[str, Any] | nn.Module | None = None, topk: int | Sequence[int] = (1,),
                  cal_acc: bool = False) -> None:
         super().__init__()
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ConfigError(f"DynamicLinearClsHead num_classes must be a positive int, got {num_classes!r}.")
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (num_classes, in_channels)):
+            raise ConfigError(f"DynamicLinearClsHead num_classes and in_channels must be positive ints, got "
+                              f"{num_classes!r} and {in_channels!r}.")
         self.num_classes, self.in_channels = num_classes, in_channels
         self.loss_module = build(loss) if isinstance(loss, Mapping) else loss or nn.CrossEntropyLoss()
         if not callable(self.loss_module):
@@ -169,6 +176,13 @@ class SearchableImageClassifier(nn.Module):
                               "load weights with the algorithm's init_cfg.")
         if isinstance(data_preprocessor, Mapping):
             data_preprocessor = build(data_preprocessor)
+        if data_preprocessor is not None and not callable(data_preprocessor):
+            raise ConfigError(f"SearchableImageClassifier data_preprocessor must be a config or a callable, got "
+                              f"{data_preprocessor!r}.")
+        if connect_head is not None and not (isinstance(connect_head, Mapping) and all(
+                isinstance(v, str) for v in connect_head.values())):
+            raise ConfigError(f"connect_head must be dict(<head method>='<component>.<attribute>'), got "
+                              f"{connect_head!r}.")
         self.data_preprocessor = data_preprocessor
         if input_resizer_cfg is not None and (not isinstance(input_resizer_cfg, Mapping)
                                               or "input_sizes" not in input_resizer_cfg):
