@@ -29,6 +29,7 @@ from slimkit.algorithms.pruning._selection import (
     effective_config_list,
     nothing_left,
     resolve_dummy_input,
+    round_to_hyperparameter,
     selection_hyperparameters,
 )
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
@@ -64,7 +65,7 @@ class FrameworkPruner(SlimkitPruner):
         """Selection, config_list, speedup, dims, then the pruner's own hyperparameters."""
         hps = selection_hyperparameters(self.default_sparsity, True if self.structured else None)
         if self.dimensional:
-            hps.append(dims_hyperparameter())
+            hps += [dims_hyperparameter(), round_to_hyperparameter()]
         if self.head_importance:
             hps.append(Boolean("heads", False, meta={
                 "desc": "Kept for older configs: True adds 'heads' to dims (whole attention heads, kv-head groups "
@@ -122,7 +123,7 @@ class FrameworkPruner(SlimkitPruner):
         if not pruner.get_modules_wrapper():
             raise nothing_left(name, config_list, dropped)
         if coupling is not None and isinstance(pruner, DependencyAwarePruner):
-            pruner.use_coupling(coupling, dims)
+            pruner.use_coupling(coupling, dims, int(smash_config["round_to"]) if self.dimensional else 1)
         try:
             self.run_pruner(pruner, model, smash_config)
         except (RuntimeError, TypeError, ValueError) as exc:

@@ -194,14 +194,15 @@ class ChannelCoupling:
 
     # --- masks --------------------------------------------------------------------------------------------------
     def reconcile(self, pruner: Pruner, *, lock: bool, balance: bool, min_layers: int = 1,
-                  dims: Dims | None = None) -> list[ChannelGroupPlan]:
+                  dims: Dims | None = None, round_to: int = 1) -> list[ChannelGroupPlan]:
         """Give every group of coupled wrapped layers one channel decision and install its masks.
 
         See :func:`slimkit.engines.pruning.reconcile.reconcile` (``dims``: which groups to cut, and at which
         ratio; embeddings and MoE experts feeding a ``"hidden"`` group are masked with it, in
-        ``pruner.extra_masks``).
+        ``pruner.extra_masks``; ``round_to``: each group keeps a multiple of it).
         """
-        return reconcile(self, pruner, lock=lock, balance=balance, min_layers=min_layers, dims=dims)
+        return reconcile(self, pruner, lock=lock, balance=balance, min_layers=min_layers, dims=dims,
+                         round_to=round_to)
 
     def producer_masks(self, norm_masks: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, torch.Tensor]]:
         """Speedup masks (``{"out_channels": kept}``) for the producers of channels that pruned norms removed.

@@ -53,6 +53,7 @@ class _DataDrivenPruner(DependencyAwarePruner):
         dependency_aware: bool = False,
         dims: Any = None,
         sparsifying_training_batches: int | None = None,
+        round_to: int = 1,
     ) -> None:
         if sparsifying_training_batches is not None:  # NNI 2.0-2.5's name for statistics_batch_num
             statistics_batch_num = sparsifying_training_batches
@@ -63,7 +64,7 @@ class _DataDrivenPruner(DependencyAwarePruner):
         self.criterion = criterion
         self.dataloader = dataloader
         self.statistics_batch_num = statistics_batch_num
-        self._init_dependency(model, dependency_aware, dummy_input, dims)
+        self._init_dependency(model, dependency_aware, dummy_input, dims, round_to)
         super().__init__(model, config_list, optimizer, dummy_input)
         self._setup()
 

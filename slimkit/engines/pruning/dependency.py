@@ -13,7 +13,9 @@ Taylor, channel energy) and masks the lowest-scoring channels in every member at
 groups of the attention blocks whose q/k/v projections are all selected, scored by the summed importance of
 their rows) and ``"hidden"`` (the residual stream: with it the embeddings and MoE experts modules that feed
 it are masked too, in :attr:`DependencyAwarePruner.extra_masks`, which :meth:`get_masks` includes). Without a
-ratio a dimension is cut at the smallest sparsity among its layers. The masks are exactly what
+ratio a dimension is cut at the smallest sparsity among its layers. ``round_to`` (Torch-Pruning's) makes
+every coupled channel group keep a multiple of that many channels (nearest multiple, never 0 nor above the
+width), so CPU conv kernels that work in blocks of 16 get widths on their grid. The masks are exactly what
 :class:`~slimkit.engines.speedup.ModelSpeedup` removes.
 """
 
@@ -38,6 +40,7 @@ from slimkit.engines.pruning.maskers import (
     L1FilterPrunerMasker,
     StructuredWeightMasker,
     channel_masks,
+    check_round_to,
     lowest_indices,
     num_to_prune,
 )
@@ -59,10 +62,14 @@ class DependencyAwarePruner(Pruner):
     dependency_aware: bool = False
     coupling: ChannelCoupling | None = None
     dims: Dims | None = None
+    #: every coupled channel group keeps a multiple of this many channels (1: as the sparsity gives them)
+    round_to: int = 1
 
-    def _init_dependency(self, model: nn.Module, dependency_aware: bool, dummy_input: Any, dims: Any = None) -> None:
+    def _init_dependency(self, model: nn.Module, dependency_aware: bool, dummy_input: Any, dims: Any = None,
+                         round_to: int = 1) -> None:
         """Validate the flag and, when it is on, trace ``model`` on ``dummy_input`` for the channel coupling."""
         name = self.display_name()
+        self.set_round_to(round_to)
         if not isinstance(dependency_aware, bool):
             raise PruningConfigError(
                 f"{name} dependency_aware must be True or False, got {type(dependency_aware).__name__} "
@@ -87,10 +94,23 @@ class DependencyAwarePruner(Pruner):
             else None
         self.graph = None if self.coupling is None else self.coupling.graph
 
-    def use_coupling(self, coupling: ChannelCoupling, dims: Any = None) -> None:
-        """Turn dependency-aware pruning on with a trace already made (the smash pruners share theirs)."""
+    def use_coupling(self, coupling: ChannelCoupling, dims: Any = None, round_to: int = 1) -> None:
+        """Turn dependency-aware pruning on with a trace already made (the smash pruners share theirs).
+
+        ``round_to``: each coupled channel group keeps a multiple of it (see :meth:`set_round_to`).
+        """
+        self.set_round_to(round_to)
         self.dependency_aware, self.coupling, self.graph = True, coupling, coupling.graph
         self.dims = parse_dims(dims, f"{self.display_name()} dims") if dims is not None else None
+
+    def set_round_to(self, round_to: int) -> None:
+        """Round each coupled group's kept channel count to the nearest multiple of ``round_to`` (an int >= 1).
+
+        Torch-Pruning's ``round_to``: widths on a multiple of 16 avoid oneDNN's slow padded reorders on CPU. The
+        count stays within ``[round_to, width]`` (see :func:`~slimkit.engines.pruning.maskers.rounded_num_to_prune`);
+        head groups and MoE experts are not rounded.
+        """
+        self.round_to = check_round_to(round_to, f"{self.display_name()} round_to")
 
     def _active(self, dim: str) -> bool:
         return self.dims is None or dim in self.dims
@@ -134,7 +154,8 @@ class DependencyAwarePruner(Pruner):
                 f"{self.display_name()}: {self.skipped} did not run on dummy_input as Conv/Linear producers (or "
                 "are attention projections whose q/k/v are not all selected), so they were left unpruned.",
                 UserWarning, stacklevel=2)
-        self.groups = self.coupling.reconcile(self, lock=True, balance=False, dims=self.dims) + heads
+        self.groups = self.coupling.reconcile(self, lock=True, balance=False, dims=self.dims,
+                                             round_to=self.round_to) + heads
         self.groups += self._prune_experts()
         for wrapper in self.modules_wrapper:
             wrapper.if_calculated = True

@@ -105,6 +105,7 @@ class ChannelEnergyPruner(_DataDrivenPruner):
         dummy_input: Any = None,
         dependency_aware: bool = False,
         dims: Any = None,
+        round_to: int = 1,
     ) -> None:
         if dummy_input is None and dataloader is not None:
             first = next(iter(dataloader), None)
@@ -116,10 +117,11 @@ class ChannelEnergyPruner(_DataDrivenPruner):
             )
         self._channels = ChannelCoupling(model, dummy_input)
         super().__init__(model, config_list, optimizer, trainer, criterion, dataloader, statistics_batch_num,
-                         dummy_input, dependency_aware, dims)
+                         dummy_input, dependency_aware, dims, round_to=round_to)
 
-    def _init_dependency(self, model: nn.Module, dependency_aware: bool, dummy_input: Any, dims: Any = None) -> None:
-        super()._init_dependency(model, False, None)  # the trace made in __init__ serves both purposes
+    def _init_dependency(self, model: nn.Module, dependency_aware: bool, dummy_input: Any, dims: Any = None,
+                         round_to: int = 1) -> None:
+        super()._init_dependency(model, False, None, None, round_to)  # the trace made in __init__ serves both
         if not isinstance(dependency_aware, bool):
             raise PruningConfigError(f"ChannelEnergyPruner dependency_aware must be True or False, got "
                                      f"{dependency_aware!r}.")
@@ -127,7 +129,7 @@ class ChannelEnergyPruner(_DataDrivenPruner):
             raise PruningConfigError("ChannelEnergyPruner dims needs dependency_aware=True: the dimensions are found "
                                      "by tracing the model.")
         if dependency_aware:
-            self.use_coupling(self._channels, dims)
+            self.use_coupling(self._channels, dims, round_to)
 
     def _setup(self) -> None:
         limit = self.statistics_batch_num

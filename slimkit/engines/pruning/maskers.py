@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.wrapper import PrunerModuleWrapper
 from slimkit.engines.speedup.layers import out_dim, out_major
 
@@ -25,6 +26,34 @@ def num_to_prune(sparsity: float, total: int) -> int:
     if total <= 1:
         return 0
     return max(0, min(int(math.floor(sparsity * total + 1e-6)), total - 1))
+
+
+def check_round_to(value: Any, who: str = "round_to") -> int:
+    """``value`` as a channel-count multiple (an int >= 1), else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PruningConfigError(f"{who} must be an integer >= 1 (kept channel counts are rounded to a multiple of "
+                                 f"it; 1 keeps them as the sparsity gives them, 16 suits oneDNN's CPU conv blocks), "
+                                 f"got {value!r}.")
+    return value
+
+
+def rounded_num_to_prune(sparsity: float, total: int, round_to: int = 1) -> int:
+    """:func:`num_to_prune`, then the kept count ``total - pruned`` moved to the nearest multiple of ``round_to``.
+
+    The nearest multiple (not always up, as Torch-Pruning's ``round_to``) keeps the overall MACs close to the
+    target; a tie keeps the larger count. The kept count stays within ``[round_to, total]``: when the nearest
+    multiple is above ``total`` the next one down is used, and a width below ``round_to`` is not pruned. With
+    ``round_to=1``, or when the sparsity prunes nothing, the count is :func:`num_to_prune`'s.
+    """
+    pruned = num_to_prune(sparsity, total)
+    if round_to == 1 or pruned == 0:
+        return pruned
+    kept = total - pruned
+    low = kept // round_to * round_to
+    options = [m for m in (low, low + round_to) if round_to <= m <= total]
+    if not options:
+        return 0
+    return total - min(options, key=lambda m: (abs(m - kept), -m))
 
 
 def lowest_indices(importance: torch.Tensor, k: int) -> torch.Tensor:

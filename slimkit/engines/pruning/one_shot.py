@@ -72,8 +72,9 @@ class WeightFilterPruner(DependencyAwarePruner):
         dependency_aware: bool = False,
         dummy_input: Any = None,
         dims: Any = None,
+        round_to: int = 1,
     ) -> None:
-        self._init_dependency(model, dependency_aware, dummy_input, dims)
+        self._init_dependency(model, dependency_aware, dummy_input, dims, round_to)
         super().__init__(model, config_list, optimizer, dummy_input)
 
 

@@ -13,7 +13,12 @@ import torch
 from slimkit.engines._union_find import UnionFind
 from slimkit.engines.pruning.compressor import Pruner
 from slimkit.engines.pruning.dims import Dims, ratio_for
-from slimkit.engines.pruning.maskers import StructuredWeightMasker, channel_masks, lowest_indices, num_to_prune
+from slimkit.engines.pruning.maskers import (
+    StructuredWeightMasker,
+    channel_masks,
+    lowest_indices,
+    rounded_num_to_prune,
+)
 from slimkit.engines.speedup.layers import out_major
 
 ChannelCoupling = Any  # a slimkit.engines.pruning.coupling.ChannelCoupling (which imports this module)
@@ -33,7 +38,7 @@ class ChannelGroupPlan:
 
 @torch.no_grad()
 def reconcile(coupling: ChannelCoupling, pruner: Pruner, *, lock: bool, balance: bool, min_layers: int = 1,
-              dims: Dims | None = None) -> list[ChannelGroupPlan]:
+              dims: Dims | None = None, round_to: int = 1) -> list[ChannelGroupPlan]:
     """Give every group of coupled wrapped layers one channel decision and install its masks.
 
     Groups are the wrapped Conv/Linear/depthwise layers connected by shared channel classes. ``lock=True``
@@ -44,7 +49,9 @@ def reconcile(coupling: ChannelCoupling, pruner: Pruner, *, lock: bool, balance:
     cannot remove), and the other groups are re-scored from their weights. ``balance=True`` divides each
     layer's importances by their mean so every layer weighs the same. Groups of fewer than ``min_layers``
     layers, and groups whose dimension is not in ``dims`` (None: any), are left alone. A group is cut at its
-    dimension's ratio in ``dims``, else at the smallest sparsity among its layers.
+    dimension's ratio in ``dims``, else at the smallest sparsity among its layers; the group's kept channel
+    count is rounded to the nearest multiple of ``round_to`` (:func:`~.maskers.rounded_num_to_prune`; channels
+    that may not go can leave it off the multiple).
     """
     masker = pruner.masker
     if not isinstance(masker, StructuredWeightMasker):
@@ -83,7 +90,7 @@ def reconcile(coupling: ChannelCoupling, pruner: Pruner, *, lock: bool, balance:
             score.index_add_(0, where, importance[torch.from_numpy(np.flatnonzero(rows >= 0))])
         candidates = [i for i, c in enumerate(classes.tolist()) if c not in locked]
         sparsity = ratio_for(dims or {}, dim, min(float(wrappers[n][1].config["sparsity"]) for n in layers))
-        k = min(num_to_prune(sparsity, len(classes)), len(candidates))
+        k = min(rounded_num_to_prune(sparsity, len(classes), round_to), len(candidates))
         order = lowest_indices(score[candidates], k)
         dropped = {int(classes[candidates[i]]) for i in order.tolist()}
         plans.append(ChannelGroupPlan(members, len(classes), len(candidates), len(dropped), sparsity, dim))

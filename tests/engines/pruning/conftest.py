@@ -6,6 +6,8 @@ import pytest
 import torch
 from torch import nn
 
+from slimkit.zoo.mobilenet_v2 import ConvBNAct, InvertedResidual
+
 
 class ConvNet(nn.Module):
     """Conv-BN-ReLU x2 + Linear classifier for 8x8 digits."""
@@ -22,6 +24,23 @@ class ConvNet(nn.Module):
         x = torch.relu(self.bn1(self.conv1(x)))
         x = torch.relu(self.bn2(self.conv2(x)))
         return self.fc(x.mean(dim=(2, 3)))
+
+
+class TinyMobileNet(nn.Module):
+    """Stem, a residual inverted block, a strided one and a 1x1 head: MobileNetV2's layer kinds, small.
+
+    ``widths``: the stem (and first block's) channels, the second block's output, the head's.
+    """
+
+    def __init__(self, widths: tuple[int, int, int] = (16, 24, 64)) -> None:
+        super().__init__()
+        stem, mid, head = widths
+        self.features = nn.Sequential(ConvBNAct(3, stem, stride=2), InvertedResidual(stem, stem, 1, 6),
+                                      InvertedResidual(stem, mid, 2, 6), ConvBNAct(mid, head, kernel=1))
+        self.classifier = nn.Linear(head, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
 class MLP(nn.Module):

@@ -15,22 +15,9 @@ from torch.overrides import TorchFunctionMode
 
 from slimkit.engines.pruning import L1FilterPruner
 from slimkit.engines.speedup import ModelSpeedup
-from slimkit.zoo.mobilenet_v2 import ConvBNAct, InvertedResidual
+from tests.engines.pruning.conftest import TinyMobileNet
 
 BN_STATS = ("running_mean", "running_var", "num_batches_tracked")
-
-
-class TinyMobileNet(nn.Module):
-    """Stem, a residual inverted block, a strided one and a 1x1 head: MobileNetV2's layer kinds, small."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.features = nn.Sequential(ConvBNAct(3, 16, stride=2), InvertedResidual(16, 16, 1, 6),
-                                      InvertedResidual(16, 24, 2, 6), ConvBNAct(24, 64, kernel=1))
-        self.classifier = nn.Linear(64, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
 class CallRecorder(TorchFunctionMode):
