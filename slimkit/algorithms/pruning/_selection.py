@@ -72,9 +72,9 @@ def dims_hyperparameter() -> NameRatiosHyperparameter:
 def round_to_hyperparameter() -> UniformIntegerHyperparameter:
     """``round_to``: each coupled channel group keeps a multiple of this many channels (Torch-Pruning's)."""
     return UniformIntegerHyperparameter("round_to", 1, 4096, default_value=1, meta={"desc": (
-        "With speedup: round every coupled channel group's kept count to the nearest multiple of this (never 0, "
-        "never above the width; 1 = as the sparsity gives it). 16 (or 8) puts the widths on the blocks oneDNN's "
-        "CPU convolutions use, which avoids its slow padded reorders at batch 1.")})
+        "Round every coupled channel group's kept count to the nearest multiple of this when the channels are "
+        "removed (never 0, never above the width; 1 = as pruning leaves it). 16 (or 8) puts the widths on the "
+        "blocks oneDNN's CPU convolutions use, which avoids its slow padded reorders at batch 1.")})
 
 
 def dims_of(smash_config: SmashConfigPrefixWrapper, heads_flag: bool) -> Dims:

@@ -9,6 +9,7 @@ from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, U
 from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
+from slimkit.algorithms.pruning._selection import round_to_hyperparameter
 from slimkit.algorithms.pruning._units import UnitPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
@@ -65,12 +66,14 @@ class GroupFisher(UnitPruner):
                                                        "reach the target in fewer steps)."}),
             UniformIntegerHyperparameter("finetune_steps", 0, 10**7, default_value=0,
                                          meta={"desc": "Training steps after the target is reached."}),
+            round_to_hyperparameter(),
         ]
 
     def setup(self, units: ChannelUnits, smash_config: SmashConfigPrefixWrapper) -> GroupFisherPruner:
         """The pruner over ``units``."""
         return GroupFisherPruner(units, int(smash_config["interval"]), smash_config["normalization_type"],
-                                 float(smash_config["target_macs_ratio"]), int(smash_config["channels_per_prune"]))
+                                 float(smash_config["target_macs_ratio"]), int(smash_config["channels_per_prune"]),
+                                 int(smash_config["round_to"]))
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         self.mutate_linear = bool(smash_config["mutate_linear"])
@@ -90,6 +93,7 @@ class GroupFisher(UnitPruner):
         result = fit(model, _UntilDone(train_loader(name, smash_config), engine), optimizer=optimizer, loss=loss,
                      epochs=1, steps=int(smash_config["steps"]), seed=seed, desc=name)
         engine.end_record()
+        engine.round_units()  # before fine-tuning, which then trains the widths that stay
         smash_config.state.update(prune_steps=result.steps, pruned=len(engine.history),
                                   reached_target=engine.done(), macs_ratio=round(engine.units.macs_ratio(), 4))
         if int(smash_config["finetune_steps"]):

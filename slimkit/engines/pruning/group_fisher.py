@@ -14,8 +14,10 @@ the unit's producers, in M elements) or ``"none"``.
 has the gradients; every ``interval`` steps the channel with the smallest importance over all units (a unit
 keeps at least one channel) is masked and the Fisher information restarts (``channels_per_prune > 1``,
 slimkit's addition for short budgets, masks that many in turn). ``target_macs_ratio`` stops pruning once the
-estimated MACs of the masked model fall to that share of the original. :meth:`GroupFisherPruner.deploy`
-removes the pruned channels for real.
+estimated MACs of the masked model fall to that share of the original. With ``round_to`` (Torch-Pruning's),
+:meth:`GroupFisherPruner.round_units` then moves every unit's kept count to the nearest multiple of it
+(:func:`~slimkit.engines.pruning.maskers.round_kept`). :meth:`GroupFisherPruner.deploy` removes the pruned
+channels for real.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch import nn
 from torch.nn.modules.conv import _ConvNd
 
 from slimkit.engines.pruning.channel_units import ChannelUnit, ChannelUnits
+from slimkit.engines.pruning.maskers import check_round_to, lowest_indices, round_kept
 from slimkit.errors import ConfigError
 from slimkit.utils import run_model
 
@@ -39,7 +42,7 @@ class GroupFisherPruner:
     """Fisher-information channel pruning over ``units``, one channel every ``interval`` steps."""
 
     def __init__(self, units: ChannelUnits, interval: int = 10, normalization_type: str = "flops",
-                 target_macs_ratio: float | None = None, channels_per_prune: int = 1) -> None:
+                 target_macs_ratio: float | None = None, channels_per_prune: int = 1, round_to: int = 1) -> None:
         if not isinstance(normalization_type, str) or normalization_type not in NORMALIZATIONS:
             raise ConfigError(f"normalization_type must be one of {', '.join(NORMALIZATIONS)}, got "
                               f"{normalization_type!r}.")
@@ -49,6 +52,7 @@ class GroupFisherPruner:
         if isinstance(channels_per_prune, bool) or not isinstance(channels_per_prune, int) or channels_per_prune < 1:
             raise ConfigError(f"channels_per_prune must be an integer >= 1, got {channels_per_prune!r}.")
         self.channels_per_prune = channels_per_prune
+        self.round_to = check_round_to(round_to)
         if target_macs_ratio is not None and (isinstance(target_macs_ratio, bool) or not isinstance(
                 target_macs_ratio, (int, float)) or not 0.0 < float(target_macs_ratio) <= 1.0):
             raise ConfigError(f"target ratio must be in (0, 1], got {target_macs_ratio!r}.")
@@ -266,8 +270,29 @@ class GroupFisherPruner:
         self.history.append((unit.name, index, value))
         return True
 
+    def round_units(self) -> None:
+        """Move every unit's kept count to the nearest multiple of ``round_to`` (once pruning is over).
+
+        Channels come back most recently pruned first; more go by least importance (L1 norm where no Fisher
+        information was gathered since the last pruning).
+        """
+        for unit in self.units.units:
+            live = unit.mask.detach() != 0
+            kept = int(live.sum())
+            want = round_kept(kept, unit.num_channels, self.round_to)
+            if want > kept:
+                back = [i for name, i, _ in reversed(self.history) if name == unit.name and not live[i]]
+                unit.keep([*np.flatnonzero(live.numpy()).tolist(), *dict.fromkeys(back)][:want])
+            elif want < kept:
+                fisher = self.fisher[unit.name]
+                score = fisher if bool((fisher[live] != 0).any()) else self.units.l1_scores(unit)
+                score = score.masked_fill(~live, math.inf)
+                drop = set(lowest_indices(score, kept - want).tolist())
+                unit.keep(i for i in np.flatnonzero(live.numpy()).tolist() if i not in drop)
+
     def deploy(self) -> dict[str, Any]:
-        """Stop recording and remove the pruned channels for real; returns ``kept_channels``."""
+        """Stop recording, round the kept counts and remove the pruned channels for real; returns ``kept_channels``."""
+        self.round_units()
         self.end_record()
         self.reset_recorded()
         self._inputs = {}

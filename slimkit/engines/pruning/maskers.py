@@ -37,23 +37,23 @@ def check_round_to(value: Any, who: str = "round_to") -> int:
     return value
 
 
-def rounded_num_to_prune(sparsity: float, total: int, round_to: int = 1) -> int:
-    """:func:`num_to_prune`, then the kept count ``total - pruned`` moved to the nearest multiple of ``round_to``.
+def round_kept(kept: int, total: int, round_to: int) -> int:
+    """``kept`` of ``total`` channels moved to the nearest multiple of ``round_to`` within ``[round_to, total]``.
 
     The nearest multiple (not always up, as Torch-Pruning's ``round_to``) keeps the overall MACs close to the
-    target; a tie keeps the larger count. The kept count stays within ``[round_to, total]``: when the nearest
-    multiple is above ``total`` the next one down is used, and a width below ``round_to`` is not pruned. With
-    ``round_to=1``, or when the sparsity prunes nothing, the count is :func:`num_to_prune`'s.
+    target; a tie keeps the larger count. When the nearest multiple is above ``total`` the next one down is used,
+    and a width below ``round_to`` keeps everything. ``round_to=1`` or ``kept == total`` change nothing.
     """
-    pruned = num_to_prune(sparsity, total)
-    if round_to == 1 or pruned == 0:
-        return pruned
-    kept = total - pruned
+    if round_to == 1 or kept >= total:
+        return kept
     low = kept // round_to * round_to
     options = [m for m in (low, low + round_to) if round_to <= m <= total]
-    if not options:
-        return 0
-    return total - min(options, key=lambda m: (abs(m - kept), -m))
+    return min(options, key=lambda m: (abs(m - kept), -m)) if options else total
+
+
+def rounded_num_to_prune(sparsity: float, total: int, round_to: int = 1) -> int:
+    """:func:`num_to_prune` with the kept count ``total - pruned`` rounded by :func:`round_kept`."""
+    return total - round_kept(total - num_to_prune(sparsity, total), total, round_to)
 
 
 def lowest_indices(importance: torch.Tensor, k: int) -> torch.Tensor:

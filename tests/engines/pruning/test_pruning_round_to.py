@@ -11,7 +11,9 @@ from torch import nn
 
 from slimkit import SmashConfig, smash
 from slimkit.engines.pruning import L1FilterPruner, PruningConfigError
-from slimkit.engines.pruning.maskers import check_round_to, num_to_prune, rounded_num_to_prune
+from slimkit.engines.pruning.channel_units import ChannelUnits
+from slimkit.engines.pruning.group_fisher import GroupFisherPruner
+from slimkit.engines.pruning.maskers import check_round_to, num_to_prune, round_kept, rounded_num_to_prune
 from slimkit.engines.speedup import ModelSpeedup
 from slimkit.errors import ConfigError
 from tests.engines.pruning.conftest import TinyMobileNet
@@ -96,3 +98,26 @@ def test_smash_face_takes_round_to_and_refuses_zero():
     assert convs["features.1.conv.0.0"] == 128 and all(w % 16 == 0 for w in convs.values()), convs
     with pytest.raises(ConfigError, match=r"l1_filter_round_to.*an integer in \[1, 4096\]"):
         SmashConfig({"l1_filter": {"round_to": 0}}, device="cpu")
+
+
+def test_group_fisher_rounds_each_unit_after_pruning():
+    torch.manual_seed(0)
+    net, x = wide_net(), torch.randn(2, 3, 32, 32)
+    pruner = GroupFisherPruner(ChannelUnits(net, x[:1]), interval=1, normalization_type="none",
+                               channels_per_prune=25, round_to=16)
+    for _ in range(3):
+        out = net(x)
+        pruner.arm()
+        nn.functional.mse_loss(out, torch.zeros(2, 10)).backward()
+    before = {u.name: u.activated_channels for u in pruner.units.units}
+    assert len(pruner.history) == 75 and any(k % 16 for k in before.values())
+    pruner.round_units()
+    after = {u.name: u.activated_channels for u in pruner.units.units}
+    assert any(after[n] > before[n] for n in after) and any(after[n] < before[n] for n in after)  # both ways
+    for unit in pruner.units.units:
+        assert after[unit.name] == round_kept(before[unit.name], unit.num_channels, 16)
+        assert after[unit.name] % 16 == 0 or after[unit.name] == unit.num_channels
+    pruner.deploy()
+    assert all(w % 16 == 0 for w in _conv_widths(net).values()), _conv_widths(net)
+    with pytest.raises(ConfigError, match="round_to must be an integer >= 1"):
+        GroupFisherPruner(ChannelUnits(wide_net(), x[:1]), round_to=0)
