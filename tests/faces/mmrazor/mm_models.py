@@ -272,3 +272,13 @@ def trains(algo: torch.nn.Module, data: list, keys: set[str], steps: int = 4, lr
     assert last < first, f"the loss did not fall in {steps} steps: {first:.5g} -> {last:.5g}"
     assert any(not torch.equal(a, b) for a, b in zip(before, algo.architecture.parameters(), strict=True))
     return losses
+
+
+def tiny_resnet() -> ImageClassifier:
+    """The CIFAR ResNet-18 at base width 8 that the pruning tests prune (10 classes, 16x16 inputs suffice)."""
+    return resnet(18, cifar=True, base=8)
+
+
+def out_channels(net: nn.Module, name: str) -> int:
+    """Output channels of the layer ``name`` (its weight's first dimension)."""
+    return net.get_submodule(name).weight.shape[0]

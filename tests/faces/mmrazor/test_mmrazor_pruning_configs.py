@@ -10,7 +10,6 @@ recomputed here from the activations and gradients of a tiny network.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
@@ -32,14 +31,10 @@ from slimkit.razor import (
     load_config,
 )
 from slimkit.training import fit
-from tests.faces.mmrazor.mm_models import images, resnet
+from tests.faces.mmrazor.mm_models import images, out_channels, tiny_resnet
 
 PRUNING = Path(__file__).parent / "configs" / "pruning"
 X16 = images(4, size=16)
-
-
-def tiny_resnet() -> nn.Module:
-    return resnet(18, cifar=True, base=8)
 
 
 def trained(config: str, steps: int = 4, **overrides) -> tuple[nn.Module, nn.Module, dict]:
@@ -67,10 +62,6 @@ def deployed_matches_masked(algo) -> nn.Module:
     with torch.no_grad():
         torch.testing.assert_close(fresh(x), small(x))
     return small
-
-
-def out_channels(net: nn.Module, name: str) -> int:
-    return net.get_submodule(name).weight.shape[0]
 
 
 # --- GroupFisher ------------------------------------------------------------------------------------------------
@@ -269,47 +260,3 @@ def test_bad_pruning_configs_are_refused_clearly(cfg, message):
         cfg["architecture"] = tiny_resnet()
     with pytest.raises(ConfigError, match=message):
         build(cfg)
-
-
-# --- deploy sub-models (MMRazor's *_deploy / *_finetune / mode='mutator' subnet configs) ----------------------
-def test_deploy_sub_model_config_shrinks_a_fresh_network_to_the_structure_rounded_to_the_divisor():
-    cfg = load_config(PRUNING / "group_fisher_deploy_resnet18_tiny.py")
-    net = tiny_resnet()
-    before = count_parameters(net)
-    small = build(cfg.model, architecture=net, dummy_input=X16[0][0][:1])
-    assert out_channels(small, "backbone.conv1") == 8  # 5 rounded up to 8 (the unit's width)
-    assert out_channels(small, "backbone.layer1.0.conv1") == 4 and out_channels(small, "backbone.layer2.0.conv1") == 12
-    assert out_channels(small, "backbone.layer3.1.conv1") == 8 and out_channels(small, "backbone.layer4.0.conv1") == 64
-    assert count_parameters(small) < before and small.kept_channels["backbone.layer1.0.conv1"]["out"] == [0, 1, 2, 3]
-    assert small(X16[0][0]).shape == (4, 10)
-    with pytest.raises(ConfigError, match="divisor must be an int >= 1"):
-        build(cfg.model, architecture=tiny_resnet(), divisor=0)
-    with pytest.raises(ConfigError, match=r"has 8 channels; cannot keep 9"):
-        build(cfg.model, architecture=tiny_resnet(), fix_subnet={"backbone.layer1.0.conv1_(0, 8)_8": 9},
-              dummy_input=X16[0][0][:1])
-
-
-def test_sub_model_mode_mutator_reads_a_channel_mutator_dump_and_ignores_the_algorithm_keys(tmp_path):
-    dump = {"type": "DMCPChannelMutator", "channel_unit_cfg": {"type": "DMCPChannelUnit", "units": {
-        "backbone.layer1.1.conv1_(0, 8)_8": {"init_args": {"num_channels": 8}, "choice": 3},
-        "backbone.layer4.1.conv1_(0, 64)_64": {"init_args": {"num_channels": 64}, "choice": 0.5}}}}
-    path = tmp_path / "DMCP_tiny.json"
-    path.write_text(json.dumps(dump))
-    small = build(dict(type="mmrazor.sub_model", cfg=dict(cfg_path="mmcls::resnet/resnet18.py"), fix_subnet=str(path),
-                       mode="mutator", distiller=dict(type="ConfigurableDistiller"), arch_start_train=10),
-                  architecture=tiny_resnet(), dummy_input=X16[0][0][:1])
-    assert out_channels(small, "backbone.layer1.1.conv1") == 3 and out_channels(small, "backbone.layer4.1.conv1") == 32
-    assert small(X16[0][0]).shape == (4, 10)
-    path.write_text(json.dumps({"backbone.layer1.1.conv1": {"chosen": 3}}))
-    with pytest.raises(ConfigError, match="mode='mutator' subnet is a channel mutator's dump"):
-        build(dict(type="sub_model", fix_subnet=str(path), mode="mutator"), architecture=tiny_resnet())
-
-
-def test_group_fisher_sub_model_deploys_the_algorithm_it_builds():
-    algo = dict(type="GroupFisherAlgorithm", interval=1, mutator=dict(type="GroupFisherChannelMutator", parse_cfg=dict(
-        type="ChannelAnalyzer", demo_input=(1, 3, 16, 16))))
-    net = tiny_resnet()
-    static = build(dict(type="GroupFisherSubModel", algorithm=algo, divisor=4), architecture=net)
-    assert static is net and count_parameters(static) == count_parameters(tiny_resnet())  # nothing pruned yet
-    with pytest.raises(ConfigError, match="GroupFisherSubModel needs a pruning algorithm"):
-        build(dict(type="GroupFisherSubModel", algorithm=dict(type="KLDivergence")))

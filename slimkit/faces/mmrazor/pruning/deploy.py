@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +27,8 @@ from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
 from slimkit.faces.mmrazor.pruning.base import PruningAlgorithm
 from slimkit.faces.mmrazor.pruning.mutators import ChannelMutator
+
+log = logging.getLogger(__name__)
 
 
 def _divisor(value: Any, owner: str) -> int:
@@ -65,15 +68,31 @@ def _structure(fix_subnet: Any) -> dict[str, Any]:
     return dict(fix_subnet)
 
 
+def _clamped(name: str, choice: Any, width: int) -> Any:
+    """``choice``, or ``width`` (with a warning) where it is a channel count above the unit's width, as MMRazor.
+
+    MMRazor's own files ask for more channels than a unit has (DMCP_MBV2_100M.json: 693 of 576) and MMRazor keeps
+    the whole unit; anything else (ratios, counts <= 0, non-integers) is left to the unit's own check.
+    """
+    if isinstance(choice, int) and not isinstance(choice, bool) and choice > width:
+        log.warning("Pruning structure asks unit %s for %d channels; it has %d: keeping all %d (as MMRazor does).",
+                    name, choice, width, width)
+        return width
+    return choice
+
+
 def shrink_to_structure(model: nn.Module, structure: Mapping[str, Any], divisor: int = 1,
                         parse_cfg: Mapping[str, Any] | None = None, dummy_input: Any = None) -> nn.Module:
-    """``model`` physically shrunk to ``structure`` (unit name -> kept ratio or channels; first channels kept)."""
+    """``model`` physically shrunk to ``structure`` (unit name -> kept ratio or channels; first channels kept).
+
+    A channel count above a unit's width keeps the whole unit, with a logged warning (MMRazor clamps silently).
+    """
     mutator = ChannelMutator(parse_cfg=parse_cfg)
     mutator.prepare_from_supernet(model, dummy_input)
     units = mutator.prepared
     for name, choice in structure.items():
         unit = units.resolve(name)
-        units.choose(unit, unit.count_for(choice), "sequential")
+        units.choose(unit, unit.count_for(_clamped(unit.name, choice, unit.num_channels)), "sequential")
     _round_up(units, divisor)
     model.kept_channels = units.deploy()
     return model
