@@ -142,6 +142,10 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     if named is not None:  # factories and copies naming a device: fakegpu runs on the CPU, wrapped
         wrap = _is_fake_device(named)
     unwrapped_args, unwrapped_kwargs = pytree.tree_map_only(FakeGpuTensor, lambda t: t.cpu_data, (args, kwargs))
+    if func is aten.histc.default and not unwrapped_args[0].is_floating_point():
+        # CUDA's histc counts integer tensors (transformers' grouped-mm MoE path uses it off the CPU); the CPU's
+        # refuses them, so count their float values (exact for the small integers it bins)
+        unwrapped_args = (unwrapped_args[0].float(), *unwrapped_args[1:])
     out = func(*unwrapped_args, **unwrapped_kwargs)
     if not func._schema.returns:
         return None
