@@ -15,117 +15,44 @@ class DatasetSpec:
     """One built-in dataset id: ``loader(seed=..., **options) -> (train, val, test)``."""
 
     task: str
-    collate: str
     loader: Callable[..., tuple[Any, Any, Any]]
     source: str
     offline: bool = False  # True when it loads from packages installed locally (no hub)
     collate_kwargs: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def collate(self) -> str:
+        """The name of the collate function: each task has its own (``<task>_collate``)."""
+        return f"{self.task}_collate"
 
-_HF = "Hugging Face Hub"
+
+def _hub(task: str, loader: Callable[..., tuple[Any, Any, Any]], repo: str, **collate_kwargs: Any) -> DatasetSpec:
+    return DatasetSpec(task, loader, f"Hugging Face Hub {repo}", collate_kwargs=collate_kwargs)
+
+
+_TEXT, _IMAGE, _GENERATION = "text_generation", "image_classification", "image_generation"
 BUILTIN_DATASETS: dict[str, DatasetSpec] = {
-    "Digits": DatasetSpec(
-        "image_classification",
-        "image_classification_collate",
-        builtin.load_digits_splits,
-        "scikit-learn load_digits()",
-        offline=True,
-    ),
-    "Photos": DatasetSpec(
-        "image_classification",
-        "image_classification_collate",
-        builtin.load_photo_splits,
-        "scikit-image's sample photos, ten crops each",
-        offline=True,
-        collate_kwargs={"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)},
-    ),
-    "PyDocText": DatasetSpec(
-        "text_generation",
-        "text_generation_collate",
-        builtin.load_pydoc_text_splits,
-        "Python's pydoc_data.topics",
-        offline=True,
-        collate_kwargs={"max_seq_len": 512},
-    ),
-    "WikiText": DatasetSpec(
-        "text_generation",
-        "text_generation_collate",
-        hub.load_wikitext,
-        f"{_HF} Salesforce/wikitext (wikitext-103-raw-v1)",
-    ),
-    "SmolTalk": DatasetSpec(
-        "text_generation", "text_generation_collate", hub.load_smoltalk, f"{_HF} HuggingFaceTB/smoltalk"
-    ),
-    "SmolSmolTalk": DatasetSpec(
-        "text_generation", "text_generation_collate", hub.load_smolsmoltalk, f"{_HF} HuggingFaceTB/smol-smoltalk"
-    ),
-    "PubChem": DatasetSpec(
-        "text_generation", "text_generation_collate", hub.load_pubchem, f"{_HF} alxfgh/PubChem10M_SELFIES"
-    ),
-    "OpenAssistant": DatasetSpec(
-        "text_generation",
-        "text_generation_collate",
-        hub.load_openassistant,
-        f"{_HF} timdettmers/openassistant-guanaco",
-    ),
-    "C4": DatasetSpec("text_generation", "text_generation_collate", hub.load_c4, f"{_HF} allenai/c4 (en, streamed)"),
-    "LAION256": DatasetSpec(
-        "image_generation",
-        "image_generation_collate",
-        hub.load_laion256,
-        f"{_HF} nannullna/laion_subset",
-        collate_kwargs={"img_size": 512},
-    ),
-    "OpenImage": DatasetSpec(
-        "image_generation",
-        "image_generation_collate",
-        hub.load_openimage,
-        f"{_HF} data-is-better-together/open-image-preferences-v1",
-        collate_kwargs={"img_size": 1024},
-    ),
-    "COCO": DatasetSpec(
-        "image_generation",
-        "image_generation_collate",
-        hub.load_coco,
-        f"{_HF} phiyodr/coco2017",
-        collate_kwargs={"img_size": 512},
-    ),
-    "ImageNet": DatasetSpec(
-        "image_classification",
-        "image_classification_collate",
-        hub.load_imagenet,
-        f"{_HF} zh-plus/tiny-imagenet",
-        collate_kwargs={"img_size": 224, "channels": 3},
-    ),
-    "MNIST": DatasetSpec(
-        "image_classification",
-        "image_classification_collate",
-        hub.load_mnist,
-        f"{_HF} ylecun/mnist",
-        collate_kwargs={"img_size": 28},
-    ),
-    "CIFAR10": DatasetSpec(
-        "image_classification",
-        "image_classification_collate",
-        hub.load_cifar10,
-        f"{_HF} uoft-cs/cifar10",
-        collate_kwargs={"img_size": 32, "channels": 3},
-    ),
-    "CommonVoice": DatasetSpec(
-        "audio_processing",
-        "audio_processing_collate",
-        hub.load_commonvoice,
-        f"{_HF} mozilla-foundation/common_voice_1_0 (en)",
-    ),
-    "AIPodcast": DatasetSpec(
-        "audio_processing", "audio_processing_collate", hub.load_aipodcast, f"{_HF} reach-vb/random-audios"
-    ),
-    "Polyglot": DatasetSpec(
-        "question_answering",
-        "question_answering_collate",
-        hub.load_polyglot,
-        f"{_HF} Polyglot-or-Not/Fact-Completion (English)",
-    ),
+    "Digits": DatasetSpec(_IMAGE, builtin.load_digits_splits, "scikit-learn load_digits()", offline=True),
+    "Photos": DatasetSpec(_IMAGE, builtin.load_photo_splits, "scikit-image's sample photos, ten crops each",
+                          offline=True, collate_kwargs={"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}),
+    "PyDocText": DatasetSpec(_TEXT, builtin.load_pydoc_text_splits, "Python's pydoc_data.topics", offline=True,
+                             collate_kwargs={"max_seq_len": 512}),
+    "WikiText": _hub(_TEXT, hub.load_wikitext, "Salesforce/wikitext (wikitext-103-raw-v1)"),
+    "SmolTalk": _hub(_TEXT, hub.load_smoltalk, "HuggingFaceTB/smoltalk"),
+    "SmolSmolTalk": _hub(_TEXT, hub.load_smolsmoltalk, "HuggingFaceTB/smol-smoltalk"),
+    "PubChem": _hub(_TEXT, hub.load_pubchem, "alxfgh/PubChem10M_SELFIES"),
+    "OpenAssistant": _hub(_TEXT, hub.load_openassistant, "timdettmers/openassistant-guanaco"),
+    "C4": _hub(_TEXT, hub.load_c4, "allenai/c4 (en, streamed)"),
+    "LAION256": _hub(_GENERATION, hub.load_laion256, "nannullna/laion_subset", img_size=512),
+    "OpenImage": _hub(_GENERATION, hub.load_openimage, "data-is-better-together/open-image-preferences-v1",
+                      img_size=1024),
+    "COCO": _hub(_GENERATION, hub.load_coco, "phiyodr/coco2017", img_size=512),
+    "ImageNet": _hub(_IMAGE, hub.load_imagenet, "zh-plus/tiny-imagenet", img_size=224, channels=3),
+    "MNIST": _hub(_IMAGE, hub.load_mnist, "ylecun/mnist", img_size=28),
+    "CIFAR10": _hub(_IMAGE, hub.load_cifar10, "uoft-cs/cifar10", img_size=32, channels=3),
+    "CommonVoice": _hub("audio_processing", hub.load_commonvoice, "mozilla-foundation/common_voice_1_0 (en)"),
+    "AIPodcast": _hub("audio_processing", hub.load_aipodcast, "reach-vb/random-audios"),
+    "Polyglot": _hub("question_answering", hub.load_polyglot, "Polyglot-or-Not/Fact-Completion (English)"),
 }
 
 
