@@ -42,7 +42,6 @@ POLICIES = ("median", "bandit", "truncation", "curve_fitting")
 COMMON = ("aup_policy", "aup_policy_steps", "warmup")
 POLICY_FIELDS = {"median": (), "bandit": ("bandit_factor",), "truncation": ("truncation_percentage",),
                  "curve_fitting": ("curve_fitting_max_iters", "curve_fitting_threshold", "curve_fitting_timeout")}
-ALL_POLICY_FIELDS = (*COMMON, *(k for fields in POLICY_FIELDS.values() for k in fields))
 
 
 def _number(raw: Mapping[str, Any], key: str, default: Any, low: float, high: float | None = None,

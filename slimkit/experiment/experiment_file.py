@@ -241,8 +241,7 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
         for key in ("search", "data"):
             if key in raw:
                 raise ConfigError(f"{key}: belongs to the script-free form (with 'model'); a script experiment "
-                                  "searches "
-                                  "compression.config_list and reports its metric with print_result.")
+                                  "searches compression.config_list and reports its metric with print_result.")
         script = raw["script"]
         if not isinstance(script, str) or not (exp.workingdir / script).is_file():
             raise ConfigError(f"script: {script!r} is not a file in {exp.workingdir}; give the path of the "
@@ -270,11 +269,10 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
             raise ConfigError("parameter_config: needs a 'script' that trains with these values (it reads them with "
                               "BasicConfig().load(sys.argv[1])); without a script, search SmashConfig keys in "
                               "'search'.")
-        for key in ("compression",):
-            if key in raw:
-                raise ConfigError("compression: needs a 'script' that calls create_compressor; without a script write "
-                                  "the search over SmashConfig keys in 'search' (e.g. {\"pruner\": \"l1_filter\", "
-                                  "\"l1_filter_sparsity\": 0.5}).")
+        if "compression" in raw:
+            raise ConfigError("compression: needs a 'script' that calls create_compressor; without a script write the "
+                              "search over SmashConfig keys in 'search' (e.g. {\"pruner\": \"l1_filter\", "
+                              "\"l1_filter_sparsity\": 0.5}).")
         if not isinstance(raw["model"], str) or not raw["model"]:
             raise ConfigError(f"model: a zoo name, a Hugging Face folder or package.module:factory; "
                               f"got {raw['model']!r}.")

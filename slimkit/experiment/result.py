@@ -18,7 +18,6 @@ step with each call and its result with the last (:class:`StepReader`).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,11 +74,6 @@ def parse_result(output: str) -> ScriptResult | None:
                 raise ConfigError(f"Bad extra line {line!r}: expected a JSON object.")
             found.extra = extra
     return found
-
-
-def is_finite_result(result: ScriptResult | None) -> bool:
-    """True when a result was reported and its metric is a finite number (usable by a search)."""
-    return result is not None and math.isfinite(result.metric)
 
 
 def parse_intermediate(line: str) -> tuple[int, float] | None:
