@@ -13,16 +13,15 @@ import copy
 from typing import Any
 
 import torch
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
-from slimkit.algorithms.distillation._nas import example_batch
+from slimkit.algorithms.distillation._nas import example_batch, float_hp, int_hp, train_on_data
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.engines.nas import DiffMutableOP, NasMutator, export_subnet
 from slimkit.errors import ConfigError
 from slimkit.evaluation import count_macs
 from slimkit.evaluation.runtime import eval_mode
-from slimkit.training import BatchLoss, FitResult, fit
+from slimkit.training import BatchLoss, FitResult
 from slimkit.utils import main_tensor, run_model
 
 #: what the search needs of a model (for model_check_reason)
@@ -65,23 +64,17 @@ def _cost(conv: nn.Conv2d, out_hw: int) -> dict[str, float]:
 
 def choice_hyperparameters(arch_lr: float) -> list:
     """Training length, weight and architecture learning rates, the FLOPs penalty, batch size, seed, threads."""
-    def _int(name: str, low: int, high: int, default: int, desc: str) -> UniformIntegerHyperparameter:
-        return UniformIntegerHyperparameter(name, low, high, default_value=default, meta={"desc": desc})
-
-    def _float(name: str, low: float, high: float, default: float, desc: str) -> UniformFloatHyperparameter:
-        return UniformFloatHyperparameter(name, low, high, default_value=default, meta={"desc": desc})
-
     return [
-        _int("epochs", 1, 1000, 3, "Passes over the train data."),
-        _int("steps", 0, 10**7, 0, "Stop after this many steps (0: no limit)."),
-        _float("lr", 1e-7, 1.0, 3e-3, "Adam learning rate of the weights."),
-        _float("arch_lr", 1e-6, 10.0, arch_lr, "Adam learning rate of the architecture parameters alpha."),
-        _float("arch_weight_decay", 0.0, 1.0, 1e-3, "Weight decay of alpha."),
-        _float("flops_weight", 0.0, 100.0, 0.0, "Weight of the expected MACs (relative to the model's) in alpha's "
-                                                "loss: the FLOPs budget as a penalty."),
-        _int("batch_size", 2, 4096, 32, "Train batch size."),
-        _int("seed", 0, 2**31 - 1, 0, "Seed of data shuffling and of alpha's initialisation."),
-        _int("num_threads", 0, 1024, 0, "CPU threads while training (0 keeps torch's setting)."),
+        int_hp("epochs", 1, 1000, 3, "Passes over the train data."),
+        int_hp("steps", 0, 10**7, 0, "Stop after this many steps (0: no limit)."),
+        float_hp("lr", 1e-7, 1.0, 3e-3, "Adam learning rate of the weights."),
+        float_hp("arch_lr", 1e-6, 10.0, arch_lr, "Adam learning rate of the architecture parameters alpha."),
+        float_hp("arch_weight_decay", 0.0, 1.0, 1e-3, "Weight decay of alpha."),
+        float_hp("flops_weight", 0.0, 100.0, 0.0, "Weight of the expected MACs (relative to the model's) in alpha's "
+                                                   "loss: the FLOPs budget as a penalty."),
+        int_hp("batch_size", 2, 4096, 32, "Train batch size."),
+        int_hp("seed", 0, 2**31 - 1, 0, "Seed of data shuffling and of alpha's initialisation."),
+        int_hp("num_threads", 0, 1024, 0, "CPU threads while training (0 keeps torch's setting)."),
     ]
 
 
@@ -153,11 +146,8 @@ class ConvChoiceModels:
 
     def train(self, space: ConvChoices, smash_config: SmashConfigPrefixWrapper, loss: BatchLoss) -> FitResult:
         """Slimkit's training loop over the train split with ``loss`` (which also steps alpha)."""
-        seed, steps, threads = int(smash_config["seed"]), int(smash_config["steps"]), int(smash_config["num_threads"])
-        loader = smash_config.data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
-                                                    generator=torch.Generator().manual_seed(seed))
-        return fit(space.supernet, loader, loss=loss, lr=float(smash_config["lr"]), epochs=int(smash_config["epochs"]),
-                   steps=steps or None, seed=seed, num_threads=threads or None, desc=f"{self.algorithm_name} supernet")
+        return train_on_data(space.supernet, smash_config, loss, int(smash_config["seed"]),
+                             f"{self.algorithm_name} supernet", prefix="")
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Put each searched choice in place of its conv on a freshly built model (the weights then load)."""

@@ -24,20 +24,25 @@ from slimkit.training import BatchLoss, FitResult, default_loss, fit, split_batc
 from slimkit.utils import model_device, move_inputs
 
 
+def int_hp(name: str, low: int, high: int, default: int, desc: str) -> UniformIntegerHyperparameter:
+    """An integer hyperparameter in ``[low, high]`` described by ``desc``."""
+    return UniformIntegerHyperparameter(name, low, high, default_value=default, meta={"desc": desc})
+
+
+def float_hp(name: str, low: float, high: float, default: float, desc: str, log: bool = False
+             ) -> UniformFloatHyperparameter:
+    """A float hyperparameter in ``[low, high]`` (``log``: sampled on a log scale) described by ``desc``."""
+    return UniformFloatHyperparameter(name, low, high, default_value=default, log=log, meta={"desc": desc})
+
+
 def evolution_hyperparameters() -> list:
     """The evolution search's settings (``EvolutionSearchLoop``), shared by every algorithm that runs it."""
-    def integer(name: str, low: int, default: int, desc: str) -> UniformIntegerHyperparameter:
-        return UniformIntegerHyperparameter(name, low, 1000, default_value=default, meta={"desc": desc})
-
-    def share(name: str, default: float, desc: str) -> UniformFloatHyperparameter:
-        return UniformFloatHyperparameter(name, 0.0, 1.0, default_value=default, meta={"desc": desc})
-
     return [
-        integer("num_candidates", 2, 16, "Population of each evolution epoch."),
-        integer("top_k", 1, 4, "Best subnets kept as parents."),
-        integer("max_epochs", 1, 4, "Evolution epochs."),
-        share("mutate_prob", 0.2, "Chance that a child resamples each width of its parent."),
-        share("crossover_prob", 0.5, "Chance that a crossover child takes each width from parent 2."),
+        int_hp("num_candidates", 2, 1000, 16, "Population of each evolution epoch."),
+        int_hp("top_k", 1, 1000, 4, "Best subnets kept as parents."),
+        int_hp("max_epochs", 1, 1000, 4, "Evolution epochs."),
+        float_hp("mutate_prob", 0.0, 1.0, 0.2, "Chance that a child resamples each width of its parent."),
+        float_hp("crossover_prob", 0.0, 1.0, 0.5, "Chance that a crossover child takes each width from parent 2."),
     ]
 
 
@@ -51,6 +56,16 @@ def example_batch(smash_config: SmashConfigPrefixWrapper, model: nn.Module, owne
     return move_inputs(inputs, model_device(model))
 
 
+def train_on_data(net: nn.Module, cfg: SmashConfigPrefixWrapper, loss: BatchLoss, seed: int, desc: str,
+                  prefix: str = "supernet_") -> FitResult:
+    """Slimkit's training loop over the train split (shuffled from ``seed``), ``{prefix}epochs/steps/lr`` long."""
+    loader = cfg.data.train_dataloader(batch_size=int(cfg["batch_size"]), shuffle=True,
+                                       generator=torch.Generator().manual_seed(seed))
+    steps, threads = int(cfg[f"{prefix}steps"]), int(cfg["num_threads"])
+    return fit(net, loader, loss=loss, lr=float(cfg[f"{prefix}lr"]), epochs=int(cfg[f"{prefix}epochs"]),
+               steps=steps or None, seed=seed, num_threads=threads or None, desc=desc)
+
+
 def train_supernet(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, objective: BatchLoss | None,
                    seed: int) -> FitResult:
     """SPOS: every step trains one uniformly sampled subnet (choices drawn from ``seed``) on ``objective``."""
@@ -61,12 +76,7 @@ def train_supernet(supernet: nn.Module, smash_config: SmashConfigPrefixWrapper, 
         mutator.set_choices(mutator.sample_choices(rng))
         return loss(model, batch)
 
-    loader = smash_config.data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
-                                                generator=torch.Generator().manual_seed(seed))
-    steps, threads = int(smash_config["supernet_steps"]), int(smash_config["num_threads"])
-    return fit(supernet, loader, loss=path_loss, lr=float(smash_config["supernet_lr"]),
-               epochs=int(smash_config["supernet_epochs"]), steps=steps or None, seed=seed,
-               num_threads=threads or None, desc="spos_search supernet")
+    return train_on_data(supernet, smash_config, path_loss, seed, "spos_search supernet")
 
 
 def flops_limit(smash_config: SmashConfigPrefixWrapper, model: nn.Module, example: Any) -> tuple[float, float]:
@@ -100,6 +110,14 @@ def check_reachable(supernet: nn.Module, example: Any, limits: dict[str, float],
     if over:
         raise ConfigError(f"{owner}: no subnet meets the limits; even the narrowest one (every width at its "
                           f"smallest choice: {narrowest}) has {'; '.join(over)}. {_hint(owner)}")
+
+
+def scoring_hyperparameters() -> list:
+    """How :func:`scoring` scores a candidate: BatchNorm recalibration and validation batches."""
+    return [
+        int_hp("calibrate_batches", 0, 10**5, 4, "Train batches recomputing each candidate's BatchNorm statistics."),
+        int_hp("score_batches", 1, 10**5, 8, "Validation batches that score each candidate."),
+    ]
 
 
 def scoring(smash_config: SmashConfigPrefixWrapper, seed: int) -> tuple[Callable[[nn.Module], float],

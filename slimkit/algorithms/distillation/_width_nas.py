@@ -1,5 +1,7 @@
 """The shared part of ``autoslim`` and ``bignas`` (not an algorithm): a sandwich-trained width supernet.
 
+``spos_search`` shares the width ratios, the models taken and the replay of a save.
+
 The supernet is made from the model, trained with the sandwich rule and inplace distillation, and the searched
 subnet exported as the plain narrower model.
 
@@ -18,32 +20,49 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
+from ConfigSpace import Constant
 from torch import nn
 
-from slimkit.algorithms.distillation._nas import check_reachable, constraints, example_batch, flops_limit
-from slimkit.algorithms.distillation.spos_search import WidthRatios
+from slimkit.algorithms.distillation._nas import (
+    check_reachable,
+    constraints,
+    example_batch,
+    float_hp,
+    flops_limit,
+    int_hp,
+    scoring_hyperparameters,
+    train_on_data,
+)
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import ConfigListHyperparameter
 from slimkit.engines.nas import ChannelSupernet, NasMutator, export_subnet, make_searchable
 from slimkit.engines.nas.searchable import SUPPORTED_SHAPES, layer_shapes, resize_layers
 from slimkit.errors import ConfigError
 from slimkit.evaluation import count_macs
 from slimkit.evaluation.runtime import eval_mode
-from slimkit.training import FitResult, cross_entropy, fit, split_batch
+from slimkit.training import FitResult, cross_entropy, split_batch
 from slimkit.training.distill import KLDivergence
 from slimkit.utils import main_tensor, run_model
 
+
+class WidthRatios(ConfigListHyperparameter):
+    """Width ratios such as ``[0.25, 0.5, 0.75, 1.0]`` (the full width is always a choice); not searchable."""
+
+    def __init__(self, name: str, default_value: tuple[float, ...], meta: dict[str, Any]) -> None:
+        Constant.__init__(self, name, tuple(default_value), meta=meta)  # the parent's default () is no ratio list
+
+    def legal_value(self, value: Any) -> bool:  # type: ignore[override]
+        """Accept a non-empty list of numbers in (0, 1]."""
+        return isinstance(value, (list, tuple)) and bool(value) and all(
+            type(v) in (int, float) and 0 < v <= 1 for v in value)
+
+    def describe(self) -> str:
+        """What the hyperparameter accepts."""
+        return "a non-empty list of width ratios in (0, 1], e.g. [0.25, 0.5, 0.75, 1.0]"
+
+
 #: what the width search needs of a model (for model_check_reason)
 WIDTH_MODELS = f"It searches the channel widths of {SUPPORTED_SHAPES}; the model has no Conv2d or Linear layer."
-
-
-def _int(name: str, low: int, high: int, default: int, desc: str) -> UniformIntegerHyperparameter:
-    return UniformIntegerHyperparameter(name, low, high, default_value=default, meta={"desc": desc})
-
-
-def _float(name: str, low: float, high: float, default: float, desc: str, log: bool = False
-           ) -> UniformFloatHyperparameter:
-    return UniformFloatHyperparameter(name, low, high, default_value=default, log=log, meta={"desc": desc})
 
 
 def width_nas_hyperparameters() -> list:
@@ -51,19 +70,18 @@ def width_nas_hyperparameters() -> list:
     return [
         WidthRatios("width_ratios", (0.25, 0.5, 0.75, 1.0), meta={
             "desc": "Width choices of every searchable channel group, as fractions of its width."}),
-        _int("divisor", 1, 256, 1, "Round every width choice to a multiple of this (MMRazor's divisor, e.g. 8)."),
-        _float("flops_ratio", 0.01, 1.0, 0.5, "FLOPs budget as a fraction of the model's FLOPs."),
-        _float("max_flops", 0.0, 1e18, 0.0, "Absolute FLOPs budget per example (0: only flops_ratio)."),
-        _int("supernet_epochs", 1, 1000, 3, "Passes over the train data while training the supernet."),
-        _int("supernet_steps", 0, 10**7, 0, "Stop supernet training after this many steps (0: no limit)."),
-        _float("supernet_lr", 1e-7, 1.0, 3e-3, "Adam learning rate of the supernet training.", log=True),
-        _int("num_random_samples", 0, 16, 2, "Random subnets per step besides the widest and the narrowest."),
-        _float("temperature", 0.1, 100.0, 1.0, "Softmax temperature of the inplace distillation."),
-        _int("calibrate_batches", 0, 10**5, 4, "Train batches recomputing each candidate's BatchNorm statistics."),
-        _int("score_batches", 1, 10**5, 8, "Validation batches that score each candidate."),
-        _int("batch_size", 1, 4096, 32, "Train batch size."),
-        _int("seed", 0, 2**31 - 1, 0, "Seed of data shuffling and of the sampled subnets."),
-        _int("num_threads", 0, 1024, 0, "CPU threads while training (0 keeps torch's setting)."),
+        int_hp("divisor", 1, 256, 1, "Round every width choice to a multiple of this (MMRazor's divisor, e.g. 8)."),
+        float_hp("flops_ratio", 0.01, 1.0, 0.5, "FLOPs budget as a fraction of the model's FLOPs."),
+        float_hp("max_flops", 0.0, 1e18, 0.0, "Absolute FLOPs budget per example (0: only flops_ratio)."),
+        int_hp("supernet_epochs", 1, 1000, 3, "Passes over the train data while training the supernet."),
+        int_hp("supernet_steps", 0, 10**7, 0, "Stop supernet training after this many steps (0: no limit)."),
+        float_hp("supernet_lr", 1e-7, 1.0, 3e-3, "Adam learning rate of the supernet training.", log=True),
+        int_hp("num_random_samples", 0, 16, 2, "Random subnets per step besides the widest and the narrowest."),
+        float_hp("temperature", 0.1, 100.0, 1.0, "Softmax temperature of the inplace distillation."),
+        *scoring_hyperparameters(),
+        int_hp("batch_size", 1, 4096, 32, "Train batch size."),
+        int_hp("seed", 0, 2**31 - 1, 0, "Seed of data shuffling and of the sampled subnets."),
+        int_hp("num_threads", 0, 1024, 0, "CPU threads while training (0 keeps torch's setting)."),
     ]
 
 
@@ -113,11 +131,7 @@ class WidthRun:
         cfg = self.smash_config
         loss = sandwich_loss(self.mutator, int(cfg["num_random_samples"]), random.Random(self.seed),
                              float(cfg["temperature"]))
-        loader = cfg.data.train_dataloader(batch_size=int(cfg["batch_size"]), shuffle=True,
-                                           generator=torch.Generator().manual_seed(self.seed))
-        steps, threads = int(cfg["supernet_steps"]), int(cfg["num_threads"])
-        return fit(self.supernet, loader, loss=loss, lr=float(cfg["supernet_lr"]), epochs=int(cfg["supernet_epochs"]),
-                   steps=steps or None, seed=self.seed, num_threads=threads or None, desc=f"{self.owner} supernet")
+        return train_on_data(self.supernet, cfg, loss, self.seed, f"{self.owner} supernet")
 
     def export(self, subnet: dict[str, Any], training: bool) -> tuple[nn.Module, dict[str, Any]]:
         """The plain model of ``subnet`` and the state that rebuilds it; checks it computes the supernet's path."""
@@ -137,7 +151,7 @@ class WidthRun:
 
 
 class WidthNasModels:
-    """The models a width NAS takes, and the replay of its save (mixed into ``autoslim`` and ``bignas``)."""
+    """The models a width NAS takes, and the replay of its save (mixed into the width searches)."""
 
     algorithm_name: str
 

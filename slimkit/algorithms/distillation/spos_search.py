@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ConfigSpace import Constant, UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.distillation._nas import (
@@ -13,10 +12,14 @@ from slimkit.algorithms.distillation._nas import (
     constraints,
     evolution_hyperparameters,
     example_batch,
+    float_hp,
     flops_limit,
+    int_hp,
+    scoring_hyperparameters,
     search,
     train_supernet,
 )
+from slimkit.algorithms.distillation._width_nas import WidthNasModels, WidthRatios
 from slimkit.algorithms.recovery._training import (
     chosen_teacher,
     student_hyperparameters,
@@ -24,40 +27,15 @@ from slimkit.algorithms.recovery._training import (
     train_student,
 )
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import ConfigListHyperparameter
 from slimkit.core.registry import register
 from slimkit.engines.nas import export_subnet
-from slimkit.engines.nas.searchable import SUPPORTED_SHAPES, layer_shapes, make_searchable, resize_layers
+from slimkit.engines.nas.searchable import layer_shapes, make_searchable
 from slimkit.errors import ConfigError
 from slimkit.training.distill import DistillObjective, KLDivergence, frozen_teacher
 
 
-class WidthRatios(ConfigListHyperparameter):
-    """Width ratios such as ``[0.25, 0.5, 0.75, 1.0]`` (the full width is always a choice); not searchable."""
-
-    def __init__(self, name: str, default_value: tuple[float, ...], meta: dict[str, Any]) -> None:
-        Constant.__init__(self, name, tuple(default_value), meta=meta)  # the parent's default () is no ratio list
-
-    def legal_value(self, value: Any) -> bool:  # type: ignore[override]
-        """Accept a non-empty list of numbers in (0, 1]."""
-        return isinstance(value, (list, tuple)) and bool(value) and all(
-            type(v) in (int, float) and 0 < v <= 1 for v in value)
-
-    def describe(self) -> str:
-        """What the hyperparameter accepts."""
-        return "a non-empty list of width ratios in (0, 1], e.g. [0.25, 0.5, 0.75, 1.0]"
-
-
-def _int(name: str, low: int, high: int, default: int, desc: str) -> UniformIntegerHyperparameter:
-    return UniformIntegerHyperparameter(name, low, high, default_value=default, meta={"desc": desc})
-
-
-def _float(name: str, low: float, high: float, default: float, desc: str) -> UniformFloatHyperparameter:
-    return UniformFloatHyperparameter(name, low, high, default_value=default, meta={"desc": desc})
-
-
 @register
-class SposSearch(SlimkitDistiller):
+class SposSearch(WidthNasModels, SlimkitDistiller):
     """One-shot NAS of a CNN's channel widths: SPOS supernet training, evolution search, then distillation.
 
     The model becomes a width supernet (every group of coupled conv/linear channels gets the choices
@@ -81,29 +59,20 @@ class SposSearch(SlimkitDistiller):
         return [
             WidthRatios("width_ratios", (0.25, 0.5, 0.75, 1.0), meta={
                 "desc": "Width choices of every searchable channel group, as fractions of its width."}),
-            _int("supernet_epochs", 1, 1000, 3, "Passes over the train data while training the supernet."),
-            _int("supernet_steps", 0, 10**7, 0, "Stop supernet training after this many steps (0: no limit)."),
-            _float("supernet_lr", 1e-6, 1.0, 3e-3, "Adam learning rate of the supernet training."),
+            int_hp("supernet_epochs", 1, 1000, 3, "Passes over the train data while training the supernet."),
+            int_hp("supernet_steps", 0, 10**7, 0, "Stop supernet training after this many steps (0: no limit)."),
+            float_hp("supernet_lr", 1e-6, 1.0, 3e-3, "Adam learning rate of the supernet training."),
             *evolution_hyperparameters(),
-            _float("flops_ratio", 0.01, 1.0, 0.5, "FLOPs limit as a fraction of the model's FLOPs."),
-            _float("max_flops", 0.0, 1e18, 0.0, "Absolute FLOPs limit per example (0: only flops_ratio)."),
-            _float("max_params", 0.0, 1e15, 0.0, "Parameter limit of the subnet (0: none)."),
-            _int("calibrate_batches", 0, 10**5, 4, "Train batches recomputing each candidate's BatchNorm statistics."),
-            _int("score_batches", 1, 10**5, 8, "Validation batches that score each candidate."),
-            _float("logits_weight", 0.0, 100.0, 1.0, "Weight of the KL divergence to the teacher's outputs."),
-            _float("temperature", 0.1, 100.0, 4.0, "Softmax temperature of the output distillation."),
-            _float("task_weight", 0.0, 100.0, 1.0, "Weight of the task loss on the data's targets."),
+            float_hp("flops_ratio", 0.01, 1.0, 0.5, "FLOPs limit as a fraction of the model's FLOPs."),
+            float_hp("max_flops", 0.0, 1e18, 0.0, "Absolute FLOPs limit per example (0: only flops_ratio)."),
+            float_hp("max_params", 0.0, 1e15, 0.0, "Parameter limit of the subnet (0: none)."),
+            *scoring_hyperparameters(),
+            float_hp("logits_weight", 0.0, 100.0, 1.0, "Weight of the KL divergence to the teacher's outputs."),
+            float_hp("temperature", 0.1, 100.0, 4.0, "Softmax temperature of the output distillation."),
+            float_hp("task_weight", 0.0, 100.0, 1.0, "Weight of the task loss on the data's targets."),
             teacher_hyperparameter("the model handed to it"),
             *student_hyperparameters(epochs=3, lr=3e-3),
         ]
-
-    def model_check_fn(self, model: Any) -> bool:
-        """Needs a plain Conv2d or Linear layer."""
-        return isinstance(model, nn.Module) and any(type(m) in (nn.Conv2d, nn.Linear) for m in model.modules())
-
-    def model_check_reason(self) -> str:
-        """Which models are supported."""
-        return f"It searches the channel widths of {SUPPORTED_SHAPES}; the model has no Conv2d or Linear layer."
 
     def _objective(self, smash_config: SmashConfigPrefixWrapper, teacher: nn.Module) -> DistillObjective:
         logits, task = float(smash_config["logits_weight"]), float(smash_config["task_weight"])
@@ -134,9 +103,3 @@ class SposSearch(SlimkitDistiller):
             evaluated=result.evaluated, supernet_steps=trained.steps,
             last_parts={k: round(v, 6) for k, v in objective.last.items()})
         return student
-
-    def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
-        """Give a freshly built base model the searched layer shapes (the weights then load strictly)."""
-        if "layer_shapes" not in state:
-            raise ConfigError("The saved spos_search state has no 'layer_shapes'; the save is incomplete.")
-        return resize_layers(model, state["layer_shapes"])
