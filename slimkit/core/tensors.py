@@ -44,7 +44,7 @@ def _flatten_value(key: str, value: Any, out: dict[str, torch.Tensor], seen: dic
     elif isinstance(value, torch.Tensor):
         skey = _storage_key(value)
         if skey is not None and skey in seen:
-            out[f"{key}.__alias__"] = torch.tensor(list(seen[skey].encode()), dtype=torch.uint8)
+            out.update(alias_entry(key, seen[skey]))
             return
         if skey is not None:
             seen[skey] = key
@@ -75,12 +75,7 @@ def flatten_state_dict(model_or_state: torch.nn.Module | dict[str, Any]) -> dict
 
 
 def _base_key(flat_key: str) -> str:
-    cut = len(flat_key)
-    for suffix in _SUFFIXES:
-        idx = flat_key.find(suffix)
-        if idx != -1:
-            cut = min(cut, idx)
-    return flat_key[:cut]
+    return flat_key[:min((i for s in _SUFFIXES if (i := flat_key.find(s)) != -1), default=len(flat_key))]
 
 
 def _rebuild(key: str, flat: dict[str, torch.Tensor], keys: list[str]) -> Any:
@@ -113,12 +108,7 @@ def _rebuild(key: str, flat: dict[str, torch.Tensor], keys: list[str]) -> Any:
 def unflatten_state_dict(flat: dict[str, torch.Tensor]) -> dict[str, Any]:
     """Invert :func:`flatten_state_dict`: rebuild quantized tensors, tuples, dtypes, ``None`` and aliases."""
     keys = list(flat)
-    order: list[str] = []
-    for k in keys:
-        base = _base_key(k)
-        if base not in order:
-            order.append(base)
-    return {base: _rebuild(base, flat, keys) for base in order}
+    return {base: _rebuild(base, flat, keys) for base in dict.fromkeys(map(_base_key, keys))}
 
 
 def _tied_parameters(model: torch.nn.Module) -> list[list[tuple[torch.nn.Module, str]]]:

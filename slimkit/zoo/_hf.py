@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
 from slimkit.zoo._common import require, seeded
+from slimkit.zoo.registry import ZooModel
+
+#: the shape the tiny BERT and Llama share (each entry adds its own keys)
+TINY_SHAPE = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4}
 
 
 def transformers_module(purpose: str) -> Any:
@@ -55,3 +62,11 @@ def check_positions(entry: str, seq_len: int, max_positions: int, key: str) -> N
         raise ConfigError(
             f"zoo model {entry!r}: seq_len={seq_len} exceeds {key}={max_positions}; lower seq_len or raise {key}."
         )
+
+
+def causal_lm(entry: str, build: Callable[..., nn.Module], positions: str, batch_size: int, seq_len: int,
+              arch: dict[str, Any]) -> ZooModel:
+    """Tiny LM ``entry``: seeded model and ``{"input_ids"}``, byte tokenizer (``positions``: the position-table key)."""
+    check_positions(entry, seq_len, arch[positions], positions)
+    ids = random_tokens(arch["vocab_size"], batch_size, seq_len, arch["seed"])
+    return ZooModel(build(**arch), {"input_ids": ids}, entry, tokenizer=byte_tokenizer(arch["vocab_size"]))

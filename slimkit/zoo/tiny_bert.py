@@ -6,20 +6,11 @@ import torch
 from torch import nn
 
 from slimkit.zoo._common import check_divisible
-from slimkit.zoo._hf import build_seeded, check_positions, random_tokens
+from slimkit.zoo._hf import TINY_SHAPE, build_seeded, check_positions, random_tokens
 from slimkit.zoo.registry import ZooModel
 
 TASK = "sequence_classification"
-ARCH_DEFAULTS = {
-    "vocab_size": 256,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "max_position_embeddings": 64,
-    "num_labels": 2,
-    "seed": 0,
-}
+ARCH_DEFAULTS = {**TINY_SHAPE, "max_position_embeddings": 64, "num_labels": 2, "seed": 0}
 INPUT_DEFAULTS = {"batch_size": 2, "seq_len": 16}
 
 

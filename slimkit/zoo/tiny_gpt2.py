@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from slimkit.zoo._common import check_divisible
-from slimkit.zoo._hf import build_seeded, byte_tokenizer, check_positions, random_tokens
+from slimkit.zoo._hf import build_seeded, causal_lm
 from slimkit.zoo.registry import ZooModel
 
 TASK = "causal_lm"
@@ -26,6 +26,4 @@ def build(**arch: int) -> nn.Module:
 
 def load(batch_size: int, seq_len: int, **arch: int) -> ZooModel:
     """Build the seeded model and seeded ``{"input_ids": [batch_size, seq_len]}``."""
-    check_positions("tiny_gpt2", seq_len, arch["n_positions"], "n_positions")
-    ids = random_tokens(arch["vocab_size"], batch_size, seq_len, arch["seed"])
-    return ZooModel(build(**arch), {"input_ids": ids}, "tiny_gpt2", tokenizer=byte_tokenizer(arch["vocab_size"]))
+    return causal_lm("tiny_gpt2", build, "n_positions", batch_size, seq_len, arch)
