@@ -90,6 +90,9 @@ class CT2Module(nn.Module):
             raise SaveLoadError(f"{self.folder / HF_CONFIG} is not a config transformers can read ({exc}).") from exc
         eos = self.config.eos_token_id
         self.eos_token_id = int(eos[0] if isinstance(eos, list) else eos if eos is not None else 0)
+        pad = self.config.pad_token_id
+        self.pad_token_id = int(pad) if pad is not None else self.eos_token_id
+        self.index = {token: i for i, token in enumerate(self.vocabulary)}
 
     def tokens(self, ids: list[int]) -> list[str]:
         """CTranslate2's token strings of token ids (a ConfigError names an id outside the vocabulary)."""
@@ -111,6 +114,14 @@ def rows(input_ids: Any, attention_mask: Any, what: str) -> list[list[int]]:
     ids = input_ids.view(1, -1) if input_ids.dim() == 1 else input_ids
     keep = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else attention_mask.view_as(ids).bool()
     return [ids[i][keep[i]].tolist() for i in range(ids.shape[0])]
+
+
+def right_pad(rows: list[list[int]], value: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """``rows`` as one ``[batch, longest]`` tensor, the shorter rows padded with ``value`` on the right."""
+    out = torch.full((len(rows), max(map(len, rows), default=0)), value, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=dtype)
+    return out
 
 
 def check_generate_call(what: str, input_ids: Any, kwargs: dict[str, Any], accepted: tuple[str, ...]) -> None:
@@ -199,7 +210,4 @@ class CT2Generator(CT2Module):
             new_rows.append(new)
         if streamer is not None:
             streamer.end()
-        tail = torch.full((len(batch), max(map(len, new_rows), default=0)), self.eos_token_id, dtype=ids.dtype)
-        for i, new in enumerate(new_rows):
-            tail[i, : len(new)] = torch.tensor(new, dtype=ids.dtype)
-        return torch.cat([ids, tail], dim=1)
+        return torch.cat([ids, right_pad(new_rows, self.eos_token_id, ids.dtype)], dim=1)

@@ -32,17 +32,6 @@ from slimkit.core.contract import SaveFn, SlimkitCompiler, SmashConfigPrefixWrap
 from slimkit.errors import ConfigError, SaveLoadError
 
 
-def hyperparameters() -> list:
-    """Pruna's ``weight_bits`` (with 32 for exact float runs) and the runtime's threads."""
-    return [
-        OrdinalHyperparameter("weight_bits", [8, 16, 32], default_value=8, meta={
-            "desc": "Bits of the converted weights: 8 (int8, computed in int8 on the CPU), 16 (float16; a CPU "
-                    "computes it in float32) or 32 (float32). Pruna's default is 16; on a CPU 8 is the fast one."}),
-        UniformIntegerHyperparameter("n_threads", 0, 1024, default_value=0, meta={
-            "desc": "CTranslate2 threads per batch (intra_threads); 0 uses torch's current thread count."}),
-    ]
-
-
 def loader_for(model: Any) -> Any:
     """CTranslate2's converter entry for ``model``'s config class, or None when it has none (or no config)."""
     config = getattr(model, "config", None)
@@ -107,22 +96,6 @@ def convert(model: nn.Module, tokenizer: Any, weight_bits: int, folder: Path) ->
             "ctranslate2": ctranslate2.__version__, "files_sha256": {f.name: file_digest(f) for f in files}}
 
 
-def temporary_folder(prefix: str) -> Path:
-    """A fresh temporary folder (removed when the module that runs from it is collected)."""
-    return Path(tempfile.mkdtemp(prefix=prefix))
-
-
-def copy_folder(module: CT2Module, directory: Path) -> None:
-    """Copy the converted model ``module`` runs into ``directory / FOLDER`` (a save)."""
-    if not isinstance(module, CT2Module):
-        raise SaveLoadError(f"A CTranslate2 algorithm saves a CTranslate2 module, got {type(module).__name__}.")
-    try:
-        shutil.copytree(module.folder, directory / FOLDER)
-    except OSError as exc:
-        raise SaveLoadError(f"Cannot copy {module.folder} into the save ({exc}): the converted model this module "
-                            "runs was removed. Smash the original model again.") from exc
-
-
 def saved_folder(directory: Path, state: dict[str, Any]) -> Path:
     """The converted model inside a save, checked before CTranslate2 reads it.
 
@@ -162,8 +135,14 @@ class CTranslate2Compiler(SlimkitCompiler):
     runner: ClassVar[type[CT2Module]] = CT2Generator
 
     def get_hyperparameters(self) -> list:
-        """Pruna's weight_bits, and the threads CTranslate2 runs on."""
-        return hyperparameters()
+        """Pruna's ``weight_bits`` (with 32 for exact float runs), and the threads CTranslate2 runs on."""
+        return [
+            OrdinalHyperparameter("weight_bits", [8, 16, 32], default_value=8, meta={
+                "desc": "Bits of the converted weights: 8 (int8, computed in int8 on the CPU), 16 (float16; a CPU "
+                        "computes it in float32) or 32 (float32). Pruna's default is 16; on a CPU 8 is the fast one."}),
+            UniformIntegerHyperparameter("n_threads", 0, 1024, default_value=0, meta={
+                "desc": "CTranslate2 threads per batch (intra_threads); 0 uses torch's current thread count."}),
+        ]
 
     def import_algorithm_packages(self) -> dict[str, Any]:
         """Import ctranslate2 (pip install 'slimkit[ctranslate2]')."""
@@ -174,7 +153,7 @@ class CTranslate2Compiler(SlimkitCompiler):
         return smash_config.tokenizer
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        folder = temporary_folder(f"slimkit-{self.algorithm_name}-")
+        folder = Path(tempfile.mkdtemp(prefix=f"slimkit-{self.algorithm_name}-"))  # the module removes it
         try:
             summary = convert(model, self.vocabulary_source(smash_config), int(smash_config["weight_bits"]), folder)
             module = self.runner(folder / FOLDER, int(smash_config["n_threads"]), owns_folder=True)
@@ -186,7 +165,13 @@ class CTranslate2Compiler(SlimkitCompiler):
 
     def save_artifacts(self, model: Any, directory: Path, state: dict[str, Any]) -> None:
         """Copy the converted model (CTranslate2's model.bin, config and vocabulary) into ``directory``."""
-        copy_folder(model, directory)
+        if not isinstance(model, CT2Module):
+            raise SaveLoadError(f"A CTranslate2 algorithm saves a CTranslate2 module, got {type(model).__name__}.")
+        try:
+            shutil.copytree(model.folder, directory / FOLDER)
+        except OSError as exc:
+            raise SaveLoadError(f"Cannot copy {model.folder} into the save ({exc}): the converted model this module "
+                                "runs was removed. Smash the original model again.") from exc
 
     def load_artifacts(self, directory: Path, smash_config: SmashConfigPrefixWrapper,
                        state: dict[str, Any]) -> CT2Module:

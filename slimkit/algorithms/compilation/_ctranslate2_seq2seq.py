@@ -12,6 +12,7 @@ from slimkit.algorithms.compilation._ctranslate2 import (
     CT2Module,
     check_generate_call,
     open_model,
+    right_pad,
     rows,
     sampling_options,
 )
@@ -37,10 +38,7 @@ class CT2Translator(CT2Module):
     def __init__(self, folder: str | Path, n_threads: int = 0, owns_folder: bool = False) -> None:
         super().__init__(folder, n_threads, owns_folder)
         self.translator = open_model(self.ctranslate2.Translator, self.folder, self.n_threads)
-        self.index = {token: i for i, token in enumerate(self.vocabulary)}
         self.decoder_start_token_id = int(self.config.decoder_start_token_id)
-        pad = self.config.pad_token_id
-        self.pad_token_id = int(pad) if pad is not None else self.eos_token_id
 
     def _sources(self, input_ids: Any, attention_mask: Any) -> list[list[str]]:
         return [self.tokens(r) for r in rows(input_ids, attention_mask, "c_translate")]
@@ -85,7 +83,4 @@ class CT2Translator(CT2Module):
             min_decoding_length=int(min_new_tokens), return_end_token=True,
             **sampling_options(do_sample, temperature, top_k, top_p))
         decoded = [[self.decoder_start_token_id] + [self.index[t] for t in r.hypotheses[0]] for r in results]
-        out = torch.full((len(decoded), max(map(len, decoded))), self.pad_token_id, dtype=torch.long)
-        for i, ids in enumerate(decoded):
-            out[i, : len(ids)] = torch.tensor(ids)
-        return out
+        return right_pad(decoded, self.pad_token_id)

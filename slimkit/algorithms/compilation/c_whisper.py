@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slimkit.algorithms.compilation._ctranslate2 import CT2Module, open_model
+from slimkit.algorithms.compilation._ctranslate2 import CT2Module, open_model, right_pad
 from slimkit.algorithms.compilation._ctranslate2_compiler import CTranslate2Compiler, loader_for
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
@@ -32,10 +32,7 @@ class CT2Whisper(CT2Module):
     def __init__(self, folder: str | Path, n_threads: int = 0, owns_folder: bool = False) -> None:
         super().__init__(folder, n_threads, owns_folder)
         self.whisper = open_model(self.ctranslate2.models.Whisper, self.folder, self.n_threads)
-        self.index = {token: i for i, token in enumerate(self.vocabulary)}
         self.decoder_start_token_id = int(self.config.decoder_start_token_id)
-        pad = self.config.pad_token_id
-        self.pad_token_id = int(pad) if pad is not None else self.eos_token_id
 
     def can_generate(self) -> bool:
         """Whisper generates (transcribes)."""
@@ -54,17 +51,15 @@ class CT2Whisper(CT2Module):
 
     def _prompts(self, features: Any, language: str | None, task: str) -> list[list[int]]:
         start = [self.decoder_start_token_id]
-        if self.whisper.is_multilingual:
-            if language is None:
-                detected = self.whisper.detect_language(features)
-                languages = [row[0][0] for row in detected]
-            else:
-                languages = [f"<|{language.strip('<|>')}|>"] * features.shape[0]
-            tail = [self._special(f"<|{task}|>")] + ([self.index["<|notimestamps|>"]]
-                                                      if "<|notimestamps|>" in self.index else [])
-            return [start + [self._special(lang)] + tail for lang in languages]
         tail = [self.index["<|notimestamps|>"]] if "<|notimestamps|>" in self.index else []
-        return [start + tail] * features.shape[0]
+        if not self.whisper.is_multilingual:
+            return [start + tail] * features.shape[0]
+        if language is None:
+            languages = [row[0][0] for row in self.whisper.detect_language(features)]
+        else:
+            languages = [f"<|{language.strip('<|>')}|>"] * features.shape[0]
+        tail = [self._special(f"<|{task}|>"), *tail]
+        return [start + [self._special(lang)] + tail for lang in languages]
 
     def generate(self, input_features: torch.Tensor | None = None, max_new_tokens: int = 20, num_beams: int = 1,
                  language: str | None = None, task: str = "transcribe", **kwargs: Any) -> torch.Tensor:
@@ -92,10 +87,7 @@ class CT2Whisper(CT2Module):
                                         suppress_blank=False)
         rows = [list(r.sequences_ids[0]) for r in results]
         rows = [r + [self.eos_token_id] if len(r) < int(max_new_tokens) else r for r in rows]  # it drops the end
-        out = torch.full((len(rows), max(map(len, rows))), self.pad_token_id, dtype=torch.long)
-        for i, row in enumerate(rows):
-            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return out
+        return right_pad(rows, self.pad_token_id)
 
 
 @register
