@@ -203,14 +203,7 @@ class _Loader:
         seen = (*seen, path)
         if path.suffix != ".py":
             data = _read(path)
-            entries = data.pop(BASE_KEY, [])
-            entries = [entries] if isinstance(entries, (str, os.PathLike)) else entries
-            if not isinstance(entries, list):
-                raise ConfigError(f"{BASE_KEY} must be a path or a list of paths, got {entries!r}.")
-            base = self.bases([str(e) for e in entries], path.parent, seen, strict=False)
-            out = merge_configs(base, to_config(data))
-            object.__setattr__(out, "_skipped_bases", base._skipped_bases)
-            return out
+            return _onto(self.bases(_pop_bases(data), path.parent, seen, strict=False), to_config(data))
         return self.load_py(path, seen)
 
     def load_py(self, path: Path, seen: tuple[Path, ...]) -> ConfigDict:
@@ -225,9 +218,21 @@ class _Loader:
         ConfigEvaluator(names, path, _attr_get, _attr_set, ConfigDict).run(body)
         own = {k: v for k, v in names.items() if k != BASE_KEY and not k.startswith("__")
                and not isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType))}
-        out = merge_configs(base, to_config(own))
-        object.__setattr__(out, "_skipped_bases", base._skipped_bases)
-        return out
+        return _onto(base, to_config(own))
+
+
+def _pop_bases(data: dict[str, Any]) -> list[str]:
+    entries = data.pop(BASE_KEY, [])
+    entries = [entries] if isinstance(entries, (str, os.PathLike)) else entries
+    if not isinstance(entries, list):
+        raise ConfigError(f"{BASE_KEY} must be a path or a list of paths, got {entries!r}.")
+    return [str(e) for e in entries]
+
+
+def _onto(base: _BaseNamespace, own: Mapping[str, Any]) -> ConfigDict:
+    out = merge_configs(base, own)
+    object.__setattr__(out, "_skipped_bases", base._skipped_bases)
+    return out
 
 
 def _substitute(path: Path, text: str) -> str:
@@ -249,11 +254,7 @@ def load_config(source: str | os.PathLike | Mapping[str, Any],
     loader = _Loader(scope_roots)
     if isinstance(source, Mapping):
         data = to_config(copy.deepcopy(dict(source)))
-        entries = data.pop(BASE_KEY, [])
-        entries = [entries] if isinstance(entries, (str, os.PathLike)) else entries
-        if not isinstance(entries, list):
-            raise ConfigError(f"{BASE_KEY} must be a path or a list of paths, got {entries!r}.")
-        out = merge_configs(loader.bases([str(e) for e in entries], Path.cwd(), (), strict=False), data)
+        out = merge_configs(loader.bases(_pop_bases(data), Path.cwd(), (), strict=False), data)
     elif isinstance(source, (str, os.PathLike)):
         out = loader.load(Path(source).expanduser(), ())
     else:

@@ -106,6 +106,8 @@ class AttentiveMobileNetV3(StagedBackbone):
     norm's scale 0). ``with_cp`` (activation checkpointing, a memory saving) is read and not used.
     """
 
+    stem_name = "first_conv"
+
     def __init__(self, arch_setting: Mapping[str, Sequence[Sequence[int]]], widen_factor: float = 1.0,
                  out_indices: Sequence[int] = (7,), frozen_stages: int = -1,
                  conv_cfg: Mapping[str, Any] | None = None, norm_cfg: Mapping[str, Any] | None = None,
@@ -136,13 +138,10 @@ class AttentiveMobileNetV3(StagedBackbone):
                               f"layer), {n + 2}+ act_cfg_list entries (stem, stages, ..., last layer) and {n} "
                               f"strides / with_se flags; got {len(depths)}, {len(ratios)}, {len(widths)}, "
                               f"{len(acts)}, {len(strides)}, {len(ses)}.")
-        if any(i not in range(n + 1) for i in out_indices) or frozen_stages not in range(-1, n + 1):
-            raise ConfigError(f"AttentiveMobileNetV3: out_indices {list(out_indices)} and frozen_stages "
-                              f"{frozen_stages} must lie in 0..{n}.")
+        self.check_stages(n + 1, out_indices, frozen_stages, norm_eval)
         transform = _CONVS[_scoped(conv_cfg, "conv_cfg", list(_CONVS))]
         _scoped(norm_cfg or {"type": "DynamicBatchNorm2d"}, "norm_cfg", _NORMS)
         momentum = float((norm_cfg or {}).get("momentum", 0.1))
-        self.out_indices, self.frozen_stages, self.norm_eval = tuple(out_indices), frozen_stages, bool(norm_eval)
         self.first_mutable_channels = MutableChannels(widths[0])
         self.first_mutable_channels.alias = "backbone.first_channels"
         self.last_mutable_channels = MutableChannels(widths[-1])
@@ -185,11 +184,3 @@ class AttentiveMobileNetV3(StagedBackbone):
                 if isinstance(m, ElasticMBBlock) and (m.residual or m.attentive):
                     nn.init.zeros_(m.linear_conv.bn.weight)
         self._freeze()
-
-    def stem(self) -> nn.Module:
-        """The 3x3 stride-2 ``first_conv``."""
-        return self.first_conv
-
-    def stages(self) -> list[nn.Module]:
-        """``layer1..layerN``, then ``last_conv`` (its output is ``[N, C, 1, 1]``)."""
-        return [getattr(self, name) for name in self.layer_names]

@@ -8,10 +8,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.core.registry import build_component
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
-from slimkit.faces.mmrazor.nas.staged import StagedBackbone
+from slimkit.faces.mmrazor.nas.staged import StagedBackbone, mutable_stage
 from slimkit.training.layers import check_conv_cfg, conv_module
 
 _BN, _RELU, _RELU6 = {"type": "BN"}, {"type": "ReLU"}, {"type": "ReLU6"}
@@ -93,11 +92,7 @@ class SearchableMobileNetV2(StagedBackbone):
                  act_cfg: Mapping[str, Any] | None = _RELU6, norm_eval: bool = False, in_channels: int = 3) -> None:
         super().__init__()
         check_conv_cfg("SearchableMobileNetV2", conv_cfg)
-        num_layers = len(arch_setting) + 1
-        if any(i not in range(num_layers) for i in out_indices) or frozen_stages not in range(-1, num_layers):
-            raise ConfigError(f"SearchableMobileNetV2: out_indices {list(out_indices)} and frozen_stages "
-                              f"{frozen_stages} must lie in 0..{num_layers - 1}.")
-        self.out_indices, self.frozen_stages, self.norm_eval = tuple(out_indices), frozen_stages, bool(norm_eval)
+        self.check_stages(len(arch_setting) + 1, out_indices, frozen_stages, norm_eval)
         channels = make_divisible(first_channels * widen_factor, 8)
         self.conv1 = conv_module(in_channels, channels, 3, 2, 1, norm_cfg=norm_cfg, act_cfg=act_cfg)
         self.layer_names: list[str] = []
@@ -106,22 +101,10 @@ class SearchableMobileNetV2(StagedBackbone):
                 raise ConfigError(f"SearchableMobileNetV2 arch_setting rows are [channels, num_blocks, stride, "
                                   f"mutable_cfg], got {row!r}.")
             out_c = make_divisible(row[0] * widen_factor, 8)
-            blocks = []
-            for j in range(int(row[1])):
-                kwargs = {"in_channels": channels, "out_channels": out_c, "stride": int(row[2]) if j == 0 else 1}
-                blocks.append(build_component({**row[3], "module_kwargs": kwargs}))
-                channels = out_c
-            self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
+            self.add_module(f"layer{i + 1}", mutable_stage(row[3], channels, out_c, int(row[1]), int(row[2])))
             self.layer_names.append(f"layer{i + 1}")
+            channels = out_c if int(row[1]) else channels
         self.out_channel = int(last_channels * widen_factor) if widen_factor > 1.0 else last_channels
         self.conv2 = conv_module(channels, self.out_channel, 1, norm_cfg=norm_cfg, act_cfg=act_cfg)
         self.layer_names.append("conv2")
         self._freeze()
-
-    def stem(self) -> nn.Module:
-        """The 3x3 stride-2 ``conv1``."""
-        return self.conv1
-
-    def stages(self) -> list[nn.Module]:
-        """``layer1..layerN``, then ``conv2``."""
-        return [getattr(self, name) for name in self.layer_names]

@@ -14,10 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.core.registry import build_component
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import register_module
-from slimkit.faces.mmrazor.nas.staged import StagedBackbone
+from slimkit.faces.mmrazor.nas.staged import StagedBackbone, mutable_stage
 from slimkit.training.layers import check_conv_cfg, conv_module
 
 _BN, _RELU = {"type": "BN"}, {"type": "ReLU"}
@@ -112,11 +111,7 @@ class SearchableShuffleNetV2(StagedBackbone):
                  act_cfg: Mapping[str, Any] | None = _RELU, norm_eval: bool = False, in_channels: int = 3) -> None:
         super().__init__()
         check_conv_cfg("SearchableShuffleNetV2", conv_cfg)
-        num_layers = len(arch_setting) + (1 if with_last_layer else 0)
-        if any(i not in range(num_layers) for i in out_indices) or frozen_stages not in range(-1, num_layers):
-            raise ConfigError(f"SearchableShuffleNetV2: out_indices {list(out_indices)} and frozen_stages "
-                              f"{frozen_stages} must lie in 0..{num_layers - 1}.")
-        self.out_indices, self.frozen_stages, self.norm_eval = tuple(out_indices), frozen_stages, bool(norm_eval)
+        self.check_stages(len(arch_setting) + (1 if with_last_layer else 0), out_indices, frozen_stages, norm_eval)
         channels = 16 * stem_multiplier
         self.conv1 = conv_module(in_channels, channels, 3, 2, 1, norm_cfg=norm_cfg, act_cfg=act_cfg)
         self.layers = nn.ModuleList()
@@ -125,19 +120,11 @@ class SearchableShuffleNetV2(StagedBackbone):
                 raise ConfigError(f"SearchableShuffleNetV2 arch_setting rows are [channels, num_blocks, mutable_cfg], "
                                   f"got {row!r}.")
             out_c, blocks = round(row[0] * widen_factor), int(row[1])
-            stage = []
-            for i in range(blocks):
-                kwargs = {"in_channels": channels, "out_channels": out_c, "stride": 2 if i == 0 else 1}
-                stage.append(build_component({**row[2], "module_kwargs": kwargs}))
-                channels = out_c
-            self.layers.append(nn.Sequential(*stage))
+            self.layers.append(mutable_stage(row[2], channels, out_c, blocks, 2))
+            channels = out_c if blocks else channels
         if with_last_layer:
             self.layers.append(conv_module(channels, 1024, 1, norm_cfg=norm_cfg, act_cfg=act_cfg))
         self._freeze()
-
-    def stem(self) -> nn.Module:
-        """The 3x3 stride-2 ``conv1``."""
-        return self.conv1
 
     def stages(self) -> list[nn.Module]:
         """The stages, then the last 1x1 layer (``with_last_layer``)."""
