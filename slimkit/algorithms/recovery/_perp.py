@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import torch
 from ConfigSpace import (
     CategoricalHyperparameter,
     Constant,
@@ -91,10 +90,6 @@ def is_causal_lm(model: Any) -> bool:
     return callable(getter) and isinstance(getter(), nn.Linear)
 
 
-def _trainable(param: torch.Tensor) -> bool:
-    return param.is_floating_point() and not hasattr(param, "qtype")
-
-
 def in_place_parameters(model: nn.Module) -> dict[str, list[str]]:
     """Names of the parameters PERP trains in place: ``norm`` (normalization layers), ``bias``, ``head``.
 
@@ -110,7 +105,7 @@ def in_place_parameters(model: nn.Module) -> dict[str, list[str]]:
         is_norm = kind.endswith("Norm") or any(k in kind for k in ("BatchNorm", "GroupNorm", "InstanceNorm"))
         for pname, param in module.named_parameters(recurse=False):
             full = f"{module_name}.{pname}" if module_name else pname
-            if not _trainable(param):
+            if not param.is_floating_point() or hasattr(param, "qtype"):
                 continue
             if module_name in head_names:
                 found["head"].append(full)

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.algorithms.recovery._training import validation_loss
+from slimkit.algorithms.recovery._training import val_batches, validation_loss
 from slimkit.core.contract import SmashConfigPrefixWrapper
-from slimkit.errors import ConfigError, DataError, MissingPackageError
+from slimkit.errors import ConfigError, MissingPackageError
 from slimkit.training import default_loss, fit
 
 #: Pruna's warm-up length; short runs warm up over their first tenth instead
@@ -105,10 +105,7 @@ def train(model: nn.Module, params: list[nn.Parameter], smash_config: SmashConfi
     total = max(1, math.ceil(float(smash_config["num_epochs"]) * len(loader) / every))
     if int(smash_config["steps"]):
         total = min(total, int(smash_config["steps"]))
-    try:
-        val = smash_config.data.val_dataloader(batch_size=int(smash_config["training_batch_size"]))
-    except DataError:
-        val = None
+    val = val_batches(smash_config, int(smash_config["training_batch_size"]))
     state = smash_config.state
     if val is not None:
         state["val_perplexity_before"] = _perplexity(model, val)

@@ -142,7 +142,8 @@ def _has_task_loss(model: nn.Module, batches: Any) -> bool:
         return model_loss(run_model(model, move_batch(inputs, model_device(model)))) is not None
 
 
-def _val_batches(smash_config: SmashConfigPrefixWrapper, batch_size: int) -> Any:
+def val_batches(smash_config: SmashConfigPrefixWrapper, batch_size: int) -> Any:
+    """The data's validation batches, or None when it has no validation split."""
     try:
         return smash_config.data.val_dataloader(batch_size=batch_size)
     except DataError:
@@ -161,7 +162,7 @@ def train_student(model: nn.Module, smash_config: SmashConfigPrefixWrapper, loss
     seed, batch_size = int(smash_config["seed"]), int(smash_config["batch_size"])
     loader = smash_config.data.train_dataloader(batch_size=batch_size, shuffle=True,
                                                 generator=torch.Generator().manual_seed(seed))
-    val = _val_batches(smash_config, batch_size)
+    val = val_batches(smash_config, batch_size)
     patience = int(smash_config["patience"])
     if patience and val is None:
         raise DataError(f"{desc}_patience needs a validation split to stop on; add data that has one, or set "
