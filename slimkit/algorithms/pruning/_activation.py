@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ConfigSpace import CategoricalHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, statistics_batches
 from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.pruning._selection import choice
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.engines.pruning import Pruner
 
@@ -21,9 +21,8 @@ class ActivationRankPruner(FrameworkPruner):
     def extra_hyperparameters(self) -> list:
         """Activation applied to the layer outputs, number of batches, batch size."""
         return [
-            CategoricalHyperparameter("activation", ["relu", "relu6"], default_value="relu",
-                                      meta={"desc": "Activation applied to each layer's output before the "
-                                                    "statistics are taken."}),
+            choice("activation", ["relu", "relu6"], "relu", "Activation applied to each layer's output before the "
+                   "statistics are taken."),
             *batch_hyperparameters(),
         ]
 

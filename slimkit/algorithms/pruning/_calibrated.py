@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter
-
+from slimkit.algorithms.pruning._selection import choice, real
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
@@ -52,13 +51,10 @@ class CalibratedLLMPruner(TargetsMixin, SlimkitPruner):
     def pattern_hyperparameters() -> list[Hyperparameter]:
         """``sparsity``, ``mask_structure`` and ``exclude``."""
         return [
-            UniformFloatHyperparameter("sparsity", 0.0, 0.99, default_value=0.5,
-                                       meta={"desc": "Share of each layer's weights set to zero (with an N:M "
-                                                     "mask_structure it must be N/M)."}),
-            CategoricalHyperparameter("mask_structure", list(MASK_STRUCTURES), default_value="0:0",
-                                      meta={"desc": "'0:0': unstructured; 'N:M': N zeros in every group of M "
-                                                    "consecutive input weights of a row (2:4 runs on sparse "
-                                                    "tensor cores)."}),
+            real("sparsity", 0.0, 0.99, 0.5, "Share of each layer's weights set to zero (with an N:M mask_structure it "
+                 "must be N/M)."),
+            choice("mask_structure", list(MASK_STRUCTURES), "0:0", "'0:0': unstructured; 'N:M': N zeros in every group "
+                   "of M consecutive input weights of a row (2:4 runs on sparse tensor cores)."),
             ListHyperparameter("exclude", support.DEFAULT_EXCLUDE,
                                meta={"desc": "Layers left dense: exact names or glob patterns (a pattern also "
                                              "matches the last name part); lm_head by default."}),

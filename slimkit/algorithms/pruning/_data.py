@@ -12,9 +12,9 @@ import itertools
 from typing import Any
 
 import torch
-from ConfigSpace import UniformIntegerHyperparameter
 from torch import nn
 
+from slimkit.algorithms.pruning._selection import integer
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.data import move_batch, split_batch
 from slimkit.errors import DataError
@@ -24,12 +24,10 @@ from slimkit.utils import model_device
 
 def batch_hyperparameters(batches: int | None = 4, batch_size: int = 32) -> list:
     """``batches`` (how many train batches rank the filters; omitted when None) and ``batch_size``."""
-    hps = [UniformIntegerHyperparameter("batch_size", 1, 4096, default_value=batch_size,
-                                        meta={"desc": "Batch size of the train data loader."})]
+    hps = [integer("batch_size", 1, 4096, batch_size, "Batch size of the train data loader.")]
     if batches is not None:
-        hps.insert(0, UniformIntegerHyperparameter(
-            "batches", 1, 100000, default_value=batches,
-            meta={"desc": "Train batches the filter statistics are collected on (NNI's statistics_batch_num)."}))
+        hps.insert(0, integer("batches", 1, 100000, batches, "Train batches the filter statistics are collected on "
+                              "(NNI's statistics_batch_num)."))
     return hps
 
 

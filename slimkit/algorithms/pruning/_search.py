@@ -20,11 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
+from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.data import move_batch
 from slimkit.engines.pruning.allocation import base_op_types
@@ -46,33 +47,26 @@ def base_algo_hyperparameter(level: bool = True) -> CategoricalHyperparameter:
 def training_hyperparameters(lr: float = 1e-3) -> list:
     """Learning rate, optimizer, batch size and seed of the training the algorithm does."""
     return [
-        UniformFloatHyperparameter("lr", 1e-6, 1.0, default_value=lr, log=True,
-                                   meta={"desc": "Learning rate of the training the pruner does."}),
-        CategoricalHyperparameter("optimizer", ["adam", "sgd"], default_value="adam",
-                                  meta={"desc": "adam, or sgd with momentum 0.9."}),
+        real("lr", 1e-6, 1.0, lr, "Learning rate of the training the pruner does.", log=True),
+        choice("optimizer", ["adam", "sgd"], "adam", "adam, or sgd with momentum 0.9."),
         *batch_hyperparameters(batches=None, batch_size=64),
-        UniformIntegerHyperparameter("seed", 0, 2**31 - 1, default_value=0,
-                                     meta={"desc": "Seed of the data shuffling and of the search."}),
+        integer("seed", 0, 2**31 - 1, 0, "Seed of the data shuffling and of the search."),
     ]
 
 
 def evaluator_hyperparameters(finetune_steps: int | None) -> list:
     """``metric`` and (unless ``finetune_steps`` is None) ``eval_finetune_steps`` of the candidate evaluator."""
-    hps = [CategoricalHyperparameter("metric", ["accuracy", "loss"], default_value="accuracy",
-                                     meta={"desc": "What candidates are compared on, on the validation split: "
-                                                   "accuracy, or the mean loss (lower is better)."})]
+    hps = [choice("metric", ["accuracy", "loss"], "accuracy", "What candidates are compared on, on the validation "
+                  "split: accuracy, or the mean loss (lower is better).")]
     if finetune_steps is not None:
-        hps.append(UniformIntegerHyperparameter(
-            "eval_finetune_steps", 0, 100000, default_value=finetune_steps,
-            meta={"desc": "Optimizer steps a copy of each candidate is fine-tuned before it is scored (0: scored "
-                          "as pruned)."}))
+        hps.append(integer("eval_finetune_steps", 0, 100000, finetune_steps, "Optimizer steps a copy of each candidate "
+                           "is fine-tuned before it is scored (0: scored as pruned)."))
     return hps
 
 
 def cap_hyperparameter() -> UniformFloatHyperparameter:
     """``max_sparsity_per_layer``: the most any one layer may lose."""
-    return UniformFloatHyperparameter("max_sparsity_per_layer", 0.01, 0.99, default_value=0.9,
-                                      meta={"desc": "No layer loses more than this share of its units."})
+    return real("max_sparsity_per_layer", 0.01, 0.99, 0.9, "No layer loses more than this share of its units.")
 
 
 def with_cap(config_list: list[dict[str, Any]], smash_config: SmashConfigPrefixWrapper) -> list[dict[str, Any]]:
@@ -152,16 +146,12 @@ def tune_as_scored(name: str, smash_config: SmashConfigPrefixWrapper, model: nn.
 def annealing_hyperparameters() -> list:
     """The temperature schedule and the perturbation size (shared with auto_compress)."""
     return [
-        UniformFloatHyperparameter("start_temperature", 1e-3, 1e6, default_value=100.0, log=True,
-                                   meta={"desc": "Initial temperature; worse candidates are accepted with "
-                                                 "probability exp(-drop in points / T)."}),
-        UniformFloatHyperparameter("stop_temperature", 1e-3, 1e6, default_value=20.0, log=True,
-                                   meta={"desc": "The search stops when the temperature falls below this."}),
-        UniformFloatHyperparameter("cool_down_rate", 0.01, 0.999, default_value=0.9,
-                                   meta={"desc": "Temperature factor per step (more steps when closer to 1)."}),
-        UniformFloatHyperparameter("perturbation_magnitude", 0.01, 1.0, default_value=0.35,
-                                   meta={"desc": "Largest random change of a layer's share at the start "
-                                                 "(shrinks with the temperature)."}),
+        real("start_temperature", 1e-3, 1e6, 100.0, "Initial temperature; worse candidates are accepted with "
+             "probability exp(-drop in points / T).", log=True),
+        real("stop_temperature", 1e-3, 1e6, 20.0, "The search stops when the temperature falls below this.", log=True),
+        real("cool_down_rate", 0.01, 0.999, 0.9, "Temperature factor per step (more steps when closer to 1)."),
+        real("perturbation_magnitude", 0.01, 1.0, 0.35, "Largest random change of a layer's share at the start "
+             "(shrinks with the temperature)."),
     ]
 
 

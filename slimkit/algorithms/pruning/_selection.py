@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Protocol
 
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
+from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.core.contract import SmashConfigPrefixWrapper
@@ -35,12 +35,27 @@ class Selecting(Protocol):
         """(what ``"default"`` expands to, the layer types the pruner accepts or None for any)."""
 
 
+def integer(name: str, lower: int, upper: int, default: int, desc: str) -> UniformIntegerHyperparameter:
+    """An integer hyperparameter in ``[lower, upper]`` with its description."""
+    return UniformIntegerHyperparameter(name, lower, upper, default_value=default, meta={"desc": desc})
+
+
+def real(name: str, lower: float, upper: float, default: float, desc: str,
+         log: bool = False) -> UniformFloatHyperparameter:
+    """A float hyperparameter in ``[lower, upper]`` (log-scaled with ``log``) with its description."""
+    return UniformFloatHyperparameter(name, lower, upper, default_value=default, log=log, meta={"desc": desc})
+
+
+def choice(name: str, choices: list[Any], default: Any, desc: str) -> CategoricalHyperparameter:
+    """One of ``choices`` with its description."""
+    return CategoricalHyperparameter(name, choices, default_value=default, meta={"desc": desc})
+
+
 def selection_hyperparameters(default_sparsity: float, speedup: bool | None) -> list:
     """Sparsity, layer selection, the raw ``config_list`` and (for structured pruners) ``speedup``."""
     hps = [
-        UniformFloatHyperparameter("sparsity", 0.0, 0.99, default_value=default_sparsity,
-                                   meta={"desc": "Fraction of each selected layer's units (weights, filters or "
-                                                 "channels) to prune."}),
+        real("sparsity", 0.0, 0.99, default_sparsity, "Fraction of each selected layer's units (weights, filters or "
+             "channels) to prune."),
         ListHyperparameter("op_types", ("default",),
                            meta={"desc": "Layer class names to prune; 'default' = the types the pruner supports "
                                          "(with speedup: those layers whose channels can really be removed)."}),
@@ -71,10 +86,10 @@ def dims_hyperparameter() -> NameRatiosHyperparameter:
 
 def round_to_hyperparameter() -> UniformIntegerHyperparameter:
     """``round_to``: each coupled channel group keeps a multiple of this many channels (Torch-Pruning's)."""
-    return UniformIntegerHyperparameter("round_to", 1, 4096, default_value=1, meta={"desc": (
-        "Round every coupled channel group's kept count to the nearest multiple of this when the channels are "
-        "removed (never 0, never above the width; 1 = as pruning leaves it). 16 (or 8) puts the widths on the "
-        "blocks oneDNN's CPU convolutions use, which avoids its slow padded reorders at batch 1.")})
+    return integer("round_to", 1, 4096, 1, "Round every coupled channel group's kept count to the nearest multiple of "
+                   "this when the channels are removed (never 0, never above the width; 1 = as pruning leaves it). 16 "
+                   "(or 8) puts the widths on the blocks oneDNN's CPU convolutions use, which avoids its slow padded "
+                   "reorders at batch 1.")
 
 
 def dims_of(smash_config: SmashConfigPrefixWrapper, heads_flag: bool) -> Dims:

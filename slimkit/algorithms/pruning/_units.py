@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import training_hyperparameters
-from slimkit.algorithms.pruning._selection import resolve_dummy_input
+from slimkit.algorithms.pruning._selection import integer, resolve_dummy_input
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.engines.pruning.channel_units import ChannelUnits
@@ -40,8 +39,8 @@ class UnitPruner(SlimkitPruner):
     def get_hyperparameters(self) -> list:
         """``steps``, ``exclude``, the algorithm's own, then the training settings."""
         return [
-            UniformIntegerHyperparameter("steps", 1, 10**7, default_value=self.default_steps,
-                                         meta={"desc": "Optimizer steps of training on the added data while pruning."}),
+            integer("steps", 1, 10**7, self.default_steps, "Optimizer steps of training on the added data while "
+                    "pruning."),
             ListHyperparameter("exclude", (), meta={"desc": "Layer names whose channel groups are never pruned."}),
             *self.extra_hyperparameters(),
             *training_hyperparameters(lr=1e-3),

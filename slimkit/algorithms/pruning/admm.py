@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import BaseAlgoPruner, base_algo_hyperparameter, training_hyperparameters
+from slimkit.algorithms.pruning._selection import integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import ADMMEngine, Pruner
@@ -33,13 +33,10 @@ class ADMM(BaseAlgoPruner):
         """Ranking, ADMM rounds and the training of the W-step."""
         return [
             base_algo_hyperparameter(),
-            UniformIntegerHyperparameter("num_iterations", 1, 10000, default_value=6,
-                                         meta={"desc": "ADMM rounds (W-step, Z-step, U-step)."}),
-            UniformIntegerHyperparameter("training_epochs", 1, 1000, default_value=1,
-                                         meta={"desc": "Epochs over the train data in each W-step."}),
-            UniformFloatHyperparameter("row", 1e-6, 100.0, default_value=0.1, log=True,
-                                       meta={"desc": "Penalty rho of the augmented Lagrangian: how hard the weights "
-                                                     "are pulled toward their sparse projection."}),
+            integer("num_iterations", 1, 10000, 6, "ADMM rounds (W-step, Z-step, U-step)."),
+            integer("training_epochs", 1, 1000, 1, "Epochs over the train data in each W-step."),
+            real("row", 1e-6, 100.0, 0.1, "Penalty rho of the augmented Lagrangian: how hard the weights are pulled "
+                 "toward their sparse projection.", log=True),
             *training_hyperparameters(lr=1e-2),
         ]
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import AGPEngine, Pruner
@@ -34,22 +34,15 @@ class AGP(FrameworkPruner):
     def extra_hyperparameters(self) -> list:
         """Masker, schedule and training settings."""
         return [
-            CategoricalHyperparameter("pruning_algorithm", ["l1", "l2", "fpgm", "level"], default_value="l1",
-                                      meta={"desc": "How units are ranked: filter norms (l1, l2), geometric "
-                                                    "median (fpgm) or single weights (level, unstructured)."}),
-            UniformFloatHyperparameter("initial_sparsity", 0.0, 0.99, default_value=0.0,
-                                       meta={"desc": "Sparsity at the first step (must not exceed the final one)."}),
-            UniformIntegerHyperparameter("epochs", 1, 1000, default_value=2,
-                                         meta={"desc": "Passes over the train data."}),
-            UniformFloatHyperparameter("lr", 1e-6, 1.0, default_value=1e-3, log=True,
-                                       meta={"desc": "Learning rate of the fine-tuning."}),
-            CategoricalHyperparameter("optimizer", ["adam", "sgd"], default_value="adam",
-                                      meta={"desc": "adam, or sgd with momentum 0.9."}),
-            UniformIntegerHyperparameter("frequency", 1, 100000, default_value=1,
-                                         meta={"desc": "Optimizer steps between two mask updates."}),
+            choice("pruning_algorithm", ["l1", "l2", "fpgm", "level"], "l1", "How units are ranked: filter norms (l1, "
+                   "l2), geometric median (fpgm) or single weights (level, unstructured)."),
+            real("initial_sparsity", 0.0, 0.99, 0.0, "Sparsity at the first step (must not exceed the final one)."),
+            integer("epochs", 1, 1000, 2, "Passes over the train data."),
+            real("lr", 1e-6, 1.0, 1e-3, "Learning rate of the fine-tuning.", log=True),
+            choice("optimizer", ["adam", "sgd"], "adam", "adam, or sgd with momentum 0.9."),
+            integer("frequency", 1, 100000, 1, "Optimizer steps between two mask updates."),
             *batch_hyperparameters(batches=None),
-            UniformIntegerHyperparameter("seed", 0, 2**31 - 1, default_value=0,
-                                         meta={"desc": "Seed of the data shuffling."}),
+            integer("seed", 0, 2**31 - 1, 0, "Seed of the data shuffling."),
         ]
 
     def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:

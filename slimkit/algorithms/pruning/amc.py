@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import resolve_dummy_input
@@ -16,6 +15,7 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     tune_as_scored,
 )
+from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import AMCEngine, Pruner
@@ -43,32 +43,24 @@ class AMC(BaseAlgoPruner):
     def get_hyperparameters(self) -> list:
         """As the other pruners, but ``sparsity`` is each layer's largest sparsity (AMC picks the actual one)."""
         hps = [hp for hp in super().get_hyperparameters() if hp.name != "sparsity"]
-        cap = UniformFloatHyperparameter("sparsity", 0.01, 0.99, default_value=self.default_sparsity,
-                                         meta={"desc": "Largest share of a layer's channels the agent may prune "
-                                                       "(NNI's 1 - lbound); the MACs budget sets the total."})
+        cap = real("sparsity", 0.01, 0.99, self.default_sparsity, "Largest share of a layer's channels the agent may "
+                   "prune (NNI's 1 - lbound); the MACs budget sets the total.")
         return [cap, *hps]
 
     def extra_hyperparameters(self) -> list:
         """Budget, episodes, agent and evaluator settings."""
         return [
             base_algo_hyperparameter(level=False),
-            UniformFloatHyperparameter("flops_ratio", 0.01, 1.0, default_value=0.5,
-                                       meta={"desc": "Share of the model's MACs to keep (the budget)."}),
-            CategoricalHyperparameter("reward", ["acc_reward", "acc_flops_reward"], default_value="acc_reward",
-                                      meta={"desc": "acc_reward: the metric; acc_flops_reward: -(1 - metric) * "
-                                                    "log(MACs), which also favours fewer MACs."}),
-            UniformIntegerHyperparameter("episodes", 1, 100000, default_value=120,
-                                         meta={"desc": "Search episodes (NNI's train_episode)."}),
-            UniformIntegerHyperparameter("warmup", 0, 100000, default_value=30,
-                                         meta={"desc": "Episodes of random actions before the agent acts."}),
-            UniformIntegerHyperparameter("channel_round", 1, 1024, default_value=8,
-                                         meta={"desc": "Kept channels are a multiple of this (when the layer has at "
-                                                       "least that many)."}),
-            UniformIntegerHyperparameter("hidden", 8, 4096, default_value=64,
-                                         meta={"desc": "Width of the actor's and critic's two hidden layers."}),
-            UniformFloatHyperparameter("delta_decay", 0.5, 1.0, default_value=0.97,
-                                       meta={"desc": "Exploration noise factor per episode after warm-up "
-                                                     "(the noise starts at std 0.5)."}),
+            real("flops_ratio", 0.01, 1.0, 0.5, "Share of the model's MACs to keep (the budget)."),
+            choice("reward", ["acc_reward", "acc_flops_reward"], "acc_reward", "acc_reward: the metric; "
+                   "acc_flops_reward: -(1 - metric) * log(MACs), which also favours fewer MACs."),
+            integer("episodes", 1, 100000, 120, "Search episodes (NNI's train_episode)."),
+            integer("warmup", 0, 100000, 30, "Episodes of random actions before the agent acts."),
+            integer("channel_round", 1, 1024, 8, "Kept channels are a multiple of this (when the layer has at least "
+                    "that many)."),
+            integer("hidden", 8, 4096, 64, "Width of the actor's and critic's two hidden layers."),
+            real("delta_decay", 0.5, 1.0, 0.97, "Exploration noise factor per episode after warm-up (the noise starts "
+                 "at std 0.5)."),
             *evaluator_hyperparameters(10),
             *training_hyperparameters(lr=1e-3),
         ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
@@ -19,6 +18,7 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     with_cap,
 )
+from slimkit.algorithms.pruning._selection import integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import AutoCompressEngine, Pruner
@@ -44,15 +44,11 @@ class AutoCompress(BaseAlgoPruner):
         """Rounds, annealing, ADMM, evaluator and training settings."""
         return [
             base_algo_hyperparameter(),
-            UniformIntegerHyperparameter("num_iterations", 1, 1000, default_value=2,
-                                         meta={"desc": "Rounds of allocation + ADMM pruning."}),
+            integer("num_iterations", 1, 1000, 2, "Rounds of allocation + ADMM pruning."),
             *annealing_hyperparameters(),
-            UniformIntegerHyperparameter("admm_num_iterations", 1, 10000, default_value=3,
-                                         meta={"desc": "ADMM rounds in each AutoCompress round."}),
-            UniformIntegerHyperparameter("admm_training_epochs", 1, 1000, default_value=1,
-                                         meta={"desc": "Epochs over the train data in each ADMM W-step."}),
-            UniformFloatHyperparameter("row", 1e-6, 100.0, default_value=0.1, log=True,
-                                       meta={"desc": "ADMM penalty rho."}),
+            integer("admm_num_iterations", 1, 10000, 3, "ADMM rounds in each AutoCompress round."),
+            integer("admm_training_epochs", 1, 1000, 1, "Epochs over the train data in each ADMM W-step."),
+            real("row", 1e-6, 100.0, 0.1, "ADMM penalty rho.", log=True),
             cap_hyperparameter(),
             *evaluator_hyperparameters(20),
             *training_hyperparameters(lr=1e-2),

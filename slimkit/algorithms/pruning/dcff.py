@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
+from slimkit.algorithms.pruning._selection import integer, real
 from slimkit.algorithms.pruning._units import UnitPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
@@ -42,10 +42,8 @@ class DCFFPruner(UnitPruner):
     def extra_hyperparameters(self) -> list:
         """Kept ratio and re-fusion frequency."""
         return [
-            UniformFloatHyperparameter("ratio", 0.01, 1.0, default_value=0.5,
-                                       meta={"desc": "Share of each group's channels kept."}),
-            UniformIntegerHyperparameter("step_freq", 1, 10**6, default_value=1,
-                                         meta={"desc": "Training steps between two re-fusions."}),
+            real("ratio", 0.01, 1.0, 0.5, "Share of each group's channels kept."),
+            integer("step_freq", 1, 10**6, 1, "Training steps between two re-fusions."),
         ]
 
     def setup(self, units: ChannelUnits, smash_config: SmashConfigPrefixWrapper) -> _Fusing:

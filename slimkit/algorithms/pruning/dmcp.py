@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
 
+from slimkit.algorithms.pruning._selection import real
 from slimkit.algorithms.pruning._units import UnitPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
@@ -39,16 +39,11 @@ class DMCPPruner(UnitPruner):
     def extra_hyperparameters(self) -> list:
         """Target, search-space split and the architecture schedule."""
         return [
-            UniformFloatHyperparameter("target_macs_ratio", 0.05, 1.0, default_value=0.5,
-                                       meta={"desc": "Expected MACs the architecture parameters are pulled to."}),
-            UniformFloatHyperparameter("min_rate", 0.01, 0.99, default_value=0.1,
-                                       meta={"desc": "Smallest share of a group's channels (pruning_cfg's first)."}),
-            UniformFloatHyperparameter("rate_offset", 0.01, 1.0, default_value=0.05,
-                                       meta={"desc": "Block size as a share of a group (pruning_cfg's third entry)."}),
-            UniformFloatHyperparameter("arch_start_ratio", 0.0, 1.0, default_value=0.5,
-                                       meta={"desc": "Share of the steps before the architecture trains."}),
-            UniformFloatHyperparameter("flop_loss_weight", 0.0, 100.0, default_value=1.0,
-                                       meta={"desc": "Weight of the FLOPs loss."}),
+            real("target_macs_ratio", 0.05, 1.0, 0.5, "Expected MACs the architecture parameters are pulled to."),
+            real("min_rate", 0.01, 0.99, 0.1, "Smallest share of a group's channels (pruning_cfg's first)."),
+            real("rate_offset", 0.01, 1.0, 0.05, "Block size as a share of a group (pruning_cfg's third entry)."),
+            real("arch_start_ratio", 0.0, 1.0, 0.5, "Share of the steps before the architecture trains."),
+            real("flop_loss_weight", 0.0, 100.0, 1.0, "Weight of the FLOPs loss."),
         ]
 
     def setup(self, units: ChannelUnits, smash_config: SmashConfigPrefixWrapper) -> _Search:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
+from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.algorithms.pruning._units import UnitPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
@@ -38,16 +38,11 @@ class ItePrune(UnitPruner):
     def extra_hyperparameters(self) -> list:
         """Kept ratio, schedule, criterion."""
         return [
-            UniformFloatHyperparameter("ratio", 0.01, 1.0, default_value=0.5,
-                                       meta={"desc": "Share of each group's channels kept at the end."}),
-            UniformIntegerHyperparameter("prune_times", 1, 100000, default_value=2,
-                                         meta={"desc": "How many times the widths shrink."}),
-            UniformIntegerHyperparameter("step_freq", 1, 10**6, default_value=10,
-                                         meta={"desc": "Training steps between two prune times."}),
-            CategoricalHyperparameter("linear_schedule", [True, False], default_value=True,
-                                      meta={"desc": "Shrink linearly towards ratio (True) or straight to it."}),
-            CategoricalHyperparameter("criterion", ["l1", "sequential"], default_value="l1",
-                                      meta={"desc": "Keep the channels of largest L1 norm, or the first ones."}),
+            real("ratio", 0.01, 1.0, 0.5, "Share of each group's channels kept at the end."),
+            integer("prune_times", 1, 100000, 2, "How many times the widths shrink."),
+            integer("step_freq", 1, 10**6, 10, "Training steps between two prune times."),
+            choice("linear_schedule", [True, False], True, "Shrink linearly towards ratio (True) or straight to it."),
+            choice("criterion", ["l1", "sequential"], "l1", "Keep the channels of largest L1 norm, or the first ones."),
         ]
 
     def setup(self, units: ChannelUnits, smash_config: SmashConfigPrefixWrapper) -> _Scheduled:
@@ -61,13 +56,13 @@ class ItePrune(UnitPruner):
     def batch_loss(self, engine: _Scheduled, model: nn.Module, batch: Any) -> Any:
         """At a prune time set the scheduled widths, then the task loss."""
         if engine.schedule.is_prune_time(engine.iteration):
-            for name, choice in engine.schedule.prune_at(engine.iteration).items():
-                engine.units.choose(engine.units.resolve(name), choice, engine.criterion)
+            for name, width in engine.schedule.prune_at(engine.iteration).items():
+                engine.units.choose(engine.units.resolve(name), width, engine.criterion)
         engine.iteration += 1
         return default_loss(model, batch)
 
     def finish(self, engine: _Scheduled, units: ChannelUnits, smash_config: SmashConfigPrefixWrapper) -> dict:
         """Reach the final widths even when ``steps`` ended before the last prune time, then shrink."""
-        for name, choice in engine.schedule.target.items():
-            units.choose(units.resolve(name), choice, engine.criterion)
+        for name, width in engine.schedule.target.items():
+            units.choose(units.resolve(name), width, engine.criterion)
         return units.deploy()

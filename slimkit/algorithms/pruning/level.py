@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner, count_zero_fraction
+from slimkit.algorithms.pruning._selection import choice, integer
 from slimkit.core.contract import SaveFn, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import LevelEngine, Pruner
@@ -36,11 +36,9 @@ class Level(FrameworkPruner):
     def extra_hyperparameters(self) -> list:
         """Which weights go (magnitude or random) and the random seed."""
         return [
-            CategoricalHyperparameter("method", ["l1", "random"], default_value="l1",
-                                      meta={"desc": "l1: smallest |weight| first; random: a seeded random subset "
-                                                    "(a baseline)."}),
-            UniformIntegerHyperparameter("seed", 0, 2**31 - 1, default_value=0,
-                                         meta={"desc": "Seed of the random method."}),
+            choice("method", ["l1", "random"], "l1", "l1: smallest |weight| first; random: a seeded random subset (a "
+                   "baseline)."),
+            integer("seed", 0, 2**31 - 1, 0, "Seed of the random method."),
         ]
 
     def build_pruner(self, model: nn.Module, config_list: list[dict[str, Any]],

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import BaseAlgoPruner, base_algo_hyperparameter, training_hyperparameters
+from slimkit.algorithms.pruning._selection import integer
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import LotteryTicketEngine, Pruner
@@ -36,13 +36,10 @@ class LotteryTicket(BaseAlgoPruner):
         """Rounds, epochs per round, rewind point and training settings."""
         return [
             base_algo_hyperparameter(),
-            UniformIntegerHyperparameter("prune_iterations", 1, 1000, default_value=3,
-                                         meta={"desc": "Pruning rounds after the dense round 0."}),
-            UniformIntegerHyperparameter("epochs", 1, 1000, default_value=1,
-                                         meta={"desc": "Training epochs in every round."}),
-            UniformIntegerHyperparameter("rewind_step", 0, 10**9, default_value=0,
-                                         meta={"desc": "Rewind to the weights after this many optimizer steps of round "
-                                                       "0 (0: the weights the model came with)."}),
+            integer("prune_iterations", 1, 1000, 3, "Pruning rounds after the dense round 0."),
+            integer("epochs", 1, 1000, 1, "Training epochs in every round."),
+            integer("rewind_step", 0, 10**9, 0, "Rewind to the weights after this many optimizer steps of round 0 (0: "
+                    "the weights the model came with)."),
             *training_hyperparameters(lr=1e-3),
         ]
 

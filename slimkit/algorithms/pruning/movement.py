@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
 from slimkit.algorithms.pruning._search import training_hyperparameters
+from slimkit.algorithms.pruning._selection import choice, integer
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.nas.constraints import calibrate_bn
@@ -37,13 +37,10 @@ class Movement(FrameworkPruner):
     def extra_hyperparameters(self) -> list:
         """Granularity, schedule and training settings."""
         return [
-            CategoricalHyperparameter("granularity", ["filter", "fine"], default_value="filter",
-                                      meta={"desc": "filter: rank output channels (removed by the speedup); fine: "
-                                                    "rank single weights (unstructured)."}),
-            UniformIntegerHyperparameter("epochs", 1, 1000, default_value=3,
-                                         meta={"desc": "Fine-tuning epochs over the train data."}),
-            UniformIntegerHyperparameter("warm_up_step", 0, 10**9, default_value=0,
-                                         meta={"desc": "Optimizer steps of dense fine-tuning before pruning starts."}),
+            choice("granularity", ["filter", "fine"], "filter", "filter: rank output channels (removed by the "
+                   "speedup); fine: rank single weights (unstructured)."),
+            integer("epochs", 1, 1000, 3, "Fine-tuning epochs over the train data."),
+            integer("warm_up_step", 0, 10**9, 0, "Optimizer steps of dense fine-tuning before pruning starts."),
             *training_hyperparameters(lr=1e-3),
         ]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._search import (
@@ -17,6 +16,7 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     with_cap,
 )
+from slimkit.algorithms.pruning._selection import integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import NetAdaptPruner, Pruner
@@ -41,10 +41,8 @@ class NetAdapt(BaseAlgoPruner):
         """Step size, short-term fine-tuning, the metric and training settings."""
         return [
             base_algo_hyperparameter(),
-            UniformFloatHyperparameter("sparsity_per_iteration", 0.01, 0.99, default_value=0.1,
-                                       meta={"desc": "Overall sparsity removed per step."}),
-            UniformIntegerHyperparameter("finetune_steps", 0, 10**6, default_value=10,
-                                         meta={"desc": "Short-term fine-tuning steps of every proposal (0: none)."}),
+            real("sparsity_per_iteration", 0.01, 0.99, 0.1, "Overall sparsity removed per step."),
+            integer("finetune_steps", 0, 10**6, 10, "Short-term fine-tuning steps of every proposal (0: none)."),
             cap_hyperparameter(),
             *evaluator_hyperparameters(None),
             *training_hyperparameters(lr=1e-3),

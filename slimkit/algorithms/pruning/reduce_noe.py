@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ConfigSpace import UniformIntegerHyperparameter
 
+from slimkit.algorithms.pruning._selection import integer
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import TextHyperparameter
 from slimkit.core.registry import register
@@ -50,8 +50,8 @@ class ReduceNOE(SlimkitPruner):
     def get_hyperparameters(self) -> list:
         """Pruna's num_experts_per_token and target_name."""
         return [
-            UniformIntegerHyperparameter("num_experts_per_token", 1, 256, default_value=2, meta={
-                "desc": "Experts each token is routed to (at most the model's number of experts)."}),
+            integer("num_experts_per_token", 1, 256, 2, "Experts each token is routed to (at most the model's number "
+                    "of experts)."),
             TextHyperparameter("target_name", "num_experts_per_tok", meta={
                 "desc": "The config field holding the top-k, e.g. 'num_experts_per_tok' for Mixtral."}),
         ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._search import (
@@ -17,6 +16,7 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     with_cap,
 )
+from slimkit.algorithms.pruning._selection import integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import Pruner, SensitivityPruner
@@ -42,13 +42,10 @@ class Sensitivity(BaseAlgoPruner):
         """Step size, tolerance, fine-tuning between steps and the metric."""
         return [
             base_algo_hyperparameter(),
-            UniformFloatHyperparameter("sparsity_per_iter", 0.01, 0.99, default_value=0.1,
-                                       meta={"desc": "Overall sparsity added at each step."}),
-            UniformFloatHyperparameter("acc_drop_threshold", 0.0, 1.0, default_value=0.05,
-                                       meta={"desc": "Metric drop a layer may cause alone and still count as "
-                                                     "tolerant (in the metric's units: 0.05 = 5 points of accuracy)."}),
-            UniformIntegerHyperparameter("finetune_steps", 0, 10**6, default_value=20,
-                                         meta={"desc": "Optimizer steps of fine-tuning after each step (0: none)."}),
+            real("sparsity_per_iter", 0.01, 0.99, 0.1, "Overall sparsity added at each step."),
+            real("acc_drop_threshold", 0.0, 1.0, 0.05, "Metric drop a layer may cause alone and still count as "
+                 "tolerant (in the metric's units: 0.05 = 5 points of accuracy)."),
+            integer("finetune_steps", 0, 10**6, 20, "Optimizer steps of fine-tuning after each step (0: none)."),
             cap_hyperparameter(),
             *evaluator_hyperparameters(None),
             *training_hyperparameters(lr=1e-3),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ConfigSpace import CategoricalHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.pruning._selection import choice
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import Pruner, SlimEngine
@@ -29,9 +29,8 @@ class Slim(FrameworkPruner):
 
     def extra_hyperparameters(self) -> list:
         """Global or per-layer ranking."""
-        return [CategoricalHyperparameter("scope", ["global", "layer"], default_value="global",
-                                          meta={"desc": "global: rank channels over all selected BatchNorm layers "
-                                                        "(the paper; one sparsity for all); layer: per layer."})]
+        return [choice("scope", ["global", "layer"], "global", "global: rank channels over all selected BatchNorm "
+                       "layers (the paper; one sparsity for all); layer: per layer.")]
 
     def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """SlimPruner with the chosen scope."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ConfigSpace import UniformFloatHyperparameter
 from torch import nn
 
+from slimkit.algorithms.pruning._selection import real
 from slimkit.algorithms.pruning._units import UnitPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import ListHyperparameter
@@ -36,8 +36,7 @@ class SlimmableNetworkPruner(UnitPruner):
         return [
             ListHyperparameter("widths", ("1.0", "0.75", "0.5"),
                                meta={"desc": "Kept shares trained together (strings of numbers in (0, 1])."}),
-            UniformFloatHyperparameter("deploy_width", 0.01, 1.0, default_value=0.5,
-                                       meta={"desc": "The width kept at the end (one of widths)."}),
+            real("deploy_width", 0.01, 1.0, 0.5, "The width kept at the end (one of widths)."),
         ]
 
     def setup(self, units: ChannelUnits, smash_config: SmashConfigPrefixWrapper) -> SlimmableWidths:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
+from ConfigSpace import OrdinalHyperparameter
 
 from slimkit.algorithms.pruning._calibrated import CalibratedLLMPruner
+from slimkit.algorithms.pruning._selection import real
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import clip_search_hyperparameter
 from slimkit.core.contract import SmashConfigPrefixWrapper
@@ -38,9 +39,8 @@ class SparseGPT(CalibratedLLMPruner):
             OrdinalHyperparameter("block_size", [16, 32, 64, 128, 256], default_value=128,
                                   meta={"desc": "Columns whose mask is chosen together before the lazy update of "
                                                 "the rest (a multiple of M for N:M)."}),
-            UniformFloatHyperparameter("dampening_frac", 1e-4, 1.0, default_value=0.01, log=True,
-                                       meta={"desc": "Fraction of the mean Hessian diagonal added to it for a stable "
-                                                     "inverse (GPTQ's damp)."}),
+            real("dampening_frac", 1e-4, 1.0, 0.01, "Fraction of the mean Hessian diagonal added to it for a stable "
+                 "inverse (GPTQ's damp).", log=True),
             OrdinalHyperparameter("bits", [0, *bits.sequence], default_value=0,
                                   meta={"desc": "0: prune only; 2/3/4/8: also quantize the kept weights in the same "
                                                 "sweep, stored packed like gptq."}),

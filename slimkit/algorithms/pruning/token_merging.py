@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ConfigSpace import UniformIntegerHyperparameter
 
+from slimkit.algorithms.pruning._selection import integer
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
@@ -36,9 +36,8 @@ class TokenMerging(SlimkitPruner):
     def get_hyperparameters(self) -> list:
         """Pruna's r and prop_attn."""
         return [
-            UniformIntegerHyperparameter("r", 0, 128, default_value=16, meta={
-                "desc": "Tokens merged per transformer block (at most half of the tokens left); more is faster "
-                        "and less accurate."}),
+            integer("r", 0, 128, 16, "Tokens merged per transformer block (at most half of the tokens left); more is "
+                    "faster and less accurate."),
             Boolean("prop_attn", True, meta={"desc": "Proportional attention: a merged token is attended as the "
                                                      "number of patches it holds."}),
         ]
