@@ -124,7 +124,6 @@ class V2Pruner:
     #: the NNI 3.0 evaluator the pruner was given (``None`` for NNI 2.x's signatures)
     evaluator: Evaluator | None = None
     _groups: list[GlobalGroup]
-    _v2_config_list: list[dict[str, Any]]
 
     def _v2_config(self, model: nn.Module, config_list: Any, mode: str, v3: bool = False,
                    dummy_input: Any = None) -> list[dict[str, Any]]:
@@ -151,7 +150,6 @@ class V2Pruner:
                                              "config_list, dummy_input), or give the evaluator a dummy_input.")
         self.mode = mode
         translated, self._groups = canonical_config_list(model, config_list, mode)
-        self._v2_config_list = translated
         self._allocated = False
         if self._groups:  # which layers each group ranks, on the unwrapped model
             chosen = select_layers(model, translated, self.default_op_types, PruningConfigError)  # type: ignore[attr-defined]

@@ -22,9 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.engines.pruning.config import PruningConfigError, partial_names
-
-V2_KEYS = ("total_sparsity", "max_sparsity_per_layer", "op_partial_names")
+from slimkit.engines.pruning.config import PruningConfigError, nni2_keys
 
 
 @dataclass
@@ -43,7 +41,8 @@ class GlobalGroup:
         return float(self.max_sparsity_per_layer)
 
 
-def _fraction(value: Any, where: str, upper_open: bool = True) -> float:
+def fraction(value: Any, where: str, upper_open: bool = True) -> float:
+    """``value`` as a float in ``[0, 1)`` (``(0, 1]`` when not ``upper_open``), else an error naming ``where``."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value and (
         value < 1 if upper_open else 0 < value <= 1)
     if not ok:
@@ -55,8 +54,8 @@ def _fraction(value: Any, where: str, upper_open: bool = True) -> float:
 def _caps(value: Any, index: int) -> float | dict[str, float]:
     where = f"config_list[{index}]['max_sparsity_per_layer']"
     if isinstance(value, Mapping):
-        return {str(k): _fraction(v, f"{where}[{k!r}]", upper_open=False) for k, v in value.items()}
-    return _fraction(value, where, upper_open=False)
+        return {str(k): fraction(v, f"{where}[{k!r}]", upper_open=False) for k, v in value.items()}
+    return fraction(value, where, upper_open=False)
 
 
 def canonical_config_list(model: nn.Module, config_list: Any, mode: str) -> tuple[list[dict[str, Any]],
@@ -76,20 +75,12 @@ def canonical_config_list(model: nn.Module, config_list: Any, mode: str) -> tupl
             raise PruningConfigError(f"config_list[{index}] must be a dict like {{'sparsity': 0.5, 'op_types': "
                                      f"['Conv2d']}}, got {type(given).__name__}.")
         entry = copy.deepcopy(dict(given))
-        if "op_partial_names" in entry:
-            found = partial_names(model, entry["op_partial_names"], index)
-            entry["op_names"] = list(dict.fromkeys([*entry.get("op_names", []), *found]))
-            del entry["op_partial_names"]
         caps = _caps(entry.pop("max_sparsity_per_layer"), index) if "max_sparsity_per_layer" in entry else 1.0
-        if "total_sparsity" in entry:
-            clash = [k for k in ("sparsity", "sparsity_per_layer") if k in entry]
-            if clash:
-                raise PruningConfigError(f"config_list[{index}] gives both 'total_sparsity' and {clash[0]!r}: the "
-                                         "first is the selected layers' sparsity together, the second each layer's; "
-                                         "keep one.")
-            total = _fraction(entry.pop("total_sparsity"), f"config_list[{index}]['total_sparsity']")
-            entry["sparsity"] = total
+        total = "total_sparsity" in entry
+        entry = nni2_keys(model, entry, index)  # op_partial_names into op_names, total_sparsity as sparsity
+        if total:
+            entry["sparsity"] = fraction(entry["sparsity"], f"config_list[{index}]['total_sparsity']")
             if mode == "global" and not entry.get("exclude", False):
-                groups.append(GlobalGroup(index, total, caps))
+                groups.append(GlobalGroup(index, entry["sparsity"], caps))
         out.append(entry)
     return out, groups

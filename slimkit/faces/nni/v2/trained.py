@@ -99,12 +99,8 @@ class SlimPruner(V2Pruner, SlimEngine):
 
     def _train_v3(self, evaluator: Evaluator) -> None:
         layers = max(1, len(self.modules_wrapper))
-        evaluator.bind_model(self.bound_model)
-        evaluator.patch_loss(lambda loss, batch: loss + self.scale * self._penalty() / layers)
-        try:
-            evaluator.train(max_steps=self.training_steps)
-        finally:
-            evaluator.unbind_model()
+        evaluator.train_bound(self.bound_model, self.training_steps,
+                              loss_patch=lambda loss, batch: loss + self.scale * self._penalty() / layers)
 
     def compress(self) -> tuple[nn.Module, V2Masks]:  # type: ignore[override]
         """Train with the sparsity penalty (once), then compute the masks; return ``(model, masks)``."""

@@ -95,12 +95,7 @@ class MovementPruner(V2Pruner, MovementEngine):
         evaluator = self.evaluator
         assert evaluator is not None
         remaining = None if self.training_steps is None else self.training_steps - self.step_count
-        evaluator.bind_model(model)
-        evaluator.relay_optimizer_step(self._relay)
-        try:
-            evaluator.train(max_steps=remaining, max_epochs=None if remaining else 1)
-        finally:
-            evaluator.unbind_model()
+        evaluator.train_bound(model, remaining, None if remaining else 1, relay=self._relay)
 
     def compress(self, max_steps: int | None = None, max_epochs: int | None = None  # type: ignore[override]
                  ) -> tuple[nn.Module, V2Masks]:

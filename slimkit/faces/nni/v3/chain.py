@@ -162,18 +162,17 @@ class V3Compressor:
             raise ConfigError(f"compress(max_steps={max_steps}) leaves no step for {type(self).__name__}: the "
                               f"pruners of the chain train {used} steps first; give more max_steps.")
         trainers = [m for m in members if not _is_pruner(m)]
-        evaluator.bind_model(self.bound_model)
         keep = _mask_keeper(self.bound_model, masks)
-        if keep is not None:
-            evaluator.patch_optimizer_step([], [keep])
-        try:
-            for member in trainers:
-                member._fuse_preprocess(evaluator)
-            evaluator.train(max_steps=rest, max_epochs=max_epochs)
-        finally:
-            for member in trainers:
-                member._fuse_postprocess(evaluator)
-            evaluator.unbind_model()
+        with evaluator.bound(self.bound_model):
+            if keep is not None:
+                evaluator.patch_optimizer_step([], [keep])
+            try:
+                for member in trainers:
+                    member._fuse_preprocess(evaluator)
+                evaluator.train(max_steps=rest, max_epochs=max_epochs)
+            finally:
+                for member in trainers:
+                    member._fuse_postprocess(evaluator)
 
     def unwrap_model(self) -> nn.Module:
         """Put the original layers of every compressor of the chain back; return the model."""

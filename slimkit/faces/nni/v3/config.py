@@ -26,18 +26,20 @@ from torch import nn
 
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.errors import closest
+from slimkit.faces.nni.v2.config import fraction
 
-__all__ = ["V3_KEYS", "V3Config", "check_entry", "dummy_input_of", "is_v3_config", "remember_dummy_input",
-           "select_modules", "v2_config_from_v3"]
+__all__ = ["SELECT_KEYS", "V3_KEYS", "V3Config", "check_entry", "dummy_input_of", "is_v3_config",
+           "remember_dummy_input", "select_modules", "v2_config_from_v3"]
 
-_SELECT = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
+#: the keys that select an NNI 3.0 entry's modules (pruning, quantization and distillation alike)
+SELECT_KEYS = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
 _SPARSE = ("sparse_ratio", "max_sparse_ratio", "global_group_id", "dependency_group_id", "granularity")
 _REFUSED = {
     "sparse_threshold": "slimkit's pruners prune to a ratio; give 'sparse_ratio' (the share of weights to remove)",
     "min_sparse_ratio": "global ranking in slimkit caps layers from above only ('max_sparse_ratio'); drop it",
 }
 #: every key an NNI 3.0 pruning entry may carry here
-V3_KEYS = (*_SELECT, *_SPARSE, "target_names", "target_settings", *_REFUSED)
+V3_KEYS = (*SELECT_KEYS, *_SPARSE, "target_names", "target_settings", *_REFUSED)
 #: keys only NNI 3.0 uses: an entry with one of them is read as NNI 3.0's
 _V3_ONLY = tuple(k for k in V3_KEYS if k not in ("op_names", "op_types"))
 #: keys an NNI 1.x/2.x entry carries (a list with none of them and no 3.0 key is read as 3.0's, to name its keys)
@@ -100,12 +102,6 @@ def _names(value: Any, where: str) -> list[str]:
     return list(value)
 
 
-def _fraction(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise PruningConfigError(f"{where} must be a number in [0, 1), got {value!r}.")
-    return float(value)
-
-
 def _flatten(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The entry with ``target_settings['weight']`` merged in and ``target_names`` checked."""
     out = dict(entry)
@@ -128,10 +124,9 @@ def _flatten(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise PruningConfigError(f"{where}['target_settings'] must be a dict keyed by 'weight' (or 'bias'), got "
                                  f"{settings!r}.")
     for target, values in settings.items():
-        allowed = ("sparse_ratio", "max_sparse_ratio", "global_group_id", "dependency_group_id", "granularity")
-        if not isinstance(values, Mapping) or any(k not in allowed for k in values):
+        if not isinstance(values, Mapping) or any(k not in _SPARSE for k in values):
             raise PruningConfigError(f"{where}['target_settings'][{target!r}] must be a dict of "
-                                     f"{', '.join(allowed)}; got {values!r}.")
+                                     f"{', '.join(_SPARSE)}; got {values!r}.")
         out.update({k: v for k, v in values.items() if target == "weight" or k not in out})
     granularity = out.get("granularity", "default")
     if granularity not in _GRANULARITIES:
@@ -221,8 +216,8 @@ def v2_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequenc
         if "sparse_ratio" not in entry:
             raise PruningConfigError(f"{where} gives no 'sparse_ratio' (the share of each selected layer's weights "
                                      "to prune; NNI 2.x's lists say 'sparsity' or 'total_sparsity').")
-        ratio = _fraction(entry["sparse_ratio"], f"{where}['sparse_ratio']")
-        cap = _fraction(entry.get("max_sparse_ratio", 0.99), f"{where}['max_sparse_ratio']") \
+        ratio = fraction(entry["sparse_ratio"], f"{where}['sparse_ratio']")
+        cap = fraction(entry.get("max_sparse_ratio", 0.99), f"{where}['max_sparse_ratio']") \
             if "max_sparse_ratio" in entry else 1.0
         dependency = dependency or "dependency_group_id" in entry
         out_channel = out_channel or entry.get("granularity") == "out_channel"

@@ -23,7 +23,7 @@ from torch import nn
 
 from slimkit.errors import ConfigError, closest
 from slimkit.faces.nni.v3.chain import V3Compressor
-from slimkit.faces.nni.v3.config import check_entry, select_modules
+from slimkit.faces.nni.v3.config import SELECT_KEYS, check_entry, select_modules
 from slimkit.faces.nni.v3.evaluator import Evaluator
 from slimkit.training.distill.connectors import LinearConnector
 from slimkit.training.distill.losses import KLDivergence, MSELoss
@@ -32,9 +32,8 @@ from slimkit.training.distill.recorders import ModuleOutputsRecorder
 
 __all__ = ["Adaptive1dLayerwiseDistiller", "DISTILL_V3_KEYS", "DynamicLayerwiseDistiller"]
 
-_SELECT = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
 #: every key an NNI 3.0 distillation entry may carry here
-DISTILL_V3_KEYS = (*_SELECT, "target_names", "lambda", "link", "apply_method")
+DISTILL_V3_KEYS = (*SELECT_KEYS, "target_names", "lambda", "link", "apply_method")
 _METHODS = ("mse", "kl")
 _DEFAULT_TYPES = ("Conv1d", "Conv2d", "Conv3d", "Linear")
 

@@ -14,8 +14,9 @@ each layer's parameters, so the user's optimizer keeps training the wrapped mode
 
 from __future__ import annotations
 
+import contextlib
 import types
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -133,6 +134,25 @@ class Evaluator:
         self.revert_optimizer_step()
         self._extra_params.clear()
         self.model = None
+
+    @contextlib.contextmanager
+    def bound(self, model: nn.Module) -> Iterator[Evaluator]:
+        """``with evaluator.bound(model):`` binds ``model`` for the block, then unbinds it (every patch dropped)."""
+        self.bind_model(model)
+        try:
+            yield self
+        finally:
+            self.unbind_model()
+
+    def train_bound(self, model: nn.Module, max_steps: int | None = None, max_epochs: int | None = None,
+                    relay: OptimizerRelay | None = None, loss_patch: LossPatch | None = None) -> None:
+        """Train ``model`` for that long (steps sent through ``relay``, the loss through ``loss_patch``); unbind."""
+        with self.bound(model):
+            if relay is not None:
+                self.relay_optimizer_step(relay)
+            if loss_patch is not None:
+                self.patch_loss(loss_patch)
+            self.train(max_steps=max_steps, max_epochs=max_epochs)
 
     def patch_loss(self, patch: LossPatch) -> None:
         """From now on the training loss is ``patch(loss, batch)`` (patches apply in the order given)."""

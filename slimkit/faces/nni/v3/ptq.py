@@ -54,14 +54,11 @@ class PtqQuantizer(V3Quantizer, ObserverQuantizer):
         if max_steps is None and max_epochs is None and not can_evaluate:
             raise QuantizationConfigError("PtqQuantizer calibrates on data the evaluator runs: give the "
                                           "TorchEvaluator an evaluating_func, or compress(max_steps, max_epochs).")
-        evaluator.bind_model(self.bound_model)
-        try:
+        with evaluator.bound(self.bound_model):
             if max_steps is not None or max_epochs is not None:
                 evaluator.train(max_steps=max_steps, max_epochs=max_epochs)
             if can_evaluate:
                 with torch.no_grad():
                     evaluator.evaluate()
-        finally:
-            evaluator.unbind_model()
         ObserverQuantizer.compress(self)
         return self.bound_model, self.get_calibration_config()

@@ -25,14 +25,13 @@ from typing import Any
 from torch import nn
 
 from slimkit.engines.quantization.config import QuantizationConfigError
-from slimkit.faces.nni.v3.config import check_entry, select_modules
+from slimkit.faces.nni.v3.config import SELECT_KEYS, check_entry, select_modules
 
 __all__ = ["QUANT_V3_KEYS", "quant_config_from_v3"]
 
-_SELECT = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
 _SETTINGS = ("quant_dtype", "quant_scheme", "granularity")
 #: every key an NNI 3.0 quantization entry may carry here
-QUANT_V3_KEYS = (*_SELECT, "target_names", "target_settings", *_SETTINGS, "fuse_names")
+QUANT_V3_KEYS = (*SELECT_KEYS, "target_names", "target_settings", *_SETTINGS, "fuse_names")
 _TARGETS = {"weight": "weight", "_input_": "input", "_output_": "output"}
 _SCHEMES = ("affine", "symmetric", None)
 _GRANULARITIES = ("default", "per_tensor")

@@ -70,9 +70,5 @@ def run_schedule(pruner: Any, ratio: Callable[[int], float], interval_steps: int
         result = pruner.compress()
         rest = interval_steps - own_steps
         if rest > 0:
-            evaluator.bind_model(pruner.bound_model)
-            try:
-                evaluator.train(max_steps=rest)
-            finally:
-                evaluator.unbind_model()
+            evaluator.train_bound(pruner.bound_model, rest)
     return result

@@ -43,12 +43,7 @@ class TaylorPruner(V2Pruner, TaylorFOWeightFilterPruner):
                          dependency_aware=self.mode == "dependency_aware")
 
     def _train_v3(self, model: nn.Module, optimizer: Any = None, criterion: Any = None, epoch: int = 0) -> None:
-        self.evaluator.bind_model(model)  # type: ignore[union-attr]
-        self.evaluator.relay_optimizer_step(self._relay)  # type: ignore[union-attr]
-        try:
-            self.evaluator.train(max_steps=self.training_steps)  # type: ignore[union-attr]
-        finally:
-            self.evaluator.unbind_model()  # type: ignore[union-attr]
+        self.evaluator.train_bound(model, self.training_steps, relay=self._relay)  # type: ignore[union-attr]
 
     def compress(self) -> tuple[nn.Module, V2Masks]:
         """Train ``training_steps`` steps collecting the Taylor scores, then compute the masks."""

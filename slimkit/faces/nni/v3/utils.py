@@ -16,11 +16,10 @@ from torch import nn
 
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.speedup.report import channel_dependency_report
-from slimkit.faces.nni.v3.config import dummy_input_of, remember_dummy_input, select_modules
+from slimkit.faces.nni.v3.config import SELECT_KEYS, dummy_input_of, remember_dummy_input, select_modules
 
 __all__ = ["auto_set_denpendency_group_ids", "auto_set_dependency_group_ids", "slim_norm_config"]
 
-_SELECTORS = ("op_names", "op_names_re", "op_types", "exclude_op_names", "exclude_op_names_re", "exclude_op_types")
 _DEFAULT_TYPES = ("Conv2d", "Linear")
 _NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 
@@ -42,7 +41,7 @@ def auto_set_denpendency_group_ids(model: nn.Module, config_list: Sequence[Mappi
     for index, entry in enumerate(config_list):
         if not isinstance(entry, Mapping):
             raise PruningConfigError(f"config_list[{index}] must be a dict, got {type(entry).__name__}.")
-        rest = {k: v for k, v in entry.items() if k not in _SELECTORS}
+        rest = {k: v for k, v in entry.items() if k not in SELECT_KEYS}
         for name in select_modules(model, entry, _DEFAULT_TYPES, f"config_list[{index}]"):
             one = {**rest, "op_names": [name], "op_types": [types[name]]}
             if name in group_of:
@@ -82,7 +81,7 @@ def slim_norm_config(model: nn.Module, config_list: Sequence[Mapping[str, Any]],
         if not isinstance(entry, Mapping):
             out.append(entry)  # the config translation names what is wrong with it
             continue
-        rest = {k: v for k, v in entry.items() if k not in _SELECTORS}
+        rest = {k: v for k, v in entry.items() if k not in SELECT_KEYS}
         norms = []
         for name in names:
             if types[name] in _NORMS:
