@@ -10,7 +10,7 @@ alone, as for :class:`~slimkit.engines.nas.OneShotMutableOP`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -25,11 +25,12 @@ class ArchLogits:
     """Architecture logits ``arch_param`` kept as a buffer that requires gradients (see the module doc).
 
     Shared by :class:`DiffMutableOP` and :class:`~slimkit.engines.nas.DiffChoiceRoute`; ``arch_grad`` (set by the
-    algorithm) says whether ``softmax(alpha)`` carries gradients to alpha.
+    algorithm) says whether ``softmax(alpha)`` carries gradients to alpha; ``mixed`` names what alpha mixes.
     """
 
     arch_param: torch.Tensor
     arch_grad: bool
+    mixed: str
 
     def init_arch_param(self, size: int) -> None:
         """Register ``size`` small random logits (as DARTS initialises them) and turn ``arch_grad`` on."""
@@ -49,6 +50,23 @@ class ArchLogits:
         alpha = self.arch_parameter()
         return torch.softmax(alpha if self.arch_grad else alpha.detach(), dim=0)
 
+    def mix(self, outputs: Iterable[tuple[str, torch.Tensor]], weights: torch.Tensor | None) -> torch.Tensor:
+        """The sum of the named ``outputs``, each times its weight (unweighted when ``weights`` is None)."""
+        total = None
+        for i, (name, out) in enumerate(outputs):
+            out = out if weights is None else weights[i] * out
+            if total is not None and out.shape != total.shape:
+                raise ConfigError(f"{type(self).__name__} {self.mixed} must give outputs of one shape: {name!r} gives "
+                                  f"{tuple(out.shape)}, the ones before it {tuple(total.shape)}.")
+            total = out if total is None else total + out
+        return total
+
+    def fix_argmax(self) -> Any:
+        """Make the argmax choice the current one (and run it alone); returns it."""
+        self.current_choice = self.argmax_choice()
+        self.fixed = True
+        return self.current_choice
+
 
 class DiffMutableOP(ArchLogits, OneShotMutableOP):
     """Candidates mixed by ``softmax(arch_param)`` (see the module doc); ``fixed=True`` runs the current choice only.
@@ -58,6 +76,8 @@ class DiffMutableOP(ArchLogits, OneShotMutableOP):
     leads the second by that much in training, the choice is fixed to it. ``arch_grad`` (set by the
     algorithm) says whether the mixing weights carry gradients to alpha.
     """
+
+    mixed = "candidates"
 
     def __init__(self, candidates: Mapping[str, nn.Module | Mapping[str, Any]], init_choice: str | None = None,
                  module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False, alias: str | None = None,
@@ -79,25 +99,11 @@ class DiffMutableOP(ArchLogits, OneShotMutableOP):
         """The weighted sum of every candidate's output (or the current choice's, when ``fixed``)."""
         if self.fixed:
             return super().forward(*args, **kwargs)
-        weights = self.weights()
-        total = None
-        for w, name in zip(weights, self.choices, strict=True):
-            out = self.candidates[name](*args, **kwargs)
-            if total is not None and out.shape != total.shape:
-                raise ConfigError(f"DiffMutableOP candidates must give outputs of one shape: {name!r} gives "
-                                  f"{tuple(out.shape)}, the ones before it {tuple(total.shape)}.")
-            total = w * out if total is None else total + w * out
-        return total
+        return self.mix(((n, self.candidates[n](*args, **kwargs)) for n in self.choices), self.weights())
 
     def argmax_choice(self) -> str:
         """The candidate with the largest architecture weight."""
         return self.choices[int(self.arch_param.detach().argmax())]
-
-    def fix_argmax(self) -> str:
-        """Make the argmax candidate the current choice (and run it alone); returns its name."""
-        self.current_choice = self.argmax_choice()
-        self.fixed = True
-        return self.current_choice
 
     def extra_repr(self) -> str:
         """The choices, the mixing weights and whether the op is fixed."""

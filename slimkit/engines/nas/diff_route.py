@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from functools import reduce
+from operator import add
 from typing import Any
 
 import torch
@@ -21,13 +23,6 @@ from slimkit.core.registry import build_module, register_component
 from slimkit.engines.nas.diff_mutable import ArchLogits
 from slimkit.engines.nas.mutables import BaseMutable
 from slimkit.errors import ConfigError
-
-
-def _sum(outs: list[torch.Tensor]) -> torch.Tensor:
-    total = outs[0]
-    for out in outs[1:]:
-        total = total + out
-    return total
 
 
 class ChosenEdges(nn.Module):
@@ -40,7 +35,7 @@ class ChosenEdges(nn.Module):
 
     def forward(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         """The sum of the kept edges applied to their inputs."""
-        return _sum([edge(inputs[i]) for i, edge in zip(self.index, self.edges.values(), strict=True)])
+        return reduce(add, [edge(inputs[i]) for i, edge in zip(self.index, self.edges.values(), strict=True)])
 
     def extra_repr(self) -> str:
         """Which inputs the kept edges read."""
@@ -56,6 +51,8 @@ class DiffChoiceRoute(ArchLogits, BaseMutable):
     :class:`~slimkit.engines.nas.OneShotMutableOP`). A choice may be given as a list in any order (MMRazor's
     subnet files list the kept edges by weight): it is stored as the tuple in edge order.
     """
+
+    mixed = "edges"
 
     def __init__(self, edges: Mapping[str, nn.Module | Mapping[str, Any]], num_chosen: int = 2,
                  with_arch_param: bool = True, fixed: bool = False, alias: str | None = None,
@@ -94,29 +91,14 @@ class DiffChoiceRoute(ArchLogits, BaseMutable):
                               f"many inputs (a list, one per edge), got {got}.")
         if self.fixed:
             kept = self.current_choice
-            return _sum([self.edges[n](x) for n, x in zip(self._edge_names, inputs, strict=True) if n in kept])
-        weights = self.weights() if self.with_arch_param else None
-        total = None
-        for i, (name, x) in enumerate(zip(self._edge_names, inputs, strict=True)):
-            out = self.edges[name](x)
-            if weights is not None:
-                out = weights[i] * out
-            if total is not None and out.shape != total.shape:
-                raise ConfigError(f"DiffChoiceRoute edges must give outputs of one shape: {name!r} gives "
-                                  f"{tuple(out.shape)}, the ones before it {tuple(total.shape)}.")
-            total = out if total is None else total + out
-        return total
+            return reduce(add, [self.edges[n](x) for n, x in zip(self._edge_names, inputs, strict=True) if n in kept])
+        return self.mix(((n, self.edges[n](x)) for n, x in zip(self._edge_names, inputs, strict=True)),
+                        self.weights() if self.with_arch_param else None)
 
     def argmax_choice(self) -> tuple[str, ...]:
         """The ``num_chosen`` edges with the largest architecture logits (in edge order)."""
         top = torch.topk(self.arch_param.detach(), self.num_chosen).indices.tolist()
         return tuple(n for i, n in enumerate(self._edge_names) if i in top)
-
-    def fix_argmax(self) -> tuple[str, ...]:
-        """Make the top-``num_chosen`` edges the current choice (and run them alone); returns their names."""
-        self.current_choice = self.argmax_choice()
-        self.fixed = True
-        return self.current_choice
 
     def export(self) -> ChosenEdges:
         """A :class:`ChosenEdges` of the current choice's edges (each still a mutable until exported in turn)."""

@@ -16,16 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import nn
 
 from slimkit.core.registry import build_module, register_component
 from slimkit.engines.nas.constraints import UNITS, check_units, in_units, measure_subnet
 from slimkit.engines.nas.mutables import MutableChannels
 from slimkit.engines.nas.mutator import NasMutator, Subnet, unwrap
-from slimkit.engines.nas.search_inputs import calibration, evaluator_score, example_from
+from slimkit.engines.nas.search_inputs import calibration, evaluator_score, example_from, score_subnet
 from slimkit.errors import ConfigError
-from slimkit.evaluation.runtime import eval_mode
 
 log = logging.getLogger(__name__)
 
@@ -86,16 +84,8 @@ class GreedyChannelSearch:
 
     def score(self, subnet: Subnet) -> float:
         """``score_fn`` of ``subnet`` on the supernet, after calibration."""
-        self.mutator.set_choices(subnet)
-        if self.calibrate_fn is not None:
-            self.calibrate_fn(self.model)
-        with eval_mode(self.model), torch.no_grad():
-            value = self.score_fn(self.model)
-        if isinstance(value, Mapping):
-            if self.score_key not in value:
-                raise ConfigError(f"score_fn returned {sorted(value)} but score_key is {self.score_key!r}.")
-            value = value[self.score_key]
-        return float(value)
+        metrics = score_subnet(self.model, self.mutator, subnet, self.score_fn, self.calibrate_fn, self.score_key)
+        return float(metrics[self.score_key])
 
     def narrower(self, subnet: Subnet) -> dict[str, Subnet]:
         """Each width one choice narrower (those already at their narrowest are left out)."""

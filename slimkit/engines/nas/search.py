@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -32,9 +31,8 @@ from slimkit.core.registry import build_module, register_component
 from slimkit.engines.nas.constraints import check_units, measure_subnet, parse_constraints, violated
 from slimkit.engines.nas.feasibility import FeasibilityMixin
 from slimkit.engines.nas.mutator import NasMutator, Subnet, subnet_key, unwrap
-from slimkit.engines.nas.search_inputs import calibration, evaluator_score, example_from
+from slimkit.engines.nas.search_inputs import calibration, evaluator_score, example_from, score_subnet
 from slimkit.errors import ConfigError, SaveLoadError
-from slimkit.evaluation.runtime import eval_mode
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -182,16 +180,8 @@ class EvolutionSearchLoop(FeasibilityMixin):
         """``score_fn`` of ``subnet`` on the supernet (after ``calibrate_fn``), cached."""
         key = subnet_key(subnet)
         if key not in self.scores:
-            self.mutator.set_choices(subnet)
-            if self.calibrate_fn is not None:
-                self.calibrate_fn(self.model)
-            with eval_mode(self.model), torch.no_grad():
-                value = self.score_fn(self.model)
-            metrics = dict(value) if isinstance(value, Mapping) else {self.score_key: value}
-            if self.score_key not in metrics:
-                raise ConfigError(f"score_fn returned {sorted(metrics)} but score_key is {self.score_key!r}; pass "
-                                  f"score_key= one of them.")
-            metrics = {k: float(v) for k, v in metrics.items()}
+            metrics = {k: float(v) for k, v in score_subnet(self.model, self.mutator, subnet, self.score_fn,
+                                                            self.calibrate_fn, self.score_key).items()}
             self.scores[key] = {"subnet": dict(subnet), "score": metrics[self.score_key],
                                 "metrics": {**metrics, **(self.cost(subnet) if self.ranges else {})}}
         return self.scores[key]["score"]

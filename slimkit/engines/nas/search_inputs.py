@@ -19,9 +19,24 @@ from slimkit.core.registry import build_component
 from slimkit.data.batches import split_batch
 from slimkit.engines.nas.constraints import calibrate_bn
 from slimkit.errors import ConfigError
-from slimkit.evaluation.runtime import batch_size_of
+from slimkit.evaluation.runtime import batch_size_of, eval_mode
 
 Score = Callable[[nn.Module], float | Mapping[str, float]]
+
+
+def score_subnet(model: nn.Module, mutator: Any, subnet: Mapping[str, Any], score_fn: Score,
+                 calibrate_fn: Callable[[nn.Module], Any] | None, score_key: str) -> dict[str, Any]:
+    """``score_fn``'s metrics of ``subnet`` made active (after ``calibrate_fn``), in eval mode without gradients."""
+    mutator.set_choices(subnet)
+    if calibrate_fn is not None:
+        calibrate_fn(model)
+    with eval_mode(model), torch.no_grad():
+        value = score_fn(model)
+    metrics = dict(value) if isinstance(value, Mapping) else {score_key: value}
+    if score_key not in metrics:
+        raise ConfigError(f"score_fn returned {sorted(metrics)} but score_key is {score_key!r}; pass "
+                          f"score_key= one of them.")
+    return metrics
 
 
 def check_batches(dataloader: Any, what: str = "dataloader") -> Iterable[Any]:
