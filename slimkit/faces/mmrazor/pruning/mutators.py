@@ -61,8 +61,20 @@ def number(value: Any, what: str, low: float | None = None, high: float | None =
     return float(value)
 
 
-def _demo_input(parse_cfg: Mapping[str, Any]) -> torch.Tensor:
-    shape = parse_cfg.get("demo_input", (1, 3, 224, 224))
+def _pose_input_shape(model: nn.Module) -> tuple[int, ...] | None:
+    """(1, 3, height, width) of a top-down pose model's ``head.decoder.input_size`` (MMPose: width, height)."""
+    size = getattr(getattr(getattr(model, "head", None), "decoder", None), "input_size", None)
+    if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(s, int) and s > 0 for s in size):
+        return (1, 3, size[1], size[0])
+    return None
+
+
+def _demo_input(parse_cfg: Mapping[str, Any], model: nn.Module) -> torch.Tensor:
+    """A random input of ``parse_cfg.demo_input``'s shape, else of a pose model's input size, else 224x224.
+
+    MMRazor's pose demo input reads ``head.decoder.input_size`` the same way.
+    """
+    shape = parse_cfg.get("demo_input", _pose_input_shape(model) or (1, 3, 224, 224))
     if isinstance(shape, Mapping):  # dict(type='DefaultDemoInput', input_shape=...)
         shape = shape.get("input_shape", (1, 3, 224, 224))
     if not isinstance(shape, (list, tuple)) or not shape or not all(isinstance(s, int) and s > 0 for s in shape):
@@ -146,7 +158,7 @@ class ChannelMutator:
 
     def prepare_from_supernet(self, supernet: nn.Module, dummy_input: Any = None) -> None:
         """Find the model's channel units (on ``dummy_input``, else a random ``parse_cfg.demo_input``)."""
-        dummy = _demo_input(self.parse_cfg) if dummy_input is None else dummy_input
+        dummy = _demo_input(self.parse_cfg, supernet) if dummy_input is None else dummy_input
         try:
             self.channel_units = ChannelUnits(supernet, dummy, exclude=self.exclude, **self.unit_kwargs())
         except (RuntimeError, TypeError, ValueError) as exc:
