@@ -60,6 +60,8 @@ class FrameworkPruner(SlimkitPruner):
     #: on the experiment face too, coupled layers share one mask when an input to trace is given (what the
     #: SmashConfig face does with speedup), so one name prunes the same channels everywhere
     engine_defaults: ClassVar[dict[str, Any]] = {"dependency_aware": True}
+    #: replay-state key -> the engine attribute recorded there once the engine has run
+    recorded: ClassVar[dict[str, str]] = {}
 
     def get_hyperparameters(self) -> list:
         """Selection, config_list, speedup, dims, then the pruner's own hyperparameters."""
@@ -104,8 +106,9 @@ class FrameworkPruner(SlimkitPruner):
         return self.engine(model, config_list)
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
-        """Compute the masks (one-shot by default; data-driven and training pruners override this)."""
+        """Compute the masks (one-shot by default; data-driven and training pruners override this); record them."""
         pruner.compress()
+        smash_config.state.update({key: getattr(pruner, attr) for key, attr in self.recorded.items()})
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         name = self.algorithm_name

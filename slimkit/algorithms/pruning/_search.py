@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter
@@ -28,6 +28,7 @@ from slimkit.algorithms.pruning._framework import FrameworkPruner
 from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.data import move_batch
+from slimkit.engines.pruning import Pruner
 from slimkit.engines.pruning.allocation import base_op_types
 from slimkit.errors import DataError
 from slimkit.evaluation import accuracy
@@ -131,18 +132,6 @@ def make_evaluator(name: str, smash_config: SmashConfigPrefixWrapper,
     return evaluate, "minimize" if by_loss else "maximize"
 
 
-def tune_as_scored(name: str, smash_config: SmashConfigPrefixWrapper, model: nn.Module) -> int:
-    """Fine-tune the chosen (masked) model ``eval_finetune_steps`` steps, as its candidate was before scoring.
-
-    Search-only pruners return the candidate in the state it was compared in; returns the steps run.
-    """
-    steps = int(smash_config["eval_finetune_steps"])
-    tune = make_finetuner(name, smash_config, steps)
-    if tune is not None:
-        tune(model)
-    return steps
-
-
 def annealing_hyperparameters() -> list:
     """The temperature schedule and the perturbation size (shared with auto_compress)."""
     return [
@@ -165,6 +154,8 @@ class BaseAlgoPruner(FrameworkPruner):
     """A smash pruner whose engine ranks units with ``base_algo``: filters (shrunk by the speedup) or weights."""
 
     dataset_required = True
+    #: a search-only pruner: the chosen candidate is fine-tuned ``eval_finetune_steps`` steps, as it was when scored
+    tune_chosen: ClassVar[bool] = False
 
     def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
         """Level pruning accepts any weighted layer; filter pruning Conv/Linear."""
@@ -173,3 +164,12 @@ class BaseAlgoPruner(FrameworkPruner):
     def uses_speedup(self, smash_config: SmashConfigPrefixWrapper) -> bool:
         """Filters can be removed; single weights cannot."""
         return smash_config["base_algo"] != "level" and bool(smash_config["speedup"])
+
+    def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
+        """Run the engine and record; a search-only pruner then fine-tunes the chosen model as it was scored."""
+        super().run_pruner(pruner, model, smash_config)
+        if self.tune_chosen:
+            steps = smash_config.state["finetune_steps"] = int(smash_config["eval_finetune_steps"])
+            tune = make_finetuner(self.algorithm_name, smash_config, steps)
+            if tune is not None:
+                tune(model)

@@ -13,7 +13,6 @@ from slimkit.algorithms.pruning._search import (
     evaluator_hyperparameters,
     make_evaluator,
     training_hyperparameters,
-    tune_as_scored,
 )
 from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
@@ -39,6 +38,8 @@ class AMC(BaseAlgoPruner):
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#amc-pruner"}
     engine = AMCEngine
     default_sparsity = 0.8
+    recorded = {"allocation": "allocation"}
+    tune_chosen = True
 
     def get_hyperparameters(self) -> list:
         """As the other pruners, but ``sparsity`` is each layer's largest sparsity (AMC picks the actual one)."""
@@ -68,9 +69,8 @@ class AMC(BaseAlgoPruner):
     def build_pruner(self, model: nn.Module, config_list: list[dict[str, Any]],
                      smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """AMCPruner with the validation evaluator; MACs counted on the example inputs."""
-        evaluate, _ = make_evaluator(self.algorithm_name, smash_config)
-        if smash_config["metric"] == "loss":
-            evaluate = _negated(evaluate)
+        scored, mode = make_evaluator(self.algorithm_name, smash_config)
+        evaluate = scored if mode == "maximize" else lambda m: -scored(m)  # AMC maximises its reward: minus the loss
         hidden = int(smash_config["hidden"])
         return AMCEngine(model, config_list, evaluate, flops_ratio=float(smash_config["flops_ratio"]),
                          lbound=1.0 - float(smash_config["sparsity"]), reward=smash_config["reward"],
@@ -83,14 +83,7 @@ class AMC(BaseAlgoPruner):
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Search; record the allocation, its estimated MACs share and the episodes."""
         assert isinstance(pruner, AMCEngine)
-        pruner.compress()
-        smash_config.state["finetune_steps"] = tune_as_scored(self.algorithm_name, smash_config, model)
-        smash_config.state.update(allocation=pruner.allocation,
-                                  macs_ratio=round(pruner.best_macs / pruner.channel_macs.total, 6),
+        super().run_pruner(pruner, model, smash_config)
+        smash_config.state.update(macs_ratio=round(pruner.best_macs / pruner.channel_macs.total, 6),
                                   episodes=[{k: h[k] for k in ("episode", "metric", "macs", "reward")}
                                             for h in pruner.history])
-
-
-def _negated(evaluate: Any) -> Any:
-    """AMC maximises its reward: a loss metric is turned into minus the loss."""
-    return lambda model: -evaluate(model)

@@ -36,6 +36,7 @@ class NetAdapt(BaseAlgoPruner):
     references = {"Paper": "https://arxiv.org/abs/1804.03230",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#netadapt-pruner"}
     engine = NetAdaptPruner
+    recorded = {"allocation": "allocation", "proposals": "history"}
 
     def extra_hyperparameters(self) -> list:
         """Step size, short-term fine-tuning, the metric and training settings."""
@@ -56,9 +57,3 @@ class NetAdapt(BaseAlgoPruner):
         return NetAdaptPruner(model, with_cap(config_list, smash_config), tune, evaluate, optimize_mode=mode,
                               base_algo=smash_config["base_algo"],
                               sparsity_per_iteration=float(smash_config["sparsity_per_iteration"]))
-
-    def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
-        """Run the steps; record the allocation and every proposal."""
-        assert isinstance(pruner, NetAdaptPruner)
-        pruner.compress()
-        smash_config.state.update(allocation=pruner.allocation, proposals=pruner.history)

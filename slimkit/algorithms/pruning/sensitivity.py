@@ -37,6 +37,7 @@ class Sensitivity(BaseAlgoPruner):
     references = {"NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#sensitivity-pruner",
                   "Paper (layer sensitivity)": "https://arxiv.org/abs/1608.08710"}
     engine = SensitivityPruner
+    recorded = {"allocation": "allocation", "steps": "history"}
 
     def extra_hyperparameters(self) -> list:
         """Step size, tolerance, fine-tuning between steps and the metric."""
@@ -60,9 +61,3 @@ class Sensitivity(BaseAlgoPruner):
             finetuner=make_finetuner(self.algorithm_name, smash_config, int(smash_config["finetune_steps"])),
             base_algo=smash_config["base_algo"], sparsity_per_iter=float(smash_config["sparsity_per_iter"]),
             acc_drop_threshold=float(smash_config["acc_drop_threshold"]), optimize_mode=mode)
-
-    def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
-        """Run the steps; record the allocation and the metric after each step."""
-        assert isinstance(pruner, SensitivityPruner)
-        pruner.compress()
-        smash_config.state.update(allocation=pruner.allocation, steps=pruner.history)

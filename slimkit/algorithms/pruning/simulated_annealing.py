@@ -15,7 +15,6 @@ from slimkit.algorithms.pruning._search import (
     evaluator_hyperparameters,
     make_evaluator,
     training_hyperparameters,
-    tune_as_scored,
     with_cap,
 )
 from slimkit.core.contract import SmashConfigPrefixWrapper
@@ -38,6 +37,8 @@ class SimulatedAnnealing(BaseAlgoPruner):
     references = {"Paper (AutoCompress)": "https://arxiv.org/abs/1907.03141",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#simulatedannealing-pruner"}
     engine = SimulatedAnnealingEngine
+    recorded = {"allocation": "allocation", "candidates": "history"}
+    tune_chosen = True
 
     def extra_hyperparameters(self) -> list:
         """Schedule, evaluator and training settings."""
@@ -51,10 +52,3 @@ class SimulatedAnnealing(BaseAlgoPruner):
         return SimulatedAnnealingEngine(model, with_cap(config_list, smash_config), evaluate, optimize_mode=mode,
                                         base_algo=smash_config["base_algo"], seed=int(smash_config["seed"]),
                                         **annealing_args(smash_config))
-
-    def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
-        """Anneal; record the allocation and every candidate."""
-        assert isinstance(pruner, SimulatedAnnealingEngine)
-        pruner.compress()
-        smash_config.state["finetune_steps"] = tune_as_scored(self.algorithm_name, smash_config, model)
-        smash_config.state.update(allocation=pruner.allocation, candidates=pruner.history)
