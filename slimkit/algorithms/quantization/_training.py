@@ -22,7 +22,7 @@ from torch import nn
 
 from slimkit.algorithms.quantization._targets import record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import ListHyperparameter
+from slimkit.core.hyperparameters import Boolean, ListHyperparameter
 from slimkit.core.selection import matches
 from slimkit.core.weights import DENSE, Target, find_targets, select
 from slimkit.engines.quantization import Quantizer, quantized_layer_specs, rebuild_quantized_layers
@@ -78,6 +78,23 @@ def training_hyperparameters(epochs: int = 2, lr: float = 1e-3) -> list:
                                      meta={"desc": "CPU threads while training (0 keeps torch's setting). Small "
                                                    "models train several times faster on 1 thread of a busy CPU."}),
     ]
+
+
+def bits_hyperparameters(activations: str) -> list:
+    """``bits`` of weights and activations, and ``quantize_activations`` (described by ``activations``)."""
+    return [
+        UniformIntegerHyperparameter("bits", 2, 8, default_value=8,
+                                     meta={"desc": "Bit width of weights and activations."}),
+        Boolean("quantize_activations", True, meta={"desc": activations}),
+    ]
+
+
+def bits_config_list(model: nn.Module, smash_config: Any,
+                     extra: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Weights (and inputs, with ``quantize_activations``) of every Linear/Conv layer at ``bits``."""
+    types = ["weight", "input"] if smash_config["quantize_activations"] else ["weight"]
+    return build_config_list(model, types, dict.fromkeys(types, int(smash_config["bits"])), smash_config["exclude"],
+                             extra)
 
 
 def build_config_list(
@@ -175,8 +192,8 @@ class FrozenQuantizer(SlimkitQuantizer):
 class TrainingQuantizer(FrozenQuantizer):
     """Base of the training-aware smash quantizers (not registered): wrap, fine-tune, freeze, replay.
 
-    A subclass sets ``algorithm_name``/``engine``/``references`` and the training defaults, and implements
-    :meth:`quantizer_hyperparameters`, :meth:`config_list` and :meth:`make_quantizer`; the training
+    A subclass sets ``algorithm_name``/``engine``/``references``, the training defaults and ``engine_options``, and
+    implements :meth:`quantizer_hyperparameters` and :meth:`config_list`; the training
     hyperparameters and ``_apply`` (:func:`train_and_freeze`) live here, the model check and ``replay`` in
     :class:`FrozenQuantizer`.
     """
@@ -185,6 +202,8 @@ class TrainingQuantizer(FrozenQuantizer):
     #: defaults of the shared ``epochs`` and ``lr`` hyperparameters
     default_epochs: ClassVar[int] = 2
     default_lr: ClassVar[float] = 1e-3
+    #: hyperparameters handed to ``engine`` as the keyword arguments of the same name
+    engine_options: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def quantizer_hyperparameters(self) -> list:
@@ -194,10 +213,11 @@ class TrainingQuantizer(FrozenQuantizer):
     def config_list(self, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> list[dict[str, Any]]:
         """The engine's config_list for ``model`` (usually :func:`build_config_list`)."""
 
-    @abstractmethod
     def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: torch.optim.Optimizer,
                        smash_config: SmashConfigPrefixWrapper) -> Quantizer:
-        """The engine quantizer wrapping ``model`` (its optimizer steps drive the quantizer)."""
+        """``engine`` wrapping ``model`` (its optimizer steps drive the quantizer), given the ``engine_options``."""
+        assert self.engine is not None
+        return self.engine(model, config_list, optimizer, **{k: smash_config[k] for k in self.engine_options})
 
     def get_hyperparameters(self) -> list:
         """The algorithm's own hyperparameters, then the shared training settings."""

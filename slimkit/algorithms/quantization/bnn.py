@@ -15,7 +15,7 @@ from slimkit.algorithms.quantization._training import (
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization import BNNEngine, Quantizer
+from slimkit.engines.quantization import BNNEngine
 from slimkit.errors import ConfigError
 
 
@@ -38,6 +38,7 @@ class BNN(TrainingQuantizer):
     #: +0.7..+0.9 points above fp32 in 12 of 12 seeded runs where 1e-3 ended between -1.6 and +0.9
     default_lr = 3e-4
     verb = "binarizes"
+    engine_options = ("scale_weights",)
 
     def quantizer_hyperparameters(self) -> list:
         """Weight scaling and activation binarization (the shared training settings follow)."""
@@ -59,8 +60,3 @@ class BNN(TrainingQuantizer):
                 )
             config_list.append({"quant_types": ["output"], "quant_bits": 1, "op_names": acts})
         return config_list
-
-    def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: Any,
-                       smash_config: SmashConfigPrefixWrapper) -> Quantizer:
-        """BNNQuantizer with or without the per-channel mean|w| scale."""
-        return BNNEngine(model, config_list, optimizer, scale_weights=bool(smash_config["scale_weights"]))

@@ -11,7 +11,7 @@ from slimkit.algorithms.quantization._training import TrainingQuantizer, build_c
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization import DoReFaEngine, Quantizer
+from slimkit.engines.quantization import DoReFaEngine
 
 
 @register
@@ -31,6 +31,8 @@ class DoReFa(TrainingQuantizer):
     engine = DoReFaEngine
     references = {"Paper": "https://arxiv.org/abs/1606.06160",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
+    engine_options = ("rescale",)
+
     def quantizer_hyperparameters(self) -> list:
         """Bits and rescaling (the shared training settings follow)."""
         return [
@@ -42,8 +44,3 @@ class DoReFa(TrainingQuantizer):
     def config_list(self, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> list[dict[str, Any]]:
         """Weights of every Linear/Conv layer at ``bits``."""
         return build_config_list(model, ["weight"], {"weight": int(smash_config["bits"])}, smash_config["exclude"])
-
-    def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: Any,
-                       smash_config: SmashConfigPrefixWrapper) -> Quantizer:
-        """DoReFaQuantizer, rescaled to the layer's max |w| unless ``rescale`` is off."""
-        return DoReFaEngine(model, config_list, optimizer, rescale=bool(smash_config["rescale"]))

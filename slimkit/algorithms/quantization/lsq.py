@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ConfigSpace import UniformIntegerHyperparameter
 from torch import nn
 
-from slimkit.algorithms.quantization._training import TrainingQuantizer, build_config_list
+from slimkit.algorithms.quantization._training import TrainingQuantizer, bits_config_list, bits_hyperparameters
 from slimkit.core.contract import SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization import LsqEngine, Quantizer
+from slimkit.engines.quantization import LsqEngine
 
 
 @register
@@ -29,21 +27,11 @@ class LSQ(TrainingQuantizer):
     engine = LsqEngine
     references = {"Paper": "https://arxiv.org/abs/1902.08153",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
+
     def quantizer_hyperparameters(self) -> list:
         """Bits and activations (the shared training settings follow)."""
-        return [
-            UniformIntegerHyperparameter("bits", 2, 8, default_value=8,
-                                         meta={"desc": "Bit width of weights and activations."}),
-            Boolean("quantize_activations", True,
-                    meta={"desc": "Also quantize each Linear/Conv layer's input with a learned step."}),
-        ]
+        return bits_hyperparameters("Also quantize each Linear/Conv layer's input with a learned step.")
 
     def config_list(self, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> list[dict[str, Any]]:
-        """Weights (and inputs) of every Linear/Conv layer at ``bits``."""
-        types = ["weight", "input"] if smash_config["quantize_activations"] else ["weight"]
-        return build_config_list(model, types, dict.fromkeys(types, int(smash_config["bits"])), smash_config["exclude"])
-
-    def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: Any,
-                       smash_config: SmashConfigPrefixWrapper) -> Quantizer:
-        """LsqQuantizer (its step sizes join the optimizer)."""
-        return LsqEngine(model, config_list, optimizer)
+        """Weights (and inputs) of every Linear/Conv layer at ``bits``; the step sizes join the optimizer."""
+        return bits_config_list(model, smash_config)

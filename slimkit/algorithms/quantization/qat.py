@@ -7,11 +7,11 @@ from typing import Any
 from ConfigSpace import UniformIntegerHyperparameter
 from torch import nn
 
-from slimkit.algorithms.quantization._training import TrainingQuantizer, build_config_list
+from slimkit.algorithms.quantization._training import TrainingQuantizer, bits_config_list, bits_hyperparameters
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization import QATEngine, Quantizer
+from slimkit.engines.quantization import QATEngine
 
 
 @register
@@ -30,13 +30,12 @@ class QAT(TrainingQuantizer):
     engine = QATEngine
     references = {"Paper": "https://arxiv.org/abs/1712.05877",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
+    engine_options = ("per_channel",)
+
     def quantizer_hyperparameters(self) -> list:
         """Bits, activations, per-channel scales, observation start (the shared training settings follow)."""
         return [
-            UniformIntegerHyperparameter("bits", 2, 8, default_value=8,
-                                         meta={"desc": "Bit width of weights and activations."}),
-            Boolean("quantize_activations", True,
-                    meta={"desc": "Also fake-quantize each Linear/Conv layer's input (EMA-observed range)."}),
+            *bits_hyperparameters("Also fake-quantize each Linear/Conv layer's input (EMA-observed range)."),
             Boolean("per_channel", True, meta={"desc": "One weight scale per output channel instead of per tensor."}),
             UniformIntegerHyperparameter("quant_start_step", 0, 100000, default_value=0,
                                          meta={"desc": "Optimizer steps during which activations are only "
@@ -45,11 +44,4 @@ class QAT(TrainingQuantizer):
 
     def config_list(self, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> list[dict[str, Any]]:
         """Weights (and inputs) of every Linear/Conv layer at ``bits``, with the observation-only start."""
-        types = ["weight", "input"] if smash_config["quantize_activations"] else ["weight"]
-        return build_config_list(model, types, dict.fromkeys(types, int(smash_config["bits"])), smash_config["exclude"],
-                                 {"quant_start_step": int(smash_config["quant_start_step"])})
-
-    def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: Any,
-                       smash_config: SmashConfigPrefixWrapper) -> Quantizer:
-        """QATQuantizer with per-channel or per-tensor weight scales."""
-        return QATEngine(model, config_list, optimizer, per_channel=bool(smash_config["per_channel"]))
+        return bits_config_list(model, smash_config, {"quant_start_step": int(smash_config["quant_start_step"])})
