@@ -23,6 +23,7 @@ from torch import nn
 from slimkit.engines.config_list import select_layers
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.maskers import num_to_prune
+from slimkit.engines.pruning.training import check_positive_int
 from slimkit.errors import closest
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, check_schedule, to_v1_masks, v2_masks
 from slimkit.faces.nni.v2.basic import FPGMPruner, L1NormPruner, L2NormPruner, LevelPruner
@@ -93,8 +94,7 @@ class _IterativePruner:
             raise PruningConfigError(f"{name} pruning_algorithm {pruning_algorithm!r} is unknown."
                                      f"{closest(str(pruning_algorithm), PRUNER_DICT)} Choose one of "
                                      f"{', '.join(PRUNER_DICT)}.")
-        if isinstance(total_iteration, bool) or not isinstance(total_iteration, int) or total_iteration < 1:
-            raise PruningConfigError(f"{name} total_iteration must be a whole number >= 1, got {total_iteration!r}.")
+        check_positive_int(name, "total_iteration", total_iteration)
         if speedup and reset_weight:
             raise PruningConfigError(f"{name}: reset_weight rewinds the weights of the unpruned model, which a speedup "
                                      "has reshaped; use speedup=False (then speed up the best result once).")
@@ -215,15 +215,13 @@ class _IterativePruner:
 
     def _finish_round(self, pruner: Any, masks: V2Masks) -> float | None:
         model = self.bound_model
-        if self.speedup:
-            pruner.unwrap_model(apply_masks=True)
-            ModelSpeedup(model, self.dummy_input, masks).speedup_model()
-            if self.finetuner is not None:
-                self.finetuner(model)
-            return None if self.evaluator is None else float(self.evaluator(model))
-        if self.finetuner is not None:
+        if self.finetuner is not None and not self.speedup:
             self.finetuner(model)  # wrapped: pruned weights stay out of the forward pass
         pruner.unwrap_model(apply_masks=True)
+        if self.speedup:
+            ModelSpeedup(model, self.dummy_input, masks).speedup_model()
+            if self.finetuner is not None:
+                self.finetuner(model)  # on the shrunk model
         return None if self.evaluator is None else float(self.evaluator(model))
 
     def get_masks(self) -> V2Masks:

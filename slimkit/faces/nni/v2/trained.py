@@ -11,6 +11,7 @@ since slimkit's wrappers keep the layers' parameters) and ``criterion``. The opt
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from slimkit.engines.pruning.activation_rank import ActivationAPoZRankFilterPrun
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.one_shot import SlimEngine
 from slimkit.engines.pruning.taylor_fo import TaylorFOWeightFilterPruner
+from slimkit.engines.pruning.training import check_positive_int
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
 from slimkit.faces.nni.v2.legacy import legacy_slim_arguments
 from slimkit.faces.nni.v3.evaluator import Evaluator
@@ -28,12 +30,6 @@ from slimkit.faces.nni.v3.utils import slim_norm_config
 __all__ = ["ActivationAPoZRankPruner", "ActivationMeanRankPruner", "SlimPruner", "TaylorFOWeightPruner"]
 
 _DATA_MODES = ("normal", "global", "dependency_aware")
-
-
-def _positive_int(name: str, key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PruningConfigError(f"{name} {key} must be a whole number >= 1, got {value!r}.")
-    return value
 
 
 def _no_evaluator(name: str, kwargs: Mapping[str, Any]) -> None:
@@ -70,7 +66,7 @@ class SlimPruner(V2Pruner, SlimEngine):
             steps = kwargs.pop("training_steps", traced_optimizer)
             scale = kwargs.pop("regular_scale", 1.0 if criterion is None else criterion)
             _no_evaluator("SlimPruner", kwargs)
-            self.training_steps = _positive_int("SlimPruner", "training_steps", steps)
+            self.training_steps = check_positive_int("SlimPruner", "training_steps", steps)
             self.trainer = self.traced_optimizer = self.criterion = None
             self.training_epochs = 1
         else:
@@ -80,7 +76,7 @@ class SlimPruner(V2Pruner, SlimEngine):
             _no_evaluator("SlimPruner", {**kwargs, **({"evaluator": given} if given is not None else {})})
             check_training_args("SlimPruner", trainer, traced_optimizer, criterion)
             check_mode("SlimPruner", mode, ("normal", "global"))
-            self.training_epochs = _positive_int("SlimPruner", "training_epochs", training_epochs)
+            self.training_epochs = check_positive_int("SlimPruner", "training_epochs", training_epochs)
             self.trainer, self.traced_optimizer, self.criterion = trainer, traced_optimizer, criterion
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale < 0:
             raise PruningConfigError(f"SlimPruner scale must be a number >= 0 (the L1 penalty weight), got {scale!r}.")
@@ -113,13 +109,6 @@ class SlimPruner(V2Pruner, SlimEngine):
         return super().compress()
 
 
-def _trainer_adapter(trainer: Callable[..., Any]) -> Callable[[nn.Module, Any, Any, int], Any]:
-    def run(model: nn.Module, optimizer: Any, criterion: Any, epoch: int) -> Any:
-        return call_trainer(trainer, model, optimizer, criterion, epoch)
-
-    return run
-
-
 class _DataV2(V2Pruner):
     """NNI 2.x constructor of the data-ranked filter pruners."""
 
@@ -130,10 +119,10 @@ class _DataV2(V2Pruner):
         _no_evaluator(name, {k: v for k, v in extra.items() if k != "activation"})
         check_training_args(name, trainer, traced_optimizer, criterion)
         check_mode(name, mode, _DATA_MODES)
-        batches = _positive_int(name, "training_batches", training_batches)
+        batches = check_positive_int(name, "training_batches", training_batches)
         options = {"activation": extra["activation"]} if "activation" in extra else {}
         super().__init__(model, self._v2_config(model, config_list, mode),  # type: ignore[call-arg]
-                         optimizer=traced_optimizer, trainer=_trainer_adapter(trainer), criterion=criterion,
+                         optimizer=traced_optimizer, trainer=partial(call_trainer, trainer), criterion=criterion,
                          statistics_batch_num=batches, dummy_input=dummy_input,
                          dependency_aware=mode == "dependency_aware", **options)
 

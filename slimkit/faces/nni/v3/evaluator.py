@@ -197,6 +197,19 @@ class Evaluator:
             out = wrap(out)
         return out
 
+    def _patch_step(self, optimizer: torch.optim.Optimizer, record: list[tuple[Any, Any, bool]]) -> None:
+        """Have ``optimizer`` learn the added parameters and step through the patches (noted in ``record``)."""
+        add_missing_params(optimizer, self._extra_params)
+        original = optimizer.step
+        record.append((optimizer, original, "step" in vars(optimizer)))
+        patched = self._patched_step(original)
+
+        def step(_opt: Any, *args: Any, **kwargs: Any) -> Any:
+            return patched(*args, **kwargs)
+        if hasattr(original, "_wrapped_by_lr_sched"):  # still the step an LR scheduler counts
+            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+        optimizer.step = types.MethodType(step, optimizer)  # type: ignore[method-assign]
+
     def _require_model(self) -> nn.Module:
         if self.model is None:
             raise ConfigError(f"{type(self).__name__} has no model bound; the pruner binds it (bind_model(model)).")
@@ -263,26 +276,15 @@ class TorchEvaluator(Evaluator):
     def train(self, max_steps: int | None = None, max_epochs: int | None = None) -> None:
         """Run ``training_func`` on the bound model with the patched loss and optimizer step."""
         model = self._require_model()
-        first = self.optimizers[0]
-        add_missing_params(first, self._extra_params)
-        had_own = "step" in vars(first)
-        original = first.step
-        patched = self._patched_step(original)
-        def step(_opt: Any, *args: Any, **kwargs: Any) -> Any:
-            return patched(*args, **kwargs)
-        if hasattr(original, "_wrapped_by_lr_sched"):  # still the step an LR scheduler counts
-            step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
-        first.step = types.MethodType(step, first)
+        patched: list[tuple[Any, Any, bool]] = []
+        self._patch_step(self.optimizers[0], patched)
         try:
-            optimizers = first if self._single_optimizer else self.optimizers
+            optimizers = self.optimizers[0] if self._single_optimizer else self.optimizers
             schedulers = (self.lr_schedulers[0] if self._single_scheduler else self.lr_schedulers) \
                 if self.lr_schedulers else None
             self.training_func(model, optimizers, self._step_with_patches, schedulers, max_steps, max_epochs)
         finally:
-            if had_own:
-                first.step = original
-            else:
-                del first.step
+            undo_patches(self, {}, patched)
 
     def evaluate(self) -> Any:
         """``evaluating_func(model)``: a float, or ``(metric["default"], metric)`` for a dict; ``None`` without one."""

@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from slimkit.errors import ConfigError, MissingPackageError
-from slimkit.faces.nni.v3.evaluator import Evaluator, add_missing_params, patch_output_loss, undo_patches
+from slimkit.faces.nni.v3.evaluator import Evaluator, patch_output_loss, undo_patches
 
 __all__ = ["TransformersEvaluator"]
 
@@ -61,12 +61,8 @@ class TransformersEvaluator(Evaluator):
 
         def create_optimizer(_trainer: Any, *a: Any, **k: Any) -> Any:
             optimizer = original_create(*a, **k)
-            add_missing_params(optimizer, self._extra_params)
             if not any(o is optimizer for o, _, _ in patched_optimizers):
-                had_own = "step" in vars(optimizer)
-                patched_optimizers.append((optimizer, optimizer.step, had_own))
-                step = self._patched_step(optimizer.step)
-                optimizer.step = types.MethodType(lambda _opt, *sa, **sk: step(*sa, **sk), optimizer)
+                self._patch_step(optimizer, patched_optimizers)
             return optimizer
 
         trainer.compute_loss = types.MethodType(compute_loss, trainer)

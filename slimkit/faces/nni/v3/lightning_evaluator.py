@@ -22,7 +22,7 @@ from torch import nn
 
 from slimkit.errors import ConfigError, MissingPackageError
 from slimkit.faces.nni.v2.trace import rebuild_call
-from slimkit.faces.nni.v3.evaluator import Evaluator, add_missing_params, patch_output_loss, undo_patches
+from slimkit.faces.nni.v3.evaluator import Evaluator, patch_output_loss, undo_patches
 
 __all__ = ["LightningEvaluator", "lightning_module"]
 
@@ -104,11 +104,7 @@ class LightningEvaluator(Evaluator):
             configured = original_configure()
             optimizers = _optimizers_of(configured)
             if optimizers:
-                add_missing_params(optimizers[0], self._extra_params)
-                first = optimizers[0]
-                patched.append((first, first.step, "step" in vars(first)))
-                step = self._patched_step(first.step)
-                first.step = types.MethodType(lambda _opt, *a, **k: step(*a, **k), first)
+                self._patch_step(optimizers[0], patched)
             return configured
 
         model.training_step = types.MethodType(training_step, model)

@@ -18,6 +18,7 @@ from typing import Any
 from torch import nn
 
 from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.engines.pruning.training import check_positive_int
 from slimkit.faces.nni.v3.evaluator import Evaluator
 
 __all__ = ["check_schedule_v3", "run_schedule"]
@@ -26,8 +27,7 @@ __all__ = ["check_schedule_v3", "run_schedule"]
 def check_schedule_v3(who: str, pruner: Any, interval_steps: Any, total_times: Any, evaluator: Any) -> Evaluator:
     """Check NNI 3.0's scheduled-pruner arguments; return the evaluator that trains between rounds."""
     for name, value in (("interval_steps", interval_steps), ("total_times", total_times)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise PruningConfigError(f"{who} {name} must be a whole number >= 1, got {value!r}.")
+        check_positive_int(who, name, value)
     if getattr(pruner, "iterative", False):
         raise PruningConfigError(f"{who} schedules a one-shot pruner (LevelPruner, L1NormPruner, L2NormPruner, "
                                  f"FPGMPruner, SlimPruner, TaylorPruner); {type(pruner).__name__} already schedules "

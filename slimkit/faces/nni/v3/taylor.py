@@ -15,6 +15,7 @@ from torch import nn
 
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.taylor_fo import TaylorFOWeightFilterPruner
+from slimkit.engines.pruning.training import check_positive_int
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner
 from slimkit.faces.nni.v3.evaluator import Evaluator, OptimizerRelay
 
@@ -33,9 +34,7 @@ class TaylorPruner(V2Pruner, TaylorFOWeightFilterPruner):
         if not isinstance(evaluator, Evaluator):
             raise PruningConfigError(f"TaylorPruner needs an evaluator (TorchEvaluator, TransformersEvaluator) that "
                                      f"trains the model, got {type(evaluator).__name__}.")
-        if isinstance(training_steps, bool) or not isinstance(training_steps, int) or training_steps < 1:
-            raise PruningConfigError(f"TaylorPruner training_steps must be a whole number >= 1, got "
-                                     f"{training_steps!r}.")
+        check_positive_int("TaylorPruner", "training_steps", training_steps)
         self.evaluator, self.training_steps, self._relay = evaluator, training_steps, OptimizerRelay()
         translated = self._v2_config(model, config_list, "normal", True, evaluator.get_dummy_input())
         super().__init__(model, translated, optimizer=self._relay, trainer=self._train_v3,
