@@ -10,7 +10,6 @@ its smash algorithm when the script calls ``compress()``.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from slimkit.engines.pruning.config import BASE_CONFIG_KEYS
 from slimkit.engines.quantization import Quantizer
 from slimkit.engines.quantization.config import QUANT_CONFIG_KEYS
 from slimkit.errors import AlgorithmNotFoundError, ConfigError
+from slimkit.experiment.space import ranked
 
 #: The experiment kinds a compression job may have.
 KINDS: tuple[str, ...] = ("pruning", "quantization")
@@ -82,14 +82,6 @@ def available_compressors(kind: str | None = None) -> dict[str, str]:
     return dict(sorted((n, k) for k in kinds for n in registry.by_kind(k)))
 
 
-def _ranked(given: str, names: list[str]) -> list[str]:
-    """``names`` with the ones closest to ``given`` first."""
-    def score(name: str) -> float:
-        return difflib.SequenceMatcher(None, given.lower(), name.lower()).ratio()
-
-    return sorted(names, key=lambda n: (-score(n), n))
-
-
 def get_compressor_spec(name: Any, kind: str | None = None) -> CompressorSpec:
     """Resolve ``name`` through the registry (canonical, NNI class or short name); check it against ``kind``."""
     if kind is not None and kind not in KINDS:
@@ -102,7 +94,7 @@ def get_compressor_spec(name: Any, kind: str | None = None) -> CompressorSpec:
     except AlgorithmNotFoundError:
         valid = list(available_compressors(kind))
         raise ConfigError(f"Unknown compressor {name!r}{f' for type {kind!r}' if kind else ''}. "
-                          f"Valid names (closest first): {', '.join(_ranked(name, valid))}. NNI class names such "
+                          f"Valid names (closest first): {', '.join(ranked(name, valid))}. NNI class names such "
                           "as 'L1FilterPruner' or 'QATQuantizer' work too.") from None
     if cls.kind() not in KINDS:
         raise ConfigError(f"{cls.algorithm_name!r} is a {cls.group}, which an experiment's compression block cannot "
@@ -134,7 +126,7 @@ def check_config_list_keys(spec: CompressorSpec, config_list: Any, path: str = "
         for key in entry if isinstance(entry, Mapping) else ():
             if key not in allowed:
                 raise ConfigError(f"{path}[{index}]: {key!r} is not a key {spec.name!r} reads; it reads "
-                                  f"{', '.join(_ranked(str(key), list(allowed)))} (closest first).")
+                                  f"{', '.join(ranked(str(key), list(allowed)))} (closest first).")
 
 
 def check_compressor_kwargs(spec: CompressorSpec, kwargs: Mapping[str, Any]) -> None:

@@ -100,19 +100,18 @@ def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[di
     for t in trials:
         if t.number in cut or t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
             continue
-        row: dict[str, Any] = {"number": t.number, "state": _short_state(t), "params": dict(t.params),
-                               "recipe": label({**fixed, **t.params}), "kept": t.number in kept}
         values = dict(zip(exp.objective_names, t.values or [None] * len(exp.objective_names), strict=True))
-        row["values"] = values
-        row["measured"] = t.user_attrs.get("measured", {})
-        row["seconds"] = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None
-        row["reason"] = t.user_attrs.get("reason", "")
-        row["log_tail"] = t.user_attrs.get("log_tail", "")
-        row["attempts"] = t.user_attrs.get("attempts", 1)
-        row["intermediate"] = {int(k): v for k, v in sorted(t.intermediate_values.items())}
-        row["trial_dir"] = t.user_attrs.get("trial_dir", "")
-        model = Path(row["trial_dir"]) / "model"
-        row["model"] = str(model) if row["trial_dir"] else ""
+        attrs = t.user_attrs
+        trial_dir = attrs.get("trial_dir", "")
+        row: dict[str, Any] = {
+            "number": t.number, "state": _short_state(t), "params": dict(t.params),
+            "recipe": label({**fixed, **t.params}), "kept": t.number in kept, "values": values,
+            "measured": attrs.get("measured", {}),
+            "seconds": (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None,
+            "reason": attrs.get("reason", ""), "log_tail": attrs.get("log_tail", ""),
+            "attempts": attrs.get("attempts", 1),
+            "intermediate": {int(k): v for k, v in sorted(t.intermediate_values.items())}, "trial_dir": trial_dir,
+            "model": str(Path(trial_dir) / "model") if trial_dir else ""}
         for name, value in values.items():  # row["accuracy"] too, unless the name is a column ("params")
             row.setdefault(name, value)
         rows.append(row)

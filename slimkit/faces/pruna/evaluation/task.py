@@ -61,8 +61,7 @@ def build_metrics(request: Any, device: str, stateful_device: str) -> list[Metri
         metrics = []
         for item in request:
             if isinstance(item, str):
-                metric = MetricRegistry.get_metric(item, device=device)
-                metrics.append(metric)
+                metrics.append(MetricRegistry.get_metric(item, device=device))
             else:
                 metrics.extend(_expand(item))
     else:
