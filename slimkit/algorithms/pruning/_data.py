@@ -1,4 +1,4 @@
-"""Data for the data-driven smash pruners: hyperparameters, statistics batches and the seeded train loader.
+"""Data for the data-driven smash pruners: hyperparameters, statistics batches, seeded train loader, bases.
 
 Batches come from ``cfg.data.train_dataloader()`` and are read with :func:`slimkit.data.split_batch`; the
 loss is :mod:`slimkit.training`'s default (cross-entropy on the targets, token logits flattened, -100
@@ -9,14 +9,16 @@ ignored; the model's own ``.loss`` for batches without targets), and training ru
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from slimkit.algorithms.pruning._selection import integer
+from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.pruning._selection import choice, integer
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.data import move_batch, split_batch
+from slimkit.engines.pruning import Pruner
 from slimkit.errors import DataError
 from slimkit.training import Criterion, cross_entropy
 from slimkit.utils import model_device
@@ -58,3 +60,36 @@ def train_loader(name: str, smash_config: SmashConfigPrefixWrapper) -> Any:
     generator = torch.Generator().manual_seed(int(smash_config["seed"]))
     return _require_data(name, smash_config).train_dataloader(batch_size=int(smash_config["batch_size"]),
                                                               shuffle=True, generator=generator)
+
+
+class StatisticsPruner(FrameworkPruner):
+    """Rank filters on statistics of ``batches`` train batches, forward passes only (not registered)."""
+
+    dataset_required: ClassVar[bool] = True
+
+    def extra_hyperparameters(self) -> list:
+        """Number of batches and batch size."""
+        return batch_hyperparameters()
+
+    def engine_kwargs(self, smash_config: SmashConfigPrefixWrapper, batches: list[tuple[Any, Any]]) -> dict[str, Any]:
+        """The engine's own keyword arguments (none by default)."""
+        return {}
+
+    def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
+        """The engine fed the first train batches."""
+        batches = statistics_batches(self.algorithm_name, model, smash_config)
+        return self.engine(model, config_list, dataloader=batches, statistics_batch_num=len(batches),
+                           **self.engine_kwargs(smash_config, batches))
+
+
+class ActivationRankPruner(StatisticsPruner):
+    """Rank filters by statistics of their activations (APoZ, mean activation; not registered)."""
+
+    def extra_hyperparameters(self) -> list:
+        """Activation applied to the layer outputs, number of batches, batch size."""
+        return [choice("activation", ["relu", "relu6"], "relu", "Activation applied to each layer's output before "
+                       "the statistics are taken."), *batch_hyperparameters()]
+
+    def engine_kwargs(self, smash_config: SmashConfigPrefixWrapper, batches: list[tuple[Any, Any]]) -> dict[str, Any]:
+        """The activation applied to the layer outputs."""
+        return {"activation": smash_config["activation"]}

@@ -154,16 +154,18 @@ class BaseAlgoPruner(FrameworkPruner):
     """A smash pruner whose engine ranks units with ``base_algo``: filters (shrunk by the speedup) or weights."""
 
     dataset_required = True
+    #: the hyperparameter naming the ranking (AGP keeps NNI's ``pruning_algorithm``)
+    ranking: ClassVar[str] = "base_algo"
     #: a search-only pruner: the chosen candidate is fine-tuned ``eval_finetune_steps`` steps, as it was when scored
     tune_chosen: ClassVar[bool] = False
 
     def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
         """Level pruning accepts any weighted layer; filter pruning Conv/Linear."""
-        return base_op_types(smash_config["base_algo"])
+        return base_op_types(smash_config[self.ranking])
 
     def uses_speedup(self, smash_config: SmashConfigPrefixWrapper) -> bool:
         """Filters can be removed; single weights cannot."""
-        return smash_config["base_algo"] != "level" and bool(smash_config["speedup"])
+        return smash_config[self.ranking] != "level" and bool(smash_config["speedup"])
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Run the engine and record; a search-only pruner then fine-tunes the chosen model as it was scored."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slimkit.algorithms.pruning._activation import ActivationRankPruner
+from slimkit.algorithms.pruning._data import ActivationRankPruner
 from slimkit.core.registry import register
 from slimkit.engines.pruning import ActivationMeanRankFilterPruner
 

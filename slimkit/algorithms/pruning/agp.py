@@ -5,17 +5,16 @@ from __future__ import annotations
 from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, train_loader
-from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.pruning._search import BaseAlgoPruner
 from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.pruning import AGPEngine, Pruner
-from slimkit.engines.pruning.allocation import base_op_types
 from slimkit.training import fit, make_optimizer
 
 
 @register
-class AGP(FrameworkPruner):
+class AGP(BaseAlgoPruner):
     """Automated Gradual Pruning: train on ``cfg.data`` while each layer's sparsity rises from ``initial_sparsity``.
 
     The target follows ``final + (initial - final) * (1 - t / n)^3``; masks are recomputed every ``frequency``
@@ -28,8 +27,8 @@ class AGP(FrameworkPruner):
     algorithm_name = "agp"
     references = {"Paper": "https://arxiv.org/abs/1710.01878",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#agp-pruner"}
-    dataset_required = True
     engine = AGPEngine
+    ranking = "pruning_algorithm"
 
     def extra_hyperparameters(self) -> list:
         """Masker, schedule and training settings."""
@@ -44,14 +43,6 @@ class AGP(FrameworkPruner):
             *batch_hyperparameters(batches=None),
             integer("seed", 0, 2**31 - 1, 0, "Seed of the data shuffling."),
         ]
-
-    def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
-        """Level pruning accepts any weighted layer; filter pruning Conv/Linear."""
-        return base_op_types(smash_config["pruning_algorithm"])
-
-    def uses_speedup(self, smash_config: SmashConfigPrefixWrapper) -> bool:
-        """Filter pruning can be shrunk; level pruning cannot."""
-        return smash_config["pruning_algorithm"] != "level" and bool(smash_config["speedup"])
 
     def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """AGPPruner with an optimizer whose steps drive the schedule."""

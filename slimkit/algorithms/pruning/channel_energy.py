@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from torch import nn
-
-from slimkit.algorithms.pruning._data import batch_hyperparameters, statistics_batches
-from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.algorithms.pruning._data import StatisticsPruner
 from slimkit.core.registry import register
-from slimkit.engines.pruning import ChannelEnergyPruner, Pruner
+from slimkit.engines.pruning import ChannelEnergyPruner
 
 
 @register
-class ChannelEnergy(FrameworkPruner):
+class ChannelEnergy(StatisticsPruner):
     """Channel-energy filter pruning: importance measured where each channel is consumed, on data.
 
     A channel's importance is ``E[x^2] * ||W[:, k]||^2`` summed over the Conv/Linear layers that read it (``x``
@@ -27,14 +23,4 @@ class ChannelEnergy(FrameworkPruner):
     aliases = ("energy",)
     references = {"Wanda (Sun et al. 2023)": "https://arxiv.org/abs/2306.11695",
                   "FLAP (An et al. 2024)": "https://arxiv.org/abs/2312.11983"}
-    dataset_required = True
     engine = ChannelEnergyPruner
-
-    def extra_hyperparameters(self) -> list:
-        """Number of batches and batch size."""
-        return batch_hyperparameters()
-
-    def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
-        """The energy pruner fed the first train batches (forward passes only; the first one is traced)."""
-        batches = statistics_batches(self.algorithm_name, model, smash_config)
-        return ChannelEnergyPruner(model, config_list, dataloader=batches, statistics_batch_num=len(batches))

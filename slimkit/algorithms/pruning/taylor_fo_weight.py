@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from torch import nn
+from typing import Any
 
-from slimkit.algorithms.pruning._data import batch_hyperparameters, criterion_for, statistics_batches
-from slimkit.algorithms.pruning._framework import FrameworkPruner
+from slimkit.algorithms.pruning._data import StatisticsPruner, criterion_for
 from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
-from slimkit.engines.pruning import Pruner, TaylorFOWeightFilterPruner
+from slimkit.engines.pruning import TaylorFOWeightFilterPruner
 
 
 @register
-class TaylorFOWeight(FrameworkPruner):
+class TaylorFOWeight(StatisticsPruner):
     """Taylor first-order filter pruning: drop filters whose removal changes the loss least, estimated on data.
 
     A filter's importance is the squared sum of weight x gradient over its weights, averaged over ``batches``
@@ -24,15 +23,8 @@ class TaylorFOWeight(FrameworkPruner):
     aliases = ("taylorfo", "taylor_fo_weight_filter", "TaylorFOWeightPruner")
     references = {"Paper": "https://arxiv.org/abs/1906.10771",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#taylorfoweightfilter-pruner"}
-    dataset_required = True
     engine = TaylorFOWeightFilterPruner
 
-    def extra_hyperparameters(self) -> list:
-        """Number of batches and batch size."""
-        return batch_hyperparameters()
-
-    def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
-        """The Taylor pruner fed the first train batches."""
-        batches = statistics_batches(self.algorithm_name, model, smash_config)
-        return TaylorFOWeightFilterPruner(model, config_list, criterion=criterion_for(batches), dataloader=batches,
-                                          statistics_batch_num=len(batches))
+    def engine_kwargs(self, smash_config: SmashConfigPrefixWrapper, batches: list[tuple[Any, Any]]) -> dict[str, Any]:
+        """The loss: cross-entropy on the batch targets, or the model's own."""
+        return {"criterion": criterion_for(batches)}
