@@ -1,9 +1,10 @@
 """Multiply-accumulates of a model as a function of how many output channels each layer keeps.
 
 One forward pass on ``dummy_input`` records every Conv/Linear layer's MACs (output elements times the
-weights each one reads); the channel tracer (:class:`~slimkit.engines.pruning.coupling.ChannelCoupling`)
-tells which input positions of which layers carry each producer's channels. Keeping a fraction ``k`` of a
-layer's outputs scales its own MACs by ``k`` and removes the matching share of its readers' inputs, so
+weights each one reads; for a transposed conv, input elements times the weights each one writes to); the
+channel tracer (:class:`~slimkit.engines.pruning.coupling.ChannelCoupling`) tells which input positions of
+which layers carry each producer's channels. Keeping a fraction ``k`` of a layer's outputs scales its own MACs
+by ``k`` and removes the matching share of its readers' inputs, so
 
     MACs(keep) = sum over layers L of  full(L) * keep(L) * (1 - removed input share of L).
 
@@ -21,10 +22,11 @@ import torch
 from torch import nn
 
 from slimkit.engines.pruning.coupling import ChannelCoupling
+from slimkit.engines.speedup.layers import CONV_TYPES, DECONV_TYPES
 from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import run_model
 
-_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+_LAYERS = (*CONV_TYPES, *DECONV_TYPES, nn.Linear)
 
 
 class ChannelMacs:
@@ -58,8 +60,9 @@ class ChannelMacs:
 
     def _hook(self, name: str) -> Any:
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
-            if isinstance(output, torch.Tensor):
-                self.full[name] = self.full.get(name, 0) + output.numel() * module.weight[0].numel()
+            counted = args[0] if isinstance(module, DECONV_TYPES) and args else output  # the side weight[0] pairs with
+            if isinstance(counted, torch.Tensor):
+                self.full[name] = self.full.get(name, 0) + counted.numel() * module.weight[0].numel()
 
         return hook
 

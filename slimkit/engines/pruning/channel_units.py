@@ -29,6 +29,7 @@ from torch.nn.modules.conv import _ConvNd
 
 from slimkit.engines.pruning.channel_macs import ChannelMacs
 from slimkit.engines.speedup import ModelSpeedup
+from slimkit.engines.speedup.layers import out_dim, out_major
 from slimkit.errors import ConfigError, closest
 
 _CHANNEL_DIM1 = (_ConvNd, _BatchNorm, nn.GroupNorm, nn.InstanceNorm2d)
@@ -239,7 +240,7 @@ class ChannelUnits:
         """L1 norm of each unit channel's filters, summed over the unit's producers (MMRazor's L1 unit)."""
         score = torch.zeros(unit.num_channels, dtype=torch.float64)
         for layer, idx in unit.producers.items():
-            weight = self.modules[layer].weight.detach()
+            weight = out_major(self.modules[layer], self.modules[layer].weight.detach())
             rows = weight.reshape(weight.shape[0], -1).abs().sum(1).double().cpu()
             inside = np.flatnonzero(idx >= 0)
             score.index_add_(0, torch.from_numpy(idx[inside]), rows[torch.from_numpy(inside)])
@@ -273,10 +274,10 @@ class ChannelUnits:
                 for layer, idx in table.items():
                     rows = torch.from_numpy(np.flatnonzero((idx >= 0) & dropped[np.maximum(idx, 0)]))
                     module = self.modules[layer]
-                    for pname in ("weight", "bias"):
+                    for pname, dim in (("weight", out_dim(module)), ("bias", 0)):
                         param = getattr(module, pname, None)
                         if isinstance(param, torch.Tensor):
-                            param.index_fill_(0, rows.to(param.device), 0.0)
+                            param.index_fill_(dim, rows.to(param.device), 0.0)
             for layer, idx in unit.producers.items():
                 keep = ~((idx >= 0) & dropped[np.maximum(idx, 0)])
                 masks[layer] = {"out_channels": torch.from_numpy(np.flatnonzero(keep))}

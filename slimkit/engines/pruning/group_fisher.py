@@ -32,6 +32,7 @@ from torch.nn.modules.conv import _ConvNd
 
 from slimkit.engines.pruning.channel_units import ChannelUnit, ChannelUnits
 from slimkit.engines.pruning.maskers import check_round_to, lowest_indices, round_kept
+from slimkit.engines.speedup.layers import DECONV_TYPES
 from slimkit.errors import ConfigError
 from slimkit.utils import run_model
 
@@ -78,7 +79,10 @@ class GroupFisherPruner:
         self.start_record()
 
     def _output_sizes(self) -> dict[str, int]:
-        """Output positions per channel of every layer of the units (H*W for convs, 1 for Linear)."""
+        """Positions per channel of every layer of the units: H*W for convs, 1 for Linear.
+
+        A transposed conv's MACs go by its input positions, so it counts those.
+        """
         sizes: dict[str, int] = {}
         wanted = {n for u in self.units.units for n in (*u.producers, *u.depthwise, *u.readers)}
         handles = [self.units.modules[n].register_forward_hook(self._size_hook(n, sizes)) for n in wanted]
@@ -102,8 +106,9 @@ class GroupFisherPruner:
     @staticmethod
     def _size_hook(name: str, sizes: dict[str, int]) -> Any:
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
-            if isinstance(output, torch.Tensor):
-                sizes[name] = math.prod(output.shape[2:]) if isinstance(module, _ConvNd) else 1
+            side = args[0] if isinstance(module, DECONV_TYPES) and args else output  # a deconv's MACs: per input
+            if isinstance(side, torch.Tensor):
+                sizes[name] = math.prod(side.shape[2:]) if isinstance(module, _ConvNd) else 1
         return hook
 
     # --- recording ------------------------------------------------------------------------------------------

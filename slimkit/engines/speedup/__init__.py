@@ -11,7 +11,9 @@ strictly. ``channel_dependency_report`` shows the groups before you prune.
 
 Besides Conv/Linear/norms it shrinks transformers' GPT-style ``Conv1D`` (a transposed Linear), embeddings
 (their columns), attention blocks by whole heads (separate or fused q/k/v, GQA-consistent), MoE experts
-stored as 3-D parameters (each expert its own intermediate channels), grouped convs by whole groups, and
+stored as 3-D parameters (each expert its own intermediate channels), grouped convs by whole groups,
+transposed convs with ``groups=1`` (a heatmap head's ``deconv_layers``: their inputs along weight dim 0, their
+outputs along dim 1; grouped ones keep their channels), and
 per-channel parameters a module uses directly (layer scales, class tokens, position tables) with the
 channels they touch; a weight tied between an embedding and a head is sliced alike and tied again.
 

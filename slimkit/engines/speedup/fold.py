@@ -15,6 +15,8 @@ input (data-free) has its contribution folded into the layer:
   False), still far closer than dropping the channel.
 * Conv, data-free but uneven channel (e.g. after a zero-padded depthwise conv): the mean over positions of
   its contribution at ``dummy_input``'s size (the least-squares bias) — approximate.
+* Transposed conv (groups=1): a stride spreads even a constant map unevenly over the output, so always the mean
+  of its contribution over positions — approximate (exact only where that contribution is flat).
 
 The contribution goes into the layer's bias; a layer without bias whose output feeds only a BatchNorm
 shifts that norm's ``running_mean`` instead (exact in eval mode, and in training mode the batch mean absorbs
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.overrides import TorchFunctionMode
@@ -37,10 +40,11 @@ from torch.overrides import TorchFunctionMode
 from slimkit.utils import run_model
 
 from .graph import tensors_in
-from .layers import CONV_TYPES
+from .layers import CONV_TYPES, DECONV_TYPES, out_dim, out_major
 from .tracer import _as_tree, _primary_input
 
 _RTOL = 1e-5
+_CONVS = (*CONV_TYPES, *DECONV_TYPES)
 
 
 @dataclass
@@ -95,7 +99,7 @@ class _Capture(TorchFunctionMode):
         def hook(module: nn.Module, args: tuple, out: Any) -> None:
             if isinstance(out, torch.Tensor):
                 self._off = True
-                if out.dim() != 2 and not isinstance(module, CONV_TYPES):  # BatchNorm1d reads dim 1, Linear the last
+                if out.dim() != 2 and not isinstance(module, _CONVS):  # BatchNorm1d reads dim 1, Linear the last
                     self.escaped.add(name)
                 self._off = False
                 self.outputs[id(out)] = (name, out)
@@ -164,13 +168,13 @@ def _noisy(inputs: Any, seed: int = 0) -> Any | None:
 
 
 def _consumers(modules: Mapping[str, nn.Module], kept: Mapping[str, Any]) -> dict[str, tuple[torch.Tensor, int]]:
-    """Conv (groups=1) and Linear layers that lose input channels: the removed indices and the channel dim."""
+    """Conv, transposed conv (groups=1) and Linear layers losing input channels: removed indices, channel dim."""
     out = {}
     for name, entry in kept.items():
         module = modules.get(name)
         if not isinstance(entry, Mapping) or "in" not in entry:
             continue
-        if isinstance(module, CONV_TYPES) and module.groups == 1:
+        if isinstance(module, _CONVS) and module.groups == 1:
             size, dim = module.in_channels, 1
         elif isinstance(module, nn.Linear):
             size, dim = module.in_features, -1
@@ -184,6 +188,17 @@ def _consumers(modules: Mapping[str, nn.Module], kept: Mapping[str, Any]) -> dic
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a - b).abs() <= _RTOL * (1.0 + b.abs())
+
+
+def _contribution(module: nn.Module, part: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``module``'s output (no bias) for the input channels ``part`` of one sample read through ``weight``."""
+    if isinstance(module, DECONV_TYPES):
+        fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[part.dim() - 2]
+        out = fn(part.unsqueeze(0), weight, None, module.stride, module.padding, module.output_padding, 1,
+                 module.dilation)
+    else:
+        out = module._conv_forward(part.unsqueeze(0), weight, None)
+    return out[0].flatten(1)
 
 
 def _decide(module: nn.Module, idx: torch.Tensor, samples: list[torch.Tensor], dim: int) -> Fold | None:
@@ -204,15 +219,19 @@ def _decide(module: nn.Module, idx: torch.Tensor, samples: list[torch.Tensor], d
     use = same & nonzero
     unfolded = int((nonzero & ~same).sum())
     if not bool(use.any()):
-        return Fold("", 0, "", True, torch.zeros(module.weight.shape[0], dtype=torch.float64), unfolded)
-    weight = module.weight.detach().double().cpu().index_select(1, idx[use])
+        return Fold("", 0, "", True, torch.zeros(out_major(module, module.weight).shape[0], dtype=torch.float64),
+                    unfolded)
+    weight = module.weight.detach().double().cpu().index_select(1 - out_dim(module), idx[use])
     part = ref[use]
     if dim != 1:
         return Fold("", int(use.sum()), "", True, weight @ part, unfolded)
+    contribution = _contribution(module, part, weight)
+    if isinstance(module, DECONV_TYPES):
+        delta = contribution.mean(1)
+        return Fold("", int(use.sum()), "", bool(_close(contribution, delta[:, None]).all()), delta, unfolded)
     maps = part.flatten(1)
     flat_map = _close(maps, maps[:, :1]).all(1)  # constant over positions: the sum of the kernel taps
     delta = weight[:, flat_map].flatten(2).sum(2) @ maps[flat_map, 0]
-    contribution = module._conv_forward(part.unsqueeze(0), weight, None)[0].flatten(1)
     if not bool(flat_map.all()):  # uneven (but data-free) maps: their mean contribution, the least-squares bias
         delta = delta + module._conv_forward(part[~flat_map].unsqueeze(0), weight[:, ~flat_map], None)[0].flatten(
             1).mean(1)

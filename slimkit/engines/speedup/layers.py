@@ -7,6 +7,8 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 CONV_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+#: transposed convs (``weight`` is ``[in, out / groups, *kernel]``); shrunk with ``groups=1`` only
+DECONV_TYPES = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
 def is_conv1d(module: nn.Module) -> bool:
@@ -29,13 +31,13 @@ def linear_io(module: nn.Module) -> tuple[int, int]:
 
 
 def out_dim(module: nn.Module) -> int:
-    """The weight dim that holds the output channels: 1 for ``Conv1D``, 0 otherwise."""
-    return 1 if is_conv1d(module) else 0
+    """The weight dim that holds the output channels: 1 for ``Conv1D`` and transposed convs, 0 otherwise."""
+    return 1 if is_conv1d(module) or isinstance(module, DECONV_TYPES) else 0
 
 
 def out_major(module: nn.Module, tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` (shaped like the weight) with the output channels first (a transposed view for ``Conv1D``)."""
-    return tensor.t() if is_conv1d(module) else tensor
+    """``tensor`` (shaped like the weight) with the output channels first (a transposed view where they are not)."""
+    return tensor.transpose(0, 1) if out_dim(module) else tensor
 
 
 def own_params(module: nn.Module) -> dict[str, nn.Parameter]:
@@ -57,6 +59,9 @@ def is_norm(module: nn.Module) -> bool:
     )
 
 
+_SHRUNK_TYPES = (*CONV_TYPES, *DECONV_TYPES, nn.Linear, nn.Embedding)
+
+
 def subclass_problem(module: nn.Module) -> str:
     """Why the speedup cannot shrink a *subclass* of a layer it knows ('' when it can, or for torch's own classes).
 
@@ -64,7 +69,7 @@ def subclass_problem(module: nn.Module) -> str:
     (keeping its class and forward) when its only state is ``weight`` and ``bias``. Extra parameters, buffers or
     submodules may follow the channels in ways the speedup cannot see, so such a subclass is refused.
     """
-    if type(module).__module__.startswith("torch.nn") or not isinstance(module, (*CONV_TYPES, nn.Linear, nn.Embedding)):
+    if type(module).__module__.startswith("torch.nn") or not isinstance(module, _SHRUNK_TYPES):
         return ""
     params = module._parameters.items()
     extras = [f"parameter {k!r}" for k, v in params if v is not None and k not in ("weight", "bias")]

@@ -11,7 +11,8 @@ from .experts import experts_spec
 from .graph import AttentionRecord, LeafRecord, ParamRecord, Tracer, ids_along
 from .layers import linear_io, norm_channel_dim, norm_problem, own_params
 
-CHANNEL_DIM = {"conv": 1, "depthwise": 1, "grouped_conv": 1, "linear": -1, "attention": -1, "experts": -1}
+CHANNEL_DIM = {"conv": 1, "depthwise": 1, "grouped_conv": 1, "pinned_conv": 1, "linear": -1, "attention": -1,
+               "experts": -1}
 
 
 def handle_leaf(tr: Tracer, name: str, kind: str, module: nn.Module, x: torch.Tensor | None,
@@ -41,6 +42,10 @@ def handle_leaf(tr: Tracer, name: str, kind: str, module: nn.Module, x: torch.Te
         g.new_space(name, spec.num_experts * spec.intermediate, kind="inner")
     elif kind == "grouped_conv":
         rec = _grouped(tr, name, module, x)
+    elif kind == "pinned_conv":  # a grouped transposed conv: its input and output channels stay
+        rec = tr.record(name, kind, module, tr.input_ids(name, x, 1, module.in_channels))
+        g.pin(rec.in_ids, type(module).__name__, name, f"a transposed convolution with groups={module.groups} "
+              "(slimkit shrinks transposed convolutions with groups=1 only)")
     else:
         dim = CHANNEL_DIM[kind]
         out_size, in_size = linear_io(module) if kind == "linear" else (module.out_channels, module.in_channels)

@@ -13,7 +13,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from .attention_spec import HEAD_DIM_ATTRS, INNER_SIZE_ATTRS, NUM_HEADS_ATTRS, NUM_KV_HEADS_ATTRS
 from .errors import SpeedupError
 from .experts import experts_spec, shrink_experts
-from .layers import CONV_TYPES, is_conv1d, is_norm
+from .layers import CONV_TYPES, DECONV_TYPES, is_conv1d, is_norm, out_dim
 
 #: size attributes a module with per-channel parameters may keep for its forward (updated with the parameter)
 SIZE_ATTRS = ("hidden_dim", "hidden_size")
@@ -115,21 +115,15 @@ def shrink_module(name: str, module: nn.Module, entry: Mapping[str, Any]) -> Non
         _add_bias(name, module, entry, len(out))
         module.out_channels, module.in_channels = len(out), len(inn)
         return
-    if is_conv1d(module):  # transformers' Conv1D: weight [in, out], sizes in nx / nf
-        out = _indices(name, "out", entry["out"], module.weight.shape[1])
-        inn = _indices(name, "in", entry["in"], module.weight.shape[0])
-        _set(module, "weight", _take(module.weight, 1, out).index_select(0, inn.to(module.weight.device)))
-        _set(module, "bias", _take(module.bias, 0, out))
-        module.nf, module.nx = len(out), len(inn)
-        return
+    if isinstance(module, DECONV_TYPES):  # weight [in, out / groups, *kernel]
+        if module.groups != 1:
+            raise SpeedupError(f"kept_channels names {name!r}, a {kind} with groups={module.groups}; slimkit shrinks "
+                               "transposed convolutions with groups=1 only.")
+        return _shrink_dense(name, module, entry, ("out_channels", "in_channels"))
+    if is_conv1d(module):  # transformers' Conv1D: weight [in, out], sizes in nf / nx
+        return _shrink_dense(name, module, entry, ("nf", "nx"))
     if isinstance(module, nn.Linear):
-        out = _indices(name, "out", entry["out"], module.out_features)
-        inn = _indices(name, "in", entry["in"], module.in_features)
-        _set(module, "weight", _take(module.weight, 0, out).index_select(1, inn.to(module.weight.device)))
-        _set(module, "bias", _take(module.bias, 0, out))
-        _add_bias(name, module, entry, len(out))
-        module.out_features, module.in_features = len(out), len(inn)
-        return
+        return _shrink_dense(name, module, entry, ("out_features", "in_features"))
     if isinstance(module, nn.Embedding):
         out = _indices(name, "out", entry["out"], module.embedding_dim)
         _set(module, "weight", _take(module.weight, 1, out))
@@ -137,8 +131,23 @@ def shrink_module(name: str, module: nn.Module, entry: Mapping[str, Any]) -> Non
         return
     if is_norm(module):
         return _shrink_norm(name, module, entry)
-    raise SpeedupError(f"kept_channels names {name!r}, a {kind}; only Conv, Linear, Embedding, norm layers and "
-                       "attention blocks can be shrunk.")
+    raise SpeedupError(f"kept_channels names {name!r}, a {kind}; only Conv, ConvTranspose, Linear, Embedding, norm "
+                       "layers and attention blocks can be shrunk.")
+
+
+def _shrink_dense(name: str, module: nn.Module, entry: Mapping[str, Any], attrs: tuple[str, str]) -> None:
+    """Keep ``entry``'s out / in channels of a Linear, a Conv1D or a transposed conv (weight dims 0 and 1).
+
+    ``attrs`` name the module's (out, in) size attributes.
+    """
+    dim = out_dim(module)
+    out = _indices(name, "out", entry["out"], module.weight.shape[dim])
+    inn = _indices(name, "in", entry["in"], module.weight.shape[1 - dim])
+    _set(module, "weight", _take(_take(module.weight, dim, out), 1 - dim, inn))
+    _set(module, "bias", _take(module.bias, 0, out))
+    _add_bias(name, module, entry, len(out))
+    setattr(module, attrs[0], len(out))
+    setattr(module, attrs[1], len(inn))
 
 
 def _shrink_norm(name: str, module: nn.Module, entry: Mapping[str, Any]) -> None:

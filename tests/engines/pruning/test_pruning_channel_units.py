@@ -16,6 +16,8 @@ from slimkit.engines.pruning.dmcp import DMCPSearch, split_unit
 from slimkit.engines.pruning.group_fisher import GroupFisherPruner
 from slimkit.engines.pruning.ite_prune import IterativeSchedule
 from slimkit.errors import ConfigError
+from slimkit.evaluation import count_macs
+from tests.engines.speedup.speedup_models import HeatmapNet, seeded
 
 
 class Residual(nn.Module):
@@ -104,3 +106,31 @@ def test_iterative_schedule_and_dcff_temperature():
     assert temperature(100, 100) == pytest.approx(1e-4)
     with pytest.raises(ConfigError, match="step_freq"):
         IterativeSchedule({}, {}, step_freq=0)
+
+
+def test_transposed_conv_head_units_macs_fisher_and_deploy():
+    net = seeded(HeatmapNet)  # c2 is read by the transposed conv d1; d1 and d2 produce units of their own
+    x = torch.randn(2, 3, 16, 16)
+    units = ChannelUnits(net, x[:1])
+    assert [u.name for u in units.units] == ["c1_(0, 8)_8", "c2_(0, 16)_16", "d1_(0, 12)_12", "d2_(0, 8)_8"]
+    assert list(units.resolve("c2").readers) == ["d1"] and list(units.resolve("d1").readers) == ["d2"]
+    # MACs: a transposed conv spreads each input element over out_channels x kernel outputs
+    assert units.macs.full["d1"] == 16 * 4 * 4 * 12 * 4 * 4 and units.macs.full["d2"] == 12 * 8 * 8 * 8 * 3 * 3
+    assert units.macs.total == count_macs(net, x[:1])
+    pruner = GroupFisherPruner(units, interval=1, normalization_type="flops", channels_per_prune=2)
+    for _ in range(3):
+        out = net(x)
+        pruner.arm()
+        out.square().mean().backward()
+    assert len(pruner.history) == sum(u.num_channels - u.activated_channels for u in units.units) == 6
+    with torch.no_grad():
+        masked = net(x)
+    estimate = units.macs_ratio()
+    dense_macs = units.macs.total
+    kept = units.deploy()
+    assert (net.d1.in_channels, net.d1.out_channels) == (units.resolve("c2").activated_channels,
+                                                         units.resolve("d1").activated_channels)
+    assert tuple(net.d1.weight.shape[:2]) == (net.d1.in_channels, net.d1.out_channels) and kept["d1"]["in"]
+    assert count_macs(net, x[:1]) / dense_macs == pytest.approx(estimate)  # a chain: the estimate is exact
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), masked)

@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from slimkit.engines.speedup import ModelSpeedup, apply_kept_channels
+from slimkit.engines.speedup.layers import out_major
 from slimkit.utils import main_tensor, run_model
 
 
@@ -77,6 +78,23 @@ class FlattenNet(nn.Module):
         return self.fc2(torch.relu(self.fc1(x.view(x.size(0), -1))))
 
 
+class HeatmapNet(nn.Module):
+    """A pose-style net: a strided conv backbone, a head of transposed convs (mmpose's ``deconv_layers``; the second
+    with ``output_padding``) and a 1x1 ``final_layer``; 16x16 in, 5 heatmaps of 16x16 out."""
+
+    def __init__(self, groups: int = 1) -> None:
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8)
+        self.c2, self.b2 = nn.Conv2d(8, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16)
+        self.d1, self.b3 = nn.ConvTranspose2d(16, 12, 4, 2, 1, bias=False, groups=groups), nn.BatchNorm2d(12)
+        self.d2 = nn.ConvTranspose2d(12, 8, 3, 2, 1, output_padding=1)
+        self.final = nn.Conv2d(8, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))))
+        return self.final(torch.relu(self.d2(torch.relu(self.b3(self.d1(h))))))
+
+
 def seeded(factory: Callable[[], nn.Module], seed: int = 0) -> nn.Module:
     """Build a model with a fixed seed and random BN statistics (so BN is not the identity)."""
     torch.manual_seed(seed)
@@ -96,17 +114,19 @@ def l1_rows(weight: torch.Tensor, keep: int) -> list[int]:
 
 
 def row_mask(module: nn.Module, rows: list[int]) -> dict[str, torch.Tensor | None]:
-    """A filter mask keeping ``rows`` (whole output rows zero elsewhere), bias masked alike."""
+    """A filter mask keeping output channels ``rows`` (zero elsewhere), bias masked alike (a transposed conv's
+    output channels are its weight's dim 1)."""
     wm = torch.zeros_like(module.weight)
-    wm[rows] = 1
-    bm = None if getattr(module, "bias", None) is None else wm.reshape(wm.shape[0], -1)[:, 0].clone()
+    out_major(module, wm)[rows] = 1
+    bm = None if getattr(module, "bias", None) is None else out_major(module, wm).reshape(len(module.bias), -1)[
+        :, 0].clone()
     return {"weight_mask": wm, "bias_mask": bm}
 
 
 def ones_masks(model: nn.Module) -> dict[str, dict[str, torch.Tensor | None]]:
-    """All-ones masks (sparsity 0) for every Conv/Linear layer."""
-    return {n: row_mask(m, list(range(m.weight.shape[0]))) for n, m in model.named_modules()
-            if isinstance(m, (nn.Conv2d, nn.Linear))}
+    """All-ones masks (sparsity 0) for every Conv/ConvTranspose/Linear layer."""
+    return {n: row_mask(m, list(range(out_major(m, m.weight).shape[0]))) for n, m in model.named_modules()
+            if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear))}
 
 
 def zeroed_reference(model: nn.Module, masks: dict, kept: dict) -> nn.Module:
@@ -122,10 +142,10 @@ def zeroed_reference(model: nn.Module, masks: dict, kept: dict) -> nn.Module:
             m = modules[name]
             if "out" not in entry or isinstance(m, nn.Embedding):
                 continue
-            drop = [i for i in range(m.weight.shape[0]) if i not in set(entry["out"])]
+            drop = [i for i in range(out_major(m, m.weight).shape[0]) if i not in set(entry["out"])]
             for attr in ("weight", "bias"):
                 if getattr(m, attr, None) is not None:
-                    getattr(m, attr)[drop] = 0
+                    (out_major(m, m.weight) if attr == "weight" else m.bias)[drop] = 0
     return ref
 
 
@@ -141,6 +161,9 @@ def layer_macs(model: nn.Module, inputs: object) -> dict[str, int]:
         if isinstance(m, nn.Conv2d):
             k = m.kernel_size[0] * m.kernel_size[1] * m.in_channels // m.groups
             hooks.append(m.register_forward_hook(lambda mod, i, o, n=name, k=k: macs.__setitem__(n, o.numel() * k)))
+        elif isinstance(m, nn.ConvTranspose2d):  # every input element is spread over out/groups x kernel outputs
+            k = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
+            hooks.append(m.register_forward_hook(lambda mod, i, o, n=name, k=k: macs.__setitem__(n, i[0].numel() * k)))
         elif isinstance(m, nn.Linear):
             hooks.append(m.register_forward_hook(
                 lambda mod, i, o, n=name: macs.__setitem__(n, o.numel() * mod.in_features)))
@@ -169,8 +192,9 @@ def predicted_macs(before: dict[str, int], model: nn.Module, kept: dict) -> int:
         if entry is None:
             total += macs
             continue
-        n_out = m.out_channels if isinstance(m, nn.Conv2d) else m.out_features
-        n_in = m.in_channels if isinstance(m, nn.Conv2d) else m.in_features
+        conv = isinstance(m, (nn.Conv2d, nn.ConvTranspose2d))
+        n_out = m.out_channels if conv else m.out_features
+        n_in = m.in_channels if conv else m.in_features
         frac_in = 1 if isinstance(m, nn.Conv2d) and m.groups == m.in_channels > 1 else len(entry["in"]) / n_in
         total += round(macs * len(entry["out"]) / n_out * frac_in)
     return total
@@ -275,3 +299,13 @@ def check_speedup(factory, model, x, masks, tmp_path, expect_params=None, anchor
     assert flop_counter_macs(model, x) == predicted_macs(base_macs, before, speedup.kept_channels) < sum(
         base_macs.values())
     return speedup, before
+
+
+def check_sparsity_zero(model, x):
+    """All-ones masks change nothing: no kept_channels, the output bit-identical."""
+    with torch.no_grad():
+        base = model(x)
+    small, speedup = run_speedup(model, x, ones_masks(model))
+    assert speedup.kept_channels == {}
+    with torch.no_grad():
+        assert torch.equal(small(x), base)

@@ -10,23 +10,14 @@ from tests.engines.speedup.speedup_models import (
     ConcatNet,
     FlattenNet,
     ResNetTiny,
+    check_sparsity_zero,
     check_speedup,
     l1_rows,
-    ones_masks,
     param_count,
     row_mask,
     run_speedup,
     seeded,
 )
-
-
-def check_sparsity_zero(model, x):
-    with torch.no_grad():
-        base = model(x)
-    small, speedup = run_speedup(model, x, ones_masks(model))
-    assert speedup.kept_channels == {}
-    with torch.no_grad():
-        assert torch.equal(small(x), base)
 
 
 def test_resnet_inner_and_residual_group(tmp_path):

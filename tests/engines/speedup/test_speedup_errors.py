@@ -243,7 +243,7 @@ def test_bad_kept_channel_records_are_refused_and_change_nothing():
         apply_kept_channels(model, {"l9": {"out": [0], "in": [0]}})
     with pytest.raises(SpeedupError, match=r"must be \{'out': \[...\], 'in': \[...\]\}"):
         apply_kept_channels(model, {"l1.c1": [0, 1]})
-    with pytest.raises(SpeedupError, match="only Conv, Linear, Embedding, norm layers"):
+    with pytest.raises(SpeedupError, match="only Conv, ConvTranspose, Linear, Embedding, norm layers"):
         apply_kept_channels(model, {"pool": {"out": [0], "in": [0]}})
 
 
