@@ -215,25 +215,20 @@ class V2Pruner:
             names = [n for n in group.layers if n in wrappers]
             if not names:
                 continue
-            scores, sizes, owners = [], [], []
-            for layer_index, name in enumerate(names):
-                idx, wrapper = wrappers[name]
-                importance, size = self._unit_importance(wrapper, idx)
-                scores.append(importance)
-                sizes.append(torch.full_like(importance, float(size)))
-                owners.append(torch.full_like(importance, float(layer_index)))
-            score, size, owner = torch.cat(scores), torch.cat(sizes), torch.cat(owners)
-            budget = group.total_sparsity * float(size.sum())
+            found = [self._unit_importance(wrappers[n][1], wrappers[n][0]) for n in names]
+            scores, sizes = [score for score, _ in found], [size for _, size in found]
+            owner = torch.cat([torch.full_like(s, float(i)) for i, s in enumerate(scores)])
             units = [s.numel() for s in scores]
+            budget = group.total_sparsity * sum(u * size for u, size in zip(units, sizes, strict=True))
             limit = [min(units[i] - 1, math.floor(group.cap(n) * units[i] + 1e-6)) for i, n in enumerate(names)]
             pruned = [0] * len(names)
             removed = 0.0
-            for position in torch.argsort(score, stable=True).tolist():
+            for position in torch.argsort(torch.cat(scores), stable=True).tolist():
                 if removed >= budget - 1e-9:
                     break
                 layer = int(owner[position])
                 if pruned[layer] < limit[layer]:
                     pruned[layer] += 1
-                    removed += float(size[position])
+                    removed += sizes[layer]
             for i, name in enumerate(names):
                 wrappers[name][1].config["sparsity"] = (pruned[i] + 0.5) / units[i]  # num_to_prune floors to pruned

@@ -31,8 +31,7 @@ from slimkit.faces.nni.v3.fusion import (
 )
 from slimkit.faces.nni.v3.quant_config import quant_config_from_v3
 
-__all__ = ["CalibrationV3", "V3Quantizer", "calibration_v3", "code_range_per_channel", "signed_offset",
-           "v2_arguments"]
+__all__ = ["CalibrationV3", "V3Quantizer", "calibration_v3", "signed_offset", "v2_arguments"]
 
 #: NNI 3.0's calibration config: ``{layer: {target: {"scale", "zero_point", "quant_dtype", ...}}}``
 CalibrationV3 = dict[str, dict[str, dict[str, Any]]]
@@ -53,11 +52,12 @@ def calibration_v3(calibration: Mapping[str, Mapping[str, Any]],
                 continue
             scale, zero_point, bits = entry[f"{kind}_scale"], entry[f"{kind}_zero_point"], entry[f"{kind}_bits"]
             given = settings.get(layer, {}).get(kind, {})
-            low, high = code_range(scale, zero_point, bits)
+            if scale.numel() > 1:  # per channel: the range of each channel, shaped like its scale (as NNI 3.0)
+                low, high = ((0 - zero_point) * scale).cpu(), ((qmax_for(bits) - zero_point) * scale).cpu()
+            else:
+                low, high = code_range(scale, zero_point, bits)
             dtype = given.get("quant_dtype", f"int{bits}")
             zero_point = zero_point - signed_offset(dtype, bits)  # NNI 3.0's int grids are signed
-            if scale.numel() > 1:  # per channel: the range of each channel, shaped like its scale (as NNI 3.0)
-                low, high = code_range_per_channel(scale, zero_point, bits, dtype)
             targets[target] = {"scale": scale.cpu(), "zero_point": zero_point.cpu(), "quant_bits": bits,
                                "quant_dtype": dtype,
                                "quant_scheme": given.get("quant_scheme"),
@@ -74,13 +74,6 @@ def signed_offset(dtype: str, bits: int) -> int:
     NNI's calibration config.
     """
     return 0 if str(dtype).startswith("uint") else 2 ** (bits - 1)
-
-
-def code_range_per_channel(scale: torch.Tensor, zero_point: torch.Tensor, bits: int,
-                           dtype: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tracked_min`` / ``tracked_max`` of each channel of an NNI 3.0 grid (``zero_point`` in NNI's convention)."""
-    low = -(2 ** (bits - 1)) if not str(dtype).startswith("uint") else 0
-    return ((low - zero_point) * scale).cpu(), ((low + qmax_for(bits) - zero_point) * scale).cpu()
 
 
 class V3Quantizer(V3Compressor):
