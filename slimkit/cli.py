@@ -43,8 +43,7 @@ EPILOG = """examples:
 
 #: Python phrasings in slimkit's errors -> what the same fix is on the command line.
 _SHELL_PHRASES: list[tuple[str, str]] = [
-    (r"cfg\.add_data\('([A-Za-z0-9_]+)'\)", r"`--data \1`"),
-    (r'cfg\.add_data\("([A-Za-z0-9_]+)"\)', r"`--data \1`"),
+    (r"cfg\.add_data\((['\"])([A-Za-z0-9_]+)\1\)", r"`--data \2`"),
     (r"cfg\.add_data\([^)]*\)", "`--data NAME` (e.g. --data Digits; `slimkit zoo` models bring their own)"),
     (r"cfg\.add_example_inputs\([^)]*\)", "`--example-inputs FILE.safetensors`"),
     (r"cfg\.add_tokenizer\([^)]*\)", "`--tokenizer FOLDER`"),

@@ -134,16 +134,13 @@ class SmashConfig(PrunaConfigFace):
             self.device = value
             return
         if key in self._algorithms:
+            group = key if value is None else registry.get(value).group
+            if group != key:
+                raise ConfigError(f"{value!r} is a {group}, not a {key}; set it with cfg[{group!r}] = {value!r}.")
             if value is None:
                 self._algorithms[key] = None
-                return
-            cls = registry.get(value)
-            if cls.group != key:
-                raise ConfigError(
-                    f"{value!r} is a {cls.group}, not a {key}; set it with cfg[{cls.group!r}] = {value!r}."
-                )
-            self._algorithms[key] = cls.algorithm_name
-            self._alias_defaults(value)
+            else:
+                self.activate(value)
             return
         name, hp_name = self._split_key(key)
         hp = {h.name: h for h in registry.get(name)().get_hyperparameters()}[hp_name]

@@ -219,16 +219,8 @@ def info(name: str) -> dict[str, Any]:
     """A JSON-able summary of one algorithm (used by the CLI and the generated docs)."""
     cls = get(name)
     name = cls.algorithm_name
-    hps = []
-    for hp in cls().get_hyperparameters():
-        hps.append(
-            {
-                "name": f"{name}_{hp.name}",
-                "default": to_jsonable(hp.default_value),
-                "allowed": describe_allowed(hp),
-                "desc": (hp.meta or {}).get("desc", ""),
-            }
-        )
+    hps = [{"name": f"{name}_{hp.name}", "default": to_jsonable(hp.default_value), "allowed": describe_allowed(hp),
+            "desc": (hp.meta or {}).get("desc", "")} for hp in cls().get_hyperparameters()]
     return {
         "name": name,
         "group": cls.group,
@@ -296,10 +288,9 @@ def _fields(obj: Callable[..., Any]) -> tuple[list[str], list[str], bool]:
         params = list(inspect.signature(obj).parameters.values())
     except (TypeError, ValueError):
         return [], [], True
-    fields = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    required = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                and p.default is p.empty]
-    return fields, required, any(p.kind == p.VAR_KEYWORD for p in params)
+    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [p.name for p in named], [p.name for p in named if p.default is p.empty], any(
+        p.kind == p.VAR_KEYWORD for p in params)
 
 
 def build_component(cfg: Any) -> Any:

@@ -148,13 +148,9 @@ def audio_processing_collate(batch: list[Mapping[str, Any]]) -> tuple[list[torch
     return [_audio_input(item) for item in batch], [str(item["sentence"]) for item in batch]
 
 
-COLLATE_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "audio_processing_collate": audio_processing_collate,
-    "image_classification_collate": image_classification_collate,
-    "image_generation_collate": image_generation_collate,
-    "question_answering_collate": question_answering_collate,
-    "text_generation_collate": text_generation_collate,
-}
+COLLATE_FUNCTIONS: dict[str, Callable[..., Any]] = {f.__name__: f for f in (
+    audio_processing_collate, image_classification_collate, image_generation_collate, question_answering_collate,
+    text_generation_collate)}
 
 # name -> (fields every item needs, groups of which at least one field is needed, human-readable format)
 COLLATE_FORMATS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, ...], ...], str]] = {

@@ -97,19 +97,15 @@ def weights_digest(file: Path) -> str:
 
 
 def _nbytes(model: torch.nn.Module) -> int:
-    seen: dict[int, int] = {}
-    for t in [*model.parameters(), *model.buffers()]:
-        seen[id(t)] = t.numel() * t.element_size()
-    return sum(seen.values())
+    unique = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return sum(t.numel() * t.element_size() for t in unique.values())
 
 
 def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A deep copy of ``model`` whose parameters and buffers are on the meta device (allocates no tensor data)."""
-    memo: dict[int, Any] = {}
-    for p in model.parameters():
-        memo[id(p)] = torch.nn.Parameter(p.detach().to("meta"), requires_grad=p.requires_grad)
-    for b in model.buffers():
-        memo[id(b)] = b.detach().to("meta")
+    memo: dict[int, Any] = {id(b): b.detach().to("meta") for b in model.buffers()}
+    memo.update({id(p): torch.nn.Parameter(p.detach().to("meta"), requires_grad=p.requires_grad)
+                 for p in model.parameters()})
     return copy.deepcopy(model, memo)
 
 

@@ -36,11 +36,11 @@ def _check_applied(smashed: Any, fmt: str) -> None:
                           f"quantizer. Smash with only one to export. {export_format(fmt).holds()}")
 
 
-def check_target(path: str | os.PathLike) -> Path:
-    """Refuse to overwrite a folder that is neither empty nor an earlier slimkit save or export."""
+def check_target(path: str | os.PathLike, exports: bool = True) -> Path:
+    """Refuse to overwrite a folder that is neither empty nor an earlier slimkit save (or, with ``exports``, export)."""
     target = Path(path)
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (
-            (target / CONFIG_FILE).exists() or "slimkit" in _read(target / "README.md")))):
+            (target / CONFIG_FILE).exists() or (exports and "slimkit" in _read(target / "README.md"))))):
         raise SaveLoadError(f"Refusing to save into {target}: it exists and is not an earlier slimkit save, so its "
                             "files would be lost. Choose a new or empty directory.")
     return target
@@ -119,5 +119,4 @@ def import_checkpoint(path: str | os.PathLike, device: str | None = None) -> tup
     return model, cfg, [], base, None, None
 
 
-__all__ = ["check_target", "foreign_format", "import_checkpoint",
-           "save_checkpoint"]
+__all__ = ["check_target", "foreign_format", "import_checkpoint", "save_checkpoint"]

@@ -20,6 +20,7 @@ from slimkit.core.io import atomic_directory, recover_directory
 from slimkit.core.tensors import flatten_state_dict, load_flat_state_dict
 from slimkit.engine.base_model import REBUILT_KINDS, meta_tensors, rebuild_base
 from slimkit.engine.checks import check_budget, check_payload, known_algorithms, weights_digest
+from slimkit.engine.interop import check_target
 from slimkit.errors import ConfigError, SaveLoadError, SlimkitError
 from slimkit.formats import FORMAT_VERSION, WEIGHTS_FILE
 
@@ -64,13 +65,7 @@ def _save_weights(to_save: Any, tmp: Path, allow_pickle: bool) -> str:
 def save_smashed(parts: Loaded, path: str | os.PathLike, allow_pickle: bool = False, readme: str | None = None) -> None:
     """Write a SmashedModel's ``parts`` (as :func:`load_smashed` returns them) to ``path`` atomically (+ README)."""
     model, smash_config, applied, base_spec, pre_apply_model, saved_before = parts
-    target = Path(path)
-    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / CONFIG_FILE).exists())):
-        raise SaveLoadError(
-            f"Refusing to save into {target}: it exists and is not an earlier slimkit save, so its files would be "
-            "lost. Choose a new or empty directory."
-        )
-    with atomic_directory(target, replace=True) as tmp:
+    with atomic_directory(check_target(path, exports=False), replace=True) as tmp:
         artifacts = _artifacts_index(applied)
         if artifacts is not None:  # the algorithm's own files are the whole model: no torch weights
             record = applied[artifacts]

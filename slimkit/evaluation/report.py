@@ -23,6 +23,7 @@ SPEEDUP_THRESHOLD = 1.05  # a speedup below this is within noise of "the same sp
 FULL_COVERAGE = 0.99  # a quantizer below this share of the weights it was not told to exclude is "NOT FULLY QUANTIZED"
 SIZE_TOLERANCE = 1e-3  # a size ratio below 1 + this is "the same size"
 _DIRECTIONS = ("lower", "higher", None)
+_HEADER = ("metric", "base", "smashed", "ratio", "better")
 
 
 @dataclass
@@ -92,9 +93,8 @@ class Comparison:
 
     def table(self) -> str:
         """Plain-text table with aligned columns (ratio > 1 means the smashed model is better)."""
-        header = ["metric", "base", "smashed", "ratio", "better"]
-        cells = [header, *self._cells()]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+        cells = [list(_HEADER), *self._cells()]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(_HEADER))]
         lines = []
         for n, row in enumerate(cells):
             parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:-1], widths[1:-1], strict=True)]
@@ -119,14 +119,8 @@ class Comparison:
             print(str(self))
             return
         table = Table(title="base vs smashed")
-        for name, justify in (
-            ("metric", "left"),
-            ("base", "right"),
-            ("smashed", "right"),
-            ("ratio", "right"),
-            ("better", "left"),
-        ):
-            table.add_column(name, justify=justify)
+        for name in _HEADER:  # text columns left, numbers right
+            table.add_column(name, justify="left" if name in ("metric", "better") else "right")
         for cells in self._cells():
             table.add_row(*cells)
         console = Console()
@@ -156,15 +150,13 @@ class _BestEffort:
 
 def _extra_rows(extra: dict | None) -> Iterable[MetricRow]:
     for name, value in (extra or {}).items():
-        ok = isinstance(value, (tuple, list)) and len(value) in (2, 3)
-        if ok and len(value) == 3 and value[2] not in _DIRECTIONS:
-            ok = False
-        if not ok:
+        direction = value[2] if isinstance(value, (tuple, list)) and len(value) == 3 else None
+        if not isinstance(value, (tuple, list)) or len(value) not in (2, 3) or direction not in _DIRECTIONS:
             raise ConfigError(
                 f"extra[{name!r}] must be (base, smashed) or (base, smashed, 'higher'|'lower'), got {value!r}; "
                 "e.g. extra={'recall@10': (0.91, 0.90, 'higher')}."
             )
-        yield MetricRow(str(name), str(name), value[0], value[1], value[2] if len(value) == 3 else None)
+        yield MetricRow(str(name), str(name), value[0], value[1], direction)
 
 
 def applied_coverage(smashed: Any) -> dict[str, dict[str, Any]]:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from torch import nn
 
 from slimkit.engines.quantization.lowbit.linear import PackedLinear
-from slimkit.formats.kinds import FormatError, LayerKind, layer_kind, made_by, recipe_kinds
+from slimkit.formats.kinds import FormatError, LayerKind, few_names, layer_kind, made_by, recipe_kinds
 from slimkit.formats.writer import ModelWriter, WriteContext
 
 GGUF = "gguf"
@@ -47,10 +47,6 @@ def llama_cpp_line(model: nn.Module, in_slimkit: bool) -> str:
         return (f"- **llama.cpp**: load this folder in slimkit and compile it with `{compiler}`: {how} ({kinds}: "
                 f"{exact}).")
     return f"- **llama.cpp**: {how} from this folder ({kinds}: {exact})."
-
-
-def _names(names: list[str]) -> str:
-    return f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''}"
 
 
 class CheckpointFormat:
@@ -100,7 +96,7 @@ class CheckpointFormat:
             for problem in [] if kind is None else self.refusals(kind):
                 by_problem.setdefault(problem, []).append(name)
         if by_problem:
-            parts = [f"{problem} ({_names(names)})" for problem, names in by_problem.items()]
+            parts = [f"{problem} ({few_names(names)})" for problem, names in by_problem.items()]
             raise FormatError(f"{self.name} cannot hold these layers exactly: {'; '.join(parts)}. {self.holds()}")
 
     def recipe_problems(self, smash_config: Any) -> list[str]:

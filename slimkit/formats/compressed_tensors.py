@@ -34,7 +34,7 @@ from slimkit.engines.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.errors import MissingPackageError
 from slimkit.formats.hf_format import HFCheckpointFormat, quantizer_options
 from slimkit.formats.kinds import FormatError
-from slimkit.formats.scheme import COMPRESSED_TENSORS, FORMAT_BITS, WeightScheme, signed_codes
+from slimkit.formats.scheme import COMPRESSED_TENSORS, FORMAT_BITS, WeightScheme, plain_linears, signed_codes
 
 QUANT_METHOD = "compressed-tensors"
 PACKED = "pack-quantized"
@@ -270,7 +270,7 @@ class CompressedTensorsFormat(HFCheckpointFormat):
                          names: set[str]) -> dict[str, Any]:
         groups, ignore = parse_config(qc)
         matched = match_layers(model, groups, ignore)
-        stored = {n for n, m in model.named_modules() if n and isinstance(m, nn.Linear) and is_ct_layer(names, n)}
+        stored = {n for n in plain_linears(model) if is_ct_layer(names, n)}
         if matched.keys() != stored:
             odd = sorted(set(matched) ^ stored)
             raise FormatError(f"quantization_config targets and the stored tensors disagree on {', '.join(odd[:5])}: "

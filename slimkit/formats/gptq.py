@@ -27,7 +27,7 @@ from torch import nn
 from slimkit.engines.quantization.lowbit.linear import SCALE_DTYPE, PackedLinear
 from slimkit.formats.hf_format import HFCheckpointFormat, quantizer_options
 from slimkit.formats.kinds import FormatError
-from slimkit.formats.scheme import FORMAT_BITS, GPTQ, WeightScheme
+from slimkit.formats.scheme import FORMAT_BITS, GPTQ, WeightScheme, plain_linears
 
 QUANT_METHOD = GPTQ
 CHECKPOINT_FORMATS = (GPTQ, f"{GPTQ}_v2")
@@ -188,7 +188,7 @@ class GPTQFormat(HFCheckpointFormat):
     def quantized_layers(self, model: nn.Module, qc: dict[str, Any],  # noqa: D102
                          names: set[str]) -> dict[str, Any]:
         how = parse_config(qc)
-        return {n: how for n, m in model.named_modules() if n and isinstance(m, nn.Linear) and is_gptq_layer(names, n)}
+        return {n: how for n in plain_linears(model) if is_gptq_layer(names, n)}
 
     def layer_from_tensors(self, tensors: dict[str, torch.Tensor], how: Any, name: str,  # noqa: D102
                            dtype: torch.dtype, notes: list[str]) -> PackedLinear:

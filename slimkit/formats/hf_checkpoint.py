@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from slimkit.engines.quantization.lowbit.linear import PackedLinear
-from slimkit.formats.kinds import FormatError
+from slimkit.formats.kinds import FormatError, few_names
 from slimkit.formats.scheme import WeightScheme
 
 DEFAULT_SHARD_BYTES = 2 * 2**30
@@ -127,8 +127,8 @@ def refuse_experts(names: list[str], fmt: str, option: str = "exclude") -> None:
     """
     if names:
         raise FormatError(
-            f"Cannot save this model as {fmt}: its mixture-of-experts modules ({', '.join(names[:3])}"
-            f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}) are quantized as fused experts tensors, "
+            f"Cannot save this model as {fmt}: its mixture-of-experts modules ({few_names(names)}) are quantized "
+            "as fused experts tensors, "
             f"and {fmt} readers (transformers, vLLM) expect one packed matrix per expert, which slimkit does not "
             f"write yet. Save in slimkit's format (or GGUF with llama_cpp), or keep the experts in float "
             f"({option}=[..., '*.experts']).")

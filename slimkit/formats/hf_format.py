@@ -25,7 +25,7 @@ from slimkit.engines.quantization.lowbit.linear import PER_CHANNEL, PackedLinear
 from slimkit.formats.base import SLIMKIT_LOAD, CheckpointFormat, llama_cpp_line
 from slimkit.formats.hf_checkpoint import check_architecture, refuse_experts
 from slimkit.formats.hf_writer import HFCheckpointWriter
-from slimkit.formats.kinds import PACKED_EXPERTS, FormatError, LayerKind, layer_kind, recipe_kinds
+from slimkit.formats.kinds import PACKED_EXPERTS, FormatError, LayerKind, few_names, layer_kind, recipe_kinds
 from slimkit.formats.scheme import (
     WeightScheme,
     hf_refusals,
@@ -135,8 +135,7 @@ class HFCheckpointFormat(CheckpointFormat):
                     bad.setdefault(width, []).append(layer)
             if bad:
                 fits = [g for g in (16, 32, 64, 128, 256) if all(w % g == 0 or w <= g for w in widths.values())]
-                parts = [f"{width} input columns ({', '.join(names[:3])}"
-                         f"{f' and {len(names) - 3} more' if len(names) > 3 else ''})" for width, names in bad.items()]
+                parts = [f"{width} input columns ({few_names(names)})" for width, names in bad.items()]
                 raise FormatError(f"Cannot save this model as {self.name} with {name}_group_size={group}: "
                                   f"{'; '.join(parts)} do not split into whole groups of {group}. Set "
                                   f"{name}_group_size to {' or '.join(map(str, fits)) if fits else '-1 (per-channel)'}"

@@ -24,7 +24,7 @@ from torch import nn
 from slimkit.core.io import save_tensors_atomic, write_json_atomic
 from slimkit.engines.quantization.lowbit.linear import PackedLinear
 from slimkit.formats.hf_checkpoint import DEFAULT_SHARD_BYTES, Shards, checkpoint_blocks, hf_config
-from slimkit.formats.scheme import WeightScheme, own_scheme, unify_schemes
+from slimkit.formats.scheme import WeightScheme, own_scheme, plain_linears, unify_schemes
 from slimkit.formats.slimkit_writer import concat_safetensors, tensor_names
 from slimkit.formats.writer import RUN_FILE, ModelWriter, WriteContext, packed_on_meta
 
@@ -91,8 +91,7 @@ class HFCheckpointWriter(ModelWriter):
         schemes, sizes, records = self._schemes(keys)
         model = self.context.model
         packed_on_meta(model, records)
-        ignore = [n for n, m in model.named_modules() if n and isinstance(m, nn.Linear)]
-        qconfig = self.fmt.quantization_config(schemes, sizes, ignore, self.context.config)
+        qconfig = self.fmt.quantization_config(schemes, sizes, plain_linears(model), self.context.config)
         skip = frozenset(f"{n}.{_ZERO_POINT}" for n, s in schemes.items() if s.sym)
         if self.out.exists():  # an earlier finish interrupted: assemble again
             shutil.rmtree(self.out)

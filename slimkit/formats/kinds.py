@@ -55,6 +55,11 @@ class LayerKind:
                 f", {'symmetric' if self.sym else 'asymmetric'}{', input scale' if self.input_scale else ''}")
 
 
+def few_names(names: list[str]) -> str:
+    """``"a, b, c and 4 more"``: the first three of ``names``, for messages."""
+    return f"{', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''}"
+
+
 def symmetric_grid(module: PackedLinear | PackedExperts) -> bool:
     """Whether a packed layer (or experts module) uses the symmetric grid: every zero point is the middle code."""
     mid = 1 << (module.bits - 1)
@@ -115,5 +120,5 @@ def input_scale_fix() -> str:
     return " or ".join(f"{n}_{r.input_scale_unless}=True" for n, r in producers().items() if r.input_scale_unless)
 
 
-__all__ = ["FLOAT", "INT8", "PACKED", "PACKED_EXPERTS", "FormatError", "LayerKind", "input_scale_fix", "layer_kind",
-           "made_by", "producers", "recipe_kinds", "symmetric_grid"]
+__all__ = ["FLOAT", "INT8", "PACKED", "PACKED_EXPERTS", "FormatError", "LayerKind", "few_names", "input_scale_fix",
+           "layer_kind", "made_by", "producers", "recipe_kinds", "symmetric_grid"]

