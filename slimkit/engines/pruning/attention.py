@@ -192,16 +192,15 @@ class AttentionHeadPruner(Pruner):
 
     def get_pruned_heads(self) -> dict[str, list[int]]:
         """``{block: sorted pruned query-head indices}`` (e.g. for Hugging Face ``prune_heads``)."""
-        result = {}
-        for block, layout in self.blocks.items():
-            rows = self.wrapper_for(block, "q").weight_mask.reshape(layout.num_heads, -1)
-            result[block] = [h for h in range(layout.num_heads) if not bool(rows[h].any())]
-        return result
+        return self._pruned("q", "num_heads")
 
     def get_pruned_kv_heads(self) -> dict[str, list[int]]:
         """``{block: sorted pruned key/value-head indices}``."""
+        return self._pruned("k", "num_kv_heads")
+
+    def _pruned(self, role: str, count: str) -> dict[str, list[int]]:
         result = {}
         for block, layout in self.blocks.items():
-            rows = self.wrapper_for(block, "k").weight_mask.reshape(layout.num_kv_heads, -1)
-            result[block] = [h for h in range(layout.num_kv_heads) if not bool(rows[h].any())]
+            rows = self.wrapper_for(block, role).weight_mask.reshape(getattr(layout, count), -1)
+            result[block] = [h for h in range(getattr(layout, count)) if not bool(rows[h].any())]
         return result

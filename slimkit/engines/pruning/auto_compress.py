@@ -67,10 +67,8 @@ class AutoCompressEngine(AllocationPruner):
         who = self.display_name()
         self.evaluator = check_evaluator(who, evaluator)
         check_trainer(who, trainer, dataloader)
-        check_annealing(who, start_temperature, stop_temperature, cool_down_rate, perturbation_magnitude)
-        self.anneal_args = {"start_temperature": float(start_temperature), "stop_temperature": float(stop_temperature),
-                            "cool_down_rate": float(cool_down_rate),
-                            "perturbation_magnitude": float(perturbation_magnitude)}
+        self.anneal_args = check_annealing(who, start_temperature, stop_temperature, cool_down_rate,
+                                           perturbation_magnitude)
         self.num_iterations = check_positive_int(who, "num_iterations", num_iterations)
         self.admm_num_iterations = check_positive_int(who, "admm_num_iterations", admm_num_iterations)
         self.admm_training_epochs = check_positive_int(who, "admm_training_epochs", admm_training_epochs)
@@ -93,8 +91,7 @@ class AutoCompressEngine(AllocationPruner):
         current: Allocation = dict.fromkeys(self.layer_names, 0.0)
         for k in range(1, self.num_iterations + 1):
             goal = self.round_goal(k) if k < self.num_iterations else self.target_sparsity
-            found, self.best_score = anneal(self, self.evaluator, goal, rng=rng, start=current,
-                                            **self.anneal_args)
+            found, self.best_score = anneal(self, self.evaluator, goal, rng=rng, start=current, **self.anneal_args)
             chosen = self.snap({n: max(found[n], current[n]) for n in self.layer_names})
             self.apply_allocation(current)  # train with what is already pruned, toward what is chosen
             self.residuals.append(admm_solve(self, chosen, self.admm_num_iterations, self.admm_training_epochs,

@@ -30,6 +30,8 @@ class Pruner(Compressor[PrunerModuleWrapper]):
     """
 
     wrapper_class = PrunerModuleWrapper
+    #: the wrapper built around each selected layer (a subclass of ``wrapper_class``, which marks a wrapped model)
+    layer_wrapper: type[PrunerModuleWrapper] = PrunerModuleWrapper
     config_error = PruningConfigError
     role = "pruner"
     default_op_types: tuple[str, ...] = ("Conv2d", "Linear")
@@ -59,7 +61,7 @@ class Pruner(Compressor[PrunerModuleWrapper]):
         wrappers = []
         for name, module, config in self._select_layers():
             layer_weight(module, name)
-            wrapper = PrunerModuleWrapper(module, name, type(module).__name__, config)
+            wrapper = self.layer_wrapper(module, name, type(module).__name__, config)
             wrapper.if_calculated = False
             wrappers.append(wrapper)
         return wrappers

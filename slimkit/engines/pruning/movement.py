@@ -21,7 +21,7 @@ from torch import nn
 
 from slimkit.engines.pruning.agp import agp_sparsity
 from slimkit.engines.pruning.compressor import Pruner
-from slimkit.engines.pruning.config import PruningConfigError, layer_weight
+from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.maskers import MaskDict, channel_masks, lowest_indices, num_to_prune
 from slimkit.engines.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
 from slimkit.engines.pruning.training import Trainer, check_positive, check_positive_int, run_epoch
@@ -64,6 +64,7 @@ class MovementEngine(Pruner):
 
     user_name = "MovementPruner"  # NNI 1.x's name for it (slimkit.faces.nni.v1)
     iterative = True
+    layer_wrapper = MovementWrapper
 
     def __init__(
         self,
@@ -119,15 +120,6 @@ class MovementEngine(Pruner):
         self.default_op_types = ("Conv2d", "Linear")
         self.supported_op_types = LEVEL_OP_TYPES if granularity == "fine" else FILTER_OP_TYPES
         super().__init__(model, config_list, optimizer, dummy_input)
-
-    def _create_wrappers(self) -> list[PrunerModuleWrapper]:
-        wrappers: list[PrunerModuleWrapper] = []
-        for name, module, config in self._select_layers():
-            layer_weight(module, name)
-            wrapper = MovementWrapper(module, name, type(module).__name__, config)
-            wrapper.if_calculated = False
-            wrappers.append(wrapper)
-        return wrappers
 
     def current_sparsity(self, wrapper: PrunerModuleWrapper) -> float:
         """The layer's scheduled sparsity at the current optimizer step."""

@@ -25,8 +25,8 @@ from slimkit.engines.pruning.training import check_fraction, check_positive
 
 
 def check_annealing(who: str, start_temperature: Any, stop_temperature: Any, cool_down_rate: Any,
-                    perturbation_magnitude: Any) -> None:
-    """Validate the annealing schedule (clear errors naming the argument)."""
+                    perturbation_magnitude: Any) -> dict[str, float]:
+    """Validate the annealing schedule (clear errors naming the argument); returns it as :func:`anneal`'s keywords."""
     for name, value in (("start_temperature", start_temperature), ("stop_temperature", stop_temperature)):
         check_positive(who, name, value)
     if not start_temperature > stop_temperature:
@@ -34,6 +34,8 @@ def check_annealing(who: str, start_temperature: Any, stop_temperature: Any, coo
                                  f"({stop_temperature}); the search runs while the temperature cools between them.")
     check_fraction(who, "cool_down_rate", cool_down_rate, 1e-6, 1.0)
     check_fraction(who, "perturbation_magnitude", perturbation_magnitude, 1e-6, 1.0, closed_high=True)
+    return {"start_temperature": float(start_temperature), "stop_temperature": float(stop_temperature),
+            "cool_down_rate": float(cool_down_rate), "perturbation_magnitude": float(perturbation_magnitude)}
 
 
 def anneal(pruner: AllocationPruner, evaluator: Evaluator, target: float, *, start_temperature: float,
@@ -97,9 +99,8 @@ class SimulatedAnnealingEngine(AllocationPruner):
     ) -> None:
         who = self.display_name()
         self.evaluator = check_evaluator(who, evaluator)
-        check_annealing(who, start_temperature, stop_temperature, cool_down_rate, perturbation_magnitude)
-        self.start_temperature, self.stop_temperature = float(start_temperature), float(stop_temperature)
-        self.cool_down_rate, self.perturbation_magnitude = float(cool_down_rate), float(perturbation_magnitude)
+        self.anneal_args = check_annealing(who, start_temperature, stop_temperature, cool_down_rate,
+                                           perturbation_magnitude)
         self.seed = seed
         self._init_allocation(model, base_algo, optimize_mode, experiment_data_dir)
         super().__init__(model, config_list, optimizer, dummy_input)
@@ -107,8 +108,6 @@ class SimulatedAnnealingEngine(AllocationPruner):
     def search(self) -> Allocation:
         """Anneal from the uniform allocation; return the best allocation seen."""
         self.check_reachable()
-        best, self.best_score = anneal(
-            self, self.evaluator, self.target_sparsity, start_temperature=self.start_temperature,
-            stop_temperature=self.stop_temperature, cool_down_rate=self.cool_down_rate,
-            perturbation_magnitude=self.perturbation_magnitude, rng=random.Random(self.seed))
+        best, self.best_score = anneal(self, self.evaluator, self.target_sparsity, rng=random.Random(self.seed),
+                                       **self.anneal_args)
         return best
