@@ -119,27 +119,25 @@ class DataFreeDistillation(BaseAlgorithm):
         return {f"distill.{k}": v for k, v in self.distill(images, self.distiller, False).items()}
 
     @staticmethod
-    def _step(optimizer: Any, losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    def _step(optimizer: Any, losses: Mapping[str, torch.Tensor], prefix: str) -> dict[str, float]:
         total = torch.stack([v.float() for v in losses.values()]).sum()
         optimizer.zero_grad()
         total.backward()
         optimizer.step()
-        return total.detach()
+        return {f"{prefix}.{k}": float(v.detach()) for k, v in losses.items()}
 
     def train_generator(self, batch_size: int, optimizer: Any) -> dict[str, float]:
         """One generator step with ``generator_distiller`` (gradients flow through the frozen teachers)."""
-        losses = self.distill(self.images(batch_size), self.generator_distiller, True)
-        self._step(optimizer, losses)
-        return {f"generator.{k}": float(v.detach()) for k, v in losses.items()}
+        return self._step(optimizer, self.distill(self.images(batch_size), self.generator_distiller, True),
+                          "generator")
 
     def train_student(self, batch_size: int, optimizer: Any) -> dict[str, float]:
         """``student_iter`` student steps, each on fresh (detached) images."""
         for _ in range(self.student_iter):
             with torch.no_grad():
                 images = self.images(batch_size)
-            losses = self.distill(images, self.distiller, False)
-            self._step(optimizer, losses)
-        return {f"distill.{k}": float(v.detach()) for k, v in losses.items()}
+            logs = self._step(optimizer, self.distill(images, self.distiller, False), "distill")
+        return logs
 
     def train_step(self, data: Any, optimizers: Mapping[str, Any]) -> dict[str, float]:
         """One training step; returns the named losses.
@@ -153,13 +151,10 @@ class DataFreeDistillation(BaseAlgorithm):
                               "slimkit.razor.separate_optimizers(algorithm, cfg.optim_wrapper).")
         size = _batch_size(data)
         self.train()
+        parts = [("generator", self.train_generator), ("architecture", self.train_student)]
         logs: dict[str, float] = {}
-        if self.student_train_first:
-            logs.update(self.train_student(size, optimizers["architecture"]))
-            logs.update(self.train_generator(size, optimizers["generator"]))
-        else:
-            logs.update(self.train_generator(size, optimizers["generator"]))
-            logs.update(self.train_student(size, optimizers["architecture"]))
+        for part, train in parts[::-1] if self.student_train_first else parts:
+            logs.update(train(size, optimizers[part]))
         return logs
 
 
@@ -176,12 +171,9 @@ class DAFLDataFreeDistillation(DataFreeDistillation):
         size = _batch_size(data)
         self.train()
         images = self.images(size)
-        gen_losses = self.distill(images, self.generator_distiller, True)
-        self._step(optimizers["generator"], gen_losses)
-        losses = self.distill(images.detach(), self.distiller, False)
-        self._step(optimizers["architecture"], losses)
-        return {**{f"generator.{k}": float(v.detach()) for k, v in gen_losses.items()},
-                **{f"distill.{k}": float(v.detach()) for k, v in losses.items()}}
+        logs = self._step(optimizers["generator"], self.distill(images, self.generator_distiller, True), "generator")
+        distill = self.distill(images.detach(), self.distiller, False)
+        return {**logs, **self._step(optimizers["architecture"], distill, "distill")}
 
 
 def separate_optimizers(model: nn.Module, optim_wrapper: Mapping[str, Any]) -> dict[str, torch.optim.Optimizer]:
