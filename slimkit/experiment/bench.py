@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,9 +44,8 @@ class Bench:
                               "(module, example_inputs) from the factory.")
         is_lm = self.loaded.task == "causal_lm" and self.loaded.tokenizer is not None
         if "accuracy" in objectives and self.loaded.name != "digits_cnn":
-            raise ConfigError(f"objectives.accuracy: slimkit measures held-out accuracy for digits_cnn (its test split)"
-                              ";"
-                              f" for {source!r} use {'perplexity' if is_lm else 'cosine'} instead.")
+            raise ConfigError(f"objectives.accuracy: slimkit measures held-out accuracy for digits_cnn (its test "
+                              f"split); for {source!r} use {'perplexity' if is_lm else 'cosine'} instead.")
         if "perplexity" in objectives and not is_lm:
             raise ConfigError(f"objectives.perplexity: needs a causal language model with a tokenizer; {source!r} is "
                               f"not one (task {self.loaded.task or 'unknown'!r}); use cosine or accuracy.")
@@ -73,21 +73,11 @@ class Bench:
     def measure(self, model: Any, objectives: dict[str, str] | list[str]) -> dict[str, float]:
         """Every objective of ``model`` (plus latency, size and params, always recorded)."""
         names = list(dict.fromkeys([*objectives, "latency", "size", "params"]))
-        out: dict[str, float] = {}
-        for name in names:
-            if name == "accuracy":
-                out[name] = self._accuracy(model)
-            elif name == "perplexity":
-                out[name] = self._perplexity(model)
-            elif name == "cosine":
-                out[name] = fidelity(self.base, model, self.inputs).cosine_mean
-            elif name == "latency":
-                out[name] = measure_latency(model, self.inputs, warmup=self.warmup, repeats=self.repeats,
-                                            threads=self.threads).median_ms
-            elif name == "size":
-                out[name] = float(size_on_disk(model))
-            elif name == "params":
-                out[name] = float(count_parameters(model))
-            elif name == "macs":
-                out[name] = float(count_macs(model, self.inputs))
-        return out
+        measures: dict[str, Callable[[Any], float]] = {
+            "accuracy": self._accuracy, "perplexity": self._perplexity,
+            "cosine": lambda m: fidelity(self.base, m, self.inputs).cosine_mean,
+            "latency": lambda m: measure_latency(m, self.inputs, warmup=self.warmup, repeats=self.repeats,
+                                                 threads=self.threads).median_ms,
+            "size": lambda m: float(size_on_disk(m)), "params": lambda m: float(count_parameters(m)),
+            "macs": lambda m: float(count_macs(m, self.inputs))}
+        return {name: measures[name](model) for name in names if name in measures}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slimkit.errors import ConfigError, closest
+from slimkit.experiment.space import is_spec
 
 FRAMEWORKS = ("torch", "pytorch")
 SECTION_KEYS = ("framework", "type", "compressor", "config_list")
@@ -31,17 +32,6 @@ class CompressionSettings:
     compressor: str
     type: str | None
     config_list: list[dict[str, Any]]
-
-
-def _section(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
-    """The compression section and whether it is a nested ``"compression"`` block (strict keys)."""
-    if "compression" in config:
-        section = config["compression"]
-        if not isinstance(section, Mapping):
-            raise ConfigError(f"The experiment's 'compression' must be a dict with {', '.join(SECTION_KEYS)}; "
-                              f"got {type(section).__name__}.")
-        return section, True
-    return config, False
 
 
 def _pick(section: Mapping[str, Any], *keys: str) -> Any:
@@ -63,7 +53,7 @@ def _fixed_config_list(config_list: Any) -> list[dict[str, Any]]:
             raise ConfigError(f"config_list[{i}] must be a dict like {{'sparsity': 0.5, 'op_types': ['Conv2d']}}; "
                               f"got {type(entry).__name__}.")
         for key, value in entry.items():
-            if isinstance(value, Mapping) and ("range" in value or "type" in value):
+            if is_spec(value):
                 raise ConfigError(
                     f"config_list[{i}][{key!r}] is a search space {dict(value)!r}; a single compression run needs a "
                     "fixed value. Run the experiment with --automatic to search it, or write a number here."
@@ -83,8 +73,11 @@ def parse_compression_config(config: Any, config_list: Sequence[Mapping[str, Any
     if not isinstance(config, Mapping):
         raise ConfigError("config must be an experiment dict (with 'compression' or 'compressor' and 'config_list') "
                           f"or a compressor name; got {type(config).__name__}.")
-    section, nested = _section(config)
-    if nested:
+    section = config.get("compression", config)  # a nested "compression" block has strict keys
+    if section is not config:
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"The experiment's 'compression' must be a dict with {', '.join(SECTION_KEYS)}; "
+                              f"got {type(section).__name__}.")
         for key in section:
             if key not in SECTION_KEYS:
                 raise ConfigError(f"Unknown key {key!r} in the experiment's 'compression' block."
