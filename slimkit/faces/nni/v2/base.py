@@ -70,14 +70,6 @@ def call_trainer(trainer: Callable[..., Any], model: nn.Module, optimizer: Any, 
     return trainer(model, optimizer, criterion)
 
 
-def trainer_without_epoch(trainer: Callable[..., Any]) -> Callable[..., Any]:
-    """The user's NNI 2.x ``trainer(model, optimizer, criterion)`` under the engines' ``(..., epoch)`` convention."""
-    def run(model: nn.Module, optimizer: Any, criterion: Any, epoch: int = 0) -> Any:
-        return trainer(model, optimizer, criterion)
-
-    return run
-
-
 def check_training_args(name: str, trainer: Any, optimizer: Any, criterion: Any) -> None:
     """NNI 2.x's trainer triple: ``trainer(model, optimizer, criterion)``, an optimizer and a loss function."""
     if not callable(trainer):

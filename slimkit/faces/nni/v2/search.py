@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from torch import nn
@@ -30,7 +31,7 @@ from slimkit.engines.pruning.auto_compress import AutoCompressEngine
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.simulated_annealing import SimulatedAnnealingEngine
 from slimkit.errors import closest
-from slimkit.faces.nni.v2.base import V2Masks, check_schedule, check_training_args, trainer_without_epoch, v2_masks
+from slimkit.faces.nni.v2.base import V2Masks, call_trainer, check_schedule, check_training_args, v2_masks
 from slimkit.faces.nni.v2.config import canonical_config_list
 from slimkit.faces.nni.v2.speedup import ModelSpeedup
 
@@ -191,7 +192,7 @@ class AutoCompressPruner(_SearchScheduler):
                                      "'fine-grained' with 'level' and 'coarse-grained' with 'l1', 'l2' or 'fpgm'.")
         self.engine = AutoCompressEngine(
             model, search_config_list(who, model, config_list, "max_sparsity_per_layer"),
-            trainer=trainer_without_epoch(admm["trainer"]), evaluator=evaluator, dummy_input=dummy_input,
+            trainer=partial(call_trainer, admm["trainer"]), evaluator=evaluator, dummy_input=dummy_input,
             num_iterations=total_iteration, base_algo=algo, admm_num_iterations=admm.get("iterations", 30),
             admm_training_epochs=admm.get("training_epochs", 5), optimizer=admm["traced_optimizer"],
             criterion=admm["criterion"], **sa)

@@ -10,6 +10,7 @@ returns ``(model, masks)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ from torch import nn
 from slimkit.engines.pruning.admm import ADMMEngine
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.movement import MovementEngine
-from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, check_training_args, trainer_without_epoch
+from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, call_trainer, check_training_args
 from slimkit.faces.nni.v3.evaluator import Evaluator, OptimizerRelay
 
 __all__ = ["ADMMPruner", "MovementPruner"]
@@ -40,7 +41,7 @@ class ADMMPruner(V2Pruner, ADMMEngine):
             raise PruningConfigError(f"ADMMPruner granularity must be 'fine-grained' or 'coarse-grained', got "
                                      f"{granularity!r}.")
         super().__init__(model, self._v2_config(model, config_list, "normal"),  # type: ignore[call-arg]
-                         trainer=trainer_without_epoch(trainer), num_iterations=iterations,
+                         trainer=partial(call_trainer, trainer), num_iterations=iterations,
                          training_epochs=training_epochs, optimizer=traced_optimizer, criterion=criterion,
                          base_algo="level" if granularity == "fine-grained" else "l1")
 
@@ -70,7 +71,7 @@ class MovementPruner(V2Pruner, MovementEngine):
                                          "cooldown_begin_step) with a TorchEvaluator / TransformersEvaluator.")
             check_training_args("MovementPruner", trainer, traced_optimizer, criterion)
             super().__init__(model, self._v2_config(model, config_list, "normal"),  # type: ignore[call-arg]
-                             trainer=trainer_without_epoch(trainer), traced_optimizer=traced_optimizer,
+                             trainer=partial(call_trainer, trainer), traced_optimizer=traced_optimizer,
                              criterion=criterion, training_epochs=training_epochs, warm_up_step=warm_up_step,
                              cool_down_beginning_step=cool_down_beginning_step)
             return

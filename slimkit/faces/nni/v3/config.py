@@ -85,14 +85,14 @@ def is_v3_config(config_list: Any) -> bool:
 
 
 def check_entry(entry: Any, where: str, keys: Sequence[str], kind: str,
-                error: type[Exception] = PruningConfigError) -> Mapping[str, Any]:
+                error: type[Exception] = PruningConfigError, hint: str = "") -> Mapping[str, Any]:
     """An NNI 3.0 ``config_list`` entry: a dict whose keys are all in ``keys`` (``kind``: "pruning"...)."""
     if not isinstance(entry, Mapping):
         raise error(f"{where} must be a dict, got {type(entry).__name__}.")
     unknown = [k for k in entry if k not in keys]
     if unknown:
         raise error(f"{where} has unknown key {unknown[0]!r}.{closest(unknown[0], keys)} NNI 3.0's {kind} keys: "
-                    f"{', '.join(keys)}.")
+                    f"{', '.join(keys)}{hint}.")
     return entry
 
 
@@ -104,12 +104,8 @@ def _names(value: Any, where: str) -> list[str]:
 
 def _flatten(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The entry with ``target_settings['weight']`` merged in and ``target_names`` checked."""
-    out = dict(entry)
-    unknown = [k for k in out if k not in V3_KEYS]
-    if unknown:
-        raise PruningConfigError(f"{where} has unknown key {unknown[0]!r}.{closest(unknown[0], V3_KEYS)} NNI 3.0's "
-                                 f"pruning keys: {', '.join(V3_KEYS)} (NNI 2.x's lists give 'sparsity' or "
-                                 "'total_sparsity' instead).")
+    out = dict(check_entry(entry, where, V3_KEYS, "pruning",
+                           hint=" (NNI 2.x's lists give 'sparsity' or 'total_sparsity' instead)"))
     for key, why in _REFUSED.items():
         if key in out:
             raise PruningConfigError(f"{where}[{key!r}] is not supported: {why}.")
