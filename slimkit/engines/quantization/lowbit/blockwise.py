@@ -9,10 +9,6 @@ experts modules are quantized expert by expert as in memory (:mod:`.experts_quan
 
 from __future__ import annotations
 
-import functools
-import warnings
-from collections.abc import Callable
-
 import torch
 from torch import nn
 
@@ -21,21 +17,21 @@ from slimkit.engines.quantization.lowbit.calibration import InputStore, process_
 from slimkit.engines.quantization.lowbit.experts_quantize import (
     ExpertsCalibrator,
     WithExperts,
-    quantize_experts_hqq,
-    quantize_experts_rtn,
     require_layout,
 )
-from slimkit.engines.quantization.lowbit.hqq import quantize_hqq
-from slimkit.engines.quantization.lowbit.layers import release_caches, require_targets, weight_of
+from slimkit.engines.quantization.lowbit.layers import release_caches, require_targets
 from slimkit.engines.quantization.lowbit.quantize import (
     _AWQ,
     _GPTQ,
     TARGET_KINDS,
+    LayerFunctions,
     LayerStatsCollector,
     Specs,
-    _swap,
+    each_layer,
+    hqq_functions,
+    rtn_functions,
+    rtn_outside,
 )
-from slimkit.engines.quantization.lowbit.rtn import quantize_rtn
 
 __all__ = ["BlockStep", "CalibratedStep", "LayerStep", "awq_step", "gptq_step", "hqq_step", "release_caches",
            "rtn_step"]
@@ -86,24 +82,16 @@ class BlockStep:
 class LayerStep(BlockStep):
     """A data-free quantizer (RTN, HQQ): each layer on its own weight, no forward pass."""
 
-    def __init__(self, quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-                 quantize_experts: Callable[[nn.Module, list[str]], Specs], bits: int, group_size: int, method: str,
+    def __init__(self, functions: LayerFunctions, bits: int, group_size: int, method: str,
                  exclude: tuple[str, ...] = ()) -> None:
-        self.quantize, self.quantize_experts = quantize, quantize_experts
-        self.bits, self.group_size, self.method, self.exclude = bits, group_size, method, tuple(exclude)
+        self.functions, self.bits, self.group_size, self.method, self.exclude = (functions, bits, group_size, method,
+                                                                                 tuple(exclude))
 
-    @torch.no_grad()
     def __call__(self, model, prefix, block, names, inputs=None, advance=False) -> Specs:  # noqa: D102
         return self.outside(model, names)
 
-    @torch.no_grad()
     def outside(self, model: nn.Module, names: list[str]) -> Specs:  # noqa: D102
-        specs = {n: _swap(model, n, *self.quantize(weight_of(model.get_submodule(n))), self.bits, self.group_size)
-                 for n in names if n not in self.experts}
-        moe = [n for n in names if n in self.experts]
-        if moe:
-            specs.update(self.quantize_experts(model, moe))
-        return specs
+        return each_layer(model, names, self.experts, self.functions, self.bits, self.group_size)
 
 
 class CalibratedStep(BlockStep):
@@ -131,37 +119,21 @@ class CalibratedStep(BlockStep):
         """Name the experts that had too few calibration tokens (quantized with RTN), as the in-memory run does."""
         self.calibrator.warn_fallback(self.method)
 
-    @torch.no_grad()
     def outside(self, model: nn.Module, names: list[str]) -> Specs:
         """Round-to-nearest, as the in-memory run does: there are no calibrated inputs outside the blocks."""
-        if names:
-            warnings.warn(f"{self.method}: layers outside the transformer blocks ({', '.join(names)}) have no "
-                          "calibrated inputs here and were quantized with round-to-nearest.", RuntimeWarning,
-                          stacklevel=2)
-        sym = self.worker.sym
-        specs = {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), self.bits, self.group_size, sym),
-                          self.bits, self.group_size) for n in names if n not in self.experts}
-        specs.update(quantize_experts_rtn(model, [n for n in names if n in self.experts], self.bits, self.group_size,
-                                          sym))
-        return specs
+        return rtn_outside(model, names, self.experts, self.worker, self.method)
 
 
 def rtn_step(bits: int = 4, group_size: int = 128, sym: bool = False,
              exclude: tuple[str, ...] = ("lm_head",)) -> LayerStep:
     """RTN, one layer at a time (as :func:`~.quantize.quantize_model_rtn`)."""
-    quantize = functools.partial(quantize_rtn, bits=bits, group_size=group_size, sym=sym)
-    experts = functools.partial(quantize_experts_rtn, bits=bits, group_size=group_size, sym=sym)
-    return LayerStep(quantize, experts, bits, group_size, "rtn", exclude)
+    return LayerStep(rtn_functions(bits, group_size, sym), bits, group_size, "rtn", exclude)
 
 
 def hqq_step(bits: int = 4, group_size: int = 128, iters: int = 20, optimize_scale: bool = False,
              exclude: tuple[str, ...] = ("lm_head",)) -> LayerStep:
     """HQQ, one layer at a time (as :func:`~.quantize.quantize_model_hqq`)."""
-    quantize = functools.partial(quantize_hqq, bits=bits, group_size=group_size, iters=iters,
-                                 optimize_scale=optimize_scale)
-    experts = functools.partial(quantize_experts_hqq, bits=bits, group_size=group_size, iters=iters,
-                                optimize_scale=optimize_scale)
-    return LayerStep(quantize, experts, bits, group_size, "hqq", exclude)
+    return LayerStep(hqq_functions(bits, group_size, iters, optimize_scale), bits, group_size, "hqq", exclude)
 
 
 def gptq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128, sym: bool = False,

@@ -10,8 +10,9 @@ model plus one layer's or one block's working set.
 
 from __future__ import annotations
 
+import functools
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import torch
@@ -57,29 +58,47 @@ def _swap(model: nn.Module, name: str, q: torch.Tensor, scales: torch.Tensor, ze
     return layer.spec()
 
 
+#: how a data-free quantizer treats one weight (codes, scales, zeros) and a list of experts modules (their specs)
+LayerFunctions = tuple[Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                       Callable[[nn.Module, list[str]], Specs]]
+
+
+def rtn_functions(bits: int, group_size: int, sym: bool) -> LayerFunctions:
+    """Round-to-nearest of one weight and of experts modules, at these settings."""
+    return (functools.partial(quantize_rtn, bits=bits, group_size=group_size, sym=sym),
+            functools.partial(quantize_experts_rtn, bits=bits, group_size=group_size, sym=sym))
+
+
+def hqq_functions(bits: int, group_size: int, iters: int, optimize_scale: bool) -> LayerFunctions:
+    """HQQ of one weight and of experts modules, at these settings."""
+    settings = {"bits": bits, "group_size": group_size, "iters": iters, "optimize_scale": optimize_scale}
+    return functools.partial(quantize_hqq, **settings), functools.partial(quantize_experts_hqq, **settings)
+
+
 @torch.no_grad()
+def each_layer(model: nn.Module, names: list[str], experts: Collection[str], functions: LayerFunctions, bits: int,
+               group_size: int) -> Specs:
+    """Quantize each dense layer of ``names`` on its own weight, and the ``experts`` modules among them, in place."""
+    quantize, quantize_experts = functions
+    specs = {n: _swap(model, n, *quantize(weight_of(model.get_submodule(n))), bits, group_size)
+             for n in names if n not in experts}
+    specs.update(quantize_experts(model, [n for n in names if n in experts]))
+    return specs
+
+
 def quantize_model_rtn(model: nn.Module, bits: int = 4, group_size: int = 128, sym: bool = False,
                        exclude: Iterable[str] = ("lm_head",)) -> Specs:
     """Round-to-nearest every selected layer."""
     names, moe = _targets(model, exclude, "rtn")
-    specs = {n: _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), bits, group_size, sym),
-                      bits, group_size) for n in names}
-    specs.update(quantize_experts_rtn(model, moe, bits, group_size, sym))
-    return specs
+    return each_layer(model, names + moe, moe, rtn_functions(bits, group_size, sym), bits, group_size)
 
 
-@torch.no_grad()
 def quantize_model_hqq(model: nn.Module, bits: int = 4, group_size: int = 128, iters: int = 20,
                        optimize_scale: bool = False, exclude: Iterable[str] = ("lm_head",)) -> Specs:
     """Half-quadratic optimisation of each selected layer's zeros (and scales); no data needed."""
     names, moe = _targets(model, exclude, "hqq")
-    specs = {}
-    for n in names:
-        w = weight_of(model.get_submodule(n))
-        specs[n] = _swap(model, n, *quantize_hqq(w, bits, group_size, iters=iters, optimize_scale=optimize_scale),
-                         bits, group_size)
-    specs.update(quantize_experts_hqq(model, moe, bits, group_size, iters, optimize_scale))
-    return specs
+    return each_layer(model, names + moe, moe, hqq_functions(bits, group_size, iters, optimize_scale), bits,
+                      group_size)
 
 
 class LayerStatsCollector(BlockQuantizer):
@@ -243,17 +262,19 @@ def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: La
     finally:
         model.train(was_training)
     experts.warn_fallback(method)
-    worker.specs.update(quantize_experts_rtn(model, [n for n in outside if n in moe], worker.bits, worker.group_size,
-                                             worker.sym))
-    outside = [n for n in outside if n not in moe]
-    if outside:
-        warnings.warn(f"{method}: layers outside the transformer blocks ({', '.join(outside)}) have no calibrated "
-                      "inputs here and were quantized with round-to-nearest.", RuntimeWarning, stacklevel=3)
-        for n in outside:
-            worker.specs[n] = _swap(model, n, *quantize_rtn(weight_of(model.get_submodule(n)), worker.bits,
-                                                            worker.group_size, worker.sym),
-                                    worker.bits, worker.group_size)
+    worker.specs.update(rtn_outside(model, outside, set(moe), worker, method))
     return {n: worker.specs[n] for n in names + moe}
+
+
+def rtn_outside(model: nn.Module, names: list[str], experts: Collection[str], worker: LayerStatsCollector,
+                method: str) -> Specs:
+    """Round-to-nearest at ``worker``'s settings, with a warning: outside the blocks there are no calibrated inputs."""
+    dense = [n for n in names if n not in experts]
+    if dense:
+        warnings.warn(f"{method}: layers outside the transformer blocks ({', '.join(dense)}) have no calibrated "
+                      "inputs here and were quantized with round-to-nearest.", RuntimeWarning, stacklevel=3)
+    functions = rtn_functions(worker.bits, worker.group_size, worker.sym)
+    return each_layer(model, names, experts, functions, worker.bits, worker.group_size)
 
 
 def quantize_model_gptq(model: nn.Module, calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128,
