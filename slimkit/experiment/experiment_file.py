@@ -39,7 +39,7 @@ from slimkit.experiment.proposers import (
 )
 from slimkit.experiment.resources import NODE_FIELDS, Resource, check_resource_kind, parse_resource
 from slimkit.experiment.smash_space import SmashSpace, parse_search
-from slimkit.experiment.space import Param, config_list_params, ranked
+from slimkit.experiment.space import Param, config_list_params, one_of, ranked
 
 FIELDS = ("name", "script", "resource", "workingdir", "n_parallel", "n_samples", "target", "proposer",
           "random_seed", "job_failure", "resource_args", "runtime_args", "compression", "expand_op_names",
@@ -129,16 +129,6 @@ def _bool(raw: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
     return value
 
 
-def _choice(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str | None) -> str | None:
-    value = raw.get(key, default)
-    if value is None:
-        return None
-    if value not in allowed:
-        raise ConfigError(f"{key}: {value!r} is not allowed; use one of (closest first): "
-                          f"{', '.join(ranked(str(value), allowed))}.")
-    return value
-
-
 def _section(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> dict[str, Any]:
     value = raw.get(key, {})
     if not isinstance(value, Mapping):
@@ -208,7 +198,8 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
     exp.n_parallel = _int(raw, "n_parallel", "n_parallel", 1, 1)
     exp.n_samples = _int(raw, "n_samples", "n_samples", 1, 1)
     exp.random_seed = _int(raw, "random_seed", "random_seed", None, 0)
-    exp.target = _choice(raw, "target", TARGETS, "max")
+    target = raw.get("target", "max")
+    exp.target = target if target is None else one_of(target, "target", TARGETS)
     failure = _section(raw, "job_failure", JOB_FAILURE_FIELDS)
     exp.ignore_fail = _bool(failure, "ignore_fail", "job_failure.ignore_fail", True)
     exp.job_retries = _int(failure, "job_retries", "job_failure.job_retries", 0, 0)

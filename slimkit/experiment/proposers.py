@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slimkit.errors import ConfigError
-from slimkit.experiment.space import ranked
+from slimkit.experiment.space import one_of, ranked
 
 #: proposer name -> Optuna sampler it becomes
 PROPOSERS = {"random": "RandomSampler", "sequence": "GridSampler", "grid": "GridSampler", "tpe": "TPESampler",
@@ -76,14 +76,6 @@ def _number(raw: Mapping[str, Any], key: str, default: Any, low: float, integer:
     return value
 
 
-def _choice(raw: Mapping[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = raw.get(key, default)
-    if value not in allowed:
-        raise ConfigError(f"{key}: {value!r} is not allowed; use one of (closest first): "
-                          f"{', '.join(ranked(str(value), allowed))}.")
-    return value
-
-
 def parse_proposer_options(raw: Mapping[str, Any], proposer: str) -> dict[str, Any]:
     """Validate the proposer's own fields (and refuse another proposer's); return them with defaults filled in."""
     own = PROPOSER_FIELDS.get(proposer, {})
@@ -95,9 +87,9 @@ def parse_proposer_options(raw: Mapping[str, Any], proposer: str) -> dict[str, A
     if proposer == "hyperband":
         return {"max_iter": _number(raw, "max_iter", 81, 1, integer=True), "eta": _number(raw, "eta", 3, 2, True),
                 "skip_last": _number(raw, "skip_last", 0, 0, True, 1),
-                "engine": _choice(raw, "engine", "random", ("random", "tpe", "hyperopt"))}
+                "engine": one_of(raw.get("engine", "random"), "engine", ("random", "tpe", "hyperopt"))}
     if proposer == "hyperopt":
-        return {"engine": _choice(raw, "engine", "tpe", ("tpe", "random"))}
+        return {"engine": one_of(raw.get("engine", "tpe"), "engine", ("tpe", "random"))}
     if proposer == "bohb":
         options = {"min_budget": _number(raw, "min_budget", 0.01, 1e-9), "max_budget": _number(raw, "max_budget", 1,
                                                                                                  1e-9),
@@ -118,7 +110,7 @@ def parse_proposer_options(raw: Mapping[str, Any], proposer: str) -> dict[str, A
         folder = raw.get("spearmint_dir")
         if folder is not None and not isinstance(folder, str):
             raise ConfigError(f"spearmint_dir: a folder name; got {folder!r}.")
-        return {"engine": _choice(raw, "engine", "GPEIOptChooser", SPEARMINT_ENGINES),
+        return {"engine": one_of(raw.get("engine", "GPEIOptChooser"), "engine", SPEARMINT_ENGINES),
                 "grid_size": _number(raw, "grid_size", 20000, 1, True), "engine_config": dict(config),
                 "spearmint_dir": folder}
     return {}

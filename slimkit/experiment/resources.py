@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slimkit.errors import ConfigError
-from slimkit.experiment.space import ranked
+from slimkit.experiment.space import one_of
 
 RESOURCES = ("cpu", "gpu", "node", "passive", "aws")
 #: resources whose study must live in a database other machines reach
@@ -129,10 +129,7 @@ def parse_resource(kind: str, args: Mapping[str, Any], runtime_args: Mapping[str
 
 def check_resource_kind(value: Any) -> str:
     """``resource``: one of :data:`RESOURCES`."""
-    if value not in RESOURCES:
-        raise ConfigError(f"resource: {value!r} is not allowed; use one of (closest first): "
-                          f"{', '.join(ranked(str(value), RESOURCES))}.")
-    return value
+    return one_of(value, "resource", RESOURCES)
 
 
 def shutdown_warning(resource: Resource) -> str | None:

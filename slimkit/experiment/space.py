@@ -28,6 +28,14 @@ def ranked(given: str, names: Sequence[str]) -> list[str]:
     return sorted(names, key=lambda n: (-difflib.SequenceMatcher(None, given.lower(), n.lower()).ratio(), n))
 
 
+def one_of(value: Any, path: str, allowed: Sequence[str]) -> Any:
+    """``value`` when it is one of ``allowed``; a ConfigError listing them, closest first, otherwise."""
+    if value not in allowed:
+        raise ConfigError(f"{path}: {value!r} is not allowed; use one of (closest first): "
+                          f"{', '.join(ranked(str(value), allowed))}.")
+    return value
+
+
 def is_spec(value: Any) -> bool:
     """Whether ``value`` is a search-range spec (a dict with ``range`` or ``type``)."""
     return isinstance(value, Mapping) and ("range" in value or "type" in value)
