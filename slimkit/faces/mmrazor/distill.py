@@ -74,6 +74,10 @@ class SingleTeacherDistill(BaseAlgorithm):
                 p.requires_grad_(False)
         self.teacher.eval()
         self.init_weights()
+        self.connect_teacher()
+
+    def connect_teacher(self) -> None:
+        """Run last in ``__init__``, the teacher's weights in place (OFD reads its connectors' margins from them)."""
 
     def train(self, mode: bool = True) -> SingleTeacherDistill:
         """Set the student's (and connectors') mode.

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
@@ -44,14 +42,8 @@ class OverhaulFeatureDistillation(SingleTeacherDistill):
     :class:`~slimkit.training.distill.OFDDistiller`).
     """
 
-    def __init__(self, architecture: nn.Module | Mapping[str, Any],
-                 teacher: nn.Module | Mapping[str, Any] | None = None,
-                 distiller: OFDDistiller | Mapping[str, Any] | None = None, teacher_trainable: bool = False,
-                 calculate_student_loss: bool = True, data_preprocessor: Any = None,
-                 teacher_ckpt: str | os.PathLike | None = None, teacher_norm_eval: bool = True,
-                 student_trainable: bool = True, init_cfg: Mapping[str, Any] | None = None) -> None:
-        super().__init__(architecture, teacher, distiller, teacher_trainable, calculate_student_loss,
-                         data_preprocessor, teacher_ckpt, teacher_norm_eval, student_trainable, init_cfg)
+    def connect_teacher(self) -> None:
+        """Check the distiller is an ``OFDDistiller`` and give its teacher connectors the teacher's margins."""
         if not isinstance(self.distiller, OFDDistiller):
             raise ConfigError(f"OverhaulFeatureDistillation needs distiller=dict(type='OFDDistiller', ...), got "
                               f"{type(self.distiller).__name__}.")

@@ -20,6 +20,7 @@ from torch import nn
 from slimkit.engines.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d
 from slimkit.engines.nas.mutables import MutableChannels, active, widest
 from slimkit.faces.mmrazor.nas.elastic_ops import ElasticDepthwiseConv2d, MutableValue, Width, expanded, hold
+from slimkit.faces.mmrazor.nas.mobilenet import drop_path
 from slimkit.training.layers import activation
 
 
@@ -74,14 +75,6 @@ class Shortcut(nn.Module):
             x = F.avg_pool2d(x, self.stride, padding=x.size(-1) & 1)
         out = active(self.conv.out_mutable) if isinstance(self.conv, DynamicConv2d) else self.conv.out_channels
         return x if x.shape[1] == out else self.conv(x)
-
-
-def drop_path(x: torch.Tensor, rate: float, training: bool) -> torch.Tensor:
-    """Stochastic depth: zero whole samples with probability ``rate`` in training, rescale the others."""
-    if not training or rate <= 0:
-        return x
-    keep = 1 - rate
-    return x * torch.rand(x.shape[0], 1, 1, 1, device=x.device).lt(keep).to(x.dtype) / keep
 
 
 class ElasticMBBlock(nn.Module):

@@ -22,6 +22,14 @@ def make_divisible(value: float, divisor: int, min_value: int | None = None, min
     return new + divisor if new < min_ratio * value else new
 
 
+def drop_path(x: torch.Tensor, rate: float, training: bool) -> torch.Tensor:
+    """Stochastic depth: zero whole samples with probability ``rate`` in training, rescale the others."""
+    if not training or rate <= 0:
+        return x
+    keep = 1 - rate
+    return x * torch.rand(x.shape[0], 1, 1, 1, device=x.device).lt(keep).to(x.dtype) / keep
+
+
 @register_module(name="Identity")
 class SearchableIdentity(nn.Module):
     """MMRazor's ``Identity`` candidate: nothing, or a 1x1 conv + norm when the shape must change."""
@@ -69,12 +77,7 @@ class MBBlock(nn.Module):
         """The block's output."""
         out = x if self.expand_conv is None else self.expand_conv(x)
         out = self.linear_conv(self.depthwise_conv(out))
-        if not self.residual:
-            return out
-        if self.training and self.drop_path_rate > 0:
-            keep = 1 - self.drop_path_rate
-            out = out * torch.rand(out.shape[0], 1, 1, 1, device=out.device).lt(keep).to(out.dtype) / keep
-        return x + out
+        return x + drop_path(out, self.drop_path_rate, self.training) if self.residual else out
 
 
 @register_module()
