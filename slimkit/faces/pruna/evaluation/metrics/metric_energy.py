@@ -21,7 +21,6 @@ from slimkit.faces.pruna.evaluation.metrics.metric_base import (
     resolve_device,
     run_inference,
 )
-from slimkit.faces.pruna.evaluation.metrics.result import MetricResult
 
 ENERGY_CONSUMED, CO2_EMISSIONS = "energy_consumed", "co2_emissions"
 COUNTRY_VARIABLE = "SLIMKIT_CO2_COUNTRY"
@@ -108,7 +107,3 @@ class CO2EmissionsMetric(EnvironmentalImpactStats):
                 f"so it cannot look it up): CO2EmissionsMetric(country_iso_code='FRA'), or set {COUNTRY_VARIABLE}=FRA "
                 "in the environment to use the name 'co2_emissions'."
             )
-
-    def from_raw(self, raw: dict[str, float | int]) -> MetricResult:
-        """The CO2 of the shared run (measured with this metric's country)."""
-        return self.result(raw[CO2_EMISSIONS], self.notes(raw))
