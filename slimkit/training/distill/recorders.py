@@ -10,6 +10,7 @@ after a step, an error or a save. Entering clears what was recorded before.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Mapping
 from typing import Any
@@ -237,6 +238,7 @@ class RecorderManager:
 
     def __init__(self, recorders: Mapping[str, Any] | None = None) -> None:
         self.recorders: dict[str, BaseRecorder] = {}
+        self._started = contextlib.ExitStack()
         for name, spec in (recorders or {}).items():
             if isinstance(spec, Mapping):
                 spec = dict(spec)
@@ -261,21 +263,15 @@ class RecorderManager:
 
     def __enter__(self) -> RecorderManager:
         """Start every recorder; if one fails to start, those already started are stopped."""
-        started = []
-        try:
+        with contextlib.ExitStack() as stack:
             for recorder in self.recorders.values():
-                recorder.__enter__()
-                started.append(recorder)
-        except BaseException:
-            for recorder in reversed(started):
-                recorder.__exit__(None, None, None)
-            raise
+                stack.enter_context(recorder)
+            self._started = stack.pop_all()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Stop every recorder."""
-        for recorder in reversed(list(self.recorders.values())):
-            recorder.__exit__(*exc)
+        """Stop every recorder (in reverse order)."""
+        self._started.close()
 
     def feed(self, inputs: Any, data_samples: Any, output: Any = None, labels: Any = None) -> None:
         """Hand the batch's inputs, data samples, output and labels to the recorders that read them.
