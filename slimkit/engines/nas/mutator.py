@@ -8,6 +8,7 @@ paths in the supernet (a width shared by several layers is named where it is fir
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -77,10 +78,7 @@ class NasMutator:
 
     def num_subnets(self) -> int:
         """How many subnets the search space holds (the product of the choice counts)."""
-        total = 1
-        for choices in self.search_space().values():
-            total *= len(choices)
-        return total
+        return math.prod(len(choices) for choices in self.search_space().values())
 
     def sample_choices(self, rng: random.Random | None = None) -> Subnet:
         """A uniformly random subnet ``{name: choice}``.
@@ -116,11 +114,10 @@ class NasMutator:
         self._require()
         choices = self._expand_aliases(plain_choices(subnet))
         for name, choice in choices.items():
-            if name in self.mutables:
-                choice = choices[name] = self.mutables[name].canonical_choice(choice)
             if name not in self.mutables:
                 raise ConfigError(f"The supernet has no mutable {name!r}.{closest(name, self.mutables)} Its mutables: "
                                   f"{', '.join(self.mutables)}.")
+            choice = choices[name] = self.mutables[name].canonical_choice(choice)
             if choice not in self.mutables[name].choices:
                 valid = ", ".join(repr(c) for c in self.mutables[name].choices)
                 hint = closest(str(choice), [str(c) for c in self.mutables[name].choices])
