@@ -13,6 +13,7 @@ from typing import Any
 from ConfigSpace import Constant
 
 from slimkit.algorithms.quantization._targets import select_or_refuse
+from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.core.weights import EXCLUDED, Target
 from slimkit.errors import ConfigError, SaveLoadError
 
@@ -35,6 +36,17 @@ class TargetModulesHyperparameter(Constant):
     def describe(self) -> str:
         """What the hyperparameter accepts, for error messages and the docs."""
         return "None, or a dict {'include': [glob patterns], 'exclude': [glob patterns]} over module paths"
+
+
+def layer_choice_hyperparameters(exclude_example: str) -> list:
+    """Pruna's ``target_modules`` and ``exclude`` (module names kept in full precision, e.g. ``exclude_example``)."""
+    return [
+        TargetModulesHyperparameter(meta={"desc": "Pruna's layer choice: None (every Linear) or {'include': [globs], "
+                                                  "'exclude': [globs]} over module paths, e.g. {'include': "
+                                                  "['model.*attn*']}."}),
+        ListHyperparameter("exclude", (), meta={"desc": "Module names kept in full precision: exact names or glob "
+                                                        f"patterns, e.g. {exclude_example}."}),
+    ]
 
 
 def targeted(name: str, target_modules: Mapping[str, Sequence[str]] | None) -> bool:
@@ -73,6 +85,6 @@ def replay_layers(model: Any, state: Mapping[str, Any], who: str) -> list[str]:
     present = {n for n, _ in model.named_modules()}
     missing = [n for n in names if n not in present]
     if missing:
-        raise SaveLoadError(f"{who} quantized {missing[:3]}, which the rebuilt architecture does not have; "
-                            "pass model= the architecture that was smashed.")
+        raise SaveLoadError(f"The weights of the saved model do not fit the rebuilt architecture: {who} quantized "
+                            f"{missing[:3]}, which it does not have. Pass model= the architecture that was smashed.")
     return names

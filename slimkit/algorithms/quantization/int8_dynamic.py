@@ -7,6 +7,7 @@ from typing import Any
 
 from ConfigSpace import OrdinalHyperparameter
 
+from slimkit.algorithms.quantization._target_modules import replay_layers
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.coverage import refusal
@@ -21,7 +22,7 @@ from slimkit.engines.quantization.int8.dynamic import (
 )
 from slimkit.engines.quantization.int8.experts import quantize_experts_int8, replay_int8_experts
 from slimkit.engines.quantization.int8.per_token import per_token_activations
-from slimkit.errors import ConfigError, SaveLoadError
+from slimkit.errors import ConfigError
 
 
 @register
@@ -88,15 +89,10 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Rebuild the int8 module structure; the saved int8 weights and scales then load strictly."""
-        names = state.get("layers")
-        if names is None:  # saved before layers were recorded: only exact nn.Linear layers were quantized then
+        if "layers" in state:
+            names = replay_layers(model, state, self.algorithm_name)
+        else:  # saved before layers were recorded: only exact nn.Linear layers were quantized then
             names = legacy_linear_names(model, tuple(smash_config["exclude"]))
-        present = {name for name, _ in model.named_modules()}
-        missing = [n for n in names if n not in present]
-        if missing:
-            raise SaveLoadError(f"The weights of the saved model do not fit the rebuilt architecture: int8_dynamic "
-                                f"quantized {missing[:3]}, which it does not have. Pass model= the architecture that "
-                                "was smashed.")
         model = quantize_named(model, names, smash_config["per_channel"])
         if state.get("activation_scales") == "per_token":  # saves made before per-token scales were per tensor
             per_token_activations(model, names)

@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, OrdinalHyperparameter, UniformIntegerHyperparameter
 
-from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose, replay_layers
+from slimkit.algorithms.quantization._target_modules import choose, layer_choice_hyperparameters, replay_layers
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import Boolean, ListHyperparameter
+from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
 from slimkit.core.weights import LINEAR
 from slimkit.engines._patch import patch_forward
@@ -79,11 +79,7 @@ class Quanto(TargetsMixin, SlimkitQuantizer):
                                                      "(only used when act_bits is set)."}),
             UniformIntegerHyperparameter("calibration_samples", 1, 100000, default_value=64, meta={
                 "desc": "Samples run through the model to calibrate activation scales."}),
-            TargetModulesHyperparameter(meta={"desc": "Pruna's layer choice: None (every Linear) or {'include': "
-                                                      "[globs], 'exclude': [globs]} over module paths, e.g. "
-                                                      "{'include': ['model.*attn*']}."}),
-            ListHyperparameter("exclude", (), meta={"desc": "Module names kept in full precision: exact names or "
-                                                            "glob patterns, e.g. ['lm_head']."}),
+            *layer_choice_hyperparameters("['lm_head']"),
         ]
 
     def import_algorithm_packages(self) -> dict[str, Any]:

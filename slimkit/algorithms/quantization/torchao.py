@@ -7,10 +7,9 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, OrdinalHyperparameter
 
-from slimkit.algorithms.quantization._target_modules import TargetModulesHyperparameter, choose, replay_layers
+from slimkit.algorithms.quantization._target_modules import choose, layer_choice_hyperparameters, replay_layers
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import ListHyperparameter
 from slimkit.core.registry import register
 from slimkit.core.weights import LINEAR, UNSUPPORTED
 from slimkit.errors import ConfigError, SaveLoadError
@@ -126,11 +125,7 @@ class Torchao(TargetsMixin, SlimkitQuantizer):
             OrdinalHyperparameter("group_size", [32, 64, 128, 256], default_value=128, meta={
                 "desc": "int4 only: inputs sharing one scale; a layer whose input size it does not divide is kept "
                         "in full precision (recorded in the coverage)."}),
-            TargetModulesHyperparameter(meta={"desc": "Pruna's layer choice: None (every Linear) or {'include': "
-                                                      "[globs], 'exclude': [globs]} over module paths, e.g. "
-                                                      "{'include': ['model.*attn*']}."}),
-            ListHyperparameter("exclude", (), meta={"desc": "Module names kept in full precision: exact names or "
-                                                            "glob patterns, e.g. ['lm_head', '*.attention.*']."}),
+            *layer_choice_hyperparameters("['lm_head', '*.attention.*']"),
         ]
 
     def import_algorithm_packages(self) -> dict[str, Any]:

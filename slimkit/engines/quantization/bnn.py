@@ -18,14 +18,8 @@ class BNNGrad(QuantGrad):
     """The BNN paper's straight-through estimator: the gradient passes where ``|x| <= 1``, zero elsewhere."""
 
     @staticmethod
-    def quant_backward(
-        tensor: torch.Tensor,
-        grad_output: torch.Tensor,
-        quant_type: QuantType,
-        scale: torch.Tensor | None,
-        zero_point: torch.Tensor | None,
-        qmin: int,
-        qmax: int,
+    def quant_backward(  # type: ignore[override]  # the three-argument form QuantGrad accepts
+        tensor: torch.Tensor, grad_output: torch.Tensor, quant_type: QuantType
     ) -> torch.Tensor:
         """Cancel the gradient where the input's magnitude exceeds 1 (hard-tanh derivative)."""
         return grad_output.masked_fill(tensor.abs() > 1, 0.0)

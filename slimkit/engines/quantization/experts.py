@@ -84,13 +84,6 @@ class QuantizedExperts(nn.Module):
                 f"intermediate_dim={self.intermediate_dim}, gated={self.gated}")
 
 
-def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
-    """Put ``new`` at dotted path ``name`` inside ``model``."""
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)
-
-
 def layout_from_spec(spec: dict[str, Any]) -> ExpertsLayout:
     """The :class:`ExpertsLayout` recorded in a replay spec."""
     return ExpertsLayout(int(spec["num_experts"]), int(spec["hidden"]), int(spec["intermediate"]),

@@ -32,7 +32,6 @@ from slimkit.engines.quantization.experts import (
     float_dtype,
     layout_from_spec,
     layout_spec,
-    replace_module,
     saved_experts,
 )
 from slimkit.engines.quantization.lowbit import native
@@ -245,5 +244,5 @@ def replay_experts(model: nn.Module, specs: dict[str, dict]) -> nn.Module:
     Used on load (a meta skeleton is fine): the saved packed buffers then load strictly into these modules.
     """
     for name, spec, old in saved_experts(model, specs):
-        replace_module(model, name, PackedExperts.from_spec(spec, old.act_fn, dtype=float_dtype(old)))
+        model.set_submodule(name, PackedExperts.from_spec(spec, old.act_fn, dtype=float_dtype(old)))
     return model

@@ -26,7 +26,7 @@ from torch import nn
 
 from slimkit.core.experts import ExpertsLayout, dense_weights, expert_activation, experts_layout, routed_pairs
 from slimkit.core.experts import unsupported_reason as experts_unsupported
-from slimkit.engines.quantization.experts import DOWN, FIRST, replace_module
+from slimkit.engines.quantization.experts import DOWN, FIRST
 from slimkit.engines.quantization.lowbit import awq as awq_mod
 from slimkit.engines.quantization.lowbit.calibration import BlockQuantizer
 from slimkit.engines.quantization.lowbit.experts import PackedExperts, packed_like
@@ -56,7 +56,7 @@ def _pack(model: nn.Module, name: str, bits: int, group_size: int,
         weight = weight.detach()
         for e in range(layout.num_experts):
             packed.set_expert(which, e, *fn(weight[e]))
-    replace_module(model, name, packed)
+    model.set_submodule(name, packed)
     return packed.spec()
 
 
@@ -152,7 +152,7 @@ class ExpertsCalibrator:
         if packed.rtn_fallback:
             self.fallback[name] = list(packed.rtn_fallback)
             self._least[name] = least
-        replace_module(model, name, packed)
+        model.set_submodule(name, packed)
         return packed.spec()
 
     def _gptq(self, w: torch.Tensor, h: torch.Tensor) -> Quantized:

@@ -69,9 +69,7 @@ def require_targets(model: nn.Module, exclude: Iterable[str] = (), kinds: Sequen
 
 def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
     """Put ``new`` at dotted path ``name`` inside ``model``."""
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)
+    model.set_submodule(name, new)
 
 
 def pack_layer(
@@ -106,5 +104,5 @@ def replay_layers(model: nn.Module, specs: dict[str, dict]) -> nn.Module:
             ) from exc
         dtype = old.weight.dtype if isinstance(getattr(old, "weight", None), torch.Tensor) else torch.float32
         device = old.weight.device if isinstance(getattr(old, "weight", None), torch.Tensor) else None
-        replace_module(model, name, PackedLinear.from_spec(spec, dtype=dtype, device=device))
+        model.set_submodule(name, PackedLinear.from_spec(spec, dtype=dtype, device=device))
     return model

@@ -32,7 +32,6 @@ from slimkit.engines.quantization.lowbit.hqq import quantize_hqq
 from slimkit.engines.quantization.lowbit.layers import (
     KINDS,
     pack_layer,
-    replace_module,
     require_targets,
     weight_of,
 )
@@ -54,7 +53,7 @@ def _swap(model: nn.Module, name: str, q: torch.Tensor, scales: torch.Tensor, ze
           group_size: int, input_scale: torch.Tensor | None = None) -> dict:
     layer = pack_layer(model.get_submodule(name), q, scales, zeros, bits, row_groups(group_size, q.shape[1]),
                        input_scale)
-    replace_module(model, name, layer)
+    model.set_submodule(name, layer)
     return layer.spec()
 
 
