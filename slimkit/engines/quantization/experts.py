@@ -40,10 +40,14 @@ class QuantizedExperts(nn.Module):
         """The experts' shapes (the same as the module this one replaced)."""
         return ExpertsLayout(self.num_experts, self.hidden_dim, self.intermediate_dim, self.gated)
 
-    @property
-    def first_name(self) -> str:
-        """The replaced module's name of the first projection: ``gate_up_proj`` or ``up_proj``."""
-        return self.layout.first
+    def shapes(self) -> dict[str, tuple[int, int]]:
+        """``{projection: (out, in)}`` of one expert's weights."""
+        lay = self.layout
+        return {FIRST: (lay.first_rows, lay.hidden), DOWN: (lay.hidden, lay.intermediate)}
+
+    def buffer_prefix(self, which: str) -> str:
+        """State-dict name prefix of a projection: the replaced module's parameter name (``gate_up_proj``...)."""
+        return self.layout.first if which == FIRST else "down_proj"
 
     def project(self, expert: int, which: str, x: torch.Tensor) -> torch.Tensor:
         """``x [n, in] @ W^T`` for projection ``which`` (``"first"`` or ``"down"``) of expert ``expert``."""

@@ -46,14 +46,9 @@ class Int8Experts(QuantizedExperts):
         self.requantize_on_load = False
         self._packed: dict[str, list[Any]] = {FIRST: [None] * layout.num_experts, DOWN: [None] * layout.num_experts}
 
-    def prefix(self, which: str) -> str:
-        """State-dict name prefix of a projection: the replaced module's parameter name."""
-        return self.first_name if which == FIRST else "down_proj"
-
     def set_expert(self, which: str, e: int, qweight: torch.Tensor) -> None:
         """Store expert ``e``'s per-channel ``torch.qint8`` weight ``[out, in]`` of projection ``which``."""
-        lay = self.layout
-        shape = (lay.first_rows, lay.hidden) if which == FIRST else (lay.hidden, lay.intermediate)
+        shape = self.shapes()[which]
         if tuple(qweight.shape) != shape or qweight.dtype != torch.qint8:
             raise ConfigError(f"expert {e} {which}: expected a qint8 {shape} weight, got {qweight.dtype} "
                               f"{tuple(qweight.shape)}.")
@@ -90,25 +85,21 @@ class Int8Experts(QuantizedExperts):
     # ------------------------------------------------------------------------------------------- state dict
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        lay = self.layout
-        shapes = {FIRST: (lay.first_rows, lay.hidden), DOWN: (lay.hidden, lay.intermediate)}
-        for which in (FIRST, DOWN):
+        for which, (out_f, in_f) in self.shapes().items():
+            key = f"{prefix}{self.buffer_prefix(which)}"
             if any(p is None for p in self._packed[which]):  # empty (replayed, not loaded yet): shapes only
-                e, (out_f, in_f) = self.num_experts, shapes[which]
-                destination[f"{prefix}{self.prefix(which)}_int8"] = torch.empty(e, out_f, in_f, dtype=torch.int8,
-                                                                                device="meta")
-                destination[f"{prefix}{self.prefix(which)}_scale"] = torch.empty(e, out_f, dtype=torch.float64,
-                                                                                 device="meta")
+                e = self.num_experts
+                destination[f"{key}_int8"] = torch.empty(e, out_f, in_f, dtype=torch.int8, device="meta")
+                destination[f"{key}_scale"] = torch.empty(e, out_f, dtype=torch.float64, device="meta")
                 continue
             weights = [self.qweight(which, e) for e in range(self.num_experts)]
-            destination[f"{prefix}{self.prefix(which)}_int8"] = torch.stack([w.int_repr() for w in weights])
-            destination[f"{prefix}{self.prefix(which)}_scale"] = torch.stack(
-                [w.q_per_channel_scales().double() for w in weights])
+            destination[f"{key}_int8"] = torch.stack([w.int_repr() for w in weights])
+            destination[f"{key}_scale"] = torch.stack([w.q_per_channel_scales().double() for w in weights])
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, local_metadata: dict, strict: bool,
                               missing_keys: list, unexpected_keys: list, error_msgs: list) -> None:
         for which in (FIRST, DOWN):
-            keys = (f"{prefix}{self.prefix(which)}_int8", f"{prefix}{self.prefix(which)}_scale")
+            keys = (f"{prefix}{self.buffer_prefix(which)}_int8", f"{prefix}{self.buffer_prefix(which)}_scale")
             if not all(k in state_dict for k in keys):
                 missing_keys.extend(k for k in keys if k not in state_dict)
                 continue

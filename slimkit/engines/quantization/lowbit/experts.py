@@ -85,15 +85,6 @@ class PackedExperts(QuantizedExperts):
         self.use_kernel = True
 
     # ------------------------------------------------------------------------------------------- layout
-    def shapes(self) -> dict[str, tuple[int, int]]:
-        """``{projection: (out, in)}`` per expert."""
-        lay = self.layout
-        return {FIRST: (lay.first_rows, lay.hidden), DOWN: (lay.hidden, lay.intermediate)}
-
-    def buffer_prefix(self, which: str) -> str:
-        """Buffer name prefix of a projection: the replaced module's parameter name."""
-        return self.first_name if which == FIRST else "down_proj"
-
     def packed(self, which: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(qweight, scales, zeros)`` of a projection, all experts."""
         p = self.buffer_prefix(which)
