@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from slimkit.core.selection import matches
@@ -52,19 +51,6 @@ def refusal(targets: Sequence[Target], kinds: Iterable[str], exclude: Sequence[s
     return f"{head}: {found}.{fix}"
 
 
-@dataclass
-class _Left:
-    name: str
-    params: int
-    reason: str
-
-
-@dataclass
-class _Coverage:
-    quantized: dict[str, int] = field(default_factory=dict)
-    left: list[_Left] = field(default_factory=list)
-
-
 def coverage(
     model_targets: Sequence[Target],
     quantized: Iterable[str],
@@ -81,10 +67,11 @@ def coverage(
     """
     done = set(quantized)
     reasons = dict(reasons or {})
-    cov = _Coverage()
+    taken: dict[str, int] = {}
+    left: list[dict[str, Any]] = []
     for t in model_targets:
         if t.name in done:
-            cov.quantized[t.name] = t.numel
+            taken[t.name] = t.numel
             continue
         if t.name in reasons:
             why = reasons[t.name]
@@ -96,26 +83,26 @@ def coverage(
             why = f"{EXCLUDED} {[p for p in exclude if matches(t.name, [p])]}"
         else:
             why = f"{UNSUPPORTED}: {t.type_name} ({t.kind}) is not handled by this quantizer"
-        cov.left.append(_Left(t.name, t.numel, why))
+        left.append({"name": t.name, "params": t.numel, "reason": why})
     total = sum(t.numel for t in model_targets)
-    done_params = sum(cov.quantized.values())
-    excluded = sum(x.params for x in cov.left if x.reason.startswith((EXCLUDED, KEPT_BY_DESIGN)))
+    done_params = sum(taken.values())
+    excluded = sum(x["params"] for x in left if x["reason"].startswith((EXCLUDED, KEPT_BY_DESIGN)))
     kinds: dict[str, dict[str, int]] = {}
     for t in model_targets:
         entry = kinds.setdefault(t.kind, {"targets": 0, "params": 0, "quantized_params": 0})
         entry["targets"] += 1
         entry["params"] += t.numel
-        entry["quantized_params"] += cov.quantized.get(t.name, 0)
+        entry["quantized_params"] += taken.get(t.name, 0)
     eligible = total - excluded
     return {
-        "quantized_layers": len(cov.quantized),
+        "quantized_layers": len(taken),
         "quantized_params": done_params,
         "linear_like_params": total,
         "share": round(done_params / total, 6) if total else 0.0,
         "excluded_params": excluded,
         "share_not_excluded": round(done_params / eligible, 6) if eligible else 0.0,
         "by_kind": kinds,
-        "left": [{"name": x.name, "params": x.params, "reason": x.reason} for x in cov.left],
+        "left": left,
     }
 
 

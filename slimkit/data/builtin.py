@@ -98,11 +98,7 @@ def pydoc_split_topics(seed: int = 42) -> dict[str, list[str]]:
     chars = {"val": 0, "test": 0}
     for index in order:
         name = names[index]
-        target = "train"
-        for split in ("test", "val"):
-            if chars[split] < PYDOC_SPLIT_FRACTIONS[split] * total:
-                target = split
-                break
+        target = next((s for s in ("test", "val") if chars[s] < PYDOC_SPLIT_FRACTIONS[s] * total), "train")
         splits[target].append(name)
         if target != "train":
             chars[target] += len(topics[name])
@@ -148,11 +144,8 @@ def load_pydoc_text_splits(seed: int = 42, chunk_chars: int = 2000) -> tuple[Dic
 
 def _separator_ids(tokenizer: Any) -> list[int]:
     """Token placed between documents in a block stream: EOS, else SEP, else nothing."""
-    for attr in ("eos_token_id", "sep_token_id"):
-        value = getattr(tokenizer, attr, None)
-        if isinstance(value, int):
-            return [value]
-    return []
+    ids = (getattr(tokenizer, attr, None) for attr in ("eos_token_id", "sep_token_id"))
+    return next(([value] for value in ids if isinstance(value, int)), [])
 
 
 def pydoc_token_stream(tokenizer: Any, split: str = "test", seed: int = 42) -> list[int]:

@@ -80,22 +80,10 @@ def count_parameters(model: nn.Module) -> int:
     quantized model reports the same count as the float model it came from.
     """
     model = _require_module(model, "count_parameters")
-    seen: set[tuple] = set()
-    total = 0
-    for param in model.parameters():
-        key = _tensor_key(param)
-        if key not in seen:
-            seen.add(key)
-            total += param.numel()
-    alive = []  # unpacked weights are fresh tensors: keep them alive so freed memory is not reused and
-    for module in model.modules():  # mistaken for an already-seen tensor. modules() yields shared ones once.
-        for weight in _logical_weights(module):
-            alive.append(weight)
-            key = _tensor_key(weight)
-            if key not in seen:
-                seen.add(key)
-                total += weight.numel()
-    return total
+    # unpacked weights are fresh tensors: the list keeps them alive, so freed memory is not reused and mistaken for
+    # an already-seen tensor (modules() yields shared modules once)
+    tensors = [*model.parameters(), *(w for module in model.modules() for w in _logical_weights(module))]
+    return sum({_tensor_key(t): t.numel() for t in tensors}.values())
 
 
 def _torch_ao_macs(module: nn.Module, inputs: tuple, output: Any) -> tuple[str, int]:

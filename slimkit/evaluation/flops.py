@@ -105,12 +105,9 @@ def _inputs(model: nn.Module, x: Any) -> Any:
 
 def _masks_of(model: nn.Module) -> dict[int, torch.Tensor]:
     """``id(inner layer) -> weight_mask`` for every layer wrapped by a pruner."""
-    found = {}
-    for module in model.modules():
-        inner, mask = getattr(module, "module", None), module._buffers.get("weight_mask")
-        if isinstance(inner, nn.Module) and isinstance(mask, torch.Tensor):
-            found[id(inner)] = mask
-    return found
+    return {id(m.module): m._buffers["weight_mask"] for m in model.modules()
+            if isinstance(getattr(m, "module", None), nn.Module)
+            and isinstance(m._buffers.get("weight_mask"), torch.Tensor)}
 
 
 def count_flops_params(model: nn.Module, x: Any, custom_ops: Mapping[type, CustomOp] | None = None,
