@@ -71,25 +71,19 @@ class StatisticsPruner(FrameworkPruner):
         """Number of batches and batch size."""
         return batch_hyperparameters()
 
-    def engine_kwargs(self, smash_config: SmashConfigPrefixWrapper, batches: list[tuple[Any, Any]]) -> dict[str, Any]:
-        """The engine's own keyword arguments (none by default)."""
-        return {}
-
     def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
-        """The engine fed the first train batches."""
+        """The engine fed the first train batches (the criterion is the loss Taylor's gradients come from)."""
         batches = statistics_batches(self.algorithm_name, model, smash_config)
         return self.engine(model, config_list, dataloader=batches, statistics_batch_num=len(batches),
-                           **self.engine_kwargs(smash_config, batches))
+                           criterion=criterion_for(batches), **self.engine_kwargs(smash_config))
 
 
 class ActivationRankPruner(StatisticsPruner):
     """Rank filters by statistics of their activations (APoZ, mean activation; not registered)."""
 
+    engine_args = ("activation",)
+
     def extra_hyperparameters(self) -> list:
         """Activation applied to the layer outputs, number of batches, batch size."""
         return [choice("activation", ["relu", "relu6"], "relu", "Activation applied to each layer's output before "
                        "the statistics are taken."), *batch_hyperparameters()]
-
-    def engine_kwargs(self, smash_config: SmashConfigPrefixWrapper, batches: list[tuple[Any, Any]]) -> dict[str, Any]:
-        """The activation applied to the layer outputs."""
-        return {"activation": smash_config["activation"]}

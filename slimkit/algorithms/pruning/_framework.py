@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._selection import (
@@ -60,6 +61,8 @@ class FrameworkPruner(SlimkitPruner):
     #: on the experiment face too, coupled layers share one mask when an input to trace is given (what the
     #: SmashConfig face does with speedup), so one name prunes the same channels everywhere
     engine_defaults: ClassVar[dict[str, Any]] = {"dependency_aware": True}
+    #: hyperparameters handed to the engine as keywords of the same name
+    engine_args: ClassVar[tuple[str, ...]] = ()
     #: replay-state key -> the engine attribute recorded there once the engine has run
     recorded: ClassVar[dict[str, str]] = {}
 
@@ -102,8 +105,14 @@ class FrameworkPruner(SlimkitPruner):
 
     def build_pruner(self, model: nn.Module, config_list: list[dict[str, Any]],
                      smash_config: SmashConfigPrefixWrapper) -> Pruner:
-        """Construct the framework pruner (wraps the selected layers)."""
-        return self.engine(model, config_list)
+        """Construct the framework pruner (wraps the selected layers) with the :attr:`engine_args`."""
+        return self.engine(model, config_list, **self.engine_kwargs(smash_config))
+
+    def engine_kwargs(self, smash_config: SmashConfigPrefixWrapper) -> dict[str, Any]:
+        """The :attr:`engine_args` hyperparameters, as int or float where they are declared so."""
+        declared = {hp.name: hp for hp in self.get_hyperparameters()}
+        kinds = {UniformIntegerHyperparameter: int, UniformFloatHyperparameter: float}
+        return {n: kinds.get(type(declared[n]), lambda v: v)(smash_config[n]) for n in self.engine_args}
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Compute the masks (one-shot by default; data-driven and training pruners override this); record them."""

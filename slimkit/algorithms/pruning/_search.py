@@ -132,6 +132,10 @@ def make_evaluator(name: str, smash_config: SmashConfigPrefixWrapper,
     return evaluate, "minimize" if by_loss else "maximize"
 
 
+#: the annealing hyperparameters, handed to the engine under the same names
+ANNEALING = ("start_temperature", "stop_temperature", "cool_down_rate", "perturbation_magnitude")
+
+
 def annealing_hyperparameters() -> list:
     """The temperature schedule and the perturbation size (shared with auto_compress)."""
     return [
@@ -142,12 +146,6 @@ def annealing_hyperparameters() -> list:
         real("perturbation_magnitude", 0.01, 1.0, 0.35, "Largest random change of a layer's share at the start "
              "(shrinks with the temperature)."),
     ]
-
-
-def annealing_args(smash_config: SmashConfigPrefixWrapper) -> dict[str, float]:
-    """The annealing hyperparameters as engine keyword arguments."""
-    return {k: float(smash_config[k]) for k in ("start_temperature", "stop_temperature", "cool_down_rate",
-                                                "perturbation_magnitude")}
 
 
 class BaseAlgoPruner(FrameworkPruner):

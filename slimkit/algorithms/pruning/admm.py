@@ -28,6 +28,7 @@ class ADMM(BaseAlgoPruner):
     references = {"Paper": "https://arxiv.org/abs/1804.03294",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#admm-pruner"}
     engine = ADMMEngine
+    engine_args = ("num_iterations", "training_epochs", "row", "base_algo", "seed")
 
     def extra_hyperparameters(self) -> list:
         """Ranking, ADMM rounds and the training of the W-step."""
@@ -44,9 +45,7 @@ class ADMM(BaseAlgoPruner):
         """ADMMPruner training on the seeded train loader through slimkit's loop."""
         optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
         return ADMMEngine(model, config_list, dataloader=train_loader(self.algorithm_name, smash_config),
-                          num_iterations=int(smash_config["num_iterations"]),
-                          training_epochs=int(smash_config["training_epochs"]), row=float(smash_config["row"]),
-                          base_algo=smash_config["base_algo"], optimizer=optimizer, seed=int(smash_config["seed"]))
+                          optimizer=optimizer, **self.engine_kwargs(smash_config))
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Run the rounds, prune hard; record the residual ||W - Z|| of every round."""

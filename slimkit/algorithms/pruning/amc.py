@@ -38,6 +38,7 @@ class AMC(BaseAlgoPruner):
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#amc-pruner"}
     engine = AMCEngine
     default_sparsity = 0.8
+    engine_args = ("flops_ratio", "reward", "channel_round", "warmup", "delta_decay", "seed", "base_algo")
     recorded = {"allocation": "allocation"}
     tune_chosen = True
 
@@ -72,13 +73,10 @@ class AMC(BaseAlgoPruner):
         scored, mode = make_evaluator(self.algorithm_name, smash_config)
         evaluate = scored if mode == "maximize" else lambda m: -scored(m)  # AMC maximises its reward: minus the loss
         hidden = int(smash_config["hidden"])
-        return AMCEngine(model, config_list, evaluate, flops_ratio=float(smash_config["flops_ratio"]),
-                         lbound=1.0 - float(smash_config["sparsity"]), reward=smash_config["reward"],
-                         channel_round=int(smash_config["channel_round"]), hidden1=hidden, hidden2=hidden,
-                         warmup=int(smash_config["warmup"]), train_episode=int(smash_config["episodes"]),
-                         delta_decay=float(smash_config["delta_decay"]), bsize=64,
-                         rmsize=2000, seed=int(smash_config["seed"]), base_algo=smash_config["base_algo"],
-                         dummy_input=resolve_dummy_input(self.algorithm_name, model, smash_config))
+        return AMCEngine(model, config_list, evaluate, lbound=1.0 - float(smash_config["sparsity"]), hidden1=hidden,
+                         hidden2=hidden, train_episode=int(smash_config["episodes"]), bsize=64, rmsize=2000,
+                         dummy_input=resolve_dummy_input(self.algorithm_name, model, smash_config),
+                         **self.engine_kwargs(smash_config))
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Search; record the allocation, its estimated MACs share and the episodes."""

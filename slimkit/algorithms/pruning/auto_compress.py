@@ -8,8 +8,8 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import (
+    ANNEALING,
     BaseAlgoPruner,
-    annealing_args,
     annealing_hyperparameters,
     base_algo_hyperparameter,
     cap_hyperparameter,
@@ -39,6 +39,8 @@ class AutoCompress(BaseAlgoPruner):
     references = {"Paper": "https://arxiv.org/abs/1907.03141",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#autocompress-pruner"}
     engine = AutoCompressEngine
+    engine_args = ("num_iterations", "base_algo", "admm_num_iterations", "admm_training_epochs", "row", "seed",
+                   *ANNEALING)
 
     def extra_hyperparameters(self) -> list:
         """Rounds, annealing, ADMM, evaluator and training settings."""
@@ -62,10 +64,7 @@ class AutoCompress(BaseAlgoPruner):
         return AutoCompressEngine(
             model, with_cap(config_list, smash_config), evaluator=evaluate, optimize_mode=mode,
             dataloader=train_loader(self.algorithm_name, smash_config), optimizer=optimizer,
-            num_iterations=int(smash_config["num_iterations"]), base_algo=smash_config["base_algo"],
-            admm_num_iterations=int(smash_config["admm_num_iterations"]),
-            admm_training_epochs=int(smash_config["admm_training_epochs"]), row=float(smash_config["row"]),
-            seed=int(smash_config["seed"]), **annealing_args(smash_config))
+            **self.engine_kwargs(smash_config))
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Run the rounds; record the allocation and the ADMM residuals."""

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
-
 from slimkit.algorithms.pruning._framework import FrameworkPruner, count_zero_fraction
 from slimkit.algorithms.pruning._selection import choice, integer
 from slimkit.core.contract import SaveFn, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
-from slimkit.engines.pruning import LevelEngine, Pruner
+from slimkit.engines.pruning import LevelEngine
 
 
 @register
@@ -29,6 +27,7 @@ class Level(FrameworkPruner):
     references = {"Paper": "https://arxiv.org/abs/1506.02626",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#level-pruner"}
     engine = LevelEngine
+    engine_args = ("method", "seed")
     engine_defaults: dict[str, Any] = {}
     structured = False
     save_fn = SaveFn.KEEP
@@ -40,11 +39,6 @@ class Level(FrameworkPruner):
                    "baseline)."),
             integer("seed", 0, 2**31 - 1, 0, "Seed of the random method."),
         ]
-
-    def build_pruner(self, model: nn.Module, config_list: list[dict[str, Any]],
-                     smash_config: SmashConfigPrefixWrapper) -> Pruner:
-        """LevelPruner with the chosen method and seed."""
-        return LevelEngine(model, config_list, method=smash_config["method"], seed=int(smash_config["seed"]))
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
         model = super()._apply(model, smash_config)

@@ -31,6 +31,7 @@ class LotteryTicket(BaseAlgoPruner):
                   "Rewinding": "https://arxiv.org/abs/1912.05671",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#lottery-ticket-hypothesis"}
     engine = LotteryTicketEngine
+    engine_args = ("base_algo", "rewind_step")
 
     def extra_hyperparameters(self) -> list:
         """Rounds, epochs per round, rewind point and training settings."""
@@ -49,8 +50,7 @@ class LotteryTicket(BaseAlgoPruner):
         rounds = int(smash_config["prune_iterations"])
         entries = [e if e.get("exclude") else {"prune_iterations": rounds, **e} for e in config_list]
         optimizer = make_optimizer(smash_config["optimizer"], model.parameters(), lr=float(smash_config["lr"]))
-        return LotteryTicketEngine(model, entries, optimizer, base_algo=smash_config["base_algo"],
-                                   rewind_step=int(smash_config["rewind_step"]))
+        return LotteryTicketEngine(model, entries, optimizer, **self.engine_kwargs(smash_config))
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Round 0 and every pruning round: (prune, rewind,) train ``epochs`` epochs with slimkit's loop."""

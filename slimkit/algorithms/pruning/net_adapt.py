@@ -36,6 +36,7 @@ class NetAdapt(BaseAlgoPruner):
     references = {"Paper": "https://arxiv.org/abs/1804.03230",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#netadapt-pruner"}
     engine = NetAdaptPruner
+    engine_args = ("base_algo", "sparsity_per_iteration")
     recorded = {"allocation": "allocation", "proposals": "history"}
 
     def extra_hyperparameters(self) -> list:
@@ -55,5 +56,4 @@ class NetAdapt(BaseAlgoPruner):
         evaluate, mode = make_evaluator(self.algorithm_name, smash_config, finetune_steps=0)
         tune = make_finetuner(self.algorithm_name, smash_config, int(smash_config["finetune_steps"]))
         return NetAdaptPruner(model, with_cap(config_list, smash_config), tune, evaluate, optimize_mode=mode,
-                              base_algo=smash_config["base_algo"],
-                              sparsity_per_iteration=float(smash_config["sparsity_per_iteration"]))
+                              **self.engine_kwargs(smash_config))

@@ -37,6 +37,7 @@ class Sensitivity(BaseAlgoPruner):
     references = {"NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#sensitivity-pruner",
                   "Paper (layer sensitivity)": "https://arxiv.org/abs/1608.08710"}
     engine = SensitivityPruner
+    engine_args = ("base_algo", "sparsity_per_iter", "acc_drop_threshold")
     recorded = {"allocation": "allocation", "steps": "history"}
 
     def extra_hyperparameters(self) -> list:
@@ -56,8 +57,6 @@ class Sensitivity(BaseAlgoPruner):
                      smash_config: SmashConfigPrefixWrapper) -> Pruner:
         """SensitivityPruner scored on the validation split, fine-tuned on the train split."""
         evaluate, mode = make_evaluator(self.algorithm_name, smash_config, finetune_steps=0)
-        return SensitivityPruner(
-            model, with_cap(config_list, smash_config), evaluate,
-            finetuner=make_finetuner(self.algorithm_name, smash_config, int(smash_config["finetune_steps"])),
-            base_algo=smash_config["base_algo"], sparsity_per_iter=float(smash_config["sparsity_per_iter"]),
-            acc_drop_threshold=float(smash_config["acc_drop_threshold"]), optimize_mode=mode)
+        tune = make_finetuner(self.algorithm_name, smash_config, int(smash_config["finetune_steps"]))
+        return SensitivityPruner(model, with_cap(config_list, smash_config), evaluate, finetuner=tune,
+                                 optimize_mode=mode, **self.engine_kwargs(smash_config))

@@ -7,8 +7,8 @@ from typing import Any
 from torch import nn
 
 from slimkit.algorithms.pruning._search import (
+    ANNEALING,
     BaseAlgoPruner,
-    annealing_args,
     annealing_hyperparameters,
     base_algo_hyperparameter,
     cap_hyperparameter,
@@ -37,6 +37,7 @@ class SimulatedAnnealing(BaseAlgoPruner):
     references = {"Paper (AutoCompress)": "https://arxiv.org/abs/1907.03141",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#simulatedannealing-pruner"}
     engine = SimulatedAnnealingEngine
+    engine_args = ("base_algo", "seed", *ANNEALING)
     recorded = {"allocation": "allocation", "candidates": "history"}
     tune_chosen = True
 
@@ -50,5 +51,4 @@ class SimulatedAnnealing(BaseAlgoPruner):
         """SimulatedAnnealingPruner with the validation evaluator."""
         evaluate, mode = make_evaluator(self.algorithm_name, smash_config)
         return SimulatedAnnealingEngine(model, with_cap(config_list, smash_config), evaluate, optimize_mode=mode,
-                                        base_algo=smash_config["base_algo"], seed=int(smash_config["seed"]),
-                                        **annealing_args(smash_config))
+                                        **self.engine_kwargs(smash_config))

@@ -6,9 +6,8 @@ from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
 from slimkit.algorithms.pruning._selection import choice
-from slimkit.core.contract import SmashConfigPrefixWrapper
 from slimkit.core.registry import register
-from slimkit.engines.pruning import Pruner, SlimEngine
+from slimkit.engines.pruning import SlimEngine
 
 
 @register
@@ -24,6 +23,7 @@ class Slim(FrameworkPruner):
     references = {"Paper": "https://arxiv.org/abs/1708.06519",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#slim-pruner"}
     engine = SlimEngine
+    engine_args = ("scope",)
     norms_decide = True
     model_layer_types = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
@@ -31,7 +31,3 @@ class Slim(FrameworkPruner):
         """Global or per-layer ranking."""
         return [choice("scope", ["global", "layer"], "global", "global: rank channels over all selected BatchNorm "
                        "layers (the paper; one sparsity for all); layer: per layer.")]
-
-    def build_pruner(self, model: nn.Module, config_list: list, smash_config: SmashConfigPrefixWrapper) -> Pruner:
-        """SlimPruner with the chosen scope."""
-        return SlimEngine(model, config_list, scope=smash_config["scope"])

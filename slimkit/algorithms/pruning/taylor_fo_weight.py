@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from slimkit.algorithms.pruning._data import StatisticsPruner, criterion_for
-from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.algorithms.pruning._data import StatisticsPruner
 from slimkit.core.registry import register
 from slimkit.engines.pruning import TaylorFOWeightFilterPruner
 
@@ -24,7 +21,3 @@ class TaylorFOWeight(StatisticsPruner):
     references = {"Paper": "https://arxiv.org/abs/1906.10771",
                   "NNI": "https://nni.readthedocs.io/en/v2.0/Compression/Pruner.html#taylorfoweightfilter-pruner"}
     engine = TaylorFOWeightFilterPruner
-
-    def engine_kwargs(self, smash_config: SmashConfigPrefixWrapper, batches: list[tuple[Any, Any]]) -> dict[str, Any]:
-        """The loss: cross-entropy on the batch targets, or the model's own."""
-        return {"criterion": criterion_for(batches)}
