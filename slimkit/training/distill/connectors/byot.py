@@ -49,12 +49,8 @@ class BYOTConnector(nn.Module):
         width = in_channel * expansion
         self.attention = nn.Sequential(sep_conv(width, width, kernel_size, stride), nn.BatchNorm2d(width), nn.ReLU(),
                                        nn.Upsample(scale_factor=2, mode="bilinear"), nn.Sigmoid())
-        scala: list[nn.Module] = []
-        for _ in range(int(steps)):
-            scala.append(sep_conv(width, width * 2, kernel_size, stride))
-            width *= 2
-        scala.append(nn.AvgPool2d(pool_size))
-        self.scala = nn.Sequential(*scala)
+        self.scala = nn.Sequential(*(sep_conv(width * 2**i, width * 2 ** (i + 1), kernel_size, stride)
+                                     for i in range(int(steps))), nn.AvgPool2d(pool_size))
         self.fc = nn.Linear(out_channel * expansion, num_classes)
 
     def forward(self, feature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from slimkit.errors import ConfigError
+from slimkit.training.losses import IGNORE_INDEX
 
 #: the reductions MMRazor's losses take (``"none"`` leaves a tensor; the distiller averages it, as MMEngine does)
 REDUCTIONS: tuple[str, ...] = ("none", "batchmean", "sum", "mean")
@@ -82,6 +83,17 @@ def labels_for(owner: str, labels: Any, rows: int) -> torch.Tensor:
     if labels.numel() != rows:
         raise ConfigError(f"{owner}: {labels.numel()} labels for {rows} predictions; give one class index per row.")
     return labels
+
+
+def labelled_rows(owner: str, preds_S: torch.Tensor, preds_T: torch.Tensor,  # noqa: N803 (MMRazor names)
+                  gt_labels: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Student and (detached) teacher logits as float rows ``[M, C]`` and their labels; rows labelled -100 dropped."""
+    dim = class_dim(preds_S)
+    s = preds_S.float().movedim(dim, -1).flatten(0, -2)
+    t = preds_T.detach().float().movedim(dim, -1).flatten(0, -2)
+    labels = labels_for(owner, gt_labels, s.shape[0])
+    keep = labels != IGNORE_INDEX
+    return s[keep], t[keep], labels[keep]
 
 
 class DistillLoss(nn.Module):

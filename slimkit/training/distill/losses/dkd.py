@@ -6,16 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from slimkit.core.registry import register_component
-from slimkit.training.distill.losses.base import (
-    DistillLoss,
-    class_dim,
-    finite,
-    labels_for,
-    positive,
-    reduce,
-    reduction_of,
-)
-from slimkit.training.losses import IGNORE_INDEX
+from slimkit.training.distill.losses.base import DistillLoss, finite, labelled_rows, positive, reduce, reduction_of
 
 _MASKED = -1e4  # a logit whose softmax weight is exactly 0 in float32
 
@@ -40,12 +31,8 @@ class DKDLoss(DistillLoss):
     def forward(self, preds_S: torch.Tensor, preds_T: torch.Tensor,  # noqa: N803 (MMRazor names)
                 gt_labels: torch.Tensor) -> torch.Tensor:
         """The weighted ``alpha * TCKD + beta * NCKD``."""
-        dim = class_dim(preds_S)
-        s = preds_S.float().movedim(dim, -1).flatten(0, -2) / self.tau
-        t = preds_T.detach().float().movedim(dim, -1).flatten(0, -2) / self.tau
-        labels = labels_for("DKDLoss", gt_labels, s.shape[0])
-        keep = labels != IGNORE_INDEX
-        s, t, labels = s[keep], t[keep], labels[keep]
+        s, t, labels = labelled_rows("DKDLoss", preds_S, preds_T, gt_labels)
+        s, t = s / self.tau, t / self.tau
         target = F.one_hot(labels, s.shape[1]).bool()
         log_s, log_t = F.log_softmax(s, dim=1), F.log_softmax(t, dim=1)
 

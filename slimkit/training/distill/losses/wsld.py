@@ -7,8 +7,7 @@ import torch.nn.functional as F
 
 from slimkit.core.registry import register_component
 from slimkit.errors import ConfigError
-from slimkit.training.distill.losses.base import DistillLoss, class_dim, labels_for, positive
-from slimkit.training.losses import IGNORE_INDEX
+from slimkit.training.distill.losses.base import DistillLoss, labelled_rows, positive
 
 
 class WSLD(DistillLoss):
@@ -29,15 +28,10 @@ class WSLD(DistillLoss):
 
     def forward(self, student: torch.Tensor, teacher: torch.Tensor, gt_labels: torch.Tensor) -> torch.Tensor:
         """The weighted WSLD loss."""
-        dim = class_dim(student)
-        s = student.float().movedim(dim, -1).flatten(0, -2)
-        t = teacher.detach().float().movedim(dim, -1).flatten(0, -2)
+        s, t, labels = labelled_rows("WSLD", student, teacher, gt_labels)
         if self.num_classes is not None and s.shape[1] != self.num_classes:
             raise ConfigError(f"WSLD(num_classes={self.num_classes}) got logits with {s.shape[1]} classes; drop "
                               "num_classes (the logits give it) or set it to the model's class count.")
-        labels = labels_for("WSLD", gt_labels, s.shape[0])
-        keep = labels != IGNORE_INDEX
-        s, t, labels = s[keep], t[keep], labels[keep]
         soft_ce = -(F.softmax(t / self.tau, dim=1) * F.log_softmax(s / self.tau, dim=1)).sum(dim=1)
         ce_s = F.cross_entropy(s.detach(), labels, reduction="none")
         ce_t = F.cross_entropy(t, labels, reduction="none")
