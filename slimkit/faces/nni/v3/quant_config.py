@@ -63,10 +63,9 @@ def _settings(entry: Mapping[str, Any], target: str, where: str, per_channel: bo
         if default_dtype is None:
             raise QuantizationConfigError(f"{where} gives no quant_dtype for {target!r} (e.g. 'int8').")
         merged["quant_dtype"] = default_dtype  # NNI 3.0's BNN examples give quant_dtype None: one bit
-    kind = "symmetric" if merged.get("quant_scheme") == "symmetric" else "affine"
     given = {"quant_dtype": merged["quant_dtype"], "quant_scheme": merged.get("quant_scheme") or "affine"}
     return _bits(merged["quant_dtype"], f"{where} quant_dtype of {target!r}"), \
-        f"{'per_channel' if channel else 'per_tensor'}_{kind}", given
+        f"{'per_channel' if channel else 'per_tensor'}_{given['quant_scheme']}", given
 
 
 def _channel_granularity(granularity: Any, target: str, where: str, weights: bool, activations: bool) -> bool:
