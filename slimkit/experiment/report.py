@@ -27,6 +27,10 @@ from slimkit.experiment.experiment_file import Experiment
 from slimkit.experiment.storage import Store
 from slimkit.experiment.study import finished, interrupted, kept_trials, open_study
 
+#: the short names of the trial states in the rows and the table
+_STATES = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
+           TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
+
 
 @dataclass
 class ExperimentResult:
@@ -69,11 +73,6 @@ def label(params: dict[str, Any]) -> str:
     return " + ".join(" ".join(p) for p in parts.values()) or "(fixed)"
 
 
-def _short_state(trial: FrozenTrial) -> str:
-    return {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
-            TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}[trial.state]
-
-
 def progress_line(exp: Experiment, trials: list[FrozenTrial], n_samples: int) -> str:
     """``done 3/8 | running 1 | failed 0 | best accuracy=0.97 (trial 2)``: a live progress line."""
     done = finished(trials)
@@ -104,7 +103,7 @@ def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[di
         attrs = t.user_attrs
         trial_dir = attrs.get("trial_dir", "")
         row: dict[str, Any] = {
-            "number": t.number, "state": _short_state(t), "params": dict(t.params),
+            "number": t.number, "state": _STATES[t.state], "params": dict(t.params),
             "recipe": label({**fixed, **t.params}), "kept": t.number in kept, "values": values,
             "measured": attrs.get("measured", {}),
             "seconds": (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None,

@@ -48,14 +48,11 @@ EXPERIMENT_FILE = "experiment.json"
 JOINED_ATTR = "workers_joined"
 
 
-def _suggest(exp: Experiment, trial: optuna.Trial) -> dict[str, Any]:
-    if exp.smash_space is not None:
-        return exp.smash_space.suggest(trial)
-    return {p.name: p.suggest(trial) for p in exp.params}
-
-
 def _run_trial(exp: Experiment, folder: Path, trial: optuna.Trial, bench: Any) -> JobOutcome:
-    values = _suggest(exp, trial)
+    if exp.smash_space is not None:
+        values = exp.smash_space.suggest(trial)
+    else:
+        values = {p.name: p.suggest(trial) for p in exp.params}
     trial_dir = folder / "trials" / f"{trial.number:04d}"
     trial.set_user_attr("trial_dir", str(trial_dir.relative_to(folder)))
 

@@ -102,11 +102,13 @@ class Store:
     def _connect(self) -> RDBStorage:
         assert self.url is not None
         url = _sqlalchemy_url(self.url)
+        postgres = url.startswith("postgresql")
+        engine = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True} if postgres else {}
         for attempt in range(6):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    return RDBStorage(url, engine_kwargs=_engine_kwargs(url),
+                    return RDBStorage(url, engine_kwargs=engine,
                                       heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period,
                                       heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3))
             except ModuleNotFoundError as exc:
@@ -192,12 +194,6 @@ def file_lock(path: Path, blocking: bool = True, shared: bool = False) -> Iterat
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
-
-
-def _engine_kwargs(url: str) -> dict[str, Any]:
-    if url.startswith("postgresql"):
-        return {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
-    return {}
 
 
 class Heartbeat:
