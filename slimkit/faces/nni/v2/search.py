@@ -19,7 +19,6 @@ algorithm the ``simulated_annealing`` / ``auto_compress`` / ``amc`` registry ent
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -233,14 +232,12 @@ class AMCPruner(_SearchScheduler):
             raise PruningConfigError(f"{who} config_list needs 'total_sparsity', the share of FLOPs to remove, e.g. "
                                      "[{'op_types': ['Conv2d'], 'total_sparsity': 0.5, "
                                      "'max_sparsity_per_layer': 0.8}].")
-        engine_config = []
-        for entry in copy.deepcopy(translated):
+        for entry in translated:  # the engine's sparsity is a layer's cap
             entry.pop("sparsity", None)
             if "sparsity_cap" in entry:
                 entry["sparsity"] = entry.pop("sparsity_cap")
-            engine_config.append(entry)
-        caps = [e["sparsity"] for e in engine_config if "sparsity" in e]
+        caps = [e["sparsity"] for e in translated if "sparsity" in e]
         lbound = min(0.2, 1.0 - max(caps)) if caps else 0.2
-        self.engine = AMCEngine(model, engine_config, evaluator, flops_ratio=1.0 - float(totals[0]),
+        self.engine = AMCEngine(model, translated, evaluator, flops_ratio=1.0 - float(totals[0]),
                                  train_episode=total_episode, base_algo=algo, dummy_input=dummy_input,
                                  lbound=max(lbound, 1e-3), **ddpg)
