@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -52,10 +53,7 @@ class TensorInfo:
     @property
     def numel(self) -> int:
         """Elements."""
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 def _read_header(file: Path) -> tuple[dict[str, Any], bytes]:
@@ -151,12 +149,9 @@ class Checkpoint:
 
     def nbytes(self, names: Iterable[str], dtype: torch.dtype | None = None) -> int:
         """Bytes of ``names`` as stored, or in ``dtype`` (floating tensors only) when given."""
-        total = 0
-        for n in names:
-            info = self.tensors[n]
-            size = dtype.itemsize if dtype is not None and info.dtype.is_floating_point else info.dtype.itemsize
-            total += info.numel * size
-        return total
+        infos = [self.tensors[n] for n in names]
+        return sum(i.numel * (dtype if dtype is not None and i.dtype.is_floating_point else i.dtype).itemsize
+                   for i in infos)
 
     def fingerprint(self) -> dict[str, Any]:
         """What identifies this checkpoint cheaply: config.json and each file's size and header digest."""

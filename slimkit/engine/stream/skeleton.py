@@ -117,14 +117,7 @@ class Skeleton:
 
     def pieces(self, blocks: Blocks) -> list[str]:
         """Modules outside the blocks that own saved tensors (``model.embed_tokens``, ``model.norm``, ``lm_head``)."""
-        out: list[str] = []
-        for n in self.names:
-            if n.startswith(blocks.name + "."):
-                continue
-            owner = n.rpartition(".")[0]
-            if owner not in out:
-                out.append(owner)
-        return out
+        return list(dict.fromkeys(n.rpartition(".")[0] for n in self.names if not n.startswith(blocks.name + ".")))
 
     def materialize(self, prefix: str, dtype: torch.dtype, device: str | torch.device = "cpu",
                     via: torch.dtype | None = None) -> int:
