@@ -61,19 +61,17 @@ class _DartsOp(nn.Module):
         return out * mask / keep
 
 
-def _factorized_reduce(cin: int, cout: int, norm_cfg: Mapping[str, Any] | None) -> tuple[nn.Module, ...]:
-    if cout % 2:
-        raise ConfigError(f"A factorized reduce needs an even out_channels, got {cout}.")
-    return (nn.ReLU(), nn.Conv2d(cin, cout // 2, 1, 2, bias=False), nn.Conv2d(cin, cout // 2, 1, 2, bias=False),
-            norm_layer(norm_cfg, cout) or nn.Identity())
-
-
 class FactorizedReduce(nn.Module):
     """Halve the resolution with two strided 1x1 convs, the second shifted by one pixel, concatenated."""
 
     def __init__(self, in_channels: int, out_channels: int, norm_cfg: Mapping[str, Any] | None = _BN) -> None:
         super().__init__()
-        self.relu, self.conv1, self.conv2, self.bn = _factorized_reduce(in_channels, out_channels, norm_cfg)
+        if out_channels % 2:
+            raise ConfigError(f"A factorized reduce needs an even out_channels, got {out_channels}.")
+        self.relu = nn.ReLU()
+        self.conv1 = nn.Conv2d(in_channels, out_channels // 2, 1, 2, bias=False)
+        self.conv2 = nn.Conv2d(in_channels, out_channels // 2, 1, 2, bias=False)
+        self.bn = norm_layer(norm_cfg, out_channels) or nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """ReLU, the two strided convs (even and odd pixel grids), concatenated, normalised."""

@@ -39,6 +39,18 @@ def _subnet(fix_subnet: Any) -> dict[str, Any]:
                       f"{type(fix_subnet).__name__}.")
 
 
+def _export(supernet: nn.Module, subnet: dict[str, Any], prefix: str, extra_prefix: str) -> nn.Module:
+    choices = {prefix + k[len(extra_prefix):]: v for k, v in subnet.items() if k.startswith(extra_prefix)}
+    mutator = NasMutator(supernet)
+    known = set(mutator.mutables) | {getattr(m, "alias", None) for m in mutator.mutables.values()}
+    ignored = sorted(set(choices) - known)
+    if ignored:  # as MMRazor: the supernet's mutables are looked up in the file; every one must still be there
+        log.warning("sub_model: %d subnet entries name no mutable of this supernet and are ignored: %s",
+                    len(ignored), ", ".join(ignored))
+    mutator.set_choices({k: v for k, v in choices.items() if k not in ignored})
+    return export_subnet(supernet)
+
+
 def sub_model(cfg: nn.Module | Mapping[str, Any] | None = None, fix_subnet: Any = None, mode: str = "mutable",
               prefix: str = "", extra_prefix: str = "", init_weight_from_supernet: bool = False,
               init_cfg: Mapping[str, Any] | None = None, architecture: nn.Module | Mapping[str, Any] | None = None,
@@ -77,19 +89,8 @@ def sub_model(cfg: nn.Module | Mapping[str, Any] | None = None, fix_subnet: Any 
         structure, parse_cfg = mutator_structure(dump)
         model = shrink_to_structure(unwrap(build_module(source, "architecture")), structure, 1, parse_cfg,
                                     dummy_input)
-        if init_cfg:
-            load_pretrained(model, init_cfg)
-        return model
-    supernet = unwrap(build_module(source, "architecture"))
-    choices = {prefix + k[len(extra_prefix):]: v for k, v in _subnet(fix_subnet).items() if k.startswith(extra_prefix)}
-    mutator = NasMutator(supernet)
-    known = set(mutator.mutables) | {getattr(m, "alias", None) for m in mutator.mutables.values()}
-    ignored = sorted(set(choices) - known)
-    if ignored:  # as MMRazor: the supernet's mutables are looked up in the file; every one must still be there
-        log.warning("sub_model: %d subnet entries name no mutable of this supernet and are ignored: %s",
-                    len(ignored), ", ".join(ignored))
-    mutator.set_choices({k: v for k, v in choices.items() if k not in ignored})
-    model = export_subnet(supernet)
+    else:
+        model = _export(unwrap(build_module(source, "architecture")), _subnet(fix_subnet), prefix, extra_prefix)
     if init_cfg:
         load_pretrained(model, init_cfg)
     return model
