@@ -213,7 +213,7 @@ def v2_config_from_v3(model: nn.Module, config_list: Any, default_types: Sequenc
             raise PruningConfigError(f"{where} gives no 'sparse_ratio' (the share of each selected layer's weights "
                                      "to prune; NNI 2.x's lists say 'sparsity' or 'total_sparsity').")
         ratio = fraction(entry["sparse_ratio"], f"{where}['sparse_ratio']")
-        cap = fraction(entry.get("max_sparse_ratio", 0.99), f"{where}['max_sparse_ratio']") \
+        cap = fraction(entry["max_sparse_ratio"], f"{where}['max_sparse_ratio']") \
             if "max_sparse_ratio" in entry else 1.0
         dependency = dependency or "dependency_group_id" in entry
         out_channel = out_channel or entry.get("granularity") == "out_channel"
