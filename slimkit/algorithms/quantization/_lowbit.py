@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from slimkit.algorithms.quantization import _lowbit_support as support
-from slimkit.algorithms.quantization._targets import TargetsMixin
+from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean, Hyperparameter
+from slimkit.engines.quantization.lowbit.blockwise import quantize_in_memory
 from slimkit.engines.quantization.lowbit.quantize import TARGET_KINDS
 
 
@@ -19,11 +20,17 @@ class LowBitQuantizer(TargetsMixin, SlimkitQuantizer):
     """Base of the packed low-bit quantizers: any model with Linear (or GPT-2 Conv1D) layers; replayed on load.
 
     The model check and its refusal come from :class:`TargetsMixin` (the layer types found, why none qualifies).
+    ``_apply`` quantizes the whole model in memory with the settings of the subclass's ``stream_step``.
     """
 
     save_fn = SaveFn.REPLAY
     replay_on_meta = True  # replay builds empty PackedLinear layers from the saved specs
     target_kinds = TARGET_KINDS  # dense layers and MoE experts modules
+
+    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        targets = model_targets(model)
+        support.record(smash_config, quantize_in_memory(model, self.stream_step(model, smash_config)), targets)
+        return model
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Swap the recorded layers for empty packed ones; the saved codes then load strictly."""

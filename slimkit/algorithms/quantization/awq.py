@@ -8,11 +8,9 @@ from ConfigSpace import CategoricalHyperparameter, UniformIntegerHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
-from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization.lowbit import quantize_model_awq
 from slimkit.engines.quantization.lowbit.blockwise import BlockStep, awq_step
 
 #: llm-compressor's weight-only integer schemes (compressed-tensors presets) -> (bits, group_size, sym)
@@ -72,16 +70,6 @@ class AWQ(CalibratedLowBitQuantizer):
         if scheme is None:
             return values
         return {**values, **dict(zip(("bits", "group_size", "sym"), QUANT_SCHEMES[scheme], strict=True))}
-
-    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        targets = model_targets(model)
-        ids = support.read_calibration_ids(model, smash_config)
-        bits, group_size, sym = _grid(smash_config)
-        specs = quantize_model_awq(model, ids, bits, group_size, sym, smash_config["n_grid"],
-                                   tuple(smash_config["exclude"]), clip_search=smash_config["clip_search"],
-                                   fold_only=smash_config["fold_only"])
-        support.record(smash_config, specs, targets)
-        return model
 
     def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
         """AWQ on each block's calibration inputs, for a model streamed block by block."""

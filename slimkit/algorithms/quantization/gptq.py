@@ -8,11 +8,9 @@ from ConfigSpace import OrdinalHyperparameter, UniformFloatHyperparameter
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import CalibratedLowBitQuantizer, clip_search_hyperparameter
-from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.hyperparameters import Boolean
 from slimkit.core.registry import register
-from slimkit.engines.quantization.lowbit import quantize_model_gptq
 from slimkit.engines.quantization.lowbit.blockwise import BlockStep, gptq_step
 
 
@@ -47,15 +45,6 @@ class GPTQ(CalibratedLowBitQuantizer):
             clip_search_hyperparameter(),
             *support.calibration_hyperparameters(),
         ]
-
-    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        targets = model_targets(model)
-        ids = support.read_calibration_ids(model, smash_config)
-        specs = quantize_model_gptq(model, ids, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
-                                    smash_config["act_order"], float(smash_config["damp"]), smash_config["block_size"],
-                                    tuple(smash_config["exclude"]), clip_search=smash_config["clip_search"])
-        support.record(smash_config, specs, targets)
-        return model
 
     def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
         """GPTQ on each block's calibration inputs, for a model streamed block by block."""

@@ -6,10 +6,8 @@ from typing import Any
 
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import LowBitQuantizer
-from slimkit.algorithms.quantization._targets import model_targets
 from slimkit.core.contract import LayerResult, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
-from slimkit.engines.quantization.lowbit import quantize_model_rtn
 from slimkit.engines.quantization.lowbit.blockwise import BlockStep, rtn_step
 
 
@@ -30,13 +28,6 @@ class RTN(LowBitQuantizer):
     def get_hyperparameters(self) -> list:
         """Bits, group size, symmetric grid, exclusions."""
         return support.weight_hyperparameters()
-
-    def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        targets = model_targets(model)
-        specs = quantize_model_rtn(model, smash_config["bits"], smash_config["group_size"], smash_config["sym"],
-                                   tuple(smash_config["exclude"]))
-        support.record(smash_config, specs, targets)
-        return model
 
     def stream_step(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> BlockStep:
         """RTN one layer at a time, for a model streamed block by block."""

@@ -84,8 +84,3 @@ class Chooser:
             raise ValueError(f"every candidate failed for {key!r}: {', '.join(times)}.")
         self.decisions[key], self.timings[key] = best, times
         return best
-
-    def forget(self) -> None:
-        """Drop every decision (the next call with each key measures again)."""
-        self.decisions.clear()
-        self.timings.clear()

@@ -31,10 +31,11 @@ from slimkit.engines.quantization.lowbit.quantize import (
     hqq_functions,
     rtn_functions,
     rtn_outside,
+    run_calibrated,
 )
 
-__all__ = ["BlockStep", "CalibratedStep", "LayerStep", "awq_step", "gptq_step", "hqq_step", "release_caches",
-           "rtn_step"]
+__all__ = ["BlockStep", "CalibratedStep", "LayerStep", "awq_step", "gptq_step", "hqq_step", "quantize_in_memory",
+           "release_caches", "rtn_step"]
 
 
 class BlockStep:
@@ -154,3 +155,11 @@ def awq_step(calibration_ids: torch.Tensor, bits: int = 4, group_size: int = 128
     experts = ExpertsCalibrator("awq", bits, group_size, sym, min_expert_tokens, n_grid=n_grid, clip_search=clip_search)
     return CalibratedStep(_AWQ(bits, group_size, sym, n_grid, clip_search, fold_only), experts, calibration_ids,
                           "awq", exclude, batch_size)
+
+
+def quantize_in_memory(model: nn.Module, step: LayerStep | CalibratedStep) -> Specs:
+    """Quantize every target of a model held in memory with ``step``'s settings (as the ``quantize_model_*``)."""
+    if isinstance(step, CalibratedStep):
+        return run_calibrated(model, step.calibration_ids, step.exclude, step.worker, step.batch_size, step.method,
+                              step.calibrator)
+    return step.outside(model, step.targets(model))

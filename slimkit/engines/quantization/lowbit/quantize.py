@@ -250,8 +250,9 @@ class _AWQ(LayerStatsCollector):
         return plans
 
 
-def _run(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: LayerStatsCollector, batch_size: int,
-         method: str, experts: ExpertsCalibrator) -> Specs:
+def run_calibrated(model: nn.Module, ids: torch.Tensor, exclude: Iterable[str], worker: LayerStatsCollector,
+                   batch_size: int, method: str, experts: ExpertsCalibrator) -> Specs:
+    """Quantize every selected target of ``model`` block by block with ``worker``, calibrated on ``ids``."""
     names, moe = _targets(model, exclude, method)  # MoE experts modules: calibrated per expert by `experts`
     was_training = model.training
     model.eval()
@@ -287,7 +288,7 @@ def quantize_model_gptq(model: nn.Module, calibration_ids: torch.Tensor, bits: i
     """
     experts = ExpertsCalibrator("gptq", bits, group_size, sym, min_expert_tokens, act_order=act_order, damp=damp,
                                 block_size=block_size, clip_search=clip_search)
-    return _run(model, calibration_ids, exclude,
+    return run_calibrated(model, calibration_ids, exclude,
                 _GPTQ(bits, group_size, sym, act_order, damp, block_size, clip_search), batch_size, "gptq", experts)
 
 
@@ -303,5 +304,5 @@ def quantize_model_awq(model: nn.Module, calibration_ids: torch.Tensor, bits: in
     back to round-to-nearest.
     """
     experts = ExpertsCalibrator("awq", bits, group_size, sym, min_expert_tokens, n_grid=n_grid, clip_search=clip_search)
-    return _run(model, calibration_ids, exclude, _AWQ(bits, group_size, sym, n_grid, clip_search, fold_only),
+    return run_calibrated(model, calibration_ids, exclude, _AWQ(bits, group_size, sym, n_grid, clip_search, fold_only),
                 batch_size, "awq", experts)
