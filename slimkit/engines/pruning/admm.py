@@ -21,17 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.engines.pruning.allocation import BASE_MASKERS, base_op_types, check_base_algo
+from slimkit.engines.pruning.allocation import use_base_algo
 from slimkit.engines.pruning.compressor import Pruner
-from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.training import Trainer, check_positive, check_positive_int, check_trainer, run_epoch
-
-
-def check_row(who: str, row: Any) -> float:
-    """The penalty weight ``row`` (rho) must be a number > 0."""
-    if isinstance(row, bool) or not isinstance(row, (int, float)) or not row > 0:
-        raise PruningConfigError(f"{who} row (the ADMM penalty rho) must be a number > 0, got {row!r}.")
-    return float(row)
 
 
 @torch.no_grad()
@@ -120,12 +112,10 @@ class ADMMEngine(Pruner):
         check_trainer(who, trainer, dataloader)
         self.num_iterations = check_positive_int(who, "num_iterations", num_iterations)
         self.training_epochs = check_positive_int(who, "training_epochs", training_epochs)
-        self.row = check_row(who, row)
-        self.base_algo = check_base_algo(who, base_algo)
+        self.row = check_positive(who, "row (the ADMM penalty rho)", row)
+        use_base_algo(self, model, base_algo)
         check_positive(who, "lr", lr)
         self.trainer, self.criterion, self.dataloader, self.lr, self.seed = trainer, criterion, dataloader, lr, seed
-        self.default_op_types, self.supported_op_types = base_op_types(self.base_algo)
-        self.masker = BASE_MASKERS[self.base_algo](model, self)
         self.residuals: list[float] = []
         super().__init__(model, config_list, optimizer, dummy_input)
 

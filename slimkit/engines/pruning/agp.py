@@ -154,17 +154,12 @@ class AGPEngine(Pruner):
         layers = super()._select_layers()
         for name, _, config in layers:
             _check_epoch_keys(name, config)
+            initial = self.initial_sparsity
             if any(k in config for k in ("start_epoch", "end_epoch")):
-                config.setdefault("initial_sparsity", self.initial_sparsity)
-                if config["sparsity"] < config["initial_sparsity"]:
-                    raise PruningConfigError(f"Layer {name!r}: final sparsity {config['sparsity']} is below "
-                                             f"initial_sparsity {config['initial_sparsity']}; AGP only increases it.")
-                continue
-            if config["sparsity"] < self.initial_sparsity:
-                raise PruningConfigError(
-                    f"Layer {name!r}: final sparsity {config['sparsity']} is below initial_sparsity "
-                    f"{self.initial_sparsity}; AGP only increases sparsity."
-                )
+                initial = config.setdefault("initial_sparsity", self.initial_sparsity)
+            if config["sparsity"] < initial:
+                raise PruningConfigError(f"Layer {name!r}: final sparsity {config['sparsity']} is below "
+                                         f"initial_sparsity {initial}; AGP only increases sparsity.")
         return layers
 
     @property

@@ -48,12 +48,14 @@ Allocation = dict[str, float]
 Evaluator = Callable[[nn.Module], float]
 
 
-def check_base_algo(who: str, base_algo: Any) -> str:
-    """``base_algo`` if it names a base masker, else an error listing them."""
+def use_base_algo(pruner: Pruner, model: nn.Module, base_algo: Any) -> None:
+    """Give ``pruner`` the ``base_algo`` masker and its op types; an error listing them if it names none."""
     if base_algo not in BASE_MASKERS:
-        raise PruningConfigError(f"{who} base_algo must be one of {', '.join(BASE_MASKERS)} (filter norms l1/l2, "
-                                 f"geometric median fpgm, single weights level), got {base_algo!r}.")
-    return str(base_algo)
+        raise PruningConfigError(f"{pruner.display_name()} base_algo must be one of {', '.join(BASE_MASKERS)} (filter "
+                                 f"norms l1/l2, geometric median fpgm, single weights level), got {base_algo!r}.")
+    pruner.base_algo = str(base_algo)
+    pruner.default_op_types, pruner.supported_op_types = base_op_types(pruner.base_algo)
+    pruner.masker = BASE_MASKERS[pruner.base_algo](model, pruner)
 
 
 def base_op_types(base_algo: str) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
@@ -85,14 +87,12 @@ class AllocationPruner(Pruner):
     def _init_allocation(self, model: nn.Module, base_algo: str, optimize_mode: str,
                          experiment_data_dir: str | os.PathLike | None) -> None:
         who = self.display_name()
-        self.base_algo = check_base_algo(who, base_algo)
+        use_base_algo(self, model, base_algo)
         if optimize_mode not in OPTIMIZE_MODES:
             raise PruningConfigError(f"{who} optimize_mode must be 'maximize' (accuracy) or 'minimize' (loss), got "
                                      f"{optimize_mode!r}.")
         self.optimize_mode = optimize_mode
         self.experiment_data_dir = None if experiment_data_dir is None else Path(experiment_data_dir)
-        self.default_op_types, self.supported_op_types = base_op_types(self.base_algo)
-        self.masker = BASE_MASKERS[self.base_algo](model, self)
         self.allocation: Allocation | None = None
         self.history: list[dict[str, Any]] = []
         self.best_score: float | None = None

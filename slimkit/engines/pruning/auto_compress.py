@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.engines.pruning.admm import admm_solve, check_row
+from slimkit.engines.pruning.admm import admm_solve
 from slimkit.engines.pruning.allocation import Allocation, AllocationPruner, Evaluator, check_evaluator
 from slimkit.engines.pruning.simulated_annealing import anneal, check_annealing
 from slimkit.engines.pruning.training import Trainer, check_positive, check_positive_int, check_trainer
@@ -72,7 +72,7 @@ class AutoCompressEngine(AllocationPruner):
         self.num_iterations = check_positive_int(who, "num_iterations", num_iterations)
         self.admm_num_iterations = check_positive_int(who, "admm_num_iterations", admm_num_iterations)
         self.admm_training_epochs = check_positive_int(who, "admm_training_epochs", admm_training_epochs)
-        self.row = check_row(who, row)
+        self.row = check_positive(who, "row (the ADMM penalty rho)", row)
         check_positive(who, "lr", lr)
         self.trainer, self.criterion, self.dataloader, self.lr, self.seed = trainer, criterion, dataloader, lr, seed
         self.residuals: list[list[float]] = []

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.engines.pruning.allocation import BASE_MASKERS, base_op_types, check_base_algo
+from slimkit.engines.pruning.allocation import use_base_algo
 from slimkit.engines.pruning.compressor import Pruner
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.maskers import MaskDict
@@ -68,11 +68,9 @@ class LotteryTicketEngine(Pruner):
             raise PruningConfigError(f"{who} reset_weights must be True or False, got {reset_weights!r}.")
         if lr_scheduler is not None and not callable(getattr(lr_scheduler, "state_dict", None)):
             raise PruningConfigError(f"{who} lr_scheduler must be a torch lr scheduler, got {lr_scheduler!r}.")
-        self.base_algo = check_base_algo(who, base_algo)
+        use_base_algo(self, model, base_algo)
         self.rewind_step = check_positive_int(who, "rewind_step", rewind_step, minimum=0)
         self.lr_scheduler, self.reset_weights = lr_scheduler, reset_weights
-        self.default_op_types, self.supported_op_types = base_op_types(self.base_algo)
-        self.masker = BASE_MASKERS[self.base_algo](model, self)
         self.curr_prune_iteration: int | None = None
         super().__init__(model, config_list, optimizer, dummy_input)
         self._optimizer_state = copy.deepcopy(optimizer.state_dict())
