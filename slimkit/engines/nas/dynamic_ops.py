@@ -31,12 +31,12 @@ def _check_input(layer: nn.Module, x: torch.Tensor, expected: int) -> None:
                           "in_channels so their widths move together.")
 
 
-def _copy_slices(src: nn.Module, dst: nn.Module, c_in: int, c_out: int) -> Any:
-    """Copy ``src``'s first ``c_out`` x ``c_in`` weights (and ``c_out`` biases) into ``dst``; same train mode."""
+def _copy_slices(src: nn.Module, dst: Any) -> Any:
+    """Fill ``dst``'s weights and buffers with the leading slices of ``src``'s (the active width); same train mode."""
+    full = src.state_dict(keep_vars=True)
     with torch.no_grad():
-        dst.weight.copy_(src.weight[:c_out, :c_in])
-        if src.bias is not None:
-            dst.bias.copy_(src.bias[:c_out])
+        for name, tensor in dst.state_dict(keep_vars=True).items():
+            tensor.copy_(full[name][tuple(slice(0, n) for n in tensor.shape)])
     return dst.train(src.training)
 
 
@@ -67,7 +67,7 @@ class DynamicConv2d(nn.Conv2d):
         c_in, c_out = active(self.in_mutable), active(self.out_mutable)
         conv = nn.Conv2d(c_in, c_out, self.kernel_size, self.stride, self.padding, self.dilation, 1,
                          self.bias is not None, device=self.weight.device, dtype=self.weight.dtype)
-        return _copy_slices(self, conv, c_in, c_out)
+        return _copy_slices(self, conv)
 
 
 class DynamicLinear(nn.Linear):
@@ -97,7 +97,7 @@ class DynamicLinear(nn.Linear):
         """A plain ``nn.Linear`` of the active width with copies of the active weight slices."""
         c_in, c_out = active(self.in_mutable) * self.in_factor, active(self.out_mutable)
         linear = nn.Linear(c_in, c_out, self.bias is not None, device=self.weight.device, dtype=self.weight.dtype)
-        return _copy_slices(self, linear, c_in, c_out)
+        return _copy_slices(self, linear)
 
 
 class DynamicBatchNorm2d(nn.BatchNorm2d):
@@ -127,11 +127,7 @@ class DynamicBatchNorm2d(nn.BatchNorm2d):
         """A plain ``nn.BatchNorm2d`` of the active width with the active slices of weights and statistics."""
         c = active(self.mutable)
         bn = nn.BatchNorm2d(c, self.eps, self.momentum, device=self.weight.device, dtype=self.weight.dtype)
-        with torch.no_grad():
-            for name in ("weight", "bias", "running_mean", "running_var"):
-                getattr(bn, name).copy_(getattr(self, name)[:c])
-            bn.num_batches_tracked.copy_(self.num_batches_tracked)
-        return bn.train(self.training)
+        return _copy_slices(self, bn)
 
 
 class DynamicLayerNorm(nn.LayerNorm):
@@ -152,11 +148,7 @@ class DynamicLayerNorm(nn.LayerNorm):
     def export(self) -> nn.LayerNorm:
         """A plain ``nn.LayerNorm`` of the active width with the active slices of its weights."""
         c = active(self.mutable)
-        norm = nn.LayerNorm(c, self.eps, device=self.weight.device, dtype=self.weight.dtype)
-        with torch.no_grad():
-            norm.weight.copy_(self.weight[:c])
-            norm.bias.copy_(self.bias[:c])
-        return norm
+        return _copy_slices(self, nn.LayerNorm(c, self.eps, device=self.weight.device, dtype=self.weight.dtype))
 
 
 class PositionEmbedding(nn.Module):
@@ -187,10 +179,7 @@ class DynamicPositionEmbedding(PositionEmbedding):
     def export(self) -> PositionEmbedding:
         """A plain :class:`PositionEmbedding` holding the active slice."""
         c = active(self.mutable)
-        plain = PositionEmbedding(self.weight.shape[1], c).to(self.weight.device, self.weight.dtype)
-        with torch.no_grad():
-            plain.weight.copy_(self.weight[..., :c])
-        return plain
+        return _copy_slices(self, PositionEmbedding(self.weight.shape[1], c).to(self.weight.device, self.weight.dtype))
 
 
 #: the layer types :func:`~slimkit.engines.nas.export_subnet` turns into plain torch layers
