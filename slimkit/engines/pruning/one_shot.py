@@ -79,9 +79,7 @@ class WeightFilterPruner(DependencyAwarePruner):
 
 
 class L1FilterPruner(WeightFilterPruner):
-    """Prune the output filters with the smallest L1 norm (Conv2d and Linear by default)."""
-
-    masker_class = L1FilterPrunerMasker
+    """Prune the output filters with the smallest L1 norm (Conv2d and Linear by default; the base's masker)."""
 
 
 class L2FilterPruner(WeightFilterPruner):
