@@ -139,17 +139,6 @@ def _section(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> dict
     return dict(value)
 
 
-def _resource(raw: Mapping[str, Any]) -> str:
-    resource = check_resource_kind(raw.get("resource", "cpu"))
-    if resource == "gpu":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("resource: 'gpu' but torch sees no CUDA device on this machine "
-                              "(torch.cuda.is_available() is False); use 'cpu' or run where a GPU is visible.")
-    return resource
-
-
 def _compression(raw: Mapping[str, Any], expand: bool) -> tuple[dict[str, Any], list[Param]]:
     block = _section(raw, "compression", COMPRESSION_FIELDS)
     framework = str(block.get("framework", "torch")).lower()
@@ -194,7 +183,7 @@ def load_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: bo
         raise ConfigError(f"workingdir: {workingdir!r} is not an existing folder (paths are relative to the "
                           f"experiment file's folder {base}).")
     exp = Experiment(name=name, path=path, workingdir=(base / workingdir).resolve(), raw=raw)
-    exp.resource = _resource(raw)
+    exp.resource = check_resource_kind(raw.get("resource", "cpu"))
     exp.n_parallel = _int(raw, "n_parallel", "n_parallel", 1, 1)
     exp.n_samples = _int(raw, "n_samples", "n_samples", 1, 1)
     exp.random_seed = _int(raw, "random_seed", "random_seed", None, 0)

@@ -88,12 +88,6 @@ def _kill(process: subprocess.Popen) -> None:
         process.kill()
 
 
-def _command(script: Path, config_path: Path) -> list[str]:
-    if script.suffix == ".py" or not os.access(script, os.X_OK):
-        return [sys.executable, str(script), str(config_path)]  # the runner's own Python (and its slimkit)
-    return [str(script), str(config_path)]
-
-
 def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, number: int,
                    on_intermediate: Callable[[int, float], bool] | None = None) -> JobOutcome:
     """Run the experiment's script on this trial's config; ``on_intermediate(step, value)`` True stops it (pruned)."""
@@ -108,7 +102,9 @@ def run_script_job(exp: Experiment, values: Mapping[str, Any], trial_dir: Path, 
     if exp.resource == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(exp.resources.env)
-    plain = _command(exp.script, config_path)
+    plain = [str(exp.script), str(config_path)]
+    if exp.script.suffix == ".py" or not os.access(exp.script, os.X_OK):
+        plain.insert(0, sys.executable)  # the runner's own Python (and its slimkit)
     command = exp.resources.command(plain)
     lines: queue.Queue[str | None] = queue.Queue()
     with open(log_path, "w") as log:

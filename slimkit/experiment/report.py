@@ -117,13 +117,6 @@ def _rows(exp: Experiment, trials: list[FrozenTrial], kept: set[int]) -> list[di
     return rows
 
 
-def clean_models(folder: Path, keep: set[int]) -> None:
-    """Delete the saved models of trials outside ``keep`` (``save_model`` keeps only the best / Pareto set)."""
-    for trial_dir in sorted((folder / "trials").glob("*")):
-        if trial_dir.name.isdigit() and int(trial_dir.name) not in keep and (trial_dir / "model").exists():
-            shutil.rmtree(trial_dir / "model")
-
-
 def _write_csv(path: Path, exp: Experiment, rows: list[dict[str, Any]]) -> Path:
     names = sorted({k for r in rows for k in r["params"]})
     header = ["number", "state", "kept", *exp.objective_names, *names, "seconds", "attempts", "reason", "model"]
@@ -274,8 +267,10 @@ def finish(folder: Path, exp: Experiment, quiet: bool = False, store: Store | No
     """Read the study, keep the best/Pareto models, write CSV, JSON and plots, print the table."""
     study = open_study(folder, exp, store=store)
     kept = {t.number for t in kept_trials(study)}
-    if exp.save_model:
-        clean_models(folder, kept)
+    if exp.save_model:  # keep only the saved models of the best trial or the Pareto set
+        for trial_dir in sorted((folder / "trials").glob("*")):
+            if trial_dir.name.isdigit() and int(trial_dir.name) not in kept and (trial_dir / "model").exists():
+                shutil.rmtree(trial_dir / "model")
     result = ExperimentResult(folder, exp.objectives or {"result": exp.target},
                               _rows(exp, study.get_trials(deepcopy=False), kept), sorted(kept))
     result.importance = importances(study, exp) if exp.params else {}

@@ -128,8 +128,14 @@ def parse_resource(kind: str, args: Mapping[str, Any], runtime_args: Mapping[str
 
 
 def check_resource_kind(value: Any) -> str:
-    """``resource``: one of :data:`RESOURCES`."""
-    return one_of(value, "resource", RESOURCES)
+    """``resource``: one of :data:`RESOURCES` (``gpu`` only where torch sees a CUDA device)."""
+    if one_of(value, "resource", RESOURCES) == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("resource: 'gpu' but torch sees no CUDA device on this machine "
+                              "(torch.cuda.is_available() is False); use 'cpu' or run where a GPU is visible.")
+    return value
 
 
 def shutdown_warning(resource: Resource) -> str | None:

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
 
 from slimkit.core.contract import SaveFn, SlimkitBatcher, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.engines.batching import attach_dynamic_batcher
 from slimkit.engines.batching.packing import PACK_MODES
-
-
-def _pad_token_id(model: torch.nn.Module) -> int:
-    pad = getattr(getattr(model, "config", None), "pad_token_id", None)
-    return pad if isinstance(pad, int) else 0
 
 
 @register
@@ -67,7 +61,8 @@ class DynamicBatch(SlimkitBatcher):
         return "It batches calls to a torch.nn.Module."
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
+        pad = getattr(getattr(model, "config", None), "pad_token_id", None)
         return attach_dynamic_batcher(model, int(smash_config["max_batch_size"]), float(smash_config["max_wait_ms"]),
-                                      int(smash_config["max_queue"]), _pad_token_id(model),
+                                      int(smash_config["max_queue"]), pad if isinstance(pad, int) else 0,
                                       float(smash_config["max_padding"]), str(smash_config["pack"]),
                                       int(smash_config["max_pack_tokens"]))

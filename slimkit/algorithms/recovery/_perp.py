@@ -82,14 +82,6 @@ def lora_hyperparameters() -> list:
     ]
 
 
-def is_causal_lm(model: Any) -> bool:
-    """A Hugging Face-style causal language model: ``...ForCausalLM`` / ``...LMHeadModel`` with a Linear head."""
-    if not isinstance(model, nn.Module) or not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
-        return False
-    getter = getattr(model, "get_output_embeddings", None)
-    return callable(getter) and isinstance(getter(), nn.Linear)
-
-
 def in_place_parameters(model: nn.Module) -> dict[str, list[str]]:
     """Names of the parameters PERP trains in place: ``norm`` (normalization layers), ``bias``, ``head``.
 
@@ -155,8 +147,11 @@ class PERPRecoverer(SlimkitRecoverer):
         return [*(lora_hyperparameters() if self.use_lora else []), *training_hyperparameters()]
 
     def model_check_fn(self, model: Any) -> bool:
-        """Needs a causal language model with a Linear output head."""
-        return is_causal_lm(model)
+        """A Hugging Face-style causal language model: ``...ForCausalLM`` / ``...LMHeadModel`` with a Linear head."""
+        if not isinstance(model, nn.Module) or not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
+            return False
+        getter = getattr(model, "get_output_embeddings", None)
+        return callable(getter) and isinstance(getter(), nn.Linear)
 
     def model_check_reason(self) -> str:
         """Which models are supported."""

@@ -13,12 +13,7 @@ from slimkit.engines.caching._lru import BoundedLRU
 
 
 def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def _crop(cache: Any, length: int) -> Any:

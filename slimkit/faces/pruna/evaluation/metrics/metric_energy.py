@@ -28,17 +28,6 @@ _ESTIMATED_MODES = {"cpu_load", "constant", "tdp"}  # codecarbon CPU modes that 
 _ENERGY_ONLY_COUNTRY = "USA"  # energy does not depend on the grid; codecarbon's offline tracker wants a country
 
 
-def _tracker_class() -> Any:
-    try:
-        from codecarbon import OfflineEmissionsTracker
-    except ImportError as exc:
-        raise MissingPackageError(
-            "energy_consumed and co2_emissions are measured with codecarbon, which is not installed: "
-            "pip install 'slimkit[eval]' (or pip install codecarbon)."
-        ) from exc
-    return OfflineEmissionsTracker
-
-
 class EnvironmentalImpactStats(SharedStats):
     """One codecarbon run shared by :class:`EnergyConsumedMetric` and :class:`CO2EmissionsMetric`."""
 
@@ -54,10 +43,17 @@ class EnvironmentalImpactStats(SharedStats):
 
     def measure(self, model: Any, dataloader: Any) -> dict[str, float | int]:
         """``{"energy_consumed": kWh, "co2_emissions": kg}`` of the timed forwards (CO2 None without a country)."""
-        tracker_class = _tracker_class()
+        try:
+            from codecarbon import OfflineEmissionsTracker
+        except ImportError as exc:
+            raise MissingPackageError(
+                "energy_consumed and co2_emissions are measured with codecarbon, which is not installed: "
+                "pip install 'slimkit[eval]' (or pip install codecarbon)."
+            ) from exc
         inputs = first_inputs(dataloader, self.device)
-        tracker = tracker_class(country_iso_code=self.country_iso_code or _ENERGY_ONLY_COUNTRY, measure_power_secs=0.1,
-                                output_methods=[], log_level="error", project_name="slimkit")
+        tracker = OfflineEmissionsTracker(country_iso_code=self.country_iso_code or _ENERGY_ONLY_COUNTRY,
+                                          measure_power_secs=0.1, output_methods=[], log_level="error",
+                                          project_name="slimkit")
         with torch.inference_mode():
             for _ in range(self.n_warmup_iterations):
                 run_inference(model, inputs)
