@@ -41,10 +41,9 @@ class GGUFWriter(ModelWriter):
         dtype = str(context.options["dtype"]) if context.options is not None else "f32"
         self.layout = GGUFLayout(context.model, context.tokenizer, dtype)
 
-    # ------------------------------------------------------------------------------------------ pieces
-    def _files(self, key: str) -> tuple[Path, Path]:
-        return self.folder / f"{key}.bin", self.folder / f"{key}.json"
+    piece_suffixes = (".bin", ".json")  # the tensors' bytes, then their index
 
+    # ------------------------------------------------------------------------------------------ pieces
     def _encode(self, name: str, value: Any) -> list[tuple[np.ndarray, Any]]:
         """Encoded chunks of one tensor: a big float matrix in row chunks (every GGUF type here is row-wise)."""
         float_type = self.layout.float_type
@@ -55,7 +54,7 @@ class GGUFWriter(ModelWriter):
 
     @torch.no_grad()
     def write(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:  # noqa: D102
-        data_file, index_file = self._files(key)
+        data_file, index_file = self.piece_files(key)
         index, offset = [], 0
         with atomic_file(data_file, suffix=".bin") as tmp, open(tmp, "wb") as out:
             for gguf_name, hf_name, value in self.layout.tensors(module, prefix, tied):
@@ -73,15 +72,10 @@ class GGUFWriter(ModelWriter):
             out.flush()
         write_json_atomic(index_file, index)  # written last: the piece counts as written once it exists
 
-    def written(self, key: str) -> bool:  # noqa: D102
-        data_file, index_file = self._files(key)
-        return index_file.is_file() and data_file.is_file()
-
     # ------------------------------------------------------------------------------------------ the file
     def finish(self, order: list[str] | None = None) -> dict[str, Any]:
         """Write ``model.gguf`` from the staged pieces (``order``: their keys) with metadata and tokenizer."""
-        keys = order if order is not None else sorted(p.stem for p in self.folder.glob("*.json"))
-        tensors = [(key, t) for key in keys for t in json.loads(self._files(key)[1].read_text())]
+        tensors = [(key, t) for key in self.piece_keys(order) for t in json.loads(self.piece_files(key)[1].read_text())]
         types = {t["name"]: (gguf.GGMLQuantizationType(t["raw"]).name if t["raw"] is not None
                              else gguf.GGMLQuantizationType[np.dtype(t["dtype"]).name.replace("float", "F")].name)
                  for _, t in tensors}
@@ -99,7 +93,7 @@ class GGUFWriter(ModelWriter):
             fout = writer.fout[0]
             writer.write_padding(fout, fout.tell())
             for key, t in tensors:
-                with open(self._files(key)[0], "rb") as source:
+                with open(self.piece_files(key)[0], "rb") as source:
                     source.seek(t["offset"])
                     copy_bytes(source, fout, t["nbytes"])
                 writer.write_padding(fout, t["nbytes"])

@@ -38,6 +38,7 @@ class HFCheckpointWriter(ModelWriter):
     """A Hugging Face folder in another tool's quantized layout, for the format object ``fmt`` (see the module doc)."""
 
     max_shard_bytes: int = DEFAULT_SHARD_BYTES
+    piece_suffixes = (".json", ".safetensors")  # the grids' record, then the tensors
 
     def __init__(self, stage: Path, context: WriteContext, fmt: Any) -> None:
         self.fmt = fmt
@@ -47,9 +48,6 @@ class HFCheckpointWriter(ModelWriter):
         self.out = self.stage / f"{self.format}-out"
         self._files: list[str] = []
         self._bytes = 0
-
-    def _piece(self, key: str) -> tuple[Path, Path]:
-        return self.folder / f"{key}.safetensors", self.folder / f"{key}.json"
 
     @torch.no_grad()
     def write(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:  # noqa: D102
@@ -68,18 +66,14 @@ class HFCheckpointWriter(ModelWriter):
         for block in checkpoint_blocks(module, self.fmt.layer_tensors, provisional, prefix, self.dtype,
                                        frozenset(tied)):
             tensors.update(block)
-        data, index = self._piece(key)
+        index, data = self.piece_files(key)
         write_json_atomic(index, record)
         save_tensors_atomic(tensors, data, fmt="pt")  # written last: the piece counts as written once it exists
-
-    def written(self, key: str) -> bool:  # noqa: D102
-        data, index = self._piece(key)
-        return data.is_file() and index.is_file()
 
     def _schemes(self, keys: list[str]) -> tuple[dict[str, WeightScheme], dict[str, int], dict[str, dict]]:
         records: dict[str, dict] = {}
         for key in keys:
-            records.update(json.loads(self._piece(key)[1].read_text()))
+            records.update(json.loads(self.piece_files(key)[0].read_text()))
         own = {n: WeightScheme(r["bits"], r["group_size"], r["sym"]) for n, r in records.items()}
         sizes = {n: int(r["layer_group_size"]) for n, r in records.items()}
         schemes = unify_schemes(own, sizes, {n: bool(r["single_group"]) for n, r in records.items()})
@@ -87,7 +81,7 @@ class HFCheckpointWriter(ModelWriter):
 
     def finish(self, order: list[str] | None = None) -> dict[str, Any]:
         """Shards from the staged pieces (``order``: their keys), the index and ``config.json`` in the stage."""
-        keys = order if order is not None else sorted(p.stem for p in self.folder.glob("*.safetensors"))
+        keys = self.piece_keys(order)
         schemes, sizes, records = self._schemes(keys)
         model = self.context.model
         packed_on_meta(model, records)
@@ -110,7 +104,7 @@ class HFCheckpointWriter(ModelWriter):
             group, group_bytes = [], 0
 
         for key in keys:  # a shard is flushed once its pieces reach max_shard_bytes
-            data = self._piece(key)[0]
+            data = self.piece_files(key)[1]
             group.append(data)
             group_bytes += data.stat().st_size
             if group_bytes >= self.max_shard_bytes:

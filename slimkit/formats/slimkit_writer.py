@@ -96,9 +96,6 @@ class SlimkitWriter(ModelWriter):
         super().__init__(stage, context)
         self._sha256: str | None = None
 
-    def _piece(self, key: str) -> Path:
-        return self.folder / f"{key}.safetensors"
-
     def write(self, key: str, prefix: str, module: nn.Module, tied: dict[str, str]) -> None:  # noqa: D102
         state = {f"{prefix}.{k}" if prefix else k: v for k, v in module.state_dict().items()}
         flat: dict[str, Any] = {}
@@ -106,16 +103,12 @@ class SlimkitWriter(ModelWriter):
             state.pop(name, None)
             flat.update(alias_entry(name, canonical))
         flat.update(flatten_state_dict(state))
-        save_tensors_atomic(flat, self._piece(key), fmt="pt")
-
-    def written(self, key: str) -> bool:  # noqa: D102
-        return self._piece(key).is_file()
+        save_tensors_atomic(flat, self.piece_files(key)[0], fmt="pt")
 
     def finish(self, order: list[str] | None = None) -> dict[str, Any]:
         """Concatenate the staged pieces (``order``: their keys; default all, sorted) into ``model.safetensors``."""
-        keys = order if order is not None else sorted(p.stem for p in self.folder.glob("*.safetensors"))
         target = self.stage / WEIGHTS_FILE
-        self._sha256 = concat_safetensors([self._piece(k) for k in keys], target,
+        self._sha256 = concat_safetensors([self.piece_files(k)[0] for k in self.piece_keys(order)], target,
                                           {"format": "pt", "slimkit_format": str(FORMAT_VERSION)})
         return {"files": [WEIGHTS_FILE], "bytes": target.stat().st_size, "sha256": self._sha256}
 

@@ -104,6 +104,8 @@ class ModelWriter(ABC):
 
     #: the name of the format written (an algorithm's ``stream_format``, a save's ``format=``)
     format: ClassVar[str]
+    #: the suffixes of a staged piece's files, the one written last (the piece counts as written once it exists) last
+    piece_suffixes: ClassVar[tuple[str, ...]] = (".safetensors",)
 
     def __init__(self, stage: Path, context: WriteContext) -> None:
         self.stage, self.context = Path(stage), context
@@ -161,9 +163,17 @@ class ModelWriter(ABC):
         another piece (written earlier) holds.
         """
 
-    @abstractmethod
+    def piece_files(self, key: str) -> list[Path]:
+        """The staged files of piece ``key``, one per :attr:`piece_suffixes`."""
+        return [self.folder / f"{key}{suffix}" for suffix in self.piece_suffixes]
+
     def written(self, key: str) -> bool:
         """Whether piece ``key`` is staged completely (a resumed run skips it)."""
+        return all(file.is_file() for file in self.piece_files(key))
+
+    def piece_keys(self, order: list[str] | None = None) -> list[str]:
+        """``order``, or else the keys of every piece staged completely, sorted."""
+        return order if order is not None else sorted(p.stem for p in self.folder.glob(f"*{self.piece_suffixes[-1]}"))
 
     @abstractmethod
     def finish(self) -> dict[str, Any]:

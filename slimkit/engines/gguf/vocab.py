@@ -65,18 +65,10 @@ def token_table(tokenizer: Any, vocab_size: int) -> tuple[list[str], list[int]]:
                           f"{vocab_size}; pass the tokenizer the model was trained with.")
     by_id = {i: t for t, i in vocab.items()}
     added = getattr(tokenizer, "added_tokens_decoder", {})
-    tokens, types = [], []
-    for i in range(vocab_size):
-        if i not in by_id:
-            tokens.append(f"[PAD{i}]")
-            types.append(gguf.TokenType.UNUSED)
-            continue
-        tokens.append(by_id[i])
-        if i in added:
-            types.append(gguf.TokenType.CONTROL if added[i].special else gguf.TokenType.USER_DEFINED)
-        else:
-            types.append(gguf.TokenType.NORMAL)
-    return tokens, types
+    types = [gguf.TokenType.UNUSED if i not in by_id else gguf.TokenType.NORMAL if i not in added
+             else gguf.TokenType.CONTROL if added[i].special else gguf.TokenType.USER_DEFINED
+             for i in range(vocab_size)]
+    return [by_id.get(i, f"[PAD{i}]") for i in range(vocab_size)], types
 
 
 def add_tokenizer(writer: gguf.GGUFWriter, tokenizer: Any, vocab_size: int) -> None:
