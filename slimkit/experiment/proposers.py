@@ -52,14 +52,19 @@ REFUSED = {"eas": ("efficient architecture search (EAS, network transformations 
 #: proposers whose pruner stops trials from the intermediate values the script reports
 MULTI_FIDELITY = ("hyperband", "bohb")
 SPEARMINT_ENGINES = ("GPEIOptChooser", "GPEIChooser", "GPEIperSecChooser", "GPConstrainedEIChooser")
-#: each proposer's own fields and defaults
-PROPOSER_FIELDS: dict[str, dict[str, Any]] = {
-    "hyperband": {"max_iter": 81, "eta": 3, "skip_last": 0, "engine": "random"},
-    "hyperopt": {"engine": "tpe"},
-    "bohb": {"min_budget": 0.01, "max_budget": 1, "eta": 3, "n_iterations": 4, "min_points_in_model": None,
-             "top_n_percent": 15, "num_samples": 64, "random_fraction": 1 / 3, "bandwidth_factor": 3,
-             "min_bandwidth": 0.001},
-    "spearmint": {"engine": "GPEIOptChooser", "grid_size": 20000, "engine_config": {}, "spearmint_dir": None},
+#: each proposer's own fields: name -> (default, rule); a rule is the allowed values, or ``(low, whole, high)`` of a
+#: number (None: the field is checked by :func:`parse_proposer_options` itself)
+PROPOSER_FIELDS: dict[str, dict[str, tuple[Any, Any]]] = {
+    "hyperband": {"max_iter": (81, (1, True, None)), "eta": (3, (2, True, None)), "skip_last": (0, (0, True, 1)),
+                  "engine": ("random", ("random", "tpe", "hyperopt"))},
+    "hyperopt": {"engine": ("tpe", ("tpe", "random"))},
+    "bohb": {"min_budget": (0.01, (1e-9, False, None)), "max_budget": (1, (1e-9, False, None)),
+             "eta": (3, (2, True, None)), "n_iterations": (4, (1, True, None)),
+             "min_points_in_model": (None, (1, True, None)), "top_n_percent": (15, (1, True, 99)),
+             "num_samples": (64, (1, True, None)), "random_fraction": (1 / 3, (0, False, 1)),
+             "bandwidth_factor": (3, (0, False, None)), "min_bandwidth": (0.001, (0, False, None))},
+    "spearmint": {"engine": ("GPEIOptChooser", SPEARMINT_ENGINES), "grid_size": (20000, (1, True, None)),
+                  "engine_config": ({}, None), "spearmint_dir": (None, None)},
 }
 ALL_FIELDS = tuple(sorted({k for fields in PROPOSER_FIELDS.values() for k in fields}))
 
@@ -84,36 +89,23 @@ def parse_proposer_options(raw: Mapping[str, Any], proposer: str) -> dict[str, A
             owners = [p for p, fields in PROPOSER_FIELDS.items() if key in fields]
             raise ConfigError(f"{key}: belongs to the {' / '.join(owners)} proposer, but this experiment's proposer is "
                               f"{proposer!r}; remove it or set \"proposer\": {owners[0]!r}.")
-    if proposer == "hyperband":
-        return {"max_iter": _number(raw, "max_iter", 81, 1, integer=True), "eta": _number(raw, "eta", 3, 2, True),
-                "skip_last": _number(raw, "skip_last", 0, 0, True, 1),
-                "engine": one_of(raw.get("engine", "random"), "engine", ("random", "tpe", "hyperopt"))}
-    if proposer == "hyperopt":
-        return {"engine": one_of(raw.get("engine", "tpe"), "engine", ("tpe", "random"))}
-    if proposer == "bohb":
-        options = {"min_budget": _number(raw, "min_budget", 0.01, 1e-9), "max_budget": _number(raw, "max_budget", 1,
-                                                                                                 1e-9),
-                   "eta": _number(raw, "eta", 3, 2, True), "n_iterations": _number(raw, "n_iterations", 4, 1, True),
-                   "min_points_in_model": _number(raw, "min_points_in_model", None, 1, True),
-                   "top_n_percent": _number(raw, "top_n_percent", 15, 1, True, 99),
-                   "num_samples": _number(raw, "num_samples", 64, 1, True),
-                   "random_fraction": _number(raw, "random_fraction", 1 / 3, 0, high=1),
-                   "bandwidth_factor": _number(raw, "bandwidth_factor", 3, 0),
-                   "min_bandwidth": _number(raw, "min_bandwidth", 0.001, 0)}
-        if options["min_budget"] > options["max_budget"]:
-            raise ConfigError(f"min_budget: {options['min_budget']!r} exceeds max_budget {options['max_budget']!r}.")
-        return options
+    options = {}
+    for key, (default, rule) in own.items():
+        if rule is None:
+            options[key] = raw.get(key, default)
+        elif isinstance(rule[0], str):
+            options[key] = one_of(raw.get(key, default), key, rule)
+        else:
+            options[key] = _number(raw, key, default, *rule)
+    if proposer == "bohb" and options["min_budget"] > options["max_budget"]:
+        raise ConfigError(f"min_budget: {options['min_budget']!r} exceeds max_budget {options['max_budget']!r}.")
     if proposer == "spearmint":
-        config = raw.get("engine_config", {})
-        if not isinstance(config, Mapping):
-            raise ConfigError(f"engine_config: an object of chooser settings; got {config!r}.")
-        folder = raw.get("spearmint_dir")
-        if folder is not None and not isinstance(folder, str):
-            raise ConfigError(f"spearmint_dir: a folder name; got {folder!r}.")
-        return {"engine": one_of(raw.get("engine", "GPEIOptChooser"), "engine", SPEARMINT_ENGINES),
-                "grid_size": _number(raw, "grid_size", 20000, 1, True), "engine_config": dict(config),
-                "spearmint_dir": folder}
-    return {}
+        if not isinstance(options["engine_config"], Mapping):
+            raise ConfigError(f"engine_config: an object of chooser settings; got {options['engine_config']!r}.")
+        options["engine_config"] = dict(options["engine_config"])
+        if options["spearmint_dir"] is not None and not isinstance(options["spearmint_dir"], str):
+            raise ConfigError(f"spearmint_dir: a folder name; got {options['spearmint_dir']!r}.")
+    return options
 
 
 def check_proposer(raw: Mapping[str, Any], n_objectives: int) -> str:
