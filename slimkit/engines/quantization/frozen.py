@@ -19,7 +19,7 @@ from slimkit.core.weights import CONV1D, target_kind
 from slimkit.engines.quantization.config import QuantizationConfigError
 from slimkit.engines.quantization.grad import QuantType
 from slimkit.engines.quantization.observers import dequantize, fake_quantize
-from slimkit.engines.quantization.wrapper import QuantizerModuleWrapper, run_with_weight
+from slimkit.engines.quantization.wrapper import QuantizerModuleWrapper, quantized_forward
 from slimkit.utils import model_device
 
 LayerSpec = dict[str, Any]  # {"bits": {type: int}, "shapes": {buffer: [dims]}, "dtype": str}
@@ -118,15 +118,7 @@ class QuantizedLayer(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Fake-quantize the input, run the layer on the dequantized weight, fake-quantize the output."""
-        if "input" in self.bits and args and isinstance(args[0], torch.Tensor):
-            args = (self._act(args[0], "input"), *args[1:])
-        if "weight" in self.bits:
-            output = run_with_weight(self.module, self.dequantized_weight(), args, kwargs, self.kind)
-        else:
-            output = self.module(*args, **kwargs)
-        if "output" in self.bits and isinstance(output, torch.Tensor):
-            output = self._act(output, "output")
-        return output
+        return quantized_forward(self.module, self.kind, self.bits, args, kwargs, self._act, self.dequantized_weight)
 
     def extra_repr(self) -> str:
         """Show the layer name and bit widths."""

@@ -81,22 +81,3 @@ def dequantize(codes: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tenso
 def fake_quantize(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, bits: int) -> torch.Tensor:
     """Quantize then dequantize ``x`` (no gradient path; wrap it in a QuantGrad for training)."""
     return dequantize(quantize_codes(x, scale, zero_point, bits), scale, zero_point).to(x.dtype)
-
-
-@torch.no_grad()
-def ema_update(
-    tracked_min: torch.Tensor, tracked_max: torch.Tensor, observed: torch.Tensor, x: torch.Tensor, decay: float
-) -> None:
-    """Update an exponential-moving-average range in place from batch ``x``.
-
-    ``observed`` is a 0-d counter buffer: on the first batch the range is set to the batch's min/max, after
-    that ``tracked = decay * tracked + (1 - decay) * batch``. All three are buffers, so they save and load.
-    """
-    low, high = x.detach().min().float(), x.detach().max().float()
-    if int(observed) == 0:
-        tracked_min.fill_(low)
-        tracked_max.fill_(high)
-    else:
-        tracked_min.mul_(decay).add_(low * (1.0 - decay))
-        tracked_max.mul_(decay).add_(high * (1.0 - decay))
-    observed.add_(1)

@@ -14,7 +14,6 @@ from slimkit.engines.quantization.grad import ClipGrad, QuantType
 from slimkit.engines.quantization.observers import (
     affine_qparams,
     channel_min_max,
-    ema_update,
     fake_quantize,
     symmetric_qparams,
 )
@@ -112,11 +111,8 @@ class QATEngine(Quantizer):
         """Observe activations (train mode), then fake-quantize them once active; weights always."""
         if quant_type is not QuantType.WEIGHT:
             name = quant_type.value
-            if wrapper.training and wrapper.channel_wise.get(name):
-                _channel_ema_update(wrapper, name, tensor, self.ema_decay)
-            elif wrapper.training:
-                ema_update(getattr(wrapper, f"{name}_tracked_min"), getattr(wrapper, f"{name}_tracked_max"),
-                           getattr(wrapper, f"{name}_observed"), tensor, self.ema_decay)
+            if wrapper.training:
+                _ema_update(wrapper, name, tensor, self.ema_decay, bool(wrapper.channel_wise.get(name)))
             if not self._active(wrapper, quant_type):
                 return tensor
         return super().quantize(tensor, quant_type, wrapper)
@@ -159,20 +155,33 @@ class QATEngine(Quantizer):
 
 
 @torch.no_grad()
-def _channel_ema_update(wrapper: QuantizerModuleWrapper, name: str, x: torch.Tensor, decay: float) -> None:
-    """:func:`ema_update` with one range per channel (dim 1): ranges ``[1, C, 1, ...]``, reset if ``C`` changes."""
-    if x.dim() < 2:
-        raise QuantizationConfigError(f"Layer {wrapper.name!r}: a per-channel {name} needs a batch and a channel "
-                                      f"dimension (dim 1), got a tensor of shape {tuple(x.shape)}.")
-    channels = x.detach().transpose(0, 1).reshape(x.shape[1], -1).float()
-    shape = (1, x.shape[1], *([1] * (x.dim() - 2)))
-    low, high = channels.min(dim=1).values.reshape(shape), channels.max(dim=1).values.reshape(shape)
+def _ema_update(wrapper: QuantizerModuleWrapper, name: str, x: torch.Tensor, decay: float, per_channel: bool) -> None:
+    """Move the ``name`` range tracked on ``wrapper`` towards batch ``x``'s: one range, or one per channel (dim 1).
+
+    The first batch sets the range, later ones update ``tracked = decay * tracked + (1 - decay) * batch``. Ranges
+    per channel are ``[1, C, 1, ...]``, set again from the batch when ``C`` changes. All are buffers (saved).
+    """
+    x = x.detach()
+    if per_channel:
+        if x.dim() < 2:
+            raise QuantizationConfigError(f"Layer {wrapper.name!r}: a per-channel {name} needs a batch and a "
+                                          f"channel dimension (dim 1), got a tensor of shape {tuple(x.shape)}.")
+        channels = x.transpose(0, 1).reshape(x.shape[1], -1).float()
+        shape = (1, x.shape[1], *([1] * (x.dim() - 2)))
+        low, high = channels.min(dim=1).values.reshape(shape), channels.max(dim=1).values.reshape(shape)
+    else:
+        low, high = x.min().float(), x.max().float()
+    tracked_min, tracked_max = getattr(wrapper, f"{name}_tracked_min"), getattr(wrapper, f"{name}_tracked_max")
     observed = getattr(wrapper, f"{name}_observed")
-    if int(observed) == 0 or getattr(wrapper, f"{name}_tracked_min").shape != shape:
+    if per_channel and tracked_min.shape != low.shape:
         setattr(wrapper, f"{name}_tracked_min", low)
         setattr(wrapper, f"{name}_tracked_max", high)
         observed.fill_(1)
-        return
-    getattr(wrapper, f"{name}_tracked_min").mul_(decay).add_(low * (1.0 - decay))
-    getattr(wrapper, f"{name}_tracked_max").mul_(decay).add_(high * (1.0 - decay))
-    observed.add_(1)
+    elif int(observed) == 0:
+        tracked_min.copy_(low)
+        tracked_max.copy_(high)
+        observed.fill_(1)
+    else:
+        tracked_min.mul_(decay).add_(low * (1.0 - decay))
+        tracked_max.mul_(decay).add_(high * (1.0 - decay))
+        observed.add_(1)

@@ -12,6 +12,7 @@ Quantizers see a dense layer's weight as ``[out, in]`` (:func:`slimkit.core.weig
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -39,6 +40,18 @@ def run_with_weight(module: nn.Module, weight: torch.Tensor, args: tuple, kwargs
     if kind == CONV1D:
         weight = weight.t()
     return functional_call(module, {"weight": weight}, args, kwargs)
+
+
+def quantized_forward(module: nn.Module, kind: str | None, types: Collection[str], args: tuple, kwargs: dict[str, Any],
+                      activation: Callable[[torch.Tensor, str], torch.Tensor],
+                      weight: Callable[[], torch.Tensor]) -> Any:
+    """``module``'s forward with the tensors ``types`` lists quantized (``activation(x, "input")``, ``weight()``)."""
+    if "input" in types and args and isinstance(args[0], torch.Tensor):
+        args = (activation(args[0], "input"), *args[1:])
+    output = run_with_weight(module, weight(), args, kwargs, kind) if "weight" in types else module(*args, **kwargs)
+    if "output" in types and isinstance(output, torch.Tensor):
+        output = activation(output, "output")
+    return output
 
 
 class QuantizerModuleWrapper(nn.Module):
@@ -85,17 +98,9 @@ class QuantizerModuleWrapper(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """Quantize input, weight and output as configured around the wrapped layer's forward."""
-        types = self.config["quant_types"]
-        if "input" in types and args and isinstance(args[0], torch.Tensor):
-            args = (self.quantizer.quantize(args[0], QuantType.INPUT, self), *args[1:])
-        if "weight" in types:
-            weight = self.quantizer.quantize(self.layer_weight(), QuantType.WEIGHT, self)
-            output = run_with_weight(self.module, weight, args, kwargs, self.kind)
-        else:
-            output = self.module(*args, **kwargs)
-        if "output" in types and isinstance(output, torch.Tensor):
-            output = self.quantizer.quantize(output, QuantType.OUTPUT, self)
-        return output
+        return quantized_forward(self.module, self.kind, self.config["quant_types"], args, kwargs,
+                                 lambda x, t: self.quantizer.quantize(x, QuantType(t), self),
+                                 lambda: self.quantizer.quantize(self.layer_weight(), QuantType.WEIGHT, self))
 
     def extra_repr(self) -> str:
         """Show the layer name, type and bit widths."""
