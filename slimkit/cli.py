@@ -139,8 +139,7 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 def _cmd_zoo(args: argparse.Namespace) -> int:
     from slimkit import zoo
 
-    for name in zoo.names():
-        print(name)
+    print("\n".join(zoo.names()))
     return 0
 
 
@@ -149,8 +148,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     result = run_experiment(args.experiment, automatic=args.automatic, folder=args.output, storage=args.storage,
                             heartbeat_interval=args.heartbeat_interval, worker=args.command == "worker")
-    counts = result.counts()
-    return 0 if counts.get("complete", 0) else 1
+    return 0 if result.counts().get("complete", 0) else 1
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -106,10 +106,6 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
 
 
-def _backups(final: Path) -> list[Path]:
-    return sorted(p / "old" for p in final.parent.glob(f".{final.name}.old-*") if (p / "old").is_dir())
-
-
 def recover_directory(final: str | os.PathLike) -> bool:
     """Put back the previous ``final`` folder if a replacing write was killed between its two renames.
 
@@ -119,7 +115,7 @@ def recover_directory(final: str | os.PathLike) -> bool:
     final = Path(final)
     if final.exists():
         return False
-    for backup in _backups(final):
+    for backup in sorted(p / "old" for p in final.parent.glob(f".{final.name}.old-*") if (p / "old").is_dir()):
         try:
             os.replace(backup, final)
         except OSError:

@@ -19,13 +19,6 @@ from slimkit.zoo.sources import FACTORY_ATTR, rebuild_from_factory
 REBUILT_KINDS = ("zoo", "hf")
 
 
-def _float_dtype(model: torch.nn.Module) -> str | None:
-    for p in model.parameters():
-        if p.is_floating_point():
-            return str(p.dtype).split(".")[-1]
-    return None
-
-
 def _unsaved_buffer_dtypes(model: torch.nn.Module) -> dict[str, str]:
     """The dtype of each floating buffer not in the state dict (rotary ``inv_freq``...), restored by a rebuild."""
     try:
@@ -44,7 +37,8 @@ def describe_base(model: torch.nn.Module) -> dict[str, Any]:
     (an imported compressed-tensors or GPTQ checkpoint) are recorded under ``"packed"`` and rebuilt on load.
     """
     cls_path = f"{type(model).__module__}.{type(model).__qualname__}"
-    spec: dict[str, Any] = {"dtype": _float_dtype(model), "class": cls_path}
+    dtype = next((str(p.dtype).split(".")[-1] for p in model.parameters() if p.is_floating_point()), None)
+    spec: dict[str, Any] = {"dtype": dtype, "class": cls_path}
     packed = {n: m.spec() for n, m in model.named_modules() if isinstance(m, PackedLinear)}
     if packed:  # a model that arrived with packed layers (an imported checkpoint): part of its architecture
         spec["packed"] = packed
