@@ -191,13 +191,10 @@ def measure_latency_pair(
     with set_threads(threads), torch.inference_mode(), eval_mode(base), eval_mode(smashed):
         for timer in timers:
             timer.run(warmup)
-        round_index = 0
-        while len(samples[0]) < repeats:
-            n = min(block, repeats - len(samples[0]))
-            order = (0, 1) if round_index % 2 == 0 else (1, 0)
-            for which in order:
+        while len(samples[0]) < repeats:  # every round but the last adds ``block`` samples: A B, then B A...
+            n, rounds = min(block, repeats - len(samples[0])), len(samples[0]) // block
+            for which in (0, 1) if rounds % 2 == 0 else (1, 0):
                 samples[which].extend(timers[which].run(n))
-            round_index += 1
     batch = batch_size_of(inputs)
     base_lat, smashed_lat = (Latency.from_samples(s, warmup=warmup, threads=threads, batch_size=batch) for s in samples)
     return base_lat, smashed_lat

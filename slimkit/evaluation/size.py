@@ -50,11 +50,6 @@ def state_bytes(model: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in state_tensors(model).values())
 
 
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*")
-               if p.is_file() and p.relative_to(path).parts[0] not in _NOT_MODEL)
-
-
 def _safetensors_size(model: nn.Module, folder: Path) -> int:
     from safetensors.torch import save_file
 
@@ -81,7 +76,8 @@ def size_on_disk(model: Any) -> int:
         if callable(saver):
             try:
                 saver(str(folder / "saved"))
-                return _dir_size(folder / "saved")
+                return sum(p.stat().st_size for p in (folder / "saved").rglob("*")
+                           if p.is_file() and p.relative_to(folder / "saved").parts[0] not in _NOT_MODEL)
             except Exception as exc:
                 if not isinstance(model, nn.Module):
                     raise SaveLoadError(

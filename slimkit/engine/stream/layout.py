@@ -74,10 +74,6 @@ def _pattern(source: str) -> re.Pattern[str]:
     return re.compile(re.escape(source).replace(r"\*", r"(\d+)"))
 
 
-def _op_names(transform: Any) -> list[str]:
-    return [f"{type(op).__name__}(dim={getattr(op, 'dim', '?')})" for op in getattr(transform, "operations", [])]
-
-
 def stored_layout(model: nn.Module, wanted: list[str], stored: set[str]) -> tuple[dict[str, str], dict[str, Merged]]:
     """For the model tensors ``wanted`` absent from ``stored``: ``(renamed, merged)``.
 
@@ -116,7 +112,7 @@ def stored_layout(model: nn.Module, wanted: list[str], stored: set[str]) -> tupl
         if n in renamed or n not in groups:
             continue
         t, found = rules[n], groups[n]
-        ops = _op_names(t)
+        ops = [f"{type(op).__name__}(dim={getattr(op, 'dim', '?')})" for op in getattr(t, "operations", [])]
         if ops not in (["MergeModulelist(dim=0)"], ["MergeModulelist(dim=0)", "Concatenate(dim=1)"]):
             raise ModelNotSupportedError(
                 f"{type(model).__name__} builds {n} from its stored tensors with {', '.join(ops)}, which streaming "
