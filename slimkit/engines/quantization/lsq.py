@@ -112,8 +112,8 @@ class LsqEngine(Quantizer):
         return self._quantize(output, wrapper, QuantType.OUTPUT)
 
     def step(self) -> None:
-        """Count the step and keep every learned step size positive."""
+        """Count the step and keep every learned step size positive (what a subclass adds may take any sign)."""
         super().step()
         with torch.no_grad():
-            for param in self.parameters():
+            for param in LsqEngine.parameters(self):
                 param.clamp_(min=1e-8)

@@ -7,7 +7,6 @@ import math
 import torch
 from torch import nn
 
-from slimkit.engines.quantization.compressor import Quantizer
 from slimkit.engines.quantization.grad import QuantType, grad_scale, round_ste
 from slimkit.engines.quantization.lsq import LsqEngine
 from slimkit.engines.quantization.observers import qmax_for
@@ -73,10 +72,3 @@ class LsqPlusEngine(LsqEngine):
             zero_point = getattr(wrapper, f"{name}_zero_point")
             zero_point.fill_(min(max(round(-float(offset) / float(step)), 0), qmax))
         return (codes * s + offset).to(x.dtype)
-
-    def step(self) -> None:
-        """Count the step and keep every learned step size positive (an offset may take any sign)."""
-        Quantizer.step(self)
-        with torch.no_grad():
-            for param in LsqEngine.parameters(self):
-                param.clamp_(min=1e-8)

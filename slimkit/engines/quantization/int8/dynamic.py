@@ -16,6 +16,7 @@ from torch import nn
 
 from slimkit.core.selection import matches
 from slimkit.core.weights import DENSE, Target, weight_of
+from slimkit.engines.quantization.int8.linear import use_fbgemm
 
 #: The target kinds int8_dynamic quantizes (MoE experts are not among them yet).
 KINDS: tuple[str, ...] = DENSE
@@ -60,8 +61,7 @@ def quantize_named(model: nn.Module, names: Iterable[str], per_channel: bool) ->
             quantize_dynamic,
         )
 
-        engines = torch.backends.quantized.supported_engines
-        torch.backends.quantized.engine = "fbgemm" if "fbgemm" in engines else "qnnpack"
+        use_fbgemm()
         qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
         return quantize_dynamic(model, qconfig_spec=dict.fromkeys(names, qconfig), dtype=torch.qint8, inplace=True)
 
