@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from slimkit.data.images import to_chw_float
+from slimkit.data.images import resize_short_side, to_chw_float
 from slimkit.data.utils import DictDataset, split_train_into_train_val_test
 from slimkit.errors import DataError, MissingPackageError
 
@@ -42,11 +42,7 @@ PHOTO_NAMES: tuple[str, ...] = ("chelsea", "coffee", "astronaut", "rocket", "cam
 
 def _ten_crops(image: torch.Tensor, size: int = 224, resize: int = 256) -> list[torch.Tensor]:
     """Centre and corner crops of ``image`` ([3, H, W] in [0, 1]) after resizing its shorter side, and mirrors."""
-    h, w = image.shape[1:]
-    scale = resize / min(h, w)
-    new_hw = (max(size, round(h * scale)), max(size, round(w * scale)))
-    image = torch.nn.functional.interpolate(image[None], size=new_hw, mode="bilinear", align_corners=False,
-                                            antialias=True)[0]
+    image = resize_short_side(image, resize, least=size)
     h, w = image.shape[1:]
     corners = [((h - size) // 2, (w - size) // 2), (0, 0), (0, w - size), (h - size, 0), (h - size, w - size)]
     crops = [image[:, t : t + size, left : left + size].clamp(0, 1).contiguous() for t, left in corners]

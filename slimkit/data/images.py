@@ -65,20 +65,22 @@ def to_chw_float(image: Any) -> torch.Tensor:
     )
 
 
+def resize_short_side(image: torch.Tensor, short: int, least: int | None = None) -> torch.Tensor:
+    """``[C, H, W]`` resized (antialiased bilinear) so its shorter side is ``short``, no side below ``least``."""
+    height, width = image.shape[1:]
+    scale, least = short / min(height, width), short if least is None else least
+    new = (max(least, round(height * scale)), max(least, round(width * scale)))
+    if new == (height, width):
+        return image
+    return F.interpolate(image[None], size=new, mode="bilinear", align_corners=False, antialias=True)[0]
+
+
 def resize_center_crop(image: torch.Tensor, size: int) -> torch.Tensor:
     """Resize a ``[C, H, W]`` tensor so its shorter side is ``size`` (antialiased bilinear), then centre-crop."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise DataError(f"img_size must be a positive int; got {size!r}.")
-    _, height, width = image.shape
-    if (height, width) == (size, size):
-        return image
-    scale = size / min(height, width)
-    new_h, new_w = max(size, round(height * scale)), max(size, round(width * scale))
-    if (new_h, new_w) != (height, width):
-        image = F.interpolate(
-            image.unsqueeze(0), size=(new_h, new_w), mode="bilinear", align_corners=False, antialias=True
-        ).squeeze(0)
-    top, left = (new_h - size) // 2, (new_w - size) // 2
+    image = resize_short_side(image, size)
+    top, left = (image.shape[1] - size) // 2, (image.shape[2] - size) // 2
     return image[:, top : top + size, left : left + size]
 
 

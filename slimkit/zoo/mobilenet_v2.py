@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from slimkit.data.images import resize_short_side
 from slimkit.errors import DataError
 from slimkit.zoo._common import package_folder, require
 from slimkit.zoo.registry import ZooModel
@@ -108,11 +109,8 @@ def imagenet_preprocess(np_image: np.ndarray, size: int = 224, resize: int = 256
     x = torch.from_numpy(np.ascontiguousarray(arr[..., :3])).permute(2, 0, 1).float()
     if arr.dtype == np.uint8:
         x = x / 255.0
-    h, w = x.shape[1:]
-    scale = resize / min(h, w)
-    new_hw = (max(size, round(h * scale)), max(size, round(w * scale)))
-    x = F.interpolate(x[None], size=new_hw, mode="bilinear", align_corners=False, antialias=True)
-    top, left = (new_hw[0] - size) // 2, (new_hw[1] - size) // 2
+    x = resize_short_side(x, resize, least=size)[None]
+    top, left = (x.shape[2] - size) // 2, (x.shape[3] - size) // 2
     x = x[:, :, top : top + size, left : left + size]
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
