@@ -35,22 +35,9 @@ from slimkit.engines.quantization.experts import (
     saved_experts,
 )
 from slimkit.engines.quantization.lowbit import native
-from slimkit.engines.quantization.lowbit.linear import SCALE_DTYPE, n_groups
+from slimkit.engines.quantization.lowbit.linear import SCALE_DTYPE, dequantize_packed, n_groups
 from slimkit.engines.quantization.lowbit.packing import check_bits, pack, packed_length, unpack
 from slimkit.errors import ConfigError
-
-
-def dequantize_packed(qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bits: int, group_size: int,
-                      in_features: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``(q - z) * s`` of one packed ``[out, bytes]`` weight as a dense ``[out, in]`` tensor (built on demand)."""
-    out_f, groups = scales.shape
-    q = unpack(qweight, bits, in_features)
-    if in_features % group_size:
-        q = F.pad(q, (0, groups * group_size - in_features))
-    q = q.view(out_f, groups, group_size).to(dtype)
-    s = scales.to(dtype).unsqueeze(-1)
-    w = torch.addcmul(-zeros.to(dtype).unsqueeze(-1) * s, q, s)
-    return w.view(out_f, groups * group_size)[:, :in_features]
 
 
 class PackedExperts(QuantizedExperts):

@@ -45,6 +45,19 @@ def n_groups(in_features: int, group_size: int) -> int:
     return -(-in_features // group_size)
 
 
+def dequantize_packed(qweight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, bits: int, group_size: int,
+                      in_features: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``(q - z) * s`` of one packed ``[out, bytes]`` weight as a dense ``[out, in]`` tensor (built on demand)."""
+    out_f, groups = scales.shape
+    q = unpack(qweight, bits, in_features)
+    if in_features % group_size:
+        q = F.pad(q, (0, groups * group_size - in_features))
+    q = q.view(out_f, groups, group_size).to(dtype)
+    s = scales.to(dtype).unsqueeze(-1)
+    w = torch.addcmul(-zeros.to(dtype).unsqueeze(-1) * s, q, s)
+    return w.view(out_f, groups * group_size)[:, :in_features]
+
+
 class PackedLinear(nn.Module):
     """``y = x @ dequant(qweight)^T + bias`` with a weight stored at ``bits`` bits per value."""
 
@@ -119,14 +132,8 @@ class PackedLinear(nn.Module):
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The weight ``(q - z) * s`` as a dense ``[out, in]`` tensor (built on demand, never cached)."""
         dtype = dtype or (self.bias.dtype if self.bias is not None else torch.float32)
-        gs, groups = self.group_size, self.scales.shape[1]
-        q = self.codes()
-        if self.in_features % gs:
-            q = F.pad(q, (0, groups * gs - self.in_features))
-        q = q.view(self.out_features, groups, gs).to(dtype)
-        scales = self.scales.to(dtype).unsqueeze(-1)
-        w = torch.addcmul(-self.zeros.to(dtype).unsqueeze(-1) * scales, q, scales)
-        return w.view(self.out_features, groups * gs)[:, : self.in_features]
+        return dequantize_packed(self.qweight, self.scales, self.zeros, self.bits, self.group_size, self.in_features,
+                                 dtype)
 
     #: ``{(input shape, dtype): (weight or None, call)}`` once the CUDA dispatch ran a shape (:meth:`direct_calls`)
     _direct: dict | None = None
