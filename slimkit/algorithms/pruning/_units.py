@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
+from slimkit.algorithms.pruning._framework import LAYER_TYPES
 from slimkit.algorithms.pruning._search import training_hyperparameters
 from slimkit.algorithms.pruning._selection import integer, resolve_dummy_input
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
@@ -24,8 +25,6 @@ from slimkit.engines.pruning.channel_units import ChannelUnits
 from slimkit.engines.speedup import apply_kept_channels
 from slimkit.errors import ConfigError
 from slimkit.training import default_loss, fit, make_optimizer
-
-_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
 
 class UnitPruner(SlimkitPruner):
@@ -52,7 +51,7 @@ class UnitPruner(SlimkitPruner):
 
     def model_check_fn(self, model: Any) -> bool:
         """Needs Conv/Linear layers."""
-        return isinstance(model, nn.Module) and any(isinstance(m, _LAYERS) for m in model.modules())
+        return isinstance(model, nn.Module) and any(isinstance(m, LAYER_TYPES) for m in model.modules())
 
     def model_check_reason(self) -> str:
         """Which models are supported."""
