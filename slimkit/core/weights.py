@@ -87,9 +87,8 @@ def expert_params(module: nn.Module) -> tuple[str, ...]:
     n = getattr(module, "num_experts", None)
     if not isinstance(n, int) or n < 1:
         return ()
-    names = tuple(name for name, p in module.named_parameters(recurse=False)
-                  if p.dim() == 3 and p.shape[0] == n and p.is_floating_point())
-    return names
+    return tuple(name for name, p in module.named_parameters(recurse=False)
+                 if p.dim() == 3 and p.shape[0] == n and p.is_floating_point())
 
 
 def target_kind(module: nn.Module) -> str | None:

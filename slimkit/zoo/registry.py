@@ -71,6 +71,9 @@ def _entry(name: Any) -> ModuleType:
     return importlib.import_module(f"{__package__}.{_ENTRIES[name]}")
 
 
+_WANTED = {bool: "a bool", int: "a positive int", float: "a non-negative number"}
+
+
 def _check_value(name: str, key: str, value: Any, default: Any) -> None:
     if isinstance(default, bool):
         ok = isinstance(value, bool)
@@ -81,11 +84,7 @@ def _check_value(name: str, key: str, value: Any, default: Any) -> None:
     else:
         ok = isinstance(value, type(default))
     if not ok:
-        want = {bool: "a bool", int: "a positive int", float: "a non-negative number"}.get(
-            type(default), type(default).__name__
-        )
-        if key == "seed":
-            want = "an int >= 0"
+        want = "an int >= 0" if key == "seed" else _WANTED.get(type(default), type(default).__name__)
         raise ConfigError(f"zoo model {name!r}: {key}={value!r} is invalid; it must be {want} (default {default!r}).")
 
 

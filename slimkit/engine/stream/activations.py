@@ -10,6 +10,7 @@ in-memory items there: a run killed later resumes from that file (:meth:`restore
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -40,9 +41,7 @@ class SpillingStore(InputStore):
         self.shapes = [tuple(item.args[0].shape) for item in items]
         self.sizes = [int(torch.Size(s).numel()) * first.element_size() for s in self.shapes]
         self.offsets = [sum(self.sizes[:i]) for i in range(len(items))]
-        self.in_ram = 0
-        while self.in_ram < len(items) and sum(self.sizes[: self.in_ram + 1]) <= ram_bytes:
-            self.in_ram += 1
+        self.in_ram = sum(1 for total in itertools.accumulate(self.sizes) if total <= ram_bytes)  # the first that fit
         self.current = 0
         self._fds = [os.open(self._file(p), os.O_RDWR | os.O_CREAT, 0o644) for p in (0, 1)]
         self._device_kwargs: dict[int, dict] = {}
