@@ -65,8 +65,7 @@ class SmashConfig(PrunaConfigFace):
                         f"SmashConfig({{{name!r}: {hps!r}}}): hyperparameters must be a dict such as "
                         f"{{{name!r}: {{'<hyperparameter>': value}}}}."
                     )
-                for key, value in hps.items():
-                    self[f"{name}_{key}"] = value
+                self.add(name, hps)  # Pruna's add(name, hyperparameters)
         elif isinstance(algorithms, (list, tuple)):
             for name in algorithms:
                 self.activate(name)

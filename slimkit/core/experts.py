@@ -32,10 +32,11 @@ __all__ = ["ExpertsLayout", "call_macs", "dense_weights", "experts_layout", "moe
 
 #: The word a coverage reason starts with (the same as :data:`slimkit.core.weights.UNSUPPORTED`).
 _UNSUPPORTED = "unsupported"
-#: The flags transformers' ``use_experts_implementation`` sets on an experts instance, and the value slimkit needs.
-_FLAGS = {"has_bias": False, "is_concatenated": True, "has_post_expert_norm": False, "_is_expert_parallel": False}
-_FLAG_WORDS = {"has_bias": "expert biases", "is_concatenated": "interleaved gate/up rows",
-               "has_post_expert_norm": "a norm after each expert", "_is_expert_parallel": "expert parallelism"}
+#: The flags transformers' ``use_experts_implementation`` sets on an experts instance: (the value slimkit needs,
+#: what another value means)
+_FLAGS = {"has_bias": (False, "expert biases"), "is_concatenated": (True, "interleaved gate/up rows"),
+          "has_post_expert_norm": (False, "a norm after each expert"),
+          "_is_expert_parallel": (False, "expert parallelism")}
 
 
 @functools.cache
@@ -76,7 +77,7 @@ class ExpertsLayout:
 def _structure(module: nn.Module) -> ExpertsLayout | str:
     """The layout from the module's flags, parameter names and shapes, else the reason it is not supported."""
     kind = type(module).__name__
-    bad = [w for flag, w in _FLAG_WORDS.items() if hasattr(module, flag) and getattr(module, flag) != _FLAGS[flag]]
+    bad = [w for flag, (need, w) in _FLAGS.items() if hasattr(module, flag) and getattr(module, flag) != need]
     if bad:
         return f"{_UNSUPPORTED}: {kind} has {', '.join(bad)}, which slimkit's quantized experts do not represent"
     gate = getattr(type(module), "_apply_gate", None)

@@ -89,8 +89,7 @@ def _messages_to_text(example: dict[str, Any]) -> dict[str, str]:
 def load_wikitext(seed: int = 42) -> tuple[Any, Any, Any]:
     """WikiText-103 (raw) train/validation/test, empty lines dropped."""
     splits = load_hub_dataset("Salesforce/wikitext", "wikitext-103-raw-v1", split=["train", "validation", "test"])
-    parts = [ds.filter(lambda row: bool(row["text"].strip())) for ds in splits]
-    return parts[0], parts[1], parts[2]
+    return tuple(ds.filter(lambda row: bool(row["text"].strip())) for ds in splits)  # type: ignore[return-value]
 
 
 def _load_chat(path: str, config: str | None, seed: int) -> tuple[Any, Any, Any]:

@@ -64,16 +64,11 @@ class Packed:
 
 
 Value = Union[torch.Tensor, Packed]
-#: packed module type -> adapter ``(module, path) -> [(Hugging Face parameter name, value), ...]``
-PACKED: dict[type, Callable[[Any, str], list[tuple[str, Value]]]] = {}
 
 
 def _packed_linear(layer: PackedLinear, path: str) -> list[tuple[str, Value]]:
     weight = Packed(layer.codes(), layer.scales, layer.zeros, layer.bits, layer.group_size, layer.input_scale)
     return [(f"{path}.weight", weight)] + ([(f"{path}.bias", layer.bias)] if layer.bias is not None else [])
-
-
-PACKED[PackedLinear] = _packed_linear
 
 
 def _packed_experts(module: PackedExperts, path: str) -> list[tuple[str, Value]]:
@@ -83,7 +78,9 @@ def _packed_experts(module: PackedExperts, path: str) -> list[tuple[str, Value]]
             for which in (FIRST, DOWN)]
 
 
-PACKED[PackedExperts] = _packed_experts
+#: packed module type -> adapter ``(module, path) -> [(Hugging Face parameter name, value), ...]``
+PACKED: dict[type, Callable[[Any, str], list[tuple[str, Value]]]] = {PackedLinear: _packed_linear,
+                                                                     PackedExperts: _packed_experts}
 
 
 def hf_tensors(model: nn.Module) -> Iterator[tuple[str, Value, Any]]:
