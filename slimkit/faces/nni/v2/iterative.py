@@ -48,7 +48,6 @@ PRUNER_DICT: dict[str, type] = {
     "admm": ADMMPruner,
 }
 _SPARSITY_KEYS = ("sparsity", "sparsity_per_layer", "total_sparsity")
-_DEFAULT_TYPES = ("Conv1d", "Conv2d", "Conv3d", "Linear")  # what "default" selects for the filter pruners
 
 
 @dataclass
@@ -122,8 +121,8 @@ class _IterativePruner:
         is rescaled by the sparsity already removed).
         """
         out = []
-        chosen = select_layers(self.bound_model, self.config_list, _DEFAULT_TYPES, PruningConfigError) \
-            if self.speedup else {}
+        default = PRUNER_DICT[self.pruning_algorithm].default_op_types  # what "default" selects for this pruner
+        chosen = select_layers(self.bound_model, self.config_list, default, PruningConfigError) if self.speedup else {}
         for index, entry in enumerate(self.config_list):
             entry = copy.deepcopy(entry)
             keys = [k for k in _SPARSITY_KEYS if k in entry]

@@ -269,3 +269,20 @@ def test_engine_names_still_mean_the_nni1_engines(net):
     assert slimkit.compression.LevelPruner.__module__ == "slimkit.faces.nni.v2.basic"
     with pytest.raises(PruningConfigError):
         L1NormPruner(net, [{"sparsity": 0.5, "op_types": ["LSTM"]}])
+
+
+def test_iterative_slim_with_speedup_selects_what_slim_prunes(net):
+    """'default' means the round pruner's own types: slim's BatchNorm2d scales, not the convolutions."""
+    opt = slimkit.trace(torch.optim.SGD)(net.parameters(), lr=0.01)
+
+    def trainer(model: nn.Module, optimizer: torch.optim.Optimizer, criterion) -> None:
+        optimizer.zero_grad()
+        criterion(model(torch.rand(8, 1, 8, 8)), torch.arange(8)).backward()
+        optimizer.step()
+
+    pruner = AGPPruner(net, [{"sparsity": 0.5, "op_types": ["default"]}], "slim", 2, speedup=True,
+                       dummy_input=torch.rand(1, 1, 8, 8),
+                       pruning_params={"trainer": trainer, "traced_optimizer": opt, "training_epochs": 1,
+                                       "criterion": nn.functional.cross_entropy})
+    pruner.compress()
+    assert (net.bn1.num_features, net.conv1.out_channels, net.bn2.num_features) == (4, 4, 8)
