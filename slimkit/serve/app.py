@@ -173,18 +173,22 @@ def build_app(model: Any = None, tokenizer: Any = None, max_length: int | None =
         raise ValueError("build_app needs exactly one of model= and loader=.")
     served, metrics = ServedModel(model, tokenizer, max_length, max_inputs, max_new_tokens), ServeMetrics()
 
-    Handler = Callable[[Any], Awaitable[tuple[Response, int]]]
+    Handler = Callable[[Any, Request], Awaitable[tuple[Response, int]]]
 
-    async def answer(request: Request, route: str, handle: Handler) -> Response:
-        start, count = time.perf_counter(), 0
-        try:
-            served.ready()
-            response, count = await handle(await _json_body(request, ACCEPTED))
-        except Exception as exc:  # noqa: BLE001 - a server answers, it never shows a traceback
-            response = _error(exc)
-        if not isinstance(response, StreamingResponse):
-            metrics.record(route, response.status_code, time.perf_counter() - start, count)
-        return response
+    def model_route(route: str, handle: Handler) -> Callable[[Request], Awaitable[Response]]:
+        """The endpoint of a model route: readiness and the JSON body checked, ``handle`` run, the answer counted."""
+        async def answer(request: Request) -> Response:
+            start, count = time.perf_counter(), 0
+            try:
+                served.ready()
+                response, count = await handle(await _json_body(request, ACCEPTED), request)
+            except Exception as exc:  # noqa: BLE001 - a server answers, it never shows a traceback
+                response = _error(exc)
+            if not isinstance(response, StreamingResponse):
+                metrics.record(route, response.status_code, time.perf_counter() - start, count)
+            return response
+
+        return answer
 
     async def tensor_route(body: Any, shape: Callable[[torch.Tensor], dict[str, Any]]) -> tuple[Response, int]:
         runner = served.ready()
@@ -198,18 +202,11 @@ def build_app(model: Any = None, tokenizer: Any = None, max_length: int | None =
         content, count = await run_in_threadpool(work)
         return Response(content, media_type="application/json"), count
 
-    async def embed(request: Request) -> Response:
-        return await answer(request, "/embed",
-                            lambda body: tensor_route(body, lambda out: {"embeddings": out.tolist()}))
-
     def predictions(out: torch.Tensor) -> dict[str, Any]:
         result: dict[str, Any] = {"outputs": out.tolist()}
         if out.dim() == 2:
             result["predictions"] = out.argmax(-1).tolist()
         return result
-
-    async def predict(request: Request) -> Response:
-        return await answer(request, "/predict", lambda body: tensor_route(body, predictions))
 
     async def disconnected(request: Request) -> None:
         """Returns once the client has gone (the body is read by then, so receive() waits for http.disconnect)."""
@@ -244,9 +241,6 @@ def build_app(model: Any = None, tokenizer: Any = None, max_length: int | None =
             raise
         finally:
             metrics.record("/generate", status, time.perf_counter() - start, count)
-
-    async def generate(request: Request) -> Response:
-        return await answer(request, "/generate", lambda body: generate_body(body, request))
 
     async def health(request: Request) -> JSONResponse:
         if served.runner is None:
@@ -283,7 +277,9 @@ def build_app(model: Any = None, tokenizer: Any = None, max_length: int | None =
         if batcher is not None and hasattr(batcher, "close"):
             await run_in_threadpool(batcher.close)
 
-    handlers = {"/embed": embed, "/predict": predict, "/generate": generate, "/health": health,
-                "/metrics": metrics_route}
+    handlers = {
+        "/embed": model_route("/embed", lambda body, _: tensor_route(body, lambda out: {"embeddings": out.tolist()})),
+        "/predict": model_route("/predict", lambda body, _: tensor_route(body, predictions)),
+        "/generate": model_route("/generate", generate_body), "/health": health, "/metrics": metrics_route}
     routes = [Route(path, handlers[path], methods=[method]) for method, path in ROUTES]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
