@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.core.experts import ExpertsLayout, expert_activation, moe_forward
+from slimkit.core.experts import ExpertsLayout, dense_weights, expert_activation, experts_layout, moe_forward
+from slimkit.core.experts import unsupported_reason as experts_unsupported
 from slimkit.core.weights import EXPERTS
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, ModelNotSupportedError
 
 FIRST, DOWN = "first", "down"
 
@@ -129,3 +130,28 @@ def saved_experts(model: nn.Module, specs: dict[str, dict]) -> list[tuple[str, d
 def float_dtype(module: nn.Module) -> torch.dtype:
     """The float dtype of a module's first floating parameter (float32 when it has none)."""
     return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+
+
+def require_layout(module: nn.Module, name: str) -> ExpertsLayout:
+    """The module's :class:`ExpertsLayout`, or a ModelNotSupportedError saying why it has none."""
+    layout = experts_layout(module)
+    if layout is None:
+        raise ModelNotSupportedError(f"{name}: {experts_unsupported(module) or 'not an experts module'}.")
+    return layout
+
+
+def replace_experts(model: nn.Module, name: str, make: Callable[[nn.Module, ExpertsLayout], QuantizedExperts],
+                    quantize: Callable[[torch.Tensor], tuple]) -> dict[str, Any]:
+    """Swap experts module ``name`` for ``make(module, layout)`` filled by ``set_expert(*quantize(weight))``.
+
+    ``quantize`` runs on each projection of each expert; returns the new module's replay spec.
+    """
+    module = model.get_submodule(name)
+    layout = require_layout(module, name)
+    new = make(module, layout)
+    for which, weight in zip((FIRST, DOWN), dense_weights(module, layout), strict=True):
+        weight = weight.detach()
+        for e in range(layout.num_experts):
+            new.set_expert(which, e, *quantize(weight[e]))
+    model.set_submodule(name, new.train(module.training))
+    return new.spec()

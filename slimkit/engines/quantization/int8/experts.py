@@ -22,18 +22,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.core.experts import ExpertsLayout, dense_weights, experts_layout
-from slimkit.core.experts import unsupported_reason as experts_unsupported
+from slimkit.core.experts import ExpertsLayout
 from slimkit.engines.quantization.experts import (
     DOWN,
     FIRST,
     QuantizedExperts,
     layout_from_spec,
     layout_spec,
+    replace_experts,
     saved_experts,
 )
 from slimkit.engines.quantization.int8.linear import SATURATION_SAFE, choose_path, quantize_weight, use_fbgemm
-from slimkit.errors import ConfigError, ModelNotSupportedError
+from slimkit.errors import ConfigError
 
 
 class Int8Experts(QuantizedExperts):
@@ -152,20 +152,8 @@ def quantize_experts_int8(model: nn.Module, names: list[str], saturation_safe: b
     """
     use_fbgemm()
     safe = choose_path(saturation_safe) == SATURATION_SAFE
-    specs = {}
-    for name in names:
-        module = model.get_submodule(name)
-        layout = experts_layout(module)
-        if layout is None:
-            raise ModelNotSupportedError(f"{name}: {experts_unsupported(module) or 'not an experts module'}.")
-        new = Int8Experts(layout, module.act_fn, safe)
-        for which, weight in zip((FIRST, DOWN), dense_weights(module, layout), strict=True):
-            weight = weight.detach()
-            for e in range(layout.num_experts):
-                new.set_expert(which, e, quantize_weight(weight[e], safe))
-        model.set_submodule(name, new.train(module.training))
-        specs[name] = new.spec()
-    return specs
+    return {name: replace_experts(model, name, lambda module, layout: Int8Experts(layout, module.act_fn, safe),
+                                  lambda w: (quantize_weight(w, safe),)) for name in names}
 
 
 def replay_int8_experts(model: nn.Module, specs: dict[str, dict]) -> nn.Module:

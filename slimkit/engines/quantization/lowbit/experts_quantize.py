@@ -24,40 +24,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from slimkit.core.experts import ExpertsLayout, dense_weights, expert_activation, experts_layout, routed_pairs
-from slimkit.core.experts import unsupported_reason as experts_unsupported
-from slimkit.engines.quantization.experts import DOWN, FIRST
+from slimkit.core.experts import ExpertsLayout, dense_weights, expert_activation, routed_pairs
+from slimkit.engines.quantization.experts import DOWN, FIRST, replace_experts, require_layout
 from slimkit.engines.quantization.lowbit import awq as awq_mod
 from slimkit.engines.quantization.lowbit.calibration import BlockQuantizer
 from slimkit.engines.quantization.lowbit.experts import PackedExperts, packed_like
 from slimkit.engines.quantization.lowbit.gptq import HessianAccumulator, quantize_gptq
 from slimkit.engines.quantization.lowbit.hqq import quantize_hqq
 from slimkit.engines.quantization.lowbit.rtn import quantize_rtn
-from slimkit.errors import ModelNotSupportedError
 
 Specs = dict[str, dict]
 Quantized = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def require_layout(module: nn.Module, name: str) -> ExpertsLayout:
-    """The module's :class:`ExpertsLayout`, or a ModelNotSupportedError saying why it has none."""
-    layout = experts_layout(module)
-    if layout is None:
-        raise ModelNotSupportedError(f"{name}: {experts_unsupported(module) or 'not an experts module'}.")
-    return layout
-
-
 def _pack(model: nn.Module, name: str, bits: int, group_size: int,
           fn: Callable[[torch.Tensor], Quantized]) -> dict:
-    module = model.get_submodule(name)
-    layout = require_layout(module, name)
-    packed = packed_like(module, layout, bits, group_size)
-    for which, weight in zip((FIRST, DOWN), dense_weights(module, layout), strict=True):
-        weight = weight.detach()
-        for e in range(layout.num_experts):
-            packed.set_expert(which, e, *fn(weight[e]))
-    model.set_submodule(name, packed)
-    return packed.spec()
+    return replace_experts(model, name, lambda module, layout: packed_like(module, layout, bits, group_size), fn)
 
 
 @torch.no_grad()
