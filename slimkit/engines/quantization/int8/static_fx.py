@@ -69,8 +69,9 @@ class SaturationSafeWeightObserver(PerChannelMinMaxObserver):
 class _Clamped:
     """Mixin: observe ``x.clamp(lo, hi)``, the values a following bounded activation keeps."""
 
-    lo: float
-    hi: float
+    def __init__(self, lo: float, hi: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # type: ignore[call-arg]
+        self.lo, self.hi = float(lo), float(hi)
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         super().forward(x_orig.detach().clamp(self.lo, self.hi))  # type: ignore[misc]
@@ -83,17 +84,9 @@ class _Clamped:
 class ClampedHistogramObserver(_Clamped, HistogramObserver):
     """HistogramObserver of an output that a bounded activation (ReLU6, Hardtanh) clips next."""
 
-    def __init__(self, lo: float, hi: float, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.lo, self.hi = float(lo), float(hi)
-
 
 class ClampedMinMaxObserver(_Clamped, MinMaxObserver):
     """MinMaxObserver of an output that a bounded activation (ReLU6, Hardtanh) clips next."""
-
-    def __init__(self, lo: float, hi: float, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.lo, self.hi = float(lo), float(hi)
 
 
 _ACTIVATION_KW = {"dtype": torch.quint8, "reduce_range": False}
