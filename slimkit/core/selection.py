@@ -32,12 +32,8 @@ def is_pattern(text: str) -> bool:
 def matches(name: str, patterns: Iterable[str]) -> bool:
     """Whether layer ``name`` is named by any entry of ``patterns`` (exact name, or glob on the full/last part)."""
     last = name.rsplit(".", 1)[-1]
-    for pattern in patterns:
-        if name == pattern:
-            return True
-        if is_pattern(pattern) and (fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(last, pattern)):
-            return True
-    return False
+    return any(name == p or (is_pattern(p) and (fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(last, p)))
+               for p in patterns)
 
 
 def op_type_matches(module: nn.Module, op_types: Iterable[str]) -> bool:
