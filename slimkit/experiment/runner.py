@@ -192,7 +192,8 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
     With ``"resource": "passive"`` this process runs no job: it creates the study, prints the worker command
     and waits until workers started elsewhere have finished it (:mod:`slimkit.experiment.resources`).
     """
-    exp = load_experiment(source, automatic or worker)
+    automatic = automatic or worker  # a worker joins a search
+    exp = load_experiment(source, automatic)
     automatic = automatic or bool(exp.hyperparameters)  # Auptimizer's parameter_config is always a search
     url = storage or exp.storage
     if worker and url is None:
@@ -215,7 +216,7 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
         if not got:
             raise ConfigError(f"Another `slimkit {'run' if worker else 'run or worker'}` is running the experiment "
                               f"in {out}; wait for it, or give this one its own folder with --output.")
-        _prepare_folder(exp, automatic or worker, out, store)
+        _prepare_folder(exp, automatic, out, store)
         study = open_study(out, exp, store=store)
         if store.shared:
             _same_experiment(study, exp, store)
@@ -223,7 +224,7 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
             study.set_user_attr(STOP_ATTR, "")
         cut = [] if store.shared else recover_interrupted(out, study)
         done = finished(study.get_trials(deepcopy=False))
-        if automatic or worker:
+        if automatic:
             n_samples = min(exp.n_samples, grid_size(exp)) if exp.proposer in ("grid", "sequence") else exp.n_samples
             if n_samples < exp.n_samples and not quiet:
                 print(f"slimkit: the grid has {n_samples} points; running {n_samples} trials, not "
@@ -232,19 +233,19 @@ def run_experiment(source: str | os.PathLike | Mapping[str, Any], automatic: boo
             n_samples = len(done) + 1  # one more job per one-time run; earlier ones stay in the table
         if not quiet:
             mode = (f"automatic search, {n_samples} trial(s), proposer {exp.proposer}, {exp.n_parallel} worker(s)"
-                    if automatic or worker else "one-time run (one job)")
+                    if automatic else "one-time run (one job)")
             where = f", study {study.study_name!r} in {redact(url)}" if url else ""
             print(f"slimkit: {exp.name!r}: {mode}, folder {out}{where}", file=sys.stderr)
             if done or cut:
                 print(f"slimkit: resuming: {len(done)} finished trial(s) kept"
                       + (f", {len(cut)} interrupted trial(s) queued again" if cut else ""), file=sys.stderr)
-        workers = exp.n_parallel if automatic or worker else 1
+        workers = exp.n_parallel if automatic else 1
         if exp.resource == "passive" and not worker:
             wait_for_workers(out, exp, study, store, n_samples, quiet, EXPERIMENT_FILE)
         elif workers == 1:
-            work(out, automatic or worker, 0, n_samples, echo=not quiet, store=store)
+            work(out, automatic, 0, n_samples, echo=not quiet, store=store)
         else:
-            _run_workers(out, exp, automatic or worker, workers, n_samples, quiet, store)
+            _run_workers(out, exp, automatic, workers, n_samples, quiet, store)
         return finish(out, exp, quiet=quiet, store=store)
 
 
