@@ -51,25 +51,17 @@ def _tensor_key(t: torch.Tensor) -> tuple:
 
 def _logical_weights(module: nn.Module) -> Iterator[torch.Tensor]:
     """Weights a quantized module keeps outside ``parameters()`` (packed params exposed via methods)."""
-    for name in ("weight", "bias"):
-        attr = getattr(module, name, None)
-        if inspect.ismethod(attr):
-            try:
-                value = attr()
-            except Exception:  # a method with other semantics: not a weight accessor
-                continue
-            if isinstance(value, torch.Tensor):
-                yield value
-    if type(module).__module__.startswith(_QUANTIZED_PREFIX):
-        for name in ("get_weight", "get_bias"):  # dynamic quantized RNNs: dicts of tensors
-            getter = getattr(module, name, None)
-            if inspect.ismethod(getter):
-                try:
-                    values = getter()
-                except Exception:
-                    continue
-                if isinstance(values, dict):
-                    yield from (v for v in values.values() if isinstance(v, torch.Tensor))
+    getters = ("get_weight", "get_bias") if type(module).__module__.startswith(_QUANTIZED_PREFIX) else ()
+    for name in ("weight", "bias", *getters):  # get_*: dynamic quantized RNNs, dicts of tensors
+        method = getattr(module, name, None)
+        if not inspect.ismethod(method):
+            continue
+        try:
+            value = method()
+        except Exception:  # a method with other semantics: not a weight accessor
+            continue
+        found = [value] if name not in getters else list(value.values()) if isinstance(value, dict) else []
+        yield from (v for v in found if isinstance(v, torch.Tensor))
 
 
 def count_parameters(model: nn.Module) -> int:
