@@ -52,10 +52,10 @@ class RetinaNet(nn.Module):
     """ResNet -> FPN (5 levels) -> RetinaHead shared over the levels; ``forward`` returns every level's maps."""
 
     def __init__(self, backbone: nn.Module, in_channels: Sequence[int], neck_channels: int = 16,
-                 num_classes: int = 10) -> None:
+                 num_classes: int = 10, stacked: int = 2) -> None:
         super().__init__()
         self.backbone, self.neck = backbone, FPN(in_channels, neck_channels)
-        self.bbox_head = RetinaHead(neck_channels, num_classes)
+        self.bbox_head = RetinaHead(neck_channels, num_classes, stacked=stacked)
 
     def extract_feat(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         feats = self.backbone.stages(x) if isinstance(self.backbone, ResNet) else self.backbone(x)
@@ -77,10 +77,10 @@ class RetinaNet(nn.Module):
                 "loss_bbox": sum(o.abs().mean() for o in outs[levels:]) * 0.1 / levels}
 
 
-def retinanet(depth: int = 50, base: int = 8, seed: int = 0) -> RetinaNet:
-    """A RetinaNet on MMDet's ResNet-``depth`` at width ``base`` (ResNet-50: 64)."""
+def retinanet(depth: int = 50, base: int = 8, neck_channels: int = 16, stacked: int = 2, seed: int = 0) -> RetinaNet:
+    """A RetinaNet on MMDet's ResNet-``depth`` at width ``base`` (MMDet's: 64, 256, 4 stacked head convs)."""
     torch.manual_seed(seed)
-    return RetinaNet(ResNet(depth, base), _level_widths(depth, base))
+    return RetinaNet(ResNet(depth, base), _level_widths(depth, base), neck_channels, stacked=stacked)
 
 
 class RPNHead(nn.Module):
@@ -133,10 +133,10 @@ class FasterRCNN(nn.Module):
                 "loss_rpn_cls": sum(o.sigmoid().mean() for o in rpn[::2]) * 0.1}
 
 
-def faster_rcnn(depth: int = 50, base: int = 8, seed: int = 0) -> FasterRCNN:
-    """A Faster R-CNN on MMDet's ResNet-``depth`` at width ``base``."""
+def faster_rcnn(depth: int = 50, base: int = 8, neck_channels: int = 16, seed: int = 0) -> FasterRCNN:
+    """A Faster R-CNN on MMDet's ResNet-``depth`` at width ``base`` (MMDet's: 64, 256)."""
     torch.manual_seed(seed)
-    return FasterRCNN(ResNet(depth, base), _level_widths(depth, base))
+    return FasterRCNN(ResNet(depth, base), _level_widths(depth, base), neck_channels)
 
 
 class FPNHead(nn.Module):
@@ -191,7 +191,7 @@ class PointRend(nn.Module):
         return {"loss_ce": F.cross_entropy(self(inputs).mean(dim=(2, 3)), labels)}
 
 
-def pointrend(depth: int = 50, base: int = 8, seed: int = 0) -> PointRend:
-    """A PointRend segmentor on MMSeg's ResNet-``depth`` at width ``base``."""
+def pointrend(depth: int = 50, base: int = 8, neck_channels: int = 16, seed: int = 0) -> PointRend:
+    """A PointRend segmentor on MMSeg's ResNet-``depth`` at width ``base`` (MMSeg's: 64, 256)."""
     torch.manual_seed(seed)
-    return PointRend(ResNet(depth, base), _level_widths(depth, base))
+    return PointRend(ResNet(depth, base), _level_widths(depth, base), neck_channels)
