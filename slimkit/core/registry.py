@@ -109,11 +109,8 @@ def all_names() -> list[str]:
 
 def resolve(name: str) -> str:
     """The canonical name for ``name`` (itself or an alias); unknown names list the closest valid ones."""
-    if isinstance(name, str):
-        if name in _REGISTRY:
-            return name
-        if name in _ALIASES:
-            return _ALIASES[name]
+    if isinstance(name, str) and (name in _REGISTRY or name in _ALIASES):
+        return _ALIASES.get(name, name)  # an algorithm's own name is never another's alias (register checks)
     if isinstance(name, str) and name in _NEAR:
         near = _REGISTRY[_NEAR[name]]
         raise AlgorithmNotFoundError(

@@ -172,13 +172,11 @@ def build() -> nn.Module:
 def load(batch_size: int) -> ZooModel:
     """Return the trained DigitsCNN (from the cache, training it first if needed) and test images as input."""
     cached = _read_cache()
+    hit = cached is not None
     if cached is None:
-        model, meta = train()
-        _write_cache(model, meta)
-        meta = {**meta, "cache_hit": False}
-    else:
-        model, meta = cached
-        meta = {**meta, "cache_hit": True}
-    meta["cache_path"] = str(zoo_cache_path(_CACHE_NAME))
+        cached = train()
+        _write_cache(*cached)
+    model, meta = cached
+    meta = {**meta, "cache_hit": hit, "cache_path": str(zoo_cache_path(_CACHE_NAME))}
     x_test = digits_split()[2]
     return ZooModel(model, x_test[:batch_size].clone(), "digits_cnn", meta=meta)
