@@ -58,11 +58,6 @@ def targeted(name: str, target_modules: Mapping[str, Sequence[str]] | None) -> b
             and not any(fnmatch.fnmatchcase(name, p) for p in exclude))
 
 
-def outside_reason(target_modules: Mapping[str, Sequence[str]] | None) -> str:
-    """The coverage reason of a layer ``target_modules`` leaves out."""
-    return f"{EXCLUDED} target_modules={dict(target_modules or {})}"
-
-
 def choose(targets: Sequence[Target], kinds: Sequence[str], exclude: Sequence[str],
            target_modules: Mapping[str, Sequence[str]] | None, what: str) -> tuple[list[Target], dict[str, str]]:
     """The targets a quantizer takes (kinds, ``exclude``, then ``target_modules``) and the reason of each it leaves.
@@ -75,7 +70,7 @@ def choose(targets: Sequence[Target], kinds: Sequence[str], exclude: Sequence[st
         raise ConfigError(f"{what}_target_modules={dict(target_modules or {})} matches none of the layers it could "
                           f"quantize ({', '.join(t.name for t in candidates[:4])}...); patterns are globs on full "
                           "module paths, e.g. {'include': ['model.layers.*']}.")
-    reasons = {t.name: outside_reason(target_modules) for t in candidates if t not in chosen}
+    reasons = {t.name: f"{EXCLUDED} target_modules={dict(target_modules or {})}" for t in candidates if t not in chosen}
     return chosen, reasons
 
 

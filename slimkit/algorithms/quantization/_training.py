@@ -13,7 +13,7 @@ reproduces the smashed outputs exactly.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -37,8 +37,6 @@ LAYER_TYPES: tuple[str, ...] = ("Linear", "Conv1D", *CONV_TYPES)
 #: Activation layers whose outputs ``bnn`` binarizes when ``binarize_activations`` is on.
 ACTIVATION_TYPES: tuple[str, ...] = ("ReLU", "ReLU6", "Hardtanh", "LeakyReLU", "GELU", "SiLU", "Tanh")
 
-QuantizerFactory = Callable[[nn.Module, list[dict[str, Any]], torch.optim.Optimizer], Quantizer]
-
 
 def _exact_torch(module: nn.Module, types: Sequence[str]) -> bool:
     return type(module).__name__ in types and type(module) is getattr(nn, type(module).__name__, None)
@@ -54,11 +52,6 @@ def layer_names(model: nn.Module, types: Sequence[str] | None = None) -> list[st
         return [name for name, m in model.named_modules() if name and _exact_torch(m, types)]
     dense = {t.name for t in select(find_targets(model, DENSE), DENSE)}
     return [name for name, m in model.named_modules() if name and (name in dense or _exact_torch(m, CONV_TYPES))]
-
-
-def has_quantizable_layers(model: Any) -> bool:
-    """Whether ``model`` is an ``nn.Module`` with at least one Linear or Conv layer."""
-    return isinstance(model, nn.Module) and bool(layer_names(model))
 
 
 def training_hyperparameters(epochs: int = 2, lr: float = 1e-3) -> list:
@@ -122,46 +115,12 @@ def build_config_list(
              **dict(extra or {})}]
 
 
-def train_and_freeze(
-    model: nn.Module, smash_config: Any, make_quantizer: QuantizerFactory, config_list: list[dict[str, Any]],
-    desc: str = "quantization-aware training",
-) -> nn.Module:
-    """Wrap ``model`` with the quantizer, fine-tune it with :func:`slimkit.training.fit`, freeze, record the state.
-
-    The loss is the training package's default (cross-entropy on the batch targets, or the model's own
-    ``.loss``); shuffling and the run are seeded with ``seed``; ``desc`` labels the progress bar. The model
-    comes back in the train/eval mode it had; the final training loss and the number of steps go into
-    ``smash_config.state`` next to the frozen layer specs ``replay()`` needs.
-    """
-    targets = find_targets(model)  # before wrapping: what coverage is measured against
-    seed = int(smash_config["seed"])
-    loader = smash_config.data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
-                                                generator=torch.Generator().manual_seed(seed))
-    optimizer = make_optimizer("adam", model.parameters(), lr=float(smash_config["lr"]))
-    quantizer = make_quantizer(model, config_list, optimizer)
-    threads = int(smash_config["num_threads"])
-    result = fit(model, loader, optimizer=optimizer, epochs=int(smash_config["epochs"]), seed=seed,
-                 on_epoch=quantizer.update_epoch, num_threads=threads if threads > 0 else None,
-                 desc=desc)
-    freeze_and_record(quantizer, smash_config, targets)
-    smash_config.state["train_steps"] = result.steps
-    smash_config.state["final_loss"] = round(result.final_loss, 6)
-    return model
-
-
 def freeze_and_record(quantizer: Quantizer, smash_config: Any, targets: Sequence[Target]) -> None:
     """Freeze ``quantizer``'s layers; record their specs (what ``replay()`` rebuilds) and the weight coverage."""
     quantizer.freeze()
     smash_config.state["layers"] = quantized_layer_specs(quantizer.bound_model)
     weights = [n for n, spec in smash_config.state["layers"].items() if "weight" in spec["bits"]]
     record_coverage(smash_config.state, targets, weights, tuple(smash_config["exclude"]))
-
-
-def replay_frozen(model: nn.Module, state: Mapping[str, Any]) -> nn.Module:
-    """Re-create the frozen quantized layers recorded in ``state`` on a fresh base model (weights load next)."""
-    if "layers" not in state:
-        raise ConfigError("The saved replay state has no 'layers'; the save is incomplete or from another version.")
-    return rebuild_quantized_layers(model, state["layers"])
 
 
 class FrozenQuantizer(SlimkitQuantizer):
@@ -178,7 +137,7 @@ class FrozenQuantizer(SlimkitQuantizer):
 
     def model_check_fn(self, model: Any) -> bool:
         """Needs a Linear or Conv layer."""
-        return has_quantizable_layers(model)
+        return isinstance(model, nn.Module) and bool(layer_names(model))
 
     def model_check_reason(self) -> str:
         """Which models are supported."""
@@ -186,15 +145,18 @@ class FrozenQuantizer(SlimkitQuantizer):
 
     def replay(self, model: Any, smash_config: SmashConfigPrefixWrapper, state: dict[str, Any]) -> Any:
         """Rebuild the frozen quantized layers; the saved codes and scales then load strictly."""
-        return replay_frozen(model, state)
+        if "layers" not in state:
+            raise ConfigError("The saved replay state has no 'layers'; the save is incomplete or from another "
+                              "version.")
+        return rebuild_quantized_layers(model, state["layers"])
 
 
 class TrainingQuantizer(FrozenQuantizer):
     """Base of the training-aware smash quantizers (not registered): wrap, fine-tune, freeze, replay.
 
     A subclass sets ``algorithm_name``/``engine``/``references``, the training defaults and ``engine_options``, and
-    implements :meth:`quantizer_hyperparameters` and :meth:`config_list`; the training
-    hyperparameters and ``_apply`` (:func:`train_and_freeze`) live here, the model check and ``replay`` in
+    implements :meth:`quantizer_hyperparameters` and :meth:`config_list`; the training hyperparameters and
+    ``_apply`` (fine-tuning, then :func:`freeze_and_record`) live here, the model check and ``replay`` in
     :class:`FrozenQuantizer`.
     """
 
@@ -224,6 +186,25 @@ class TrainingQuantizer(FrozenQuantizer):
         return [*self.quantizer_hyperparameters(), *training_hyperparameters(self.default_epochs, self.default_lr)]
 
     def _apply(self, model: Any, smash_config: SmashConfigPrefixWrapper) -> Any:
-        return train_and_freeze(model, smash_config,
-                                lambda m, c, o: self.make_quantizer(m, c, o, smash_config),
-                                self.config_list(model, smash_config), desc=self.algorithm_name)
+        """Wrap ``model`` with the engine, fine-tune it with :func:`slimkit.training.fit`, freeze, record the state.
+
+        The loss is the training package's default (cross-entropy on the batch targets, or the model's own
+        ``.loss``); shuffling and the run are seeded with ``seed``. The model comes back in the train/eval mode it
+        had; the final training loss and the number of steps go into ``smash_config.state`` next to the frozen
+        layer specs ``replay()`` needs.
+        """
+        config_list = self.config_list(model, smash_config)
+        targets = find_targets(model)  # before wrapping: what coverage is measured against
+        seed = int(smash_config["seed"])
+        loader = smash_config.data.train_dataloader(batch_size=int(smash_config["batch_size"]), shuffle=True,
+                                                    generator=torch.Generator().manual_seed(seed))
+        optimizer = make_optimizer("adam", model.parameters(), lr=float(smash_config["lr"]))
+        quantizer = self.make_quantizer(model, config_list, optimizer, smash_config)
+        threads = int(smash_config["num_threads"])
+        result = fit(model, loader, optimizer=optimizer, epochs=int(smash_config["epochs"]), seed=seed,
+                     on_epoch=quantizer.update_epoch, num_threads=threads if threads > 0 else None,
+                     desc=self.algorithm_name)
+        freeze_and_record(quantizer, smash_config, targets)
+        smash_config.state["train_steps"] = result.steps
+        smash_config.state["final_loss"] = round(result.final_loss, 6)
+        return model
