@@ -26,16 +26,16 @@ def split_scope(name: Any, scope: Any = None) -> tuple[Any, str | None]:
 
 def external_reason(spec: Any, what: str, registered: Container[str]) -> str | None:
     """Why ``spec`` cannot be built here (a model of another package, a value of a skipped base), else None."""
+    fix = f"Pass your own nn.Module: slimkit.razor.build(cfg, {what}=your_model)."
     if getattr(spec, "slimkit_placeholder", False):
         return (f"{what} is {spec!r}: it comes from a base config of another MMEngine-based package, which slimkit "
-                f"does not read. Pass your own nn.Module: slimkit.razor.build(cfg, {what}=your_model).")
+                f"does not read. {fix}")
     if isinstance(spec, Mapping) and "cfg_path" in spec and "type" not in spec:
         return (f"{what}=dict(cfg_path={spec['cfg_path']!r}) names a model config of another MMEngine-based package, "
-                f"which slimkit does not read. Pass your own nn.Module: slimkit.razor.build(cfg, {what}=your_model).")
+                f"which slimkit does not read. {fix}")
     if isinstance(spec, Mapping) and "type" in spec and not callable(spec["type"]):
         name, scope = split_scope(spec["type"], spec.get("_scope_"))
         if scope not in (None, "mmrazor") and name not in registered:
             return (f"{what}=dict(type={spec['type']!r}, ...) is a model of {MM_SCOPES.get(scope, scope)} "
-                    f"({scope}), which slimkit does not build. Pass your own nn.Module: "
-                    f"slimkit.razor.build(cfg, {what}=your_model).")
+                    f"({scope}), which slimkit does not build. {fix}")
     return None

@@ -78,16 +78,11 @@ class Plan:
 
     def fingerprint(self) -> dict[str, Any]:
         """What must be equal for a resumed run to continue this one's files."""
-        ids = self.step.calibration_ids
-        config = self.algorithms_config()
+        ids, full = self.step.calibration_ids, self.config.to_dict()
+        config = {"algorithms": full["algorithms"], "hyperparameters": full["hyperparameters"]}
         return {"model": self.checkpoint.fingerprint(), "config": config, "format": self.format,
                 "dtype": str(self.dtype), "compute_dtype": str(self.compute_dtype), "device": self.device.type,
                 "calibration_sha256": None if ids is None else hashlib.sha256(ids.numpy().tobytes()).hexdigest()}
-
-    def algorithms_config(self) -> dict[str, Any]:
-        """The active algorithms and their hyperparameters."""
-        full = self.config.to_dict()
-        return {"algorithms": full["algorithms"], "hyperparameters": full["hyperparameters"]}
 
 
 def _statistics_bytes(skeleton: Skeleton, blocks: Blocks, targets: list[str], calibrated: bool,
