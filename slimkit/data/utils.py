@@ -132,9 +132,7 @@ def limit_dataset(dataset: Any, n: int) -> Any:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise DataError(f"A dataset limit must be a positive int; got {n!r}.")
     if is_iterable_dataset(dataset):
-        if hasattr(dataset, "take"):
-            return dataset.take(n)
-        return _TakeIterable(dataset, n)
+        return dataset.take(n) if hasattr(dataset, "take") else _TakeIterable(dataset, n)
     if len(dataset) <= n:
         return dataset
     return _select(dataset, list(range(n)))
