@@ -18,7 +18,7 @@ from slimkit.core.weights import Target
 from slimkit.engines.quantization.experts import is_experts_spec
 from slimkit.engines.quantization.lowbit.calibration import calibration_ids, find_blocks
 from slimkit.engines.quantization.lowbit.experts import replay_experts
-from slimkit.engines.quantization.lowbit.layers import KINDS, replay_layers, select_targets
+from slimkit.engines.quantization.lowbit.layers import replay_layers
 from slimkit.errors import ModelNotSupportedError
 
 DEFAULT_EXCLUDE = ("lm_head",)
@@ -55,14 +55,9 @@ def calibration_hyperparameters(n_samples: int = 32, seq_len: int = 512) -> list
     ]
 
 
-def has_quantizable(model: Any) -> bool:
-    """Whether ``model`` is a module with at least one supported target of the low-bit kinds (Linear, Conv1D)."""
-    return isinstance(model, nn.Module) and bool(select_targets(model, kinds=KINDS))
-
-
 def is_block_language_model(model: Any) -> bool:
     """A token-id language model (has input embeddings) with a list of transformer blocks holding Linear layers."""
-    if not has_quantizable(model) or not callable(getattr(model, "get_input_embeddings", None)):
+    if not isinstance(model, nn.Module) or not callable(getattr(model, "get_input_embeddings", None)):
         return False
     try:
         find_blocks(model)

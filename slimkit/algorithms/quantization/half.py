@@ -38,12 +38,6 @@ def _check_runs(dtype: torch.dtype, device: torch.device) -> None:
         ) from exc
 
 
-def weight_is_float(model: torch.nn.Module, name: str, params: tuple[str, ...]) -> bool:
-    """Whether target ``name``'s weight parameters are floating point (what ``half`` casts)."""
-    module = model.get_submodule(name)
-    return all(getattr(module, p).is_floating_point() for p in params)
-
-
 def cast_model(model: torch.nn.Module, dtype: torch.dtype, cast_inputs: bool) -> torch.nn.Module:
     """Cast floating parameters and buffers to ``dtype`` and optionally cast floating inputs on the way in."""
     model = model.to(dtype)
@@ -86,7 +80,8 @@ class Half(SlimkitQuantizer):
         device = next(model.parameters()).device
         _check_runs(dtype, device)
         targets = model_targets(model)  # every floating weight is cast: each Linear-like one counts as covered
-        cast = [t.name for t in targets if weight_is_float(model, t.name, t.params)]
+        cast = [t.name for t in targets
+                if all(getattr(model.get_submodule(t.name), p).is_floating_point() for p in t.params)]
         record_coverage(smash_config.state, targets, cast)
         return cast_model(model, dtype, smash_config["cast_inputs"])
 

@@ -25,11 +25,6 @@ from slimkit.utils import model_device
 LayerSpec = dict[str, Any]  # {"bits": {type: int}, "shapes": {buffer: [dims]}, "dtype": str}
 
 
-def codes_dtype(bits: int) -> torch.dtype:
-    """Storage dtype of integer codes: ``uint8`` up to 8 bits, ``int32`` above."""
-    return torch.uint8 if bits <= 8 else torch.int32
-
-
 class QuantizedLayer(nn.Module):
     """A layer whose quantization is fixed: weight stored as integer codes, activations with frozen scales.
 
@@ -56,7 +51,8 @@ class QuantizedLayer(nn.Module):
                 raise QuantizationConfigError(f"Layer {name!r} ({type(module).__name__}) has no weight parameter.")
             weight = module._parameters.pop("weight")
             shape = weight.shape[::-1] if self.kind == CONV1D else weight.shape
-            codes = torch.zeros(shape, dtype=codes_dtype(self.bits["weight"]), device=device)
+            codes_dtype = torch.uint8 if self.bits["weight"] <= 8 else torch.int32  # codes up to 8 bits: uint8
+            codes = torch.zeros(shape, dtype=codes_dtype, device=device)
             self.register_buffer("weight_codes", codes)
         self.module = module
         for quant_type in self.bits:
