@@ -7,8 +7,7 @@ from typing import Any
 
 from ConfigSpace import OrdinalHyperparameter
 
-from slimkit.algorithms.quantization._target_modules import replay_layers
-from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
+from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage, replay_layers
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.coverage import refusal
 from slimkit.core.hyperparameters import Boolean, ListHyperparameter

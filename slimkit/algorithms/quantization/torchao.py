@@ -7,8 +7,14 @@ from typing import Any
 import torch
 from ConfigSpace import CategoricalHyperparameter, OrdinalHyperparameter
 
-from slimkit.algorithms.quantization._target_modules import choose, layer_choice_hyperparameters, replay_layers
-from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
+from slimkit.algorithms.quantization._targets import (
+    TargetsMixin,
+    choose,
+    layer_choice_hyperparameters,
+    model_targets,
+    record_coverage,
+    replay_layers,
+)
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
 from slimkit.core.registry import register
 from slimkit.core.weights import LINEAR, UNSUPPORTED
