@@ -17,10 +17,12 @@ photos (and the mean cosine of the logits to the dense logits): the ImageNet-sam
 (slimkit's ``Photos`` data: ten 224x224 crops of each, split by photo), which carry no ImageNet labels. Latency:
 batch 1 and batch 8, 224x224, every model timed round-robin (alternating order) on ``--threads``; "speedup" is the
 median over rounds of dense time / model time in the same round (load hits both alike). Each pruned model is
-checked to be smaller and faster; a line says so when it is not, with its conv widths that are not a multiple of 8.
+checked to be smaller and faster (a line says so when it is not); its conv widths off the 8 and 16 grids are counted.
 ``--channels-last`` times every model (dense included) on channels_last weights and inputs: in the default NCHW
 layout oneDNN reorders each conv's activations to 16-channel blocks and back, which pruned widths that are not a
-multiple of 16 do not make cheaper (see the issue-36 note in docs/benchmarks.md).
+multiple of 16 do not make cheaper (see the issue-36 note in docs/benchmarks.md). ``--round-to N`` makes all three
+keep a multiple of N channels in every coupled group (GroupFisher once pruning stops, ``l1_filter_round_to``,
+Torch-Pruning's ``round_to``): 16 puts every width on oneDNN's block grid.
 """
 
 from __future__ import annotations
@@ -80,14 +82,15 @@ def agreement(model: nn.Module, x: torch.Tensor, reference: torch.Tensor) -> tup
             float(cosine))
 
 
-def group_fisher(model: nn.Module, data: list, target: float, per_prune: int, max_steps: int) -> tuple[nn.Module, dict]:
+def group_fisher(model: nn.Module, data: list, target: float, per_prune: int, max_steps: int,
+                 round_to: int = 1) -> tuple[nn.Module, dict]:
     algo = build(dict(type="GroupFisherAlgorithm", architecture=copy.deepcopy(model), interval=1,
                       target_flop_ratio=target,
                       mutator=dict(type="GroupFisherChannelMutator",
                                    parse_cfg=dict(type="ChannelAnalyzer", demo_input=(1, 3, 224, 224)),
                                    channel_unit_cfg=dict(type="GroupFisherChannelUnit",
                                                          default_args=dict(normalization_type="flops")))))
-    algo.pruner.channels_per_prune = per_prune
+    algo.pruner.channels_per_prune, algo.pruner.round_to = per_prune, round_to
     optimizer = torch.optim.Adam(algo.parameters(), lr=1e-4)
     steps = 0
     while not algo.pruner.done() and steps < max_steps:  # one step at a time: stop as soon as the target is met
@@ -97,22 +100,24 @@ def group_fisher(model: nn.Module, data: list, target: float, per_prune: int, ma
     return algo.deploy().eval(), info
 
 
-def l1_filter(model: nn.Module, x: torch.Tensor, sparsity: float) -> nn.Module:
+def l1_filter(model: nn.Module, x: torch.Tensor, sparsity: float, round_to: int = 1) -> nn.Module:
     cfg = SmashConfig()
     cfg["pruner"] = "l1_filter"
     cfg["l1_filter_sparsity"] = sparsity
+    cfg["l1_filter_round_to"] = round_to
     cfg.add_example_inputs(x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return smash(copy.deepcopy(model), cfg, experimental=True).model.eval()
 
 
-def torch_pruning(model: nn.Module, x: torch.Tensor, ratio: float) -> nn.Module:
+def torch_pruning(model: nn.Module, x: torch.Tensor, ratio: float, round_to: int = 1) -> nn.Module:
     import torch_pruning as tp
 
     pruned = copy.deepcopy(model)
     pruner = tp.pruner.MetaPruner(pruned, x, importance=tp.importance.MagnitudeImportance(p=1),
-                                  pruning_ratio=ratio, ignored_layers=[pruned.classifier[1]])
+                                  pruning_ratio=ratio, ignored_layers=[pruned.classifier[1]],
+                                  round_to=round_to if round_to > 1 else None)
     pruner.step()
     return pruned.eval()
 
@@ -174,13 +179,13 @@ def run_target(dense: nn.Module, target: float, data: list, kd_data: list, x_tes
     x1 = data[0][0][:1]
     dense_macs = count_macs(dense, x1)
     t = time.perf_counter()
-    gf, info = group_fisher(dense, data, target, args.per_prune, args.prune_steps)
+    gf, info = group_fisher(dense, data, target, args.per_prune, args.prune_steps, args.round_to)
     gf_macs = count_macs(gf, x1)
     print(f"[{target}] group_fisher: {info['steps']} steps, {info['pruned']} channels, MACs "
           f"{gf_macs / dense_macs:.3f} of dense (estimated {info['estimated']:.3f}), {time.perf_counter() - t:.0f} s",
           flush=True)
-    l1, l1_s = matched(lambda s: l1_filter(dense, x1, s), gf_macs, x1)
-    tp_model, tp_r = matched(lambda r: torch_pruning(dense, x1, r), gf_macs, x1)
+    l1, l1_s = matched(lambda s: l1_filter(dense, x1, s, args.round_to), gf_macs, x1)
+    tp_model, tp_r = matched(lambda r: torch_pruning(dense, x1, r, args.round_to), gf_macs, x1)
     models = {"dense": dense, "group_fisher": gf, f"l1_filter (sparsity {l1_s:.3f})": l1,
               f"Torch-Pruning L1 (ratio {tp_r:.3f})": tp_model}
     before = {k: agreement(m, x_test, ref_test) for k, m in models.items()}
@@ -206,8 +211,9 @@ def run_target(dense: nn.Module, target: float, data: list, kd_data: list, x_tes
             notes.append(f"NOT SMALLER: {name} has {params} parameters (dense {dense_params})")
         if lat1[name][1] <= 1.0 or lat8[name][1] <= 1.0:
             notes.append(f"NOT FASTER: {name} batch-1 {lat1[name][1]:.2f}x, batch-8 {lat8[name][1]:.2f}x")
-        odd = sum(w % 8 != 0 for w in conv_widths(model))
-        notes.append(f"{name}: {odd} of {len(conv_widths(model))} conv widths not a multiple of 8")
+        for grid in (8, 16):
+            odd = sum(w % grid != 0 for w in conv_widths(model))
+            notes.append(f"{name}: {odd} of {len(conv_widths(model))} conv widths not a multiple of {grid}")
     print(f"\nMobileNetV2 (ImageNet weights) at {target} of the MACs, {len(x_test)} held-out photo crops; fine-tune "
           f"{args.finetune_steps} steps x batch {args.batch} (distillation from the dense logits, lr {args.lr})")
     print_table(["model", "params M", "MMACs", "MACs ratio", "top-1 pruned", "cos pruned", "top-1 tuned",
@@ -227,6 +233,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--round-to", type=int, default=1,
+                        help="every coupled channel group keeps a multiple of this many channels (all three methods)")
     parser.add_argument("--channels-last", action="store_true",
                         help="time every model on channels_last weights and inputs (default: NCHW)")
     args = parser.parse_args()
@@ -234,6 +242,7 @@ def main() -> None:
     torch.manual_seed(0)
     start = time.perf_counter()
     print(machine_line(args.threads))
+    print(f"round_to {args.round_to}, channels_last {args.channels_last}")
     dense = load("mobilenet_v2").model.eval()
     x_train, x_test = photos()
     with torch.no_grad():
