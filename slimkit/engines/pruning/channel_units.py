@@ -102,6 +102,49 @@ def _index(classes: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.asarray([where.get(int(r), -1) for r in rows.tolist()], dtype=np.int64)
 
 
+def _restrict(table: Mapping[str, np.ndarray], remap: np.ndarray) -> dict[str, np.ndarray]:
+    """``table`` with unit channels renumbered by ``remap`` (-1: left out); layers left with none are dropped."""
+    out = {}
+    for layer, idx in table.items():
+        new = np.where(idx >= 0, remap[np.maximum(idx, 0)], -1)
+        if (new >= 0).any():
+            out[layer] = new
+    return out
+
+
+def split_by_producers(unit: ChannelUnit) -> list[ChannelUnit]:
+    """``unit`` cut where MMRazor cuts it: channels produced by different sets of layers are separate units.
+
+    A group joins the inputs of a concat when one layer produces channels of several of them (a channel
+    attention's ``fc`` gating the concat); each input keeps its own unit, named after its first producer and
+    that producer's rows, and the shared layer takes part in each for its rows.
+    """
+    owners: dict[int, list[str]] = {}
+    for layer, idx in unit.producers.items():
+        for channel in np.unique(idx[idx >= 0]).tolist():
+            owners.setdefault(int(channel), []).append(layer)
+    signatures: dict[tuple[str, ...], list[int]] = {}
+    for channel in range(unit.num_channels):
+        signatures.setdefault(tuple(owners.get(channel, ())), []).append(channel)
+    if len(signatures) == 1:
+        return [unit]
+    parts = []
+    for layers, channels in signatures.items():
+        remap = np.full(unit.num_channels, -1, dtype=np.int64)
+        remap[channels] = np.arange(len(channels))
+        producers = _restrict(unit.producers, remap)
+        rows = np.flatnonzero(producers[layers[0]] >= 0) if layers else np.arange(len(channels))
+        readers = {}
+        for reader, (pos, ids) in unit.readers.items():
+            new = remap[ids]
+            if (new >= 0).any():
+                readers[reader] = (pos[new >= 0], new[new >= 0])
+        name = f"{layers[0] if layers else unit.name}_({int(rows[0])}, {int(rows[-1]) + 1})_{len(channels)}"
+        parts.append(ChannelUnit(name, len(channels), producers, _restrict(unit.depthwise, remap),
+                                 _restrict(unit.norms, remap), readers))
+    return parts
+
+
 class ChannelUnits:
     """The prunable channel units of ``model`` on ``dummy_input`` and the hooks that apply their masks.
 
@@ -132,11 +175,12 @@ class ChannelUnits:
                     continue
                 done.add(group)
                 unit = self._unit(coupling, group)
-                if unit is None or excluded.intersection(unit.layers()):
-                    continue
-                if not mutate_linear and any(isinstance(self.modules[r], nn.Linear) for r in unit.readers):
-                    continue
-                self.units.append(unit)
+                for part in [] if unit is None else split_by_producers(unit):
+                    if excluded.intersection(part.layers()):
+                        continue
+                    if not mutate_linear and any(isinstance(self.modules[r], nn.Linear) for r in part.readers):
+                        continue
+                    self.units.append(part)
         self._handles: list[Any] = []
         self._gates: dict[str, list[tuple[ChannelUnit, torch.Tensor, torch.Tensor]]] = {}
         for unit in self.units:
@@ -265,7 +309,7 @@ class ChannelUnits:
     def deploy(self) -> dict[str, Any]:
         """Remove the hooks, zero the pruned rows and physically remove them; returns ``kept_channels``."""
         self.detach()
-        masks: dict[str, dict[str, torch.Tensor]] = {}
+        dropped_rows: dict[str, np.ndarray] = {}  # a layer in several units drops the rows each unit drops
         for unit in self.units:
             dropped = (unit.mask.detach() == 0).numpy()
             if not dropped.any():
@@ -279,8 +323,10 @@ class ChannelUnits:
                         if isinstance(param, torch.Tensor):
                             param.index_fill_(dim, rows.to(param.device), 0.0)
             for layer, idx in unit.producers.items():
-                keep = ~((idx >= 0) & dropped[np.maximum(idx, 0)])
-                masks[layer] = {"out_channels": torch.from_numpy(np.flatnonzero(keep))}
+                rows = dropped_rows.setdefault(layer, np.zeros(len(idx), dtype=bool))
+                rows |= (idx >= 0) & dropped[np.maximum(idx, 0)]
+        masks = {layer: {"out_channels": torch.from_numpy(np.flatnonzero(~rows))}
+                 for layer, rows in dropped_rows.items()}
         if not masks:
             return {}
         speedup = ModelSpeedup(self.model, self.dummy_input, masks)

@@ -53,7 +53,7 @@ class FilterFusion:
         for unit in units.units:
             for layer in unit.producers:
                 module = units.modules[layer]
-                if _fusable(module):
+                if _fusable(module) and layer not in self.fused:  # a layer in several units is fused once
                     for pname in ("weight", "bias"):
                         if getattr(module, pname, None) is not None:
                             parametrize.register_parametrization(module, pname, _Fuse(module.out_channels))
@@ -86,15 +86,11 @@ class FilterFusion:
         unit.keep(torch.argsort(score, descending=True, stable=True)[:count].tolist())
         kept = (unit.mask != 0).numpy()
         for layer, p in dists.items():
-            idx = unit.producers[layer]
-            mix = torch.zeros_like(p)
-            for row, u in enumerate(idx.tolist()):
-                if u < 0:
-                    mix[row, row] = 1.0
-                elif kept[u]:
-                    mix[row] = p[row]
+            rows = [(row, int(u)) for row, u in enumerate(unit.producers[layer].tolist()) if u >= 0]
             for param in self.fused[layer].parametrizations.values():
-                param[0].mix.copy_(mix)
+                mix = param[0].mix  # rows of other units stay as those units set them
+                for row, u in rows:
+                    mix[row] = p[row] if kept[u] else 0.0
 
     def deploy(self) -> dict[str, Any]:
         """Bake the fused filters into the convs and remove the pruned channels; returns ``kept_channels``."""

@@ -120,6 +120,32 @@ def test_group_fisher_prunes_an_rtmpose_model_traced_at_its_decoder_input_size()
     trains_on(small, data)
 
 
+@pytest.mark.slow
+def test_group_fisher_deploy_config_cuts_an_rtmpose_model_per_concat_input():
+    cfg = load_config(CONFIGS / "pruning" / "group_fisher_deploy_rtmpose_tiny.py")
+    net = rtmpose(widen_factor=0.125, input_size=(64, 64))
+    data = keypoint_batches(1, 2, (64, 64))
+    before = count_parameters(net)
+    small = build(cfg.model, architecture=net)
+    stage1, stage4 = small.backbone.stage1[1], small.backbone.stage4
+
+    def widths(conv: nn.Module) -> tuple[int, int]:
+        return conv.in_channels, conv.out_channels
+
+    assert widths(small.backbone.stem[2].conv) == (4, 6) and widths(small.backbone.stage1[0].conv) == (6, 16)
+    assert widths(stage1.main_conv.conv) == (16, 6) and widths(stage1.short_conv.conv) == (16, 4)
+    assert widths(stage1.blocks[0].conv2.pointwise_conv.conv) == (8, 6)  # the residual joins main_conv's unit
+    assert widths(stage1.attention.fc) == (10, 10) and widths(stage1.final_conv.conv) == (10, 16)
+    assert widths(small.backbone.stage3[1].final_conv.conv) == (64, 32)
+    assert widths(stage4[1].conv1.conv) == (128, 40) and widths(stage4[1].conv2.conv) == (160, 128)
+    assert widths(stage4[2].blocks[0].conv2.pointwise_conv.conv) == (64, 22)
+    assert widths(stage4[2].attention.fc) == (86, 86) and widths(small.head.final_layer) == (100, 17)
+    assert count_parameters(small) < before
+    pred_x, pred_y = small(data[0][0])
+    assert pred_x.shape == (2, 17, 128) and pred_y.shape == (2, 17, 128)
+    trains_on(small, data)
+
+
 def test_a_pose_model_without_a_decoder_input_size_asks_for_demo_input():
     cfg = load_config(CONFIGS / "pruning" / "group_fisher_flops_prune_rtmpose_tiny.py")
     net = rtmpose(widen_factor=0.125, input_size=(64, 64))
