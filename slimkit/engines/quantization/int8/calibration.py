@@ -45,7 +45,8 @@ def truncate_tokens(inputs: Inputs, max_seq_len: int) -> Inputs:
     return map_tensors(inputs, lambda v: v[:, :max_seq_len] if v.dim() == 2 and not v.is_floating_point() else v)
 
 
-def _accepts(model: Any, name: str) -> bool:
+def accepts_kwarg(model: Any, name: str) -> bool:
+    """Whether ``model.forward`` takes a keyword argument ``name`` (by name or through ``**kwargs``)."""
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError, AttributeError):
@@ -60,7 +61,7 @@ def _text_batches(model: Any, tokenizer: Any, n_samples: int, seq_len: int, batc
     if isinstance(limit, int) and limit > 0:
         seq_len = min(seq_len, limit)
     ids = pydoc_text_blocks(tokenizer, n_samples, seq_len, split="calibration")
-    with_mask = _accepts(model, "attention_mask")
+    with_mask = accepts_kwarg(model, "attention_mask")
     out: list[Inputs] = []
     for i in range(0, n_samples, batch_size):
         chunk = ids[i : i + batch_size]

@@ -15,7 +15,6 @@ BERT's post-LN LayerNorms, whose outputs also feed a residual branch (folding th
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 
 from slimkit.core.weights import DENSE, target_kind, weight_of
+from slimkit.engines.quantization.int8.calibration import accepts_kwarg
 from slimkit.engines.quantization.int8.linear import Int8Linear
 from slimkit.utils import Inputs, run_model
 
@@ -124,14 +124,6 @@ def _max_rel_change(reference: list[torch.Tensor], outputs: list[torch.Tensor]) 
                 zip(reference, outputs, strict=True)), default=0.0)
 
 
-def _accepts_kwarg(model: torch.nn.Module, name: str) -> bool:
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
 def _fold_changes_output(model: torch.nn.Module, groups: list[FoldGroup], batch: Inputs,
                          reference: list[torch.Tensor], gen: torch.Generator, tol: float) -> bool:
     """Fold random scales into all ``groups`` at once, run ``batch``, undo; whether any output moved."""
@@ -161,7 +153,7 @@ def verify_groups(model: torch.nn.Module, groups: list[FoldGroup], batch: Inputs
     opportunities, never exactness.
     """
     gen = torch.Generator().manual_seed(0)
-    if isinstance(batch, Mapping) and _accepts_kwarg(model, "output_hidden_states"):
+    if isinstance(batch, Mapping) and accepts_kwarg(model, "output_hidden_states"):
         batch = {**batch, "output_hidden_states": True}  # hidden states are outputs too: keep them exact
     with torch.no_grad():
         reference = _float_tensors(run_model(model, batch))
