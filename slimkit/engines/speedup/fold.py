@@ -37,6 +37,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.overrides import TorchFunctionMode
 
+from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import run_model
 
 from .graph import tensors_in
@@ -246,20 +247,17 @@ def find_folds(model: nn.Module, dummy_input: Any, kept: Mapping[str, Any]) -> l
     if not removed:
         return []
     capture = _Capture(model, removed)
-    modes = {m: m.training for m in model.modules()}
-    model.eval()
     try:
-        capture.run(model, dummy_input)
-        noisy = _noisy(dummy_input)
-        if noisy is not None:
-            try:
-                capture.run(model, noisy)
-            except Exception:  # noqa: BLE001 - a model that rejects the noisy copy is judged on dummy_input alone
-                capture.reset()
+        with eval_mode(model):
+            capture.run(model, dummy_input)
+            noisy = _noisy(dummy_input)
+            if noisy is not None:
+                try:
+                    capture.run(model, noisy)
+                except Exception:  # noqa: BLE001 - a model that rejects the noisy copy is judged on dummy_input alone
+                    capture.reset()
     finally:
         capture.close()
-        for m, mode in modes.items():
-            m.training = mode
     folds = []
     for name, (idx, dim) in removed.items():
         fold = _decide(modules[name], idx, capture.values[name], dim) if capture.values[name] else None

@@ -112,16 +112,6 @@ class AttentionRecord(AttentionSpec):
 
 
 @dataclass
-class ModuleCall:
-    """One module call seen during tracing, in call order, with its main input and output shapes."""
-
-    name: str
-    type: str
-    in_shape: tuple[int, ...] | None
-    out_shape: tuple[int, ...] | None
-
-
-@dataclass
 class ChannelGraph:
     """Everything the tracer learned about channel coupling in one forward pass."""
 
@@ -132,7 +122,6 @@ class ChannelGraph:
     pins: list[Pin] = field(default_factory=list)
     params: dict[str, ParamRecord] = field(default_factory=dict)
     residual: list[np.ndarray] = field(default_factory=list)  # ids joined by a residual add
-    calls: list[ModuleCall] = field(default_factory=list)
     inner: dict[str, str] = field(default_factory=dict)  # module run inside an unanalysed module -> that module
     output_shapes: list[tuple[int, ...]] = field(default_factory=list)
 

@@ -1,4 +1,4 @@
-"""How the tracer follows channels through the layers it handles as one unit (see :func:`.kinds.leaf_kind`)."""
+"""Which modules the tracer handles as one unit (:func:`leaf_kind`), and how it follows channels through them."""
 
 from __future__ import annotations
 
@@ -9,10 +9,39 @@ from torch import nn
 from .attention_spec import attention_spec
 from .experts import experts_spec
 from .graph import AttentionRecord, LeafRecord, ParamRecord, Tracer, ids_along
-from .layers import linear_io, norm_channel_dim, norm_problem, own_params
+from .layers import CONV_TYPES, DECONV_TYPES, is_linear, is_norm, linear_io, norm_channel_dim, norm_problem, own_params
 
 CHANNEL_DIM = {"conv": 1, "depthwise": 1, "grouped_conv": 1, "pinned_conv": 1, "linear": -1, "attention": -1,
                "experts": -1}
+
+
+def leaf_kind(module: nn.Module) -> str | None:
+    """The unit the tracer handles ``module`` as, or None to trace through its forward.
+
+    A module with parameters of its own that is none of these is traced through: its parameters follow the
+    channels they touch (see :mod:`.tracer`). A transposed conv with ``groups=1`` is a ``"conv"`` (its channels
+    run along dim 1 of its input and output like a conv's; only its weight is laid out ``[in, out, *kernel]``);
+    a grouped one keeps its channels (``"pinned_conv"``).
+    """
+    if isinstance(module, DECONV_TYPES):
+        return "conv" if module.groups == 1 else "pinned_conv"
+    if isinstance(module, CONV_TYPES):
+        if module.groups == 1:
+            return "conv"
+        if module.groups == module.in_channels:
+            return "depthwise"
+        return "grouped_conv"
+    if is_linear(module):
+        return "linear"
+    if isinstance(module, nn.Embedding):
+        return "embedding"
+    if is_norm(module):
+        return "norm"
+    if attention_spec(module) is not None:
+        return "attention"
+    if experts_spec(module) is not None:
+        return "experts"
+    return None
 
 
 def handle_leaf(tr: Tracer, name: str, kind: str, module: nn.Module, x: torch.Tensor | None,

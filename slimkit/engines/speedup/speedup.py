@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from slimkit.errors import ConfigError, closest
+from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import run_model
 
 from .errors import SpeedupError
@@ -240,12 +241,10 @@ def apply_kept_channels(model: nn.Module, kept_channels: Mapping[str, Any]) -> n
 
 def _verify(model: nn.Module, dummy_input: Any, shapes: list[tuple[int, ...]], kept: KeptChannels) -> None:
     """Run the shrunk model once: it must still work and give outputs of the original shapes."""
-    modes = {m: m.training for m in model.modules()}
-    model.eval()
     layers = sorted(n for n, e in kept.items() if "out" in e)
     exclude = {"exclude": True, "op_names": layers}
     try:
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             out = run_model(model, dummy_input)
     except Exception as exc:
         raise SpeedupError(
@@ -253,9 +252,6 @@ def _verify(model: nn.Module, dummy_input: Any, shapes: list[tuple[int, ...]], k
             "usual cause is a reshape with hard-coded sizes such as x.view(-1, 400); write x.flatten(1) or "
             f"x.view(x.size(0), -1), or exclude the shrunk layers with {exclude!r}. The model was left unchanged."
         ) from exc
-    finally:
-        for m, mode in modes.items():
-            m.training = mode
     got = [tuple(t.shape) for t in tensors_in(_as_tree(out))]
     if got != shapes:
         raise SpeedupError(f"After removing channels the model's output shapes changed from {shapes} to {got}; "

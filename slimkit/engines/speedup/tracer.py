@@ -29,14 +29,14 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from slimkit.errors import SlimkitError
+from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import run_model
 
 from . import ops
 from .errors import SpeedupError
-from .graph import ChannelGraph, LeafRecord, ModuleCall, channel_vector, compact, tensors_in
-from .kinds import leaf_kind
+from .graph import ChannelGraph, LeafRecord, channel_vector, compact, tensors_in
 from .layers import own_params
-from .leaves import follow_params, handle_leaf
+from .leaves import follow_params, handle_leaf, leaf_kind
 from .shared import tie_shared_weights
 
 
@@ -132,11 +132,10 @@ class ChannelTracer(TorchFunctionMode):
         def hook(mod: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
             self._busy = True
             try:
-                x = _primary_input(args, kwargs)
-                y = _primary_output(out)
                 if kind is not None:
                     self._leaf_stack.pop()
                     if not self._leaf_stack:
+                        x, y = _primary_input(args, kwargs), _primary_output(out)
                         others = [t for t in tensors_in((args, kwargs)) if t is not x]
                         self.pin_all(others, type(module).__name__, "an extra tensor input of a layer")
                         try:
@@ -145,9 +144,6 @@ class ChannelTracer(TorchFunctionMode):
                             self.pin_all([x, y], type(module).__name__, f"analysing the layer failed: {exc}")
                             if y is not None:
                                 self.put(y, None)
-                if not self._leaf_stack:
-                    shapes = [tuple(t.shape) if t is not None else None for t in (x, y)]
-                    self.graph.calls.append(ModuleCall(name, type(module).__name__, *shapes))
             finally:
                 self._busy = False
                 self._scope.pop()
@@ -220,11 +216,9 @@ def trace_channels(model: nn.Module, dummy_input: Any) -> ChannelGraph:
         raise SpeedupError(f"The speedup needs a torch.nn.Module; got {type(model).__name__}. Pass the model itself.")
     graph = ChannelGraph()
     tracer = ChannelTracer(graph)
-    modes = {m: m.training for m in model.modules()}
     handles = tracer.attach(model)
-    model.eval()
     try:
-        with torch.no_grad(), tracer:
+        with eval_mode(model), torch.no_grad(), tracer:
             output = run_model(model, dummy_input)
         tracer.pin_outputs(output)
         tie_shared_weights(graph)
@@ -238,6 +232,4 @@ def trace_channels(model: nn.Module, dummy_input: Any) -> ChannelGraph:
     finally:
         for h in handles:
             h.remove()
-        for m, mode in modes.items():
-            m.training = mode
     return graph
