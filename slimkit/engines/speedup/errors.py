@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from slimkit.errors import SlimkitError
 
 
@@ -28,3 +31,19 @@ class UnsupportedOpError(SpeedupError):
             f"'{self.location}', which the speedup cannot shrink{why}. Exclude these layers from pruning "
             f"with the config_list entry {self.exclude!r}, or remove their masks before the speedup."
         )
+
+
+def check_kept(name: str, key: str, value: Any, size: int, count: int | None = None) -> list[int]:
+    """``kept_channels[name][key]`` as checked indices: ``count`` (default 1 to ``size``) distinct ints in [0, size)."""
+    if not isinstance(value, Sequence) or isinstance(value, str) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    ):
+        raise SpeedupError(f"kept_channels[{name!r}][{key!r}] must be a list of ints; got {value!r:.80}.")
+    if not value or len(set(value)) != len(value) or not all(0 <= i < size for i in value) or count not in (
+            None, len(value)):
+        raise SpeedupError(
+            f"kept_channels[{name!r}][{key!r}] must hold {count or f'1 to {size}'} distinct indices in [0, {size}); "
+            f"got {len(value)} values from {min(value, default=None)} to {max(value, default=None)}. Was the record "
+            "made for a different base model (or a model that was already shrunk)?"
+        )
+    return list(value)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import SpeedupError
+from .errors import SpeedupError, check_kept
 from .layers import own_params
 
 
@@ -45,30 +45,20 @@ def experts_spec(module: nn.Module) -> ExpertsSpec | None:
     return ExpertsSpec(e, two_i // 2, h)
 
 
-def _check(name: str, key: str, values: Any, size: int, count: int | None = None) -> list[int]:
-    ok = isinstance(values, Sequence) and not isinstance(values, str) and all(
-        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size for i in values)
-    if not ok or not values or len(set(values)) != len(values) or (count is not None and len(values) != count):
-        need = f"{count} " if count is not None else "1 or more "
-        raise SpeedupError(f"kept_channels[{name!r}][{key!r}] must hold {need}distinct indices in [0, {size}); got "
-                           f"{values!r:.80}. Was the record made for a different base model?")
-    return list(values)
-
-
 def shrink_experts(name: str, module: nn.Module, entry: Mapping[str, Any]) -> None:
     """Shrink to ``{"out": hidden rows, "in": hidden columns, "inner": [kept channels of each expert]}``."""
     spec = experts_spec(module)
     if spec is None:
         raise SpeedupError(f"kept_channels names {name!r} as a MoE experts module, but it is a {type(module).__name__} "
                            "without 3-D gate_up_proj/down_proj parameters.")
-    out = _check(name, "out", entry.get("out"), spec.hidden)
-    inn = _check(name, "in", entry.get("in"), spec.hidden)
+    out = check_kept(name, "out", entry.get("out"), spec.hidden)
+    inn = check_kept(name, "in", entry.get("in"), spec.hidden)
     inner = entry.get("inner") or [list(range(spec.intermediate))] * spec.num_experts
     if not isinstance(inner, Sequence) or len(inner) != spec.num_experts:
         raise SpeedupError(f"kept_channels[{name!r}]['inner'] must list the kept channels of each of the "
                            f"{spec.num_experts} experts; got {inner!r:.80}.")
     count = len(inner[0]) if isinstance(inner[0], Sequence) else None
-    kept = [_check(name, "inner", rows, spec.intermediate, count) for rows in inner]
+    kept = [check_kept(name, "inner", rows, spec.intermediate, count) for rows in inner]
     gate_up, down = module.gate_up_proj, module.down_proj
     dev = gate_up.device
     rows = torch.tensor([[*k, *[i + spec.intermediate for i in k]] for k in kept], device=dev)

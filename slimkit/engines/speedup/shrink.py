@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .attention_spec import HEAD_DIM_ATTRS, INNER_SIZE_ATTRS, NUM_HEADS_ATTRS, NUM_KV_HEADS_ATTRS
-from .errors import SpeedupError
+from .errors import SpeedupError, check_kept
 from .experts import experts_spec, shrink_experts
 from .layers import CONV_TYPES, DECONV_TYPES, is_conv1d, is_norm, out_dim
 
@@ -39,17 +39,7 @@ class Snapshot:
 
 
 def _indices(name: str, key: str, value: Any, size: int) -> torch.Tensor:
-    if not isinstance(value, Sequence) or isinstance(value, str) or not all(
-        isinstance(i, int) and not isinstance(i, bool) for i in value
-    ):
-        raise SpeedupError(f"kept_channels[{name!r}][{key!r}] must be a list of ints; got {value!r:.80}.")
-    if len(set(value)) != len(value) or any(i < 0 or i >= size for i in value) or not value:
-        raise SpeedupError(
-            f"kept_channels[{name!r}][{key!r}] must hold 1 to {size} distinct indices in [0, {size}); got "
-            f"{len(value)} values from {min(value, default=None)} to {max(value, default=None)}. Was the record made "
-            "for a different base model (or a model that was already shrunk)?"
-        )
-    return torch.tensor(value, dtype=torch.long)
+    return torch.tensor(check_kept(name, key, value, size), dtype=torch.long)
 
 
 def _set(module: nn.Module, attr: str, value: torch.Tensor | None) -> None:
