@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,13 +33,10 @@ def main_tensor(output: Any) -> torch.Tensor:
     if isinstance(output, torch.Tensor):
         return output
     if isinstance(output, Mapping):
-        for key in ("logits", "embeddings", "last_hidden_state", "pooler_output"):
-            value = output.get(key)
-            if isinstance(value, torch.Tensor):
-                return value
-        for value in output.values():
-            if isinstance(value, torch.Tensor):
-                return value
+        preferred = [output.get(key) for key in ("logits", "embeddings", "last_hidden_state", "pooler_output")]
+        found = next((v for v in (*preferred, *output.values()) if isinstance(v, torch.Tensor)), None)
+        if found is not None:
+            return found
     if isinstance(output, (tuple, list)):
         for value in output:
             if isinstance(value, torch.Tensor):
@@ -53,9 +51,5 @@ def main_tensor(output: Any) -> torch.Tensor:
 
 def model_device(model: Any) -> torch.device:
     """Device of the first parameter or buffer of ``model`` (CPU when it has none)."""
-    if isinstance(model, torch.nn.Module):
-        for tensor in model.parameters():
-            return tensor.device
-        for tensor in model.buffers():
-            return tensor.device
-    return torch.device("cpu")
+    tensors = itertools.chain(model.parameters(), model.buffers()) if isinstance(model, torch.nn.Module) else ()
+    return next((tensor.device for tensor in tensors), torch.device("cpu"))

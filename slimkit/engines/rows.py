@@ -39,6 +39,11 @@ def _rebuild(value: Any, items: dict[str, Any]) -> Any:
         return dict(items)
 
 
+def _same_sequence(value: tuple | list, items: list[Any]) -> Any:
+    """A sequence of ``value``'s type holding ``items`` (a named tuple takes them as its fields)."""
+    return type(value)(items) if type(value) in (tuple, list) else type(value)(*items)
+
+
 def split_rows(value: Any, n: int) -> list[Any]:
     """Split a batched output of batch size ``n`` into ``n`` outputs of batch size 1 (same structure)."""
     if isinstance(value, torch.Tensor):
@@ -50,8 +55,7 @@ def split_rows(value: Any, n: int) -> list[Any]:
         return [_rebuild(value, {k: rows[i] for k, rows in per_key.items()}) for i in range(n)]
     if isinstance(value, (tuple, list)):
         columns = [split_rows(v, n) for v in value]
-        rows = [[col[i] for col in columns] for i in range(n)]
-        return [type(value)(r) if type(value) in (tuple, list) else type(value)(*r) for r in rows]
+        return [_same_sequence(value, [col[i] for col in columns]) for i in range(n)]
     return [value] * n
 
 
@@ -65,8 +69,7 @@ def merge_rows(rows: list[Any]) -> Any:
     if isinstance(first, Mapping):
         return _rebuild(first, {k: merge_rows([r[k] for r in rows]) for k in first})
     if isinstance(first, (tuple, list)):
-        merged = [merge_rows([r[i] for r in rows]) for i in range(len(first))]
-        return type(first)(merged) if type(first) in (tuple, list) else type(first)(*merged)
+        return _same_sequence(first, [merge_rows([r[i] for r in rows]) for i in range(len(first))])
     return first
 
 
@@ -77,8 +80,7 @@ def map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     if isinstance(value, Mapping):
         return _rebuild(value, {k: map_tensors(v, fn) for k, v in value.items()})
     if isinstance(value, (tuple, list)):
-        mapped = [map_tensors(v, fn) for v in value]
-        return type(value)(mapped) if type(value) in (tuple, list) else type(value)(*mapped)
+        return _same_sequence(value, [map_tensors(v, fn) for v in value])
     return value
 
 

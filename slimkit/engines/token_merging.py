@@ -46,11 +46,10 @@ def bipartite_merge(x: torch.Tensor, size: torch.Tensor, metric: torch.Tensor, r
     metric = metric / metric.norm(dim=-1, keepdim=True).clamp_min(1e-6)
     set_a, set_b = metric[:, ::2], metric[:, 1::2]
     scores = set_a @ set_b.transpose(-1, -2)  # [B, Ta, Tb]
-    for i in range(protected):  # token i sits in A (even i) or B (odd i): never a source, never a destination
-        if i % 2 == 0:
-            scores[:, i // 2, :] = -torch.inf
-        else:
-            scores[:, :, i // 2] = -torch.inf
+    # protected token i sits in A (even i) or B (odd i): never a source, never a destination
+    a_front, b_front = (protected + 1) // 2, protected // 2
+    scores[:, :a_front, :] = -torch.inf
+    scores[:, :, :b_front] = -torch.inf
     best, partner = scores.max(dim=-1)  # [B, Ta]
     order = best.argsort(dim=-1, descending=True)
     merged, kept = order[:, :r], order[:, r:].sort(dim=-1).values  # kept A tokens stay in their order
@@ -61,15 +60,12 @@ def bipartite_merge(x: torch.Tensor, size: torch.Tensor, metric: torch.Tensor, r
     b = b.scatter_add(1, partner.gather(1, merged)[..., None].expand(-1, -1, channels), sources)
     a = a.gather(1, kept[..., None].expand(-1, -1, channels))
     # protected tokens first, in their original order (A's kept prefix, B's first tokens), then the rest
-    a_front, b_front = (protected + 1) // 2, protected // 2
     out = torch.cat([_interleave(a[:, :a_front], b[:, :b_front]), a[:, a_front:], b[:, b_front:]], dim=1)
     return out[..., :-1] / out[..., -1:], out[..., -1:]
 
 
 def _interleave(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    parts = []
-    for i in range(a.shape[1] + b.shape[1]):
-        parts.append(a[:, i // 2: i // 2 + 1] if i % 2 == 0 else b[:, i // 2: i // 2 + 1])
+    parts = [(b if i % 2 else a)[:, i // 2: i // 2 + 1] for i in range(a.shape[1] + b.shape[1])]
     return torch.cat(parts, dim=1) if parts else a
 
 

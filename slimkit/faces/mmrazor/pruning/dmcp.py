@@ -12,7 +12,7 @@ from slimkit.engines.pruning.dmcp import FLOPS_LOSSES, DMCPSearch, flops_loss
 from slimkit.errors import ConfigError
 from slimkit.faces.mmrazor.builder import build, register_module
 from slimkit.faces.mmrazor.pruning.base import PruningAlgorithm
-from slimkit.faces.mmrazor.pruning.mutators import DMCPChannelMutator, number
+from slimkit.faces.mmrazor.pruning.mutators import DMCPChannelMutator
 from slimkit.utils import main_tensor
 
 STRATEGIES = ("max", "min", "arch_random", "scheduled_random")
@@ -67,7 +67,9 @@ class DMCP(PruningAlgorithm):
                                   f"{value!r}.")
         if isinstance(target_flops, bool) or not isinstance(target_flops, (int, float)) or target_flops <= 0:
             raise ConfigError(f"DMCP target_flops must be a positive number of MFLOPs (MACs), got {target_flops!r}.")
-        number(flop_loss_weight, "DMCP flop_loss_weight", 0.0)
+        if isinstance(flop_loss_weight, bool) or not isinstance(flop_loss_weight, (int, float)) or not (
+                flop_loss_weight >= 0):
+            raise ConfigError(f"DMCP flop_loss_weight must be a number >= 0.0, got {flop_loss_weight!r}.")
         super().__init__(architecture, mutator_cfg, data_preprocessor, init_cfg, dummy_input)
         self.search = DMCPSearch(self.units, self.mutator.pruning_cfg)
         self.strategy, self.arch_start_train, self.arch_train_freq = list(strategy), arch_start_train, arch_train_freq

@@ -52,13 +52,12 @@ def mapping(value: Any, what: str) -> dict[str, Any]:
     return dict(value)
 
 
-def number(value: Any, what: str, low: float | None = None, high: float | None = None) -> float:
-    """``value`` as a float in ``[low, high]``; anything else is a ConfigError naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or (
-            low is not None and value < low) or (high is not None and value > high):
-        span = f" in [{low}, {high}]" if high is not None else f" >= {low}" if low is not None else ""
-        raise ConfigError(f"{what} must be a number{span}, got {value!r}.")
-    return float(value)
+def _candidates(value: Any, what: str) -> list[float | int]:
+    """``value`` as a list of kept ratios or channel counts (each > 0); anything else is a ConfigError."""
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in value):
+        raise ConfigError(f"{what} must be a list of kept ratios or channel counts (> 0), got {value!r}.")
+    return list(value)
 
 
 def _pose_input_shape(model: nn.Module) -> tuple[int, ...] | None:
@@ -101,12 +100,9 @@ def _read_units(units: Any) -> dict[str, Any]:
     for name, entry in units.items():
         entry = mapping(entry, f"channel_unit_cfg.units[{name!r}]")
         init = mapping(entry.get("init_args"), f"channel_unit_cfg.units[{name!r}].init_args")
-        choices = init.get("candidate_choices", [])
-        if not isinstance(choices, (list, tuple)) or not all(
-                isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in choices):
-            raise ConfigError(f"channel_unit_cfg.units[{name!r}].init_args.candidate_choices must be a list of kept "
-                              f"ratios or channel counts (> 0), got {choices!r}.")
-        out[str(name)] = {**entry, "init_args": {**init, "candidate_choices": list(choices)}}
+        choices = _candidates(init.get("candidate_choices", []),
+                              f"channel_unit_cfg.units[{name!r}].init_args.candidate_choices")
+        out[str(name)] = {**entry, "init_args": {**init, "candidate_choices": choices}}
     return out
 
 
@@ -211,9 +207,7 @@ class ChannelMutator:
         """The ``candidate_choices`` the units config gives ``unit`` (empty: none)."""
         entry = self.units_cfg.get(unit.name) or next(
             (v for k, v in self.units_cfg.items() if self.prepared.resolve(k) is unit), None)
-        if not isinstance(entry, Mapping):
-            return []
-        return list((entry.get("init_args") or {}).get("candidate_choices") or [])
+        return list(entry["init_args"]["candidate_choices"]) if entry else []
 
 
 @register_module(kind="mutator")
@@ -226,11 +220,8 @@ class OneShotChannelMutator(ChannelMutator):
     def choices_of(self, unit: ChannelUnit) -> list[float | int]:
         """The unit's candidates (its own, else ``default_args.candidate_choices``, else full width)."""
         default = self.default_args.get("candidate_choices") or [self.choice_template()[unit.name]]
-        if not isinstance(default, (list, tuple)) or not all(
-                isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in default):
-            raise ConfigError(f"default_args.candidate_choices must be a list of kept ratios or channel counts, got "
-                              f"{default!r}.")
-        return self.candidates(unit) or list(default)
+        default = _candidates(default, "default_args.candidate_choices")
+        return self.candidates(unit) or default
 
     def sample_choices(self) -> dict[str, float | int]:
         """A random candidate per unit (Python's ``random``)."""
@@ -259,8 +250,7 @@ class SlimmableChannelMutator(OneShotChannelMutator):
         if not self.units_cfg:
             raise ConfigError("SlimmableChannelMutator needs channel_unit_cfg.units: {unit: dict(init_args=dict("
                               "candidate_choices=[...]))} (or a .json file of it), one list per unit, equally long.")
-        lists = {name: list((entry or {}).get("init_args", {}).get("candidate_choices") or [])
-                 for name, entry in self.units_cfg.items()}
+        lists = {name: entry["init_args"]["candidate_choices"] for name, entry in self.units_cfg.items()}
         lengths = {len(v) for v in lists.values()}
         if len(lengths) != 1 or 0 in lengths:
             raise ConfigError(f"SlimmableChannelMutator: every unit must list the same number (>= 1) of "
