@@ -39,16 +39,13 @@ __all__ = [
 ]
 
 _MAX_NAMES_SHOWN = 15
+#: whether a module is an instance of a class named in ``op_types`` (subclasses match)
+matches_op_types = op_type_matches
 
 
 def class_names(module: nn.Module) -> set[str]:
     """The names of ``module``'s class and of all its base classes (what ``op_types`` can match)."""
     return {cls.__name__ for cls in type(module).__mro__}
-
-
-def matches_op_types(module: nn.Module, op_types: Iterable[str]) -> bool:
-    """True when ``module`` is an instance of a class named in ``op_types`` (subclasses match)."""
-    return op_type_matches(module, op_types)
 
 
 def _torch_nn_class_names() -> set[str]:

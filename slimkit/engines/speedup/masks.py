@@ -46,29 +46,29 @@ def _experts_mask(name: str, module: nn.Module, entry: Mapping[str, Any]) -> Lay
     spec = experts_spec(module)
     rows = np.ones(spec.hidden, dtype=bool)
     if entry.get("out_channels") is not None:
-        rows[:] = False
-        rows[_indices(name, "out_channels", entry["out_channels"], spec.hidden)] = True
+        rows = _kept(name, "out_channels", entry["out_channels"], spec.hidden)
     inner = None
     if entry.get("inner_channels") is not None:
         given = entry["inner_channels"]
         if len(given) != spec.num_experts:
             raise ConfigError(f"inner_channels for {name!r} must list the kept channels of each of its "
                               f"{spec.num_experts} experts; got {len(given)} lists.")
-        inner = np.zeros((spec.num_experts, spec.intermediate), dtype=bool)
-        for e, idx in enumerate(list(given)):
-            inner[e, _indices(name, "inner_channels", idx, spec.intermediate)] = True
+        inner = np.stack([_kept(name, "inner_channels", idx, spec.intermediate) for idx in list(given)])
     if entry.get("out_channels") is None and inner is None:
         raise ConfigError(f"Mask for MoE experts {name!r} needs 'out_channels' (hidden rows) or 'inner_channels' "
                           f"(per expert); got keys {sorted(entry)}.")
     return LayerMask(rows, inner_keep=inner)
 
 
-def _indices(name: str, key: str, value: Any, size: int) -> np.ndarray:
+def _kept(name: str, key: str, value: Any, size: int) -> np.ndarray:
+    """A bool mask over ``size`` channels, True at the kept indices ``value``."""
     idx = torch.as_tensor(value).long().reshape(-1)
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= size):
         raise ConfigError(f"{key} for {name!r} must be indices in [0, {size}); got values from {int(idx.min())} to "
                           f"{int(idx.max())}.")
-    return idx.cpu().numpy()
+    keep = np.zeros(size, dtype=bool)
+    keep[idx.cpu().numpy()] = True
+    return keep
 
 
 def load_masks(masks: MaskDict | str | os.PathLike) -> MaskDict:
@@ -126,8 +126,7 @@ def normalize_masks(model: nn.Module, masks: MaskDict | str | os.PathLike) -> di
                 )
             keep = weight_mask.movedim(channel_dim, 0).reshape(rows, -1).ne(0).any(dim=1).cpu().numpy()
         elif entry.get("out_channels") is not None:
-            keep = np.zeros(rows, dtype=bool)
-            keep[_indices(name, "out_channels", entry["out_channels"], rows)] = True
+            keep = _kept(name, "out_channels", entry["out_channels"], rows)
         else:
             raise ConfigError(
                 f"Mask for {name!r} has neither 'weight_mask' nor 'out_channels'; got keys {sorted(entry)}."

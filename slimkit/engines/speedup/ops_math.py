@@ -20,8 +20,6 @@ ALONG_DIM = {"softmax", "log_softmax", "softmin", "cumsum", "cumprod"}
 MATMUL = {"matmul", "__matmul__", "mm", "bmm"}
 
 
-
-
 def _dims_arg(name: str, x: torch.Tensor, args: tuple, kwargs: dict) -> list[int] | None:
     if "dim" in kwargs or "axis" in kwargs:
         dim = kwargs.get("dim", kwargs.get("axis"))

@@ -55,20 +55,18 @@ def groups_from_graph(graph: ChannelGraph) -> ChannelGroups:
     """Group the producers of ``graph`` by shared channel classes (a union-find over layers)."""
     roots = graph.uf.roots()
     spaces = [s for s in graph.spaces.values() if s.kind == "out"]
+    space_roots = [np.unique(roots[space.ids]).tolist() for space in spaces]
     owner_of_root: dict[int, int] = {}
     layers = UnionFind()
-    layers.allocate(len(spaces))
-    for i, space in enumerate(spaces):
-        for r in np.unique(roots[space.ids]).tolist():
+    for i, rs in enumerate(space_roots):
+        for r in rs:
             layers.union(i, owner_of_root.setdefault(r, i))
-    find = layers.find
     by_group: dict[int, GroupInfo] = {}
     group_of_root: dict[int, GroupInfo] = {}
-    for i, space in enumerate(spaces):
-        info = by_group.setdefault(find(i), GroupInfo([], 0))
+    for i, (space, rs) in enumerate(zip(spaces, space_roots, strict=True)):
+        info = by_group.setdefault(layers.find(i), GroupInfo([], 0))
         info.members.append(space.owner)
-        for r in np.unique(roots[space.ids]).tolist():
-            group_of_root[r] = info
+        group_of_root.update(dict.fromkeys(rs, info))
     for info in by_group.values():
         info.channels = len({r for r, g in group_of_root.items() if g is info})
     for rec in graph.leaves.values():

@@ -31,6 +31,16 @@ def _dim_ids(rec: LeafRecord, attr: str) -> list[np.ndarray | None] | None:
     return None
 
 
+def _pin_users(graph: ChannelGraph, group: list[tuple[LeafRecord, str]], per_user: list[tuple[np.ndarray, ...]],
+               why: str = "") -> None:
+    """Keep the ids ``per_user`` lists for each user of one shared weight, naming the other users."""
+    names = [rec.name for rec, _ in group]
+    for (rec, _), arrays in zip(group, per_user, strict=True):
+        others = [n for n in names if n != rec.name]
+        for ids in arrays:
+            graph.pin(ids, "shared weight", rec.name, f"it shares a weight with {others}{why}")
+
+
 def tie_shared_weights(graph: ChannelGraph) -> None:
     """Merge the channels a shared weight ties together; keep those its users slice differently."""
     users: dict[int, list[tuple[LeafRecord, str]]] = {}
@@ -40,13 +50,9 @@ def tie_shared_weights(graph: ChannelGraph) -> None:
     for group in users.values():
         if len(group) < 2:
             continue
-        names = [rec.name for rec, _ in group]
         layouts = [_dim_ids(rec, attr) for rec, attr in group]
         if any(layout is None for layout in layouts):
-            for rec, _ in group:
-                others = [n for n in names if n != rec.name]
-                for ids in (rec.in_ids, rec.out_ids):
-                    graph.pin(ids, "shared weight", rec.name, f"it shares a weight with {others}")
+            _pin_users(graph, group, [(rec.in_ids, rec.out_ids) for rec, _ in group])
             continue
         for dim in range(len(layouts[0])):
             per_user = [layout[dim] for layout in layouts]
@@ -54,15 +60,10 @@ def tie_shared_weights(graph: ChannelGraph) -> None:
                 for ids in per_user[1:]:
                     graph.uf.union_arrays(per_user[0], ids)
                 loose = np.any([ids < 0 for ids in per_user], axis=0)  # a user reads channels no layer produces
-                for (rec, _), ids in zip(group, per_user, strict=True):
-                    others = [n for n in names if n != rec.name]
-                    graph.pin(ids[loose], "shared weight", rec.name, f"it shares a weight with {others}, which reads "
-                              f"dim {dim} of it from channels no layer produces")
-                continue
-            for (rec, _), ids in zip(group, per_user, strict=True):
-                others = [n for n in names if n != rec.name]
-                graph.pin(ids, "shared weight", rec.name, f"it shares a weight with {others}, which does not slice "
-                          f"dim {dim} of it")
+                _pin_users(graph, group, [(ids[loose],) for ids in per_user],
+                           f", which reads dim {dim} of it from channels no layer produces")
+            else:
+                _pin_users(graph, group, [(ids,) for ids in per_user], f", which does not slice dim {dim} of it")
 
 
 def shared_parameters(modules: Iterable[tuple[str, nn.Module]]) -> list[list[tuple[nn.Module, str]]]:
