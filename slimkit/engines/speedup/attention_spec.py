@@ -38,14 +38,15 @@ class AttentionSpec:
     fused: bool = False
 
 
-def _int_attr(module: nn.Module, names: tuple[str, ...]) -> int | None:
+def int_attr(module: nn.Module, names: tuple[str, ...]) -> int | None:
+    """The first of the attributes ``names`` that ``module`` holds as an int (None: none does)."""
     return next((getattr(module, a) for a in names if isinstance(getattr(module, a, None), int)), None)
 
 
 def _head_dim(module: nn.Module, q_rows: int) -> int | None:
-    head_dim = _int_attr(module, HEAD_DIM_ATTRS)
+    head_dim = int_attr(module, HEAD_DIM_ATTRS)
     if head_dim is None:
-        heads = _int_attr(module, NUM_HEADS_ATTRS)
+        heads = int_attr(module, NUM_HEADS_ATTRS)
         head_dim = q_rows // heads if heads else None
     return head_dim
 
@@ -88,7 +89,7 @@ def _fused(module: nn.Module) -> AttentionSpec | None:
         if not head_dim or q_rows % head_dim or (rows - q_rows) % (2 * head_dim) or rows <= q_rows:
             return None
         nh, nkv = q_rows // head_dim, (rows - q_rows) // (2 * head_dim)
-        declared = _int_attr(module, NUM_KV_HEADS_ATTRS)
+        declared = int_attr(module, NUM_KV_HEADS_ATTRS)
         if nh % nkv or (declared is not None and declared != nkv) or not _only_known_children(module, {qkv, o},
                                                                                                   head_dim):
             return None

@@ -49,14 +49,10 @@ def _heads(model: nn.Module) -> dict[str, dict[str, int]]:
 
 def _uniform_heads(model: nn.Module) -> dict[str, int]:
     """Head counts every attention block agrees on (from its attributes or its own config)."""
-    values: dict[str, set[int]] = {}
-    for module in model.modules():
-        spec = attention_spec(module)
-        if spec is None:
-            continue
-        values.setdefault("num_attention_heads", set()).add(spec.num_heads)
-        values.setdefault("num_key_value_heads", set()).add(spec.num_kv_heads)
-    return {k: next(iter(v)) for k, v in values.items() if len(v) == 1}
+    specs = [spec for spec in map(attention_spec, model.modules()) if spec is not None]
+    values = {"num_attention_heads": {s.num_heads for s in specs},
+              "num_key_value_heads": {s.num_kv_heads for s in specs}}
+    return {k: v.pop() for k, v in values.items() if len(v) == 1}
 
 
 def _solve(model: nn.Module, config: Any, field: str, target: dict[str, tuple[int, ...]],

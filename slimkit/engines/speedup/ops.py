@@ -62,10 +62,8 @@ def handle(tr: Tracer, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
             return
     if name in ELEMENTWISE:
         return _elementwise(tr, name, args, kwargs, outs)
-    if name in RESHAPE or name in REPLAY:
-        return _replay(tr, name, func, args, kwargs, out, check_split=name in RESHAPE)
-    if name in SELECT:
-        return _select(tr, name, func, args, kwargs, out)
+    if name in RESHAPE or name in REPLAY or name in SELECT:
+        return _replay(tr, name, func, args, kwargs, out)
     if name in {"cat", "concat", "concatenate", "stack"}:
         return _concat(tr, name, func, args, kwargs, out)
     if name in SPATIAL:
@@ -152,26 +150,16 @@ def _run_on_shadows(tr: Tracer, name: str, func: Any, args: tuple, kwargs: dict,
     return got
 
 
-def _replay(tr: Tracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any,
-            check_split: bool) -> None:
-    got = _run_on_shadows(tr, name, func, args, kwargs, out)
-    if got is None:
-        return
-    if check_split:
-        src = tr.get(tensors_in(args)[0])
-        if src is not None and len(varying_dims(got[0])) > len(varying_dims(src)):
-            tr.pin_shadow(src, name, "it splits the channel dimension (e.g. into attention heads or groups), "
-                          "so it needs whole groups of channels")
-    for w, g in zip(tensors_in(out), got, strict=True):
-        tr.put(w, g)
-
-
-def _select(tr: Tracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+def _replay(tr: Tracer, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    """Shape ops and selections: the op itself run on the shadows; pins where channels would move."""
     got = _run_on_shadows(tr, name, func, args, kwargs, out)
     if got is None:
         return
     src = tr.get(tensors_in(args)[0])
-    if src is not None and not (name == "chunk" and _pair_chunks(tr, src, got)):
+    if src is not None and name in RESHAPE and len(varying_dims(got[0])) > len(varying_dims(src)):
+        tr.pin_shadow(src, name, "it splits the channel dimension (e.g. into attention heads or groups), "
+                      "so it needs whole groups of channels")
+    if src is not None and name in SELECT and not (name == "chunk" and _pair_chunks(tr, src, got)):
         before = set(torch.unique(compact(src)).tolist()) - {-1}
         if any(set(torch.unique(compact(g)).tolist()) - {-1} != before for g in got):
             tr.pin_shadow(src, name, "it selects channels by position, which moves when channels are removed")

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .attention_spec import HEAD_DIM_ATTRS, INNER_SIZE_ATTRS, NUM_HEADS_ATTRS, NUM_KV_HEADS_ATTRS
+from .attention_spec import HEAD_DIM_ATTRS, INNER_SIZE_ATTRS, NUM_HEADS_ATTRS, NUM_KV_HEADS_ATTRS, int_attr
 from .errors import SpeedupError, check_kept
 from .experts import experts_spec, shrink_experts
 from .layers import CONV_TYPES, DECONV_TYPES, is_conv1d, is_norm, out_dim
@@ -163,10 +163,10 @@ def _shrink_norm(name: str, module: nn.Module, entry: Mapping[str, Any]) -> None
 def _shrink_attention(name: str, module: nn.Module, entry: Mapping[str, Any]) -> None:
     """Update the head counts an attention block keeps as attributes (projections are shrunk separately)."""
     heads, kv = entry["heads"], entry["kv_heads"]
-    old_heads = next((getattr(module, a) for a in NUM_HEADS_ATTRS if isinstance(getattr(module, a, None), int)), None)
+    old_heads = int_attr(module, NUM_HEADS_ATTRS)
     _indices(name, "heads", heads, old_heads or (max(heads, default=0) + 1))
     _indices(name, "kv_heads", kv, max(kv, default=0) + 1)
-    head_dim = next((getattr(module, a) for a in HEAD_DIM_ATTRS if isinstance(getattr(module, a, None), int)), None)
+    head_dim = int_attr(module, HEAD_DIM_ATTRS)
     for attrs, value in ((NUM_HEADS_ATTRS, len(heads)), (NUM_KV_HEADS_ATTRS, len(kv)),
                          (INNER_SIZE_ATTRS, len(heads) * head_dim if head_dim else None)):
         for a in attrs:

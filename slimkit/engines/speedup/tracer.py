@@ -187,9 +187,7 @@ class ChannelTracer(TorchFunctionMode):
 
 
 def _as_tree(output: Any) -> Any:
-    if isinstance(output, dict):  # Hugging Face ModelOutput is an OrderedDict
-        return [v for v in output.values()]
-    return output
+    return list(output.values()) if isinstance(output, dict) else output  # Hugging Face ModelOutput is a dict
 
 
 def _primary_input(args: tuple, kwargs: dict) -> torch.Tensor | None:
