@@ -148,12 +148,11 @@ class Compressor(Generic[W]):
         if self.optimizer is None or self._original_step is not None:
             return
         original = self.optimizer.step
-        owner = self
 
         def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
-            owner._before_optimizer_step()
+            self._before_optimizer_step()
             result = original(*args, **kwargs)
-            owner._on_optimizer_step()
+            self._on_optimizer_step()
             return result
 
         self._original_step = original
