@@ -106,8 +106,8 @@ def make_plan(graph: ChannelGraph, masks: dict[str, LayerMask]) -> ShrinkPlan:
     for pin in graph.pins:
         dropped = np.unique(roots[pin.ids])[~class_keep[np.unique(roots[pin.ids])]]
         if dropped.size:
-            layers = [m for m in masks if _layer_ids(graph, m) is not None and
-                      np.isin(roots[_layer_ids(graph, m)], dropped).any()]
+            layers = [m for m in masks if (ids := _out_ids(graph, m)) is not None and
+                      np.isin(roots[ids[ids >= 0]], dropped).any()]
             if pin.fatal:
                 raise UnsupportedOpError(pin.op, pin.location, layers or graph.owners_of(pin.ids, roots),
                                          pin.detail)
@@ -126,12 +126,10 @@ def make_plan(graph: ChannelGraph, masks: dict[str, LayerMask]) -> ShrinkPlan:
     return ShrinkPlan(kept, keep_id, warnings)
 
 
-def _layer_ids(graph: ChannelGraph, name: str) -> np.ndarray | None:
-    space = graph.spaces.get(f"{name}#out")
-    if space is not None:
-        return space.ids
-    rec = graph.leaves.get(name)
-    return rec.out_ids[rec.out_ids >= 0] if rec is not None and rec.out_ids is not None else None
+def _out_ids(graph: ChannelGraph, name: str) -> np.ndarray | None:
+    """The ids of layer ``name``'s output channels (-1 where no layer produces them), or None."""
+    space, rec = graph.spaces.get(f"{name}#out"), graph.leaves.get(name)
+    return space.ids if space is not None else rec.out_ids if rec is not None else None
 
 
 def _even_experts(graph: ChannelGraph, keep_id: np.ndarray, warnings: list[str]) -> None:
@@ -167,9 +165,7 @@ def _explain(graph: ChannelGraph, masks: dict[str, LayerMask], kept: KeptChannel
         done = rows - len(kept[name]["out"]) if name in kept else 0
         if not wanted or done >= wanted:
             continue
-        ids = graph.spaces[f"{name}#out"].ids if f"{name}#out" in graph.spaces else None
-        if ids is None and name in graph.leaves:
-            ids = graph.leaves[name].out_ids
+        ids = _out_ids(graph, name)
         tied = [o for o in graph.owners_of(ids, roots) if o != name] if ids is not None else []
         if name in heads:
             why = "attention heads go only as whole kv-head groups zeroed in q, k and v"
