@@ -10,7 +10,6 @@ widths MMRazor's ``make_channel_divisible`` post-process gives; the extra channe
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -134,7 +133,7 @@ def GroupFisherSubModel(algorithm: PruningAlgorithm | Mapping[str, Any], divisor
     """
     divisor = _divisor(divisor, "GroupFisherSubModel")
     if isinstance(algorithm, Mapping):
-        spec = copy.copy(dict(algorithm))
+        spec = dict(algorithm)
         if architecture is not None:
             spec["architecture"] = architecture
         algorithm = build_component(spec)
