@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 class SlimkitError(Exception):
@@ -53,3 +54,39 @@ def closest(given: str, allowed: Iterable[str], n: int = 3) -> str:
     """Return a 'did you mean' hint for ``given`` among ``allowed`` ('' when nothing is close)."""
     matches = difflib.get_close_matches(given, list(allowed), n=n, cutoff=0.5)
     return f" Did you mean {', '.join(repr(m) for m in matches)}?" if matches else ""
+
+
+def check_int(name: str, value: Any, minimum: int = 1, maximum: int | None = None, *, meaning: str = "",
+              error: type[Exception] = ConfigError) -> int:
+    """Return ``value`` if it is an int (not a bool) in ``[minimum, maximum]``, else raise ``error``.
+
+    The message names ``name`` (the caller's spelling, e.g. ``"DCFF max_iters"``), what is allowed, what ``meaning``
+    the number has, and what was given: ``"max_iters must be an integer >= 1, got 0."``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
+            maximum is not None and value > maximum):
+        allowed = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise error(f"{name} must be an integer {allowed}{f' ({meaning})' if meaning else ''}, got {value!r}.")
+    return value
+
+
+def check_number(name: str, value: Any, low: float | None = None, high: float | None = None, *,
+                 open_low: bool = False, open_high: bool = False, meaning: str = "",
+                 error: type[Exception] = ConfigError) -> float:
+    """Return ``value`` as a float if it is a real number (not a bool) between ``low`` and ``high``, else raise.
+
+    A bound that is None is not checked; ``open_low`` / ``open_high`` exclude the bound itself. The message says
+    what is allowed and what was given: ``"lr must be a number > 0, got -1.0."``, ``"... in [0, 1), got 1.5."``.
+    """
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and (
+        low is None or (value > low if open_low else value >= low)) and (
+        high is None or (value < high if open_high else value <= high))
+    if not ok:
+        if low is not None and high is not None:
+            allowed = f" in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+        elif low is not None:
+            allowed = f" {'>' if open_low else '>='} {low}"
+        else:
+            allowed = "" if high is None else f" {'<' if open_high else '<='} {high}"
+        raise error(f"{name} must be a number{allowed}{f' ({meaning})' if meaning else ''}, got {value!r}.")
+    return float(value)

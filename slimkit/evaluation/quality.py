@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from slimkit.data.batches import LABEL_KEYS, split_batch
-from slimkit.errors import DataError
+from slimkit.errors import DataError, check_int
 from slimkit.evaluation.runtime import eval_mode
 from slimkit.utils import Inputs, main_tensor, model_device, move_inputs, run_model
 
@@ -141,8 +141,7 @@ def perplexity(model: Any, input_ids: Any, *, batch_size: int = 1) -> float:
     such batches (tensors, tuples whose first item is the ids, or dicts with ``input_ids`` and optional
     ``attention_mask`` whose zeros are not scored). Logits at position t predict token t+1 (HF-style shift).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise DataError(f"batch_size must be an integer >= 1, got {batch_size!r}.")
+    check_int("batch_size", batch_size, error=DataError)
     device = model_device(model)
     nll = 0.0
     count = 0

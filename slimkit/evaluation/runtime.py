@@ -13,14 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.errors import ConfigError
+from slimkit.errors import check_int, check_number
 from slimkit.utils import Inputs, model_device, move_inputs, run_model
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}; pass e.g. {name}={minimum + 1}.")
-    return value
 
 
 @contextmanager
@@ -29,7 +23,7 @@ def set_threads(n: int) -> Iterator[None]:
 
     Latency depends strongly on threads; every measurement states the count it used.
     """
-    _check_int("threads", n, 1)
+    check_int("threads", n)
     previous = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -162,10 +156,9 @@ def measure_latency(
     Runs ``warmup`` untimed forwards, then timed ones until at least ``repeats`` samples and ``min_time_s``
     seconds of timed work are collected. CUDA is synchronised before and after every timed call.
     """
-    _check_int("warmup", warmup, 0)
-    _check_int("repeats", repeats, 1)
-    if not isinstance(min_time_s, (int, float)) or isinstance(min_time_s, bool) or min_time_s < 0:
-        raise ConfigError(f"min_time_s must be a number >= 0, got {min_time_s!r}; pass e.g. min_time_s=1.0.")
+    check_int("warmup", warmup, 0)
+    check_int("repeats", repeats)
+    check_number("min_time_s", min_time_s, 0)
     timer = _Timer(model, inputs)
     with set_threads(threads), torch.inference_mode(), eval_mode(model):
         timer.run(warmup)
@@ -183,9 +176,9 @@ def measure_latency_pair(
 
     ``fresh=True`` times each call on new token rows (:func:`fresh_inputs`): the fair timing for a cacher.
     """
-    _check_int("warmup", warmup, 0)
-    _check_int("repeats", repeats, 1)
-    _check_int("block", block, 1)
+    check_int("warmup", warmup, 0)
+    check_int("repeats", repeats)
+    check_int("block", block)
     timers = (_Timer(base, inputs, fresh), _Timer(smashed, inputs, fresh))
     samples: tuple[list[float], list[float]] = ([], [])
     with set_threads(threads), torch.inference_mode(), eval_mode(base), eval_mode(smashed):

@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from slimkit.core.selection import select, unmatched
-from slimkit.errors import ConfigError, MissingPackageError
+from slimkit.errors import ConfigError, MissingPackageError, check_int
 
 #: the pip extra that installs peft
 EXTRA = "lora"
@@ -68,8 +68,7 @@ def add_lora(model: nn.Module, rank: int, alpha: float | None = None, dropout: f
     ``alpha`` defaults to ``2 * rank`` (scale 2). The wrapper forwards calls to the model; the model itself is
     changed in place (its Linear layers become LoRA layers) until :func:`merge_lora`.
     """
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ConfigError(f"LoRA rank must be an integer >= 1, got {rank!r}.")
+    check_int("LoRA rank", rank)
     peft = _peft()
     names = lora_targets(model, targets)
     config = peft.LoraConfig(r=rank, lora_alpha=float(alpha if alpha else 2 * rank), lora_dropout=float(dropout),

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-from slimkit.errors import ConfigError, closest
+from slimkit.errors import ConfigError, check_number, closest
 
 #: Optimizer names :func:`make_optimizer` accepts.
 OPTIMIZERS: tuple[str, ...] = ("adam", "adamw", "sgd")
@@ -17,8 +17,7 @@ def make_optimizer(
     weight_decay: float = 0.0,
 ) -> torch.optim.Optimizer:
     """``adam``, ``adamw`` or ``sgd`` (with ``momentum``) over ``params`` at learning rate ``lr``."""
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ConfigError(f"lr must be a number > 0, got {lr!r}.")
+    check_number("lr", lr, 0, open_low=True)
     params = [p for p in params if p.requires_grad]
     if not params:
         raise ConfigError("The model has no trainable parameter (none requires grad), so there is nothing to train.")

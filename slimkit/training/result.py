@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_number
 
 #: Directions a metric can improve in.
 MODES: tuple[str, ...] = ("max", "min")
@@ -54,9 +54,7 @@ class EarlyStopping:
         if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
             raise ConfigError(f"patience must be an integer >= 1 (evaluations without improvement) or None, "
                               f"got {patience!r}.")
-        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or min_delta < 0:
-            raise ConfigError(f"min_delta must be a number >= 0, got {min_delta!r}.")
-        self.mode, self.patience, self.min_delta = mode, patience, float(min_delta)
+        self.mode, self.patience, self.min_delta = mode, patience, check_number("min_delta", min_delta, 0)
         self.best: float | None = None
         self.best_step: int | None = None
         self.bad_evaluations = 0

@@ -18,7 +18,7 @@ from torch import nn
 
 from slimkit.core.registry import register_component
 from slimkit.engines.nas.mutables import OneShotMutableOP
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_number
 
 
 class ArchLogits:
@@ -83,11 +83,9 @@ class DiffMutableOP(ArchLogits, OneShotMutableOP):
                  module_kwargs: Mapping[str, Any] | None = None, fixed: bool = False, alias: str | None = None,
                  fix_threshold: float = 1.0) -> None:
         super().__init__(candidates, init_choice, module_kwargs, alias)
-        if isinstance(fix_threshold, bool) or not isinstance(fix_threshold, (int, float)) or \
-                not 0 <= fix_threshold <= 1:
-            raise ConfigError(f"{type(self).__name__} fix_threshold must be a number in [0, 1], got {fix_threshold!r}.")
+        self.fix_threshold = check_number(f"{type(self).__name__} fix_threshold", fix_threshold, 0, 1)
         self.init_arch_param(len(self.choices))
-        self.fixed, self.fix_threshold = bool(fixed), float(fix_threshold)
+        self.fixed = bool(fixed)
 
     def canonical_choice(self, choice: Any) -> Any:
         """MMRazor's subnet files write a DiffMutableOP's choice as a one-element list (``chosen: [sep_conv_3x3]``)."""

@@ -32,7 +32,7 @@ from slimkit.engines.nas.constraints import check_units, measure_subnet, parse_c
 from slimkit.engines.nas.feasibility import FeasibilityMixin
 from slimkit.engines.nas.mutator import NasMutator, Subnet, subnet_key, unwrap
 from slimkit.engines.nas.search_inputs import calibration, evaluator_score, example_from, score_subnet
-from slimkit.errors import ConfigError, SaveLoadError
+from slimkit.errors import ConfigError, SaveLoadError, check_int, check_number
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -49,18 +49,6 @@ class SearchResult:
     top_k: list[dict[str, Any]] = field(default_factory=list)
     history: list[float] = field(default_factory=list)
     evaluated: int = 0
-
-
-def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}.")
-    return value
-
-
-def _prob(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{name} must be a probability in [0, 1], got {value!r}.")
-    return float(value)
 
 
 class EvolutionSearchLoop(FeasibilityMixin):
@@ -107,21 +95,21 @@ class EvolutionSearchLoop(FeasibilityMixin):
         self.supernet = unwrap(model)
         self.mutator = getattr(model, "mutator", None) or NasMutator(self.supernet)
         self.example_inputs, self.score_key = example_inputs, score_key or "accuracy"
-        self.max_epochs = _int("max_epochs", max_epochs, 1)
-        self.num_candidates, self.top_k = _int("num_candidates", num_candidates, 1), _int("top_k", top_k, 1)
-        self.num_mutation, self.num_crossover = _int("num_mutation", num_mutation, 0), _int("num_crossover",
-                                                                                            num_crossover, 0)
+        self.max_epochs = check_int("max_epochs", max_epochs)
+        self.num_candidates, self.top_k = check_int("num_candidates", num_candidates), check_int("top_k", top_k)
+        self.num_mutation = check_int("num_mutation", num_mutation, 0)
+        self.num_crossover = check_int("num_crossover", num_crossover, 0)
         if num_mutation + num_crossover > num_candidates or top_k > num_candidates:
             raise ConfigError(f"num_mutation + num_crossover ({num_mutation} + {num_crossover}) and top_k ({top_k}) "
                               f"must not exceed num_candidates ({num_candidates}).")
-        self.mutate_prob, self.crossover_prob = _prob("mutate_prob", mutate_prob), _prob("crossover_prob",
-                                                                                         crossover_prob)
+        self.mutate_prob = check_number("mutate_prob", mutate_prob, 0, 1, meaning="a probability")
+        self.crossover_prob = check_number("crossover_prob", crossover_prob, 0, 1, meaning="a probability")
         self.units = check_units(units)
         self.ranges = parse_constraints(constraints_range, self.units)
         self.feasible = False
-        self.max_sample_attempts = _int("max_sample_attempts", max_sample_attempts or 20 * num_candidates, 1)
+        self.max_sample_attempts = check_int("max_sample_attempts", max_sample_attempts or 20 * num_candidates)
         self.state_file = None if state_file is None else Path(state_file)
-        self.seed, self.latency_threads, self.progress = _int("seed", seed, 0), latency_threads, progress
+        self.seed, self.latency_threads, self.progress = check_int("seed", seed, 0), latency_threads, progress
         self.rng = random.Random(seed)
         self.epoch, self.candidates, self.top = 0, [], []
         self.scores: dict[str, dict[str, Any]] = {}

@@ -25,7 +25,7 @@ from slimkit.core.devices import accumulator_dtype
 from slimkit.engines.nas.dynamic_ops import DynamicBatchNorm2d, DynamicConv2d, DynamicLinear
 from slimkit.engines.nas.mutables import MutableChannels
 from slimkit.engines.pruning.coupling import ChannelCoupling
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int
 
 #: what :func:`make_searchable` can search, for error messages
 SUPPORTED_SHAPES = ("CNNs whose channels flow through plain nn.Conv2d (groups=1, zero padding), affine "
@@ -179,8 +179,7 @@ def width_choices(channels: int, ratios: Sequence[float], divisor: int = 1) -> l
     """
     if not ratios or any(isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1 for r in ratios):
         raise ConfigError(f"Width ratios must be numbers in (0, 1], got {list(ratios)!r}; e.g. [0.25, 0.5, 0.75, 1].")
-    if isinstance(divisor, bool) or not isinstance(divisor, int) or divisor < 1:
-        raise ConfigError(f"divisor must be an integer >= 1, got {divisor!r}.")
+    check_int("divisor", divisor)
     counts = {min(channels, max(divisor, round(float(r) * channels / divisor) * divisor)) for r in ratios}
     return sorted(counts | {channels})
 

@@ -15,7 +15,7 @@ from slimkit.engines.pruning.maskers import MaskDict
 from slimkit.engines.pruning.one_shot import LevelEngine, WeightFilterPruner
 from slimkit.engines.pruning.training import check_positive_int
 from slimkit.engines.pruning.wrapper import PrunerModuleWrapper
-from slimkit.errors import AlgorithmNotFoundError
+from slimkit.errors import AlgorithmNotFoundError, check_number
 
 
 def agp_engine(pruning_algorithm: str | type[Pruner]) -> type[Pruner]:
@@ -77,8 +77,7 @@ def _check_epoch_keys(name: str, config: Mapping[str, Any]) -> None:
             raise PruningConfigError(f"Layer {name!r}: AGP {key} must be a whole number >= "
                                      f"{1 if key == 'frequency' else 0}, got {value!r}.")
     initial = config.get("initial_sparsity", 0.0)
-    if isinstance(initial, bool) or not isinstance(initial, (int, float)) or not 0.0 <= initial < 1.0:
-        raise PruningConfigError(f"Layer {name!r}: AGP initial_sparsity must be a number in [0, 1), got {initial!r}.")
+    check_number(f"Layer {name!r}: AGP initial_sparsity", initial, 0, 1, open_high=True, error=PruningConfigError)
     if config.get("end_epoch") is not None and config["end_epoch"] < config.get("start_epoch", 0):
         raise PruningConfigError(f"Layer {name!r}: AGP end_epoch {config['end_epoch']} is before start_epoch "
                                  f"{config.get('start_epoch', 0)}.")

@@ -33,7 +33,7 @@ from torch.nn.modules.conv import _ConvNd
 from slimkit.engines.pruning.channel_units import ChannelUnit, ChannelUnits
 from slimkit.engines.pruning.maskers import check_round_to, lowest_indices, round_kept
 from slimkit.engines.speedup.layers import DECONV_TYPES
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int
 from slimkit.utils import run_model
 
 NORMALIZATIONS = ("flops", "act", "none")
@@ -47,12 +47,8 @@ class GroupFisherPruner:
         if not isinstance(normalization_type, str) or normalization_type not in NORMALIZATIONS:
             raise ConfigError(f"normalization_type must be one of {', '.join(NORMALIZATIONS)}, got "
                               f"{normalization_type!r}.")
-        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
-            raise ConfigError(f"interval must be an integer >= 1 (steps between two pruned channels), got "
-                              f"{interval!r}.")
-        if isinstance(channels_per_prune, bool) or not isinstance(channels_per_prune, int) or channels_per_prune < 1:
-            raise ConfigError(f"channels_per_prune must be an integer >= 1, got {channels_per_prune!r}.")
-        self.channels_per_prune = channels_per_prune
+        check_int("interval", interval, meaning="steps between two pruned channels")
+        self.channels_per_prune = check_int("channels_per_prune", channels_per_prune)
         self.round_to = check_round_to(round_to)
         if target_macs_ratio is not None and (isinstance(target_macs_ratio, bool) or not isinstance(
                 target_macs_ratio, (int, float)) or not 0.0 < float(target_macs_ratio) <= 1.0):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int
 
 Choice = float | int
 
@@ -21,8 +21,7 @@ class IterativeSchedule:
     def __init__(self, target: Mapping[str, Choice], full: Mapping[str, Choice], step_freq: int = 1,
                  prune_times: int = 1, linear_schedule: bool = True) -> None:
         for name, value in (("step_freq", step_freq), ("prune_times", prune_times)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}.")
+            check_int(name, value)
         missing = sorted(set(target) - set(full))
         if missing:
             raise ConfigError(f"target names {missing[0]!r}, which is not a channel unit.")

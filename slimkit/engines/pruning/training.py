@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from slimkit.engines.pruning.config import PruningConfigError
+from slimkit.errors import check_number
 from slimkit.training import criterion_loss, default_loss, fit
 
 Trainer = Callable[..., Any]
@@ -52,20 +53,13 @@ def check_positive_int(who: str, name: str, value: Any, minimum: int = 1) -> int
 
 def check_positive(who: str, name: str, value: Any, *, zero: bool = False) -> float:
     """``value`` as a float > 0 (>= 0 with ``zero``), else a clear error."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 if zero else value > 0):
-        raise PruningConfigError(f"{who} {name} must be a number {'>=' if zero else '>'} 0, got {value!r}.")
-    return float(value)
+    return check_number(f"{who} {name}", value, 0, open_low=not zero, error=PruningConfigError)
 
 
 def check_fraction(who: str, name: str, value: Any, low: float = 0.0, high: float = 1.0, *,
                    closed_high: bool = False) -> float:
     """``value`` as a float in ``[low, high)`` (or ``[low, high]``), else a clear error."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and low <= float(value) and (
-        float(value) <= high if closed_high else float(value) < high)
-    if not ok:
-        bracket = "]" if closed_high else ")"
-        raise PruningConfigError(f"{who} {name} must be a number in [{low}, {high}{bracket}, got {value!r}.")
-    return float(value)
+    return check_number(f"{who} {name}", value, low, high, open_high=not closed_high, error=PruningConfigError)
 
 
 def _with_penalty(criterion: Callable[..., torch.Tensor], penalty: Penalty) -> Callable[..., torch.Tensor]:

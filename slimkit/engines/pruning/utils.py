@@ -13,7 +13,7 @@ from slimkit.core import registry
 from slimkit.core.io import atomic_file
 from slimkit.engines.pruning.compressor import Pruner
 from slimkit.engines.pruning.config import PruningConfigError, resolve_config_list
-from slimkit.errors import MissingPackageError
+from slimkit.errors import MissingPackageError, check_number
 
 Sensitivity = dict[str, dict[float, float]]
 
@@ -40,8 +40,7 @@ def sensitivity_analysis(
     if not values:
         raise PruningConfigError("sparsities is empty; give e.g. (0.25, 0.5, 0.75).")
     for s in values:
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 < float(s) < 1.0:
-            raise PruningConfigError(f"Each sensitivity sparsity must be a number in (0, 1), got {s!r}.")
+        check_number("Each sensitivity sparsity", s, 0, 1, open_low=True, open_high=True, error=PruningConfigError)
     selector: dict[str, Any] = {"sparsity": 0.0, "op_types": list(op_types) if op_types else ["default"]}
     if op_names:
         selector["op_names"] = list(op_names)

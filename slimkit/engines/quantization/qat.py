@@ -19,6 +19,7 @@ from slimkit.engines.quantization.observers import (
 )
 from slimkit.engines.quantization.settings import scheme_of
 from slimkit.engines.quantization.wrapper import QuantizerModuleWrapper
+from slimkit.errors import check_int
 
 
 class QATEngine(Quantizer):
@@ -64,10 +65,7 @@ class QATEngine(Quantizer):
     def _init_wrapper(self, wrapper: QuantizerModuleWrapper) -> None:
         """Register the weight qparams and the EMA observer buffers of each activation type."""
         start = wrapper.config.get("quant_start_step", 0)
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-            raise QuantizationConfigError(
-                f"quant_start_step of layer {wrapper.name!r} must be an integer >= 0, got {start!r}."
-            )
+        check_int(f"quant_start_step of layer {wrapper.name!r}", start, 0, error=QuantizationConfigError)
         device = self.device
         wrapper.symmetric, wrapper.channel_wise = {}, {}
         for quant_type in wrapper.quant_types:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int
 from slimkit.faces.mmrazor.base import BaseAlgorithm
 from slimkit.faces.mmrazor.builder import build_module, register_module
 from slimkit.faces.mmrazor.distill import build_distiller
@@ -81,9 +81,7 @@ class DataFreeDistillation(BaseAlgorithm):
         self.generator_distiller = build_distiller(generator_distiller, "generator_distiller")
         for d in (self.distiller, self.generator_distiller):
             d.prepare(self.architecture, self.teachers)
-        if isinstance(student_iter, bool) or not isinstance(student_iter, int) or student_iter < 1:
-            raise ConfigError(f"student_iter must be an integer >= 1, got {student_iter!r}.")
-        self.student_iter, self.student_train_first = student_iter, bool(student_train_first)
+        self.student_iter, self.student_train_first = check_int("student_iter", student_iter), bool(student_train_first)
         self.teachers.eval()
         self.init_weights()
 

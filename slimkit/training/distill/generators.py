@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from slimkit.core.registry import register_component
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int
 
 
 class BaseGenerator(nn.Module):
@@ -22,8 +22,7 @@ class BaseGenerator(nn.Module):
         super().__init__()
         for name, value in (("img_size", img_size), ("latent_dim", latent_dim), ("hidden_channels", hidden_channels),
                             ("scale_factor", scale_factor), ("out_channels", out_channels)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{type(self).__name__}: {name} must be an integer >= 1, got {value!r}.")
+            check_int(f"{type(self).__name__}: {name}", value)
         if img_size % (scale_factor**2) or hidden_channels < 2:
             raise ConfigError(f"{type(self).__name__}: img_size ({img_size}) must be a multiple of scale_factor**2 "
                               f"({scale_factor**2}) and hidden_channels ({hidden_channels}) at least 2.")

@@ -20,9 +20,9 @@ from torch import nn
 
 from slimkit.core.registry import build_module
 from slimkit.engines.nas import ChannelSupernet, NasMutator, export_subnet, make_searchable
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int
 from slimkit.faces.mmrazor.builder import register_module
-from slimkit.faces.mmrazor.nas.sandwich import SandwichNAS, check_samples
+from slimkit.faces.mmrazor.nas.sandwich import SandwichNAS
 from slimkit.training.distill import ConfigurableDistiller
 
 _MUTATOR_KEYS = {"type", "_scope_", "channel_unit_cfg", "parse_cfg"}
@@ -65,7 +65,7 @@ class AutoSlim(SandwichNAS):
                  distiller: ConfigurableDistiller | Mapping[str, Any] | None = None, num_random_samples: int = 2,
                  bn_training_mode: bool = False, data_preprocessor: Any = None,
                  input_shape: Sequence[int] | None = None, init_cfg: Mapping[str, Any] | None = None) -> None:
-        check_samples("AutoSlim", num_random_samples)  # before the architecture is converted in place
+        check_int("AutoSlim: num_random_samples", num_random_samples, 0)  # before the architecture is converted
         model = build_module(architecture, "architecture")
         if isinstance(model, ChannelSupernet):
             supernet = model

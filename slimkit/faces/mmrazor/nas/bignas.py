@@ -17,7 +17,7 @@ from torch import nn
 
 from slimkit.engines.nas.export import export_subnet
 from slimkit.engines.nas.mutator import NasMutator
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_number
 from slimkit.faces.mmrazor.builder import register_module
 from slimkit.faces.mmrazor.nas.sandwich import SandwichNAS
 from slimkit.training.distill import ConfigurableDistiller
@@ -44,9 +44,7 @@ class BigNAS(SandwichNAS):
         if mutator is not None and mutators is not None:
             raise ConfigError("BigNAS: give mutator or mutators (the same thing), not both.")
         mutator = mutators if mutator is None else mutator
-        if isinstance(drop_path_rate, bool) or not isinstance(drop_path_rate, (int, float)) or not (
-                0 <= drop_path_rate < 1):
-            raise ConfigError(f"BigNAS: drop_path_rate must be a number in [0, 1), got {drop_path_rate!r}.")
+        check_number("BigNAS: drop_path_rate", drop_path_rate, 0, 1, open_high=True)
         stages_ok = isinstance(backbone_dropout_stages, (list, tuple)) and all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 1 for i in backbone_dropout_stages)
         if backbone_dropout_stages is not None and not stages_ok:

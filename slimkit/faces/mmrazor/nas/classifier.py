@@ -19,7 +19,7 @@ from torch import nn
 
 from slimkit.engines.nas.dynamic_ops import DynamicLinear
 from slimkit.engines.nas.mutables import MutableChannels
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_number
 from slimkit.faces.mmrazor.base import labels_of
 from slimkit.faces.mmrazor.builder import build, build_module, register_module
 from slimkit.faces.mmrazor.nas.elastic_ops import InputResizer
@@ -41,9 +41,7 @@ class SqueezeMeanPoolingWithDropout(nn.Module):
 
     def __init__(self, drop_ratio: float = 0.2) -> None:
         super().__init__()
-        if isinstance(drop_ratio, bool) or not isinstance(drop_ratio, (int, float)) or not 0 <= drop_ratio < 1:
-            raise ConfigError(f"SqueezeMeanPoolingWithDropout drop_ratio must be in [0, 1), got {drop_ratio!r}.")
-        self.drop_ratio = float(drop_ratio)
+        self.drop_ratio = check_number("SqueezeMeanPoolingWithDropout drop_ratio", drop_ratio, 0, 1, open_high=True)
 
     def forward(self, feats: Feats) -> Feats:
         """Pooled (and, in training, dropped-out) features."""
@@ -81,9 +79,7 @@ class LabelSmoothLoss(nn.Module):
                                              or num_classes < 1)):
             raise ConfigError(f"LabelSmoothLoss loss_weight must be a number and num_classes a positive int or None, "
                               f"got {loss_weight!r} and {num_classes!r}.")
-        if isinstance(label_smooth_val, bool) or not isinstance(label_smooth_val, (int, float)) or not (
-                0 <= label_smooth_val < 1):
-            raise ConfigError(f"LabelSmoothLoss label_smooth_val must be in [0, 1), got {label_smooth_val!r}.")
+        check_number("LabelSmoothLoss label_smooth_val", label_smooth_val, 0, 1, open_high=True)
         if mode not in ("original", "classy_vision") or use_sigmoid:
             raise ConfigError(f"LabelSmoothLoss supports mode='original' or 'classy_vision' without use_sigmoid, got "
                               f"mode={mode!r}, use_sigmoid={use_sigmoid!r}.")

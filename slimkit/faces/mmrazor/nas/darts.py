@@ -32,7 +32,7 @@ from torch import nn
 from slimkit.data.batches import split_batch
 from slimkit.engines.nas import ArchLogits, NasMutator, export_subnet
 from slimkit.engines.nas.darts_step import arch_gradients
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_number
 from slimkit.faces.mmrazor.builder import register_module
 from slimkit.faces.mmrazor.nas.spos import SPOS
 
@@ -92,9 +92,7 @@ class Darts(SPOS):
             raise ConfigError("Darts needs an architecture with DiffMutableOP / DiffChoiceRoute choices (e.g. "
                               "mutable_cfg=dict(type='DiffMutableOP', candidates=...)); this one has only "
                               f"{sorted({type(m).__name__ for m in self.mutator.mutables.values()})}.")
-        if isinstance(unroll_lr, bool) or not isinstance(unroll_lr, (int, float)) or unroll_lr <= 0:
-            raise ConfigError(f"Darts: unroll_lr must be a number > 0, got {unroll_lr!r}.")
-        self.unroll, self.unroll_lr = bool(unroll), float(unroll_lr)
+        self.unroll, self.unroll_lr = bool(unroll), check_number("Darts: unroll_lr", unroll_lr, 0, open_low=True)
         self.arch_optimizer_cfg = optimizer_cfg(arch_optimizer, "Darts")
         self._arch_opt: torch.optim.Optimizer | None = None
         self._arch_iter: Iterator[Any] | None = None

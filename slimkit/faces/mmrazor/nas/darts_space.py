@@ -23,17 +23,11 @@ import torch
 from torch import nn
 
 from slimkit.core.registry import build_component
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int, check_number
 from slimkit.faces.mmrazor.builder import register_module
 from slimkit.training.layers import norm_layer
 
 _BN: dict[str, Any] = {"type": "BN"}
-
-
-def _count(owner: str, name: str, value: Any, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{owner}: {name} must be an int >= {low}, got {value!r}.")
-    return value
 
 
 class _DartsOp(nn.Module):
@@ -45,10 +39,9 @@ class _DartsOp(nn.Module):
         owner = type(self).__name__
         if isinstance(stride, bool) or stride not in (1, 2):
             raise ConfigError(f"{owner} stride must be 1 or 2, got {stride!r}.")
-        if isinstance(drop_prob, bool) or not isinstance(drop_prob, (int, float)) or not 0 <= drop_prob < 1:
-            raise ConfigError(f"{owner} drop_prob must be a number in [0, 1), got {drop_prob!r}.")
-        self.in_channels, self.out_channels = _count(owner, "in_channels", in_channels), \
-            _count(owner, "out_channels", out_channels)
+        check_number(f"{owner} drop_prob", drop_prob, 0, 1, open_high=True)
+        self.in_channels = check_int(f"{owner}: in_channels", in_channels)
+        self.out_channels = check_int(f"{owner}: out_channels", out_channels)
         self.stride = int(stride)
         self.drop_prob = float(drop_prob) if use_drop_path else 0.0
 
@@ -109,7 +102,7 @@ class DartsPoolBN(_DartsOp):
     def __init__(self, in_channels: int, out_channels: int, pool_type: str, stride: int = 1, kernel_size: int = 3,
                  use_drop_path: bool = False, norm_cfg: Mapping[str, Any] | None = _BN, drop_prob: float = 0.1) -> None:
         super().__init__(in_channels, out_channels, stride, use_drop_path, drop_prob)
-        _count("DartsPoolBN", "kernel_size", kernel_size)
+        check_int("DartsPoolBN: kernel_size", kernel_size)
         if kernel_size % 2 == 0:
             raise ConfigError(f"DartsPoolBN kernel_size must be odd (it keeps the size), got {kernel_size!r}.")
         if pool_type == "max":
@@ -213,7 +206,7 @@ class DartsBackbone(nn.Module):
         super().__init__()
         for name, value in (("in_channels", in_channels), ("base_channels", base_channels), ("num_layers", num_layers),
                             ("num_nodes", num_nodes), ("stem_multiplier", stem_multiplier)):
-            _count("DartsBackbone", name, value)
+            check_int(f"DartsBackbone: {name}", value)
         for name, value in (("mutable_cfg", mutable_cfg), ("route_cfg", route_cfg)):
             if not isinstance(value, Mapping) or "type" not in value:
                 raise ConfigError(f"DartsBackbone: {name} must be a config dict with a 'type', got {value!r}.")
@@ -230,8 +223,8 @@ class DartsBackbone(nn.Module):
         if auxliary:
             if aux_channels is None or aux_out_channels is None:
                 raise ConfigError("DartsBackbone auxliary=True needs aux_channels= and aux_out_channels=.")
-            _count("DartsBackbone", "aux_channels", aux_channels)
-            _count("DartsBackbone", "aux_out_channels", aux_out_channels)
+            check_int("DartsBackbone: aux_channels", aux_channels)
+            check_int("DartsBackbone: aux_out_channels", aux_out_channels)
         self.out_indices, self.aux_index = out_indices, 2 * num_layers // 3 if auxliary else -1
         stem = stem_multiplier * base_channels
         self.stem = nn.Sequential(nn.Conv2d(in_channels, stem, 3, 1, 1, bias=False),

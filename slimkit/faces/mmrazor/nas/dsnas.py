@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from slimkit.engines.nas import NasMutator, OneHotMutableOP, export_subnet
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int
 from slimkit.faces.mmrazor.builder import register_module
 from slimkit.faces.mmrazor.nas.darts import optimizer_cfg, torch_optimizer
 from slimkit.faces.mmrazor.nas.spos import SPOS
@@ -43,8 +43,7 @@ class DSNAS(SPOS):
                  norm_training: bool = False, data_preprocessor: Any = None,
                  init_cfg: Mapping[str, Any] | None = None) -> None:
         for name, value in (("pretrain_epochs", pretrain_epochs), ("finetune_epochs", finetune_epochs)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"DSNAS: {name} must be an integer >= 0, got {value!r}.")
+            check_int(f"DSNAS: {name}", value, 0)
         if pretrain_epochs >= finetune_epochs:
             raise ConfigError(f"DSNAS: pretrain_epochs ({pretrain_epochs}) must be below finetune_epochs "
                               f"({finetune_epochs}): the search runs between them.")

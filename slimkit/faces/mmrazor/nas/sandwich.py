@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from slimkit.engines.nas.mutator import NasMutator, Subnet
-from slimkit.errors import ConfigError
+from slimkit.errors import check_int
 from slimkit.faces.mmrazor.base import labels_of
 from slimkit.faces.mmrazor.distill import build_distiller
 from slimkit.faces.mmrazor.nas.spos import SPOS
@@ -30,13 +30,6 @@ DEFAULT_DISTILLER: dict[str, Any] = {
     "distill_losses": {"loss_kl": {"type": "KLDivergence", "tau": 1, "loss_weight": 1}},
     "loss_forward_mappings": {"loss_kl": {"preds_S": {"recorder": "out", "from_student": True},
                                           "preds_T": {"recorder": "out", "from_student": False}}}}
-
-
-def check_samples(owner: str, num_random_samples: Any) -> int:
-    """``num_random_samples`` if it is an integer >= 0, else ConfigError naming ``owner``."""
-    if isinstance(num_random_samples, bool) or not isinstance(num_random_samples, int) or num_random_samples < 0:
-        raise ConfigError(f"{owner}: num_random_samples must be an integer >= 0, got {num_random_samples!r}.")
-    return num_random_samples
 
 
 class SandwichNAS(SPOS):
@@ -53,7 +46,7 @@ class SandwichNAS(SPOS):
                  distiller: ConfigurableDistiller | Mapping[str, Any] | None = None, num_random_samples: int = 2,
                  norm_training: bool = False, data_preprocessor: Any = None,
                  init_cfg: Mapping[str, Any] | None = None) -> None:
-        check_samples(type(self).__name__, num_random_samples)
+        check_int(f"{type(self).__name__}: num_random_samples", num_random_samples, 0)
         super().__init__(architecture, mutator, norm_training, data_preprocessor, init_cfg)
         self.distiller = build_distiller(DEFAULT_DISTILLER if distiller is None else distiller)
         self.distiller.prepare(self.distill_target(), self.distill_target())

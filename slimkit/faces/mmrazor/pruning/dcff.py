@@ -9,7 +9,7 @@ from torch import nn
 
 from slimkit.engines.pruning.dcff import FilterFusion, temperature
 from slimkit.engines.pruning.ite_prune import IterativeSchedule
-from slimkit.errors import ConfigError
+from slimkit.errors import check_int
 from slimkit.faces.mmrazor.builder import register_module
 from slimkit.faces.mmrazor.pruning.ite_prune import ItePruneAlgorithm
 from slimkit.faces.mmrazor.pruning.mutators import DCFFChannelMutator
@@ -33,9 +33,7 @@ class DCFF(ItePruneAlgorithm):
                  data_preprocessor: Any = None, target_pruning_ratio: Mapping[str, float | int] | None = None,
                  step_freq: int = 1, prune_times: int = 0, init_cfg: Mapping[str, Any] | None = None,
                  linear_schedule: bool = False, max_iters: int = 10000, dummy_input: Any = None) -> None:
-        if isinstance(max_iters, bool) or not isinstance(max_iters, int) or max_iters < 1:
-            raise ConfigError(f"DCFF max_iters must be an integer >= 1, got {max_iters!r}.")
-        self.max_iters = max_iters
+        self.max_iters = check_int("DCFF max_iters", max_iters)
         super().__init__(architecture, mutator_cfg, data_preprocessor, target_pruning_ratio, step_freq,
                          prune_times, init_cfg, linear_schedule, dummy_input)
         self.fusion = FilterFusion(self.units)

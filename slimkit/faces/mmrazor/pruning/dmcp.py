@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from slimkit.engines.pruning.dmcp import FLOPS_LOSSES, DMCPSearch, flops_loss
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_number
 from slimkit.faces.mmrazor.builder import build, register_module
 from slimkit.faces.mmrazor.pruning.base import PruningAlgorithm
 from slimkit.faces.mmrazor.pruning.mutators import DMCPChannelMutator
@@ -67,9 +67,7 @@ class DMCP(PruningAlgorithm):
                                   f"{value!r}.")
         if isinstance(target_flops, bool) or not isinstance(target_flops, (int, float)) or target_flops <= 0:
             raise ConfigError(f"DMCP target_flops must be a positive number of MFLOPs (MACs), got {target_flops!r}.")
-        if isinstance(flop_loss_weight, bool) or not isinstance(flop_loss_weight, (int, float)) or not (
-                flop_loss_weight >= 0):
-            raise ConfigError(f"DMCP flop_loss_weight must be a number >= 0.0, got {flop_loss_weight!r}.")
+        check_number("DMCP flop_loss_weight", flop_loss_weight, 0.0)
         super().__init__(architecture, mutator_cfg, data_preprocessor, init_cfg, dummy_input)
         self.search = DMCPSearch(self.units, self.mutator.pruning_cfg)
         self.strategy, self.arch_start_train, self.arch_train_freq = list(strategy), arch_start_train, arch_train_freq

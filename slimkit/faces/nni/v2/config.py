@@ -23,6 +23,7 @@ from typing import Any
 from torch import nn
 
 from slimkit.engines.pruning.config import PruningConfigError, nni2_keys
+from slimkit.errors import check_number
 
 
 @dataclass
@@ -43,12 +44,7 @@ class GlobalGroup:
 
 def fraction(value: Any, where: str, upper_open: bool = True) -> float:
     """``value`` as a float in ``[0, 1)`` (``(0, 1]`` when not ``upper_open``), else an error naming ``where``."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value and (
-        value < 1 if upper_open else 0 < value <= 1)
-    if not ok:
-        bound = "[0, 1)" if upper_open else "(0, 1]"
-        raise PruningConfigError(f"{where} must be a number in {bound}, got {value!r}.")
-    return float(value)
+    return check_number(where, value, 0, 1, open_low=not upper_open, open_high=upper_open, error=PruningConfigError)
 
 
 def _caps(value: Any, index: int) -> float | dict[str, float]:

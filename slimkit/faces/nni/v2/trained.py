@@ -22,6 +22,7 @@ from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.one_shot import SlimEngine
 from slimkit.engines.pruning.taylor_fo import TaylorFOWeightFilterPruner
 from slimkit.engines.pruning.training import check_positive_int
+from slimkit.errors import check_number
 from slimkit.faces.nni.v2.base import V2Masks, V2Pruner, call_trainer, check_mode, check_training_args
 from slimkit.faces.nni.v2.legacy import legacy_slim_arguments
 from slimkit.faces.nni.v3.evaluator import Evaluator
@@ -78,8 +79,7 @@ class SlimPruner(V2Pruner, SlimEngine):
             check_mode("SlimPruner", mode, ("normal", "global"))
             self.training_epochs = check_positive_int("SlimPruner", "training_epochs", training_epochs)
             self.trainer, self.traced_optimizer, self.criterion = trainer, traced_optimizer, criterion
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale < 0:
-            raise PruningConfigError(f"SlimPruner scale must be a number >= 0 (the L1 penalty weight), got {scale!r}.")
+        check_number("SlimPruner scale", scale, 0, meaning="the L1 penalty weight", error=PruningConfigError)
         self.scale = scale
         v3 = self.evaluator is not None
         if v3 and isinstance(model, nn.Module) and not isinstance(config_list, (str, bytes, Mapping)):

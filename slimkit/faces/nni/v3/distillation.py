@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.errors import ConfigError, closest
+from slimkit.errors import ConfigError, check_number, closest
 from slimkit.faces.nni.v3.chain import V3Compressor
 from slimkit.faces.nni.v3.config import SELECT_KEYS, check_entry, select_modules
 from slimkit.faces.nni.v3.evaluator import Evaluator
@@ -68,9 +68,7 @@ class _LayerwiseDistiller(V3Compressor):
         if not callable(teacher_predict):
             raise ConfigError(f"{who} teacher_predict must be a function (batch, teacher_model) -> output, got "
                               f"{type(teacher_predict).__name__}.")
-        if isinstance(origin_loss_lambda, bool) or not isinstance(origin_loss_lambda, (int, float)) \
-                or origin_loss_lambda < 0:
-            raise ConfigError(f"{who} origin_loss_lambda must be a number >= 0, got {origin_loss_lambda!r}.")
+        check_number(f"{who} origin_loss_lambda", origin_loss_lambda, 0)
         if existed_wrappers is not None:
             raise ConfigError(f"{who}(existed_wrappers=...) is NNI's internal argument; chain with "
                               f"{who}.from_compressor(compressor, config_list, teacher_model, teacher_predict).")
@@ -92,8 +90,7 @@ class _LayerwiseDistiller(V3Compressor):
                 raise ConfigError(f"{where}['target_names'] must be ['_output_'] (slimkit distils layer outputs), "
                                   f"got {entry['target_names']!r}.")
             weight = entry.get("lambda", 1.0)
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-                raise ConfigError(f"{where}['lambda'] must be a number >= 0, got {weight!r}.")
+            check_number(f"{where}['lambda']", weight, 0)
             method = entry.get("apply_method", "mse")
             if method not in _METHODS:
                 raise ConfigError(f"{where}['apply_method'] must be 'mse' (hidden states) or 'kl' (logits), got "

@@ -10,13 +10,7 @@ import torch
 from torch import nn
 
 from slimkit.core.registry import register_component
-from slimkit.errors import ConfigError
-
-
-def _width(name: str, value: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name}: {what} must be an integer >= 1, got {value!r}.")
-    return value
+from slimkit.errors import ConfigError, check_int
 
 
 class Conv1x1Connector(nn.Module):
@@ -27,8 +21,8 @@ class Conv1x1Connector(nn.Module):
 
     def __init__(self, in_channel: int, out_channel: int, norm: bool = False) -> None:
         super().__init__()
-        self.in_channel = _width("Conv1x1Connector", in_channel, "in_channel")
-        self.out_channel = _width("Conv1x1Connector", out_channel, "out_channel")
+        self.in_channel = check_int("Conv1x1Connector: in_channel", in_channel)
+        self.out_channel = check_int("Conv1x1Connector: out_channel", out_channel)
         self.conv = nn.Conv2d(in_channel, out_channel, 1, bias=False)
         self.norm = nn.BatchNorm2d(out_channel) if norm else nn.Identity()
 
@@ -45,8 +39,8 @@ class LinearConnector(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
         super().__init__()
-        self.linear = nn.Linear(_width("LinearConnector", in_features, "in_features"),
-                                _width("LinearConnector", out_features, "out_features"), bias=bool(bias))
+        self.linear = nn.Linear(check_int("LinearConnector: in_features", in_features),
+                                check_int("LinearConnector: out_features", out_features), bias=bool(bias))
 
     def forward(self, feature: torch.Tensor) -> torch.Tensor:
         """The student feature mapped to the teacher's width."""

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from slimkit.core.registry import register_component
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int
 
 
 def sep_conv(in_channels: int, out_channels: int, kernel_size: int, stride: int) -> nn.Sequential:
@@ -40,8 +40,7 @@ class BYOTConnector(nn.Module):
         super().__init__()
         for name, value in (("in_channel", in_channel), ("out_channel", out_channel), ("num_classes", num_classes),
                             ("expansion", expansion)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"BYOTConnector: {name} must be an integer >= 1, got {value!r}.")
+            check_int(f"BYOTConnector: {name}", value)
         steps = math.log2(out_channel / in_channel)
         if not steps.is_integer() or steps < 0:
             raise ConfigError(f"BYOTConnector: out_channel / in_channel must be a power of two (each separable conv "

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from slimkit.core.registry import register_component
-from slimkit.errors import ConfigError, closest
+from slimkit.errors import ConfigError, check_int, closest
 from slimkit.training.layers import norm_layer
 
 FUNCTIONS: tuple[str, ...] = ("adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool2d", "dropout", "dropout2d",
@@ -85,9 +85,7 @@ class NormConnector(nn.Module):
     def __init__(self, in_channels: int, norm_cfg: Mapping[str, Any],
                  init_cfg: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 1:
-            raise ConfigError(f"NormConnector: in_channels must be an integer >= 1, got {in_channels!r}.")
-        self.norm = norm_layer(norm_cfg, in_channels)
+        self.norm = norm_layer(norm_cfg, check_int("NormConnector: in_channels", in_channels))
         if self.norm is None:
             raise ConfigError("NormConnector needs norm_cfg, e.g. dict(type='BN').")
 

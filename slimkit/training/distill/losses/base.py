@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_number
 from slimkit.training.losses import IGNORE_INDEX
 
 #: the reductions MMRazor's losses take (``"none"`` leaves a tensor; the distiller averages it, as MMEngine does)
@@ -27,9 +27,7 @@ REDUCTIONS: tuple[str, ...] = ("none", "batchmean", "sum", "mean")
 
 def positive(owner: str, value: Any, what: str) -> float:
     """``value`` as a float > 0, else ConfigError naming ``owner`` and ``what``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"{owner}: {what} must be a number > 0, got {value!r}.")
-    return float(value)
+    return check_number(f"{owner}: {what}", value, 0, open_low=True)
 
 
 def finite(owner: str, value: Any, what: str) -> float:

@@ -33,13 +33,6 @@ def resolve_device(device: str | torch.device | None) -> str:
     return text
 
 
-def check_count(name: str, value: Any, minimum: int) -> int:
-    """``value`` when it is an integer >= ``minimum``; a ConfigError naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    return value
-
-
 def batch_parts(batch: Any) -> tuple[Inputs, Any]:
     """``(model inputs, ground truth)`` of one batch (``(x, gt)`` pairs, dicts with ``label(s)``, tensors)."""
     if isinstance(batch, dict) and not any(key in batch for key in LABEL_KEYS):

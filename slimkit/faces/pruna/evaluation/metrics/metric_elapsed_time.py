@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from slimkit.errors import ConfigError
+from slimkit.errors import ConfigError, check_int
 from slimkit.evaluation.runtime import measure_latency
-from slimkit.faces.pruna.evaluation.metrics.metric_base import SharedStats, check_count, first_inputs, resolve_device
+from slimkit.faces.pruna.evaluation.metrics.metric_base import SharedStats, first_inputs, resolve_device
 
 LATENCY, THROUGHPUT, TOTAL_TIME = "latency", "throughput", "total_time"
 TIMING_TYPES = ("sync", "async")
@@ -29,8 +29,8 @@ class InferenceTimeStats(SharedStats):
 
     def __init__(self, n_iterations: int = 100, n_warmup_iterations: int = 10, device: str | torch.device | None = None,
                  timing_type: str = "sync") -> None:
-        self.n_iterations = check_count("n_iterations", n_iterations, 1)
-        self.n_warmup_iterations = check_count("n_warmup_iterations", n_warmup_iterations, 0)
+        self.n_iterations = check_int("n_iterations", n_iterations)
+        self.n_warmup_iterations = check_int("n_warmup_iterations", n_warmup_iterations, 0)
         self.device = resolve_device(device)
         if timing_type not in TIMING_TYPES:
             raise ConfigError(f"timing_type must be one of {TIMING_TYPES}, got {timing_type!r}.")

@@ -13,10 +13,9 @@ from typing import Any
 
 import torch
 
-from slimkit.errors import ConfigError, MissingPackageError
+from slimkit.errors import ConfigError, MissingPackageError, check_int
 from slimkit.faces.pruna.evaluation.metrics.metric_base import (
     SharedStats,
-    check_count,
     first_inputs,
     resolve_device,
     run_inference,
@@ -33,8 +32,8 @@ class EnvironmentalImpactStats(SharedStats):
 
     def __init__(self, n_iterations: int = 100, n_warmup_iterations: int = 10, device: str | torch.device | None = None,
                  country_iso_code: str | None = None) -> None:
-        self.n_iterations = check_count("n_iterations", n_iterations, 1)
-        self.n_warmup_iterations = check_count("n_warmup_iterations", n_warmup_iterations, 0)
+        self.n_iterations = check_int("n_iterations", n_iterations)
+        self.n_warmup_iterations = check_int("n_warmup_iterations", n_warmup_iterations, 0)
         self.device = resolve_device(device)
         country = country_iso_code or os.environ.get(COUNTRY_VARIABLE)
         if country is not None and (not isinstance(country, str) or len(country) != 3 or not country.isalpha()):
