@@ -35,6 +35,7 @@ from slimkit.engines.pruning.maskers import (
     num_to_prune,
 )
 from slimkit.engines.pruning.one_shot import FILTER_OP_TYPES, LEVEL_OP_TYPES
+from slimkit.errors import check_number
 from slimkit.evaluation.runtime import eval_mode
 
 #: ``base_algo`` name -> the masker that ranks units inside one layer
@@ -108,9 +109,8 @@ class AllocationPruner(Pruner):
         self.target_sparsity = targets[0] if targets else 0.0
         for name, _, config in layers:
             cap = config.get("max_sparsity_per_layer", DEFAULT_MAX_LAYER_SPARSITY)
-            if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0.0 < float(cap) < 1.0:
-                raise PruningConfigError(f"Layer {name!r}: max_sparsity_per_layer must be in (0, 1), got {cap!r}.")
-            config["max_sparsity_per_layer"] = float(cap)
+            config["max_sparsity_per_layer"] = check_number(f"Layer {name!r}: max_sparsity_per_layer", cap, 0, 1,
+                                                            open_low=True, open_high=True, error=PruningConfigError)
         return layers
 
     # --- counting ---------------------------------------------------------------------------------------------

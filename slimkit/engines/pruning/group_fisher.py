@@ -33,7 +33,7 @@ from torch.nn.modules.conv import _ConvNd
 from slimkit.engines.pruning.channel_units import ChannelUnit, ChannelUnits
 from slimkit.engines.pruning.maskers import check_round_to, lowest_indices, round_kept
 from slimkit.engines.speedup.layers import DECONV_TYPES
-from slimkit.errors import ConfigError, check_int
+from slimkit.errors import ConfigError, check_int, check_number
 from slimkit.utils import run_model
 
 NORMALIZATIONS = ("flops", "act", "none")
@@ -50,9 +50,8 @@ class GroupFisherPruner:
         check_int("interval", interval, meaning="steps between two pruned channels")
         self.channels_per_prune = check_int("channels_per_prune", channels_per_prune)
         self.round_to = check_round_to(round_to)
-        if target_macs_ratio is not None and (isinstance(target_macs_ratio, bool) or not isinstance(
-                target_macs_ratio, (int, float)) or not 0.0 < float(target_macs_ratio) <= 1.0):
-            raise ConfigError(f"target ratio must be in (0, 1], got {target_macs_ratio!r}.")
+        if target_macs_ratio is not None:
+            check_number("target ratio", target_macs_ratio, 0, 1, open_low=True)
         if not units.units:
             raise ConfigError("no prunable channel unit in this model (every coupled group is pinned to the output, "
                               "excluded, or read by a Linear layer while mutate_linear=False).")

@@ -17,6 +17,7 @@ from torch import nn
 from slimkit.engines.pruning.config import PruningConfigError
 from slimkit.engines.pruning.wrapper import PrunerModuleWrapper
 from slimkit.engines.speedup.layers import out_dim, out_major
+from slimkit.errors import check_int
 
 MaskDict = dict[str, "torch.Tensor | None"]
 
@@ -30,11 +31,8 @@ def num_to_prune(sparsity: float, total: int) -> int:
 
 def check_round_to(value: Any, who: str = "round_to") -> int:
     """``value`` as a channel-count multiple (an int >= 1), else a clear error."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PruningConfigError(f"{who} must be an integer >= 1 (kept channel counts are rounded to a multiple of "
-                                 f"it; 1 keeps them as the sparsity gives them, 16 suits oneDNN's CPU conv blocks), "
-                                 f"got {value!r}.")
-    return value
+    return check_int(who, value, meaning="kept channel counts are rounded to a multiple of it; 1 keeps them as the "
+                     "sparsity gives them, 16 suits oneDNN's CPU conv blocks", error=PruningConfigError)
 
 
 def round_kept(kept: int, total: int, round_to: int) -> int:

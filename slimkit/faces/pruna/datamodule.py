@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 
 from slimkit.data.collate import TOKENIZER_COLLATES
 from slimkit.data.datamodule import DataModule
-from slimkit.errors import DataError, closest
+from slimkit.errors import DataError, check_int, closest
 
 #: a ``model_max_length`` above this means "no limit" (transformers' sentinel is 1e30), as in Pruna
 _NO_LIMIT = 1e10
@@ -50,8 +50,8 @@ def _loader_args(value: Any) -> dict[str, Any]:
         raise DataError(f"dataloader_args has {unknown}, which DataLoader does not take.{hint} It takes: "
                         f"{', '.join(_LOADER_OPTIONS)}.")
     for key, low in (("batch_size", 1), ("num_workers", 0)):
-        if key in args and (isinstance(args[key], bool) or not isinstance(args[key], int) or args[key] < low):
-            raise DataError(f"dataloader_args['{key}'] must be an integer >= {low}; got {args[key]!r}.")
+        if key in args:
+            check_int(f"dataloader_args['{key}']", args[key], low, error=DataError)
     return args
 
 
