@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slimkit.errors import ConfigError
-from slimkit.experiment.space import ranked
+from slimkit.experiment.space import bounded, ranked
 
 POLICIES = ("median", "bandit", "truncation", "curve_fitting")
 COMMON = ("aup_policy", "aup_policy_steps", "warmup")
@@ -46,15 +46,8 @@ POLICY_FIELDS = {"median": (), "bandit": ("bandit_factor",), "truncation": ("tru
 
 def _number(raw: Mapping[str, Any], key: str, default: Any, low: float, high: float | None = None,
             integer: bool = False, open_low: bool = False) -> Any:
-    value = raw.get(key, default)
-    kind = int if integer else (int, float)
-    bad = (isinstance(value, bool) or not isinstance(value, kind) or value < low or (open_low and value == low)
-           or (high is not None and value > high))
-    if bad:
-        bounds = f"{'>' if open_low else '>='} {low}" + (f" and <= {high}" if high is not None else "")
-        raise ConfigError(f"resource_args.early_stop.{key}: a {'whole ' if integer else ''}number {bounds}; "
-                          f"got {value!r}.")
-    return value
+    return bounded(raw.get(key, default), f"resource_args.early_stop.{key}", low, high, integer=integer,
+                   open_low=open_low, must=False)
 
 
 def parse_early_stop(value: Any) -> dict[str, Any] | None:

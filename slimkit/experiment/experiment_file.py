@@ -39,7 +39,7 @@ from slimkit.experiment.proposers import (
 )
 from slimkit.experiment.resources import NODE_FIELDS, Resource, check_resource_kind, parse_resource
 from slimkit.experiment.smash_space import SmashSpace, parse_search
-from slimkit.experiment.space import Param, config_list_params, one_of, ranked
+from slimkit.experiment.space import Param, bounded, config_list_params, one_of, ranked
 
 FIELDS = ("name", "script", "resource", "workingdir", "n_parallel", "n_samples", "target", "proposer",
           "random_seed", "job_failure", "resource_args", "runtime_args", "compression", "expand_op_names",
@@ -115,11 +115,7 @@ def _unknown(key: Any, allowed: tuple[str, ...], where: str) -> ConfigError:
 
 def _int(raw: Mapping[str, Any], key: str, path: str, default: int | None, minimum: int) -> int | None:
     value = raw.get(key, default)
-    if value is None and default is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{path}: must be a whole number >= {minimum}; got {value!r}.")
-    return value
+    return None if value is None and default is None else bounded(value, path, minimum, integer=True)
 
 
 def _bool(raw: Mapping[str, Any], key: str, path: str, default: bool) -> bool:

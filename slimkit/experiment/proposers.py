@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slimkit.errors import ConfigError
-from slimkit.experiment.space import one_of, ranked
+from slimkit.experiment.space import bounded, one_of, ranked
 
 #: proposer name -> Optuna sampler it becomes
 PROPOSERS = {"random": "RandomSampler", "sequence": "GridSampler", "grid": "GridSampler", "tpe": "TPESampler",
@@ -74,11 +74,7 @@ def _number(raw: Mapping[str, Any], key: str, default: Any, low: float, integer:
     value = raw.get(key, default)
     if value is None or (value == "" and default is None):  # Auptimizer's files write "" for "not set"
         return None
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value < low or (high is not None and value > high):
-        bounds = f">= {low}" + (f" and <= {high}" if high is not None else "")
-        raise ConfigError(f"{key}: must be a {'whole ' if integer else ''}number {bounds}; got {value!r}.")
-    return value
+    return bounded(value, key, low, high, integer=integer)
 
 
 def parse_proposer_options(raw: Mapping[str, Any], proposer: str) -> dict[str, Any]:

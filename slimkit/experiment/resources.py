@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slimkit.errors import ConfigError
-from slimkit.experiment.space import one_of
+from slimkit.experiment.space import bounded, one_of
 
 RESOURCES = ("cpu", "gpu", "node", "passive", "aws")
 #: resources whose study must live in a database other machines reach
@@ -80,11 +80,7 @@ class Resource:
 
 
 def _number(args: Mapping[str, Any], key: str, integer: bool, low: float) -> Any:
-    value = args[key]
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value < low:
-        raise ConfigError(f"resource_args.{key}: a {'whole ' if integer else ''}number >= {low}; got {value!r}.")
-    return value
+    return bounded(args[key], f"resource_args.{key}", low, integer=integer, must=False)
 
 
 def parse_resource(kind: str, args: Mapping[str, Any], runtime_args: Mapping[str, Any]) -> Resource:

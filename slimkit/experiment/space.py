@@ -36,6 +36,21 @@ def one_of(value: Any, path: str, allowed: Sequence[str]) -> Any:
     return value
 
 
+def bounded(value: Any, path: str, low: float, high: float | None = None, *, integer: bool = False,
+            open_low: bool = False, must: bool = True) -> Any:
+    """``value`` when it is a (whole, with ``integer``) number from ``low`` (excluded with ``open_low``) to ``high``.
+
+    Otherwise a ConfigError: ``"<path>: must be a whole number >= 1; got 0."`` (without "must be" when not ``must``).
+    """
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value < low or (open_low and value == low) or (
+            high is not None and value > high):
+        bounds = f"{'>' if open_low else '>='} {low}" + (f" and <= {high}" if high is not None else "")
+        raise ConfigError(f"{path}: {'must be ' if must else ''}a {'whole ' if integer else ''}number {bounds}; "
+                          f"got {value!r}.")
+    return value
+
+
 def is_spec(value: Any) -> bool:
     """Whether ``value`` is a search-range spec (a dict with ``range`` or ``type``)."""
     return isinstance(value, Mapping) and ("range" in value or "type" in value)
