@@ -19,7 +19,7 @@ from torch import nn
 
 from slimkit.engines.nas.dynamic_ops import DynamicLinear
 from slimkit.engines.nas.mutables import MutableChannels
-from slimkit.errors import ConfigError, check_number
+from slimkit.errors import ConfigError, check_int, check_number
 from slimkit.faces.mmrazor.base import labels_of
 from slimkit.faces.mmrazor.builder import build, build_module, register_module
 from slimkit.faces.mmrazor.nas.elastic_ops import InputResizer
@@ -74,11 +74,9 @@ class LabelSmoothLoss(nn.Module):
     def __init__(self, label_smooth_val: float, num_classes: int | None = None, use_sigmoid: bool | None = None,
                  mode: str = "original", reduction: str = "mean", loss_weight: float = 1.0) -> None:
         super().__init__()
-        if isinstance(loss_weight, bool) or not isinstance(loss_weight, (int, float)) or (
-                num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
-                                             or num_classes < 1)):
-            raise ConfigError(f"LabelSmoothLoss loss_weight must be a number and num_classes a positive int or None, "
-                              f"got {loss_weight!r} and {num_classes!r}.")
+        check_number("LabelSmoothLoss loss_weight", loss_weight)
+        if num_classes is not None:
+            check_int("LabelSmoothLoss num_classes", num_classes)
         check_number("LabelSmoothLoss label_smooth_val", label_smooth_val, 0, 1, open_high=True)
         if mode not in ("original", "classy_vision") or use_sigmoid:
             raise ConfigError(f"LabelSmoothLoss supports mode='original' or 'classy_vision' without use_sigmoid, got "
@@ -111,10 +109,8 @@ class DynamicLinearClsHead(nn.Module):
                  loss: Mapping[str, Any] | nn.Module | None = None, topk: int | Sequence[int] = (1,),
                  cal_acc: bool = False) -> None:
         super().__init__()
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (num_classes, in_channels)):
-            raise ConfigError(f"DynamicLinearClsHead num_classes and in_channels must be positive ints, got "
-                              f"{num_classes!r} and {in_channels!r}.")
-        self.num_classes, self.in_channels = num_classes, in_channels
+        self.num_classes = check_int("DynamicLinearClsHead num_classes", num_classes)
+        self.in_channels = check_int("DynamicLinearClsHead in_channels", in_channels)
         self.loss_module = build(loss) if isinstance(loss, Mapping) else loss or nn.CrossEntropyLoss()
         if not callable(self.loss_module):
             raise ConfigError(f"DynamicLinearClsHead loss must be a loss config or module, got {loss!r}.")

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from slimkit.engines.pruning.dmcp import FLOPS_LOSSES, DMCPSearch, flops_loss
-from slimkit.errors import ConfigError, check_number
+from slimkit.errors import ConfigError, check_int, check_number
 from slimkit.faces.mmrazor.builder import build, register_module
 from slimkit.faces.mmrazor.pruning.base import PruningAlgorithm
 from slimkit.faces.mmrazor.pruning.mutators import DMCPChannelMutator
@@ -61,12 +61,8 @@ class DMCP(PruningAlgorithm):
                               f"{flops_loss_type!r}.")
         for name, value in (("arch_start_train", arch_start_train), ("arch_train_freq", arch_train_freq),
                             ("distillation_times", distillation_times)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "arch_train_freq"
-                                                                                  else 0):
-                raise ConfigError(f"DMCP {name} must be a non-negative integer (arch_train_freq >= 1), got "
-                                  f"{value!r}.")
-        if isinstance(target_flops, bool) or not isinstance(target_flops, (int, float)) or target_flops <= 0:
-            raise ConfigError(f"DMCP target_flops must be a positive number of MFLOPs (MACs), got {target_flops!r}.")
+            check_int(f"DMCP {name}", value, 1 if name == "arch_train_freq" else 0)
+        check_number("DMCP target_flops", target_flops, 0, open_low=True, meaning="MFLOPs, counted as MACs")
         check_number("DMCP flop_loss_weight", flop_loss_weight, 0.0)
         super().__init__(architecture, mutator_cfg, data_preprocessor, init_cfg, dummy_input)
         self.search = DMCPSearch(self.units, self.mutator.pruning_cfg)
