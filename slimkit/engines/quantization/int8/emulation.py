@@ -11,7 +11,8 @@ match fbgemm's bit for bit (checked against ``FBGEMM_ENABLE_INSTRUCTIONS=AVX2`` 
 
 The exact sum is one float64 matmul (integers below 2**53 are exact); saturation can only change a pair whose
 two weight codes, times the largest activation code, exceed 32767 in magnitude, and only those pairs are
-evaluated one by one. torch.ao's own dynamic ``Linear`` (always 7-bit activations) is emulated too.
+evaluated one by one. torch.ao's own dynamic ``Linear`` (always 7-bit activations) is emulated too, and so is
+:class:`PerTokenInt8Linear` (each token divided by its absolute maximum before the kernel, its output row scaled back).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 import torch.ao.nn.quantized.dynamic as nnqd
 
 from slimkit.engines.quantization.int8.linear import Int8Linear
+from slimkit.engines.quantization.int8.per_token import PerTokenInt8Linear, token_scales
 
 INT16_MIN, INT16_MAX = -32768, 32767
 
@@ -55,8 +57,8 @@ def avx2_int8_matmul(codes: torch.Tensor, weight_codes: torch.Tensor, chunk: int
 class EmulatedAvx2Linear(torch.nn.Module):
     """A dynamic int8 Linear computed as fbgemm's AVX2 kernel computes it (same quantization, same saturation).
 
-    Takes an :class:`Int8Linear` or torch.ao's dynamic ``Linear`` (symmetric qint8 weights, per channel or per
-    tensor; torch.ao's forward always uses 7-bit activations).
+    Takes an :class:`Int8Linear` (per-token ones too) or torch.ao's dynamic ``Linear`` (symmetric qint8 weights,
+    per channel or per tensor; torch.ao's forward always uses 7-bit activations).
     """
 
     def __init__(self, module: nnqd.Linear) -> None:
@@ -74,10 +76,14 @@ class EmulatedAvx2Linear(torch.nn.Module):
         bias = module.bias()
         self.register_buffer("bias", None if bias is None else bias.detach().float())
         self.reduce_range = bool(getattr(module, "reduce_range", True))
+        self.per_token = isinstance(module, PerTokenInt8Linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Quantize ``x`` per tensor, multiply with pair saturation, rescale; returns ``x``'s dtype."""
+        """Quantize ``x`` per tensor (per token), multiply with pair saturation, rescale; returns ``x``'s dtype."""
         flat = x.detach().reshape(-1, x.shape[-1]).float()
+        rows = token_scales(flat) if self.per_token and flat.shape[0] > 1 else None
+        if rows is not None:
+            flat = flat / rows
         codes, scale, zero = quantize_activations(flat, self.reduce_range)
         acc = avx2_int8_matmul(codes, self.weight_codes)
         acc = acc - zero * self.weight_codes.sum(dim=1)[None, :]
@@ -85,13 +91,16 @@ class EmulatedAvx2Linear(torch.nn.Module):
         y = acc.double() * multiplier.double()[None, :]  # one rounding, like its fused multiply-add epilogue
         if self.bias is not None:
             y = y + self.bias.double()
-        return y.float().reshape(*x.shape[:-1], -1).to(x.dtype)
+        y = y.float()
+        if rows is not None:  # as PerTokenInt8Linear: the bias out, each row times its token's scale, the bias back
+            y = y * rows if self.bias is None else torch.addcmul(self.bias, y - self.bias, rows)
+        return y.reshape(*x.shape[:-1], -1).to(x.dtype)
 
 
 def emulate_avx2(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``model`` whose dynamic int8 Linear layers compute as on an AVX2-only CPU (the input is kept)."""
     copied = copy.deepcopy(model)
     for name, module in list(copied.named_modules()):
-        if type(module) in (Int8Linear, nnqd.Linear):
+        if type(module) in (Int8Linear, PerTokenInt8Linear, nnqd.Linear):
             copied.set_submodule(name, EmulatedAvx2Linear(module))
     return copied

@@ -12,6 +12,7 @@ from slimkit.engines.quantization.int8.emulation import (
     quantize_activations,
 )
 from slimkit.engines.quantization.int8.linear import Int8Linear, full_range_is_exact
+from slimkit.engines.quantization.int8.per_token import PerTokenInt8Linear
 from tests.engines.quantization.int8.test_int8_linear import _run_with_fbgemm_avx2
 
 
@@ -76,11 +77,25 @@ def test_emulate_avx2_swaps_every_dynamic_int8_linear_and_keeps_the_input():
     torch.testing.assert_close(emulated(x), model(x), rtol=0, atol=0)
 
 
+def test_emulate_avx2_keeps_per_token_scales():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(16, 8)
+    model = torch.nn.Sequential(PerTokenInt8Linear.from_dynamic(Int8Linear.from_linear(linear, True)))
+    model[0].reduce_range = True  # 7-bit activations: no saturation, so any CPU's kernel is the AVX2 result
+    emulated = emulate_avx2(model)
+    assert type(emulated[0]) is EmulatedAvx2Linear and emulated[0].per_token
+    x = torch.randn(6, 16) * torch.logspace(-2, 2, 6)[:, None]  # tokens of very different sizes
+    torch.testing.assert_close(emulated(x), model(x), rtol=0, atol=0)
+    per_tensor = EmulatedAvx2Linear(Int8Linear.from_linear(linear, True))(x)  # the small tokens lose their codes
+    assert float((per_tensor - linear(x))[:2].abs().max()) > 10 * float((emulated(x) - linear(x))[:2].abs().max())
+
+
 def test_emulation_is_bit_exact_against_fbgemm_avx2_kernels():
     out = _run_with_fbgemm_avx2("""
         import torch
         from slimkit.engines.quantization.int8.emulation import EmulatedAvx2Linear
         from slimkit.engines.quantization.int8.linear import Int8Linear
+        from slimkit.engines.quantization.int8.per_token import PerTokenInt8Linear
         torch.manual_seed(0)
         linear = torch.nn.Linear(385, 64)
         with torch.no_grad():
@@ -91,6 +106,9 @@ def test_emulation_is_bit_exact_against_fbgemm_avx2_kernels():
             for rr in (False, True):
                 q = Int8Linear.from_linear(linear, rr, safe)
                 results.append(torch.equal(EmulatedAvx2Linear(q)(x), q(x)))
+                token = PerTokenInt8Linear.from_dynamic(q)
+                token.reduce_range = rr  # the machine's choice, set to each case here
+                results.append(torch.equal(EmulatedAvx2Linear(token)(x), token(x)))
         ref = linear(x)
         err = float((Int8Linear.from_linear(linear)(x) - ref).norm() / ref.norm())
         print(all(results), err > 0.05)
