@@ -102,5 +102,8 @@ def emulate_avx2(model: torch.nn.Module) -> torch.nn.Module:
     copied = copy.deepcopy(model)
     for name, module in list(copied.named_modules()):
         if type(module) in (Int8Linear, PerTokenInt8Linear, nnqd.Linear):
-            copied.set_submodule(name, EmulatedAvx2Linear(module))
+            emulated = EmulatedAvx2Linear(module)
+            # per-token layers pick their activation bits where they run (from_dynamic): 7 on an AVX2-only CPU
+            emulated.reduce_range |= emulated.per_token
+            copied.set_submodule(name, emulated)
     return copied

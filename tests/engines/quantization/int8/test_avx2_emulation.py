@@ -81,9 +81,10 @@ def test_emulate_avx2_keeps_per_token_scales():
     torch.manual_seed(0)
     linear = torch.nn.Linear(16, 8)
     model = torch.nn.Sequential(PerTokenInt8Linear.from_dynamic(Int8Linear.from_linear(linear, True)))
-    model[0].reduce_range = True  # 7-bit activations: no saturation, so any CPU's kernel is the AVX2 result
+    model[0].reduce_range = False  # as built on a VNNI CPU; reloaded on an AVX2-only one it picks 7 bits
     emulated = emulate_avx2(model)
-    assert type(emulated[0]) is EmulatedAvx2Linear and emulated[0].per_token
+    assert type(emulated[0]) is EmulatedAvx2Linear and emulated[0].per_token and emulated[0].reduce_range
+    model[0].reduce_range = True  # 7-bit activations: no saturation, so any CPU's kernel is the AVX2 result
     x = torch.randn(6, 16) * torch.logspace(-2, 2, 6)[:, None]  # tokens of very different sizes
     torch.testing.assert_close(emulated(x), model(x), rtol=0, atol=0)
     per_tensor = EmulatedAvx2Linear(Int8Linear.from_linear(linear, True))(x)  # the small tokens lose their codes
