@@ -34,8 +34,8 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
     Per-channel weight scales keep more accuracy than a single per-tensor scale;
     modules matching an ``exclude`` pattern stay in fp32. Quantizes ``nn.Linear`` and its subclasses that
     compute ``x W^T + b`` (Falcon's) and GPT-2's ``Conv1D``; MoE experts (transformers 5's 3-D expert weights)
-    get int8 per-expert, per-channel weights and fbgemm int8 matmuls per expert (saturation-safe weights on CPUs
-    whose int8 kernel saturates). The result records its coverage.
+    get int8 per-expert, per-channel weights and fbgemm int8 matmuls per expert with the same activation scales
+    (saturation-safe weights on CPUs whose int8 kernel saturates). The result records its coverage.
     """
 
     algorithm_name = "int8_dynamic"
@@ -80,7 +80,8 @@ class Int8Dynamic(TargetsMixin, SlimkitQuantizer):
         names = quantize_targets(model, [t for t in chosen if t.kind != EXPERTS], smash_config["per_channel"])
         if smash_config["activation_scales"] == "per_token":
             per_token_activations(model, names)
-        experts = quantize_experts_int8(model, [t.name for t in chosen if t.kind == EXPERTS])  # per expert
+        experts = quantize_experts_int8(model, [t.name for t in chosen if t.kind == EXPERTS],  # per expert
+                                        per_token=smash_config["activation_scales"] == "per_token")
         smash_config.state.update(quantized_layers=len(names) + len(experts), layers=names, experts=experts,
                                   activation_scales=smash_config["activation_scales"])
         record_coverage(smash_config.state, targets, [*names, *experts], exclude)

@@ -6,7 +6,9 @@ scale per output channel, and run with ``torch.ops.quantized.linear_dynamic`` (a
 on a CPU whose kernel saturates (AVX2 and plain AVX-512: ``vpmaddubsw`` adds adjacent products into int16) every
 expert's weights use the pair-safe levels (:func:`~.linear.pair_safe_levels`), so no product pair can saturate;
 on a VNNI CPU all 127 levels. A save made with 127 levels and loaded on a saturating CPU is re-quantized
-pair-safe on load.
+pair-safe on load. With ``per_token`` (``int8_dynamic``'s default ``activation_scales``) each routed token is divided
+by its absolute maximum before the kernel and its output row multiplied back, as
+:class:`~.per_token.PerTokenInt8Linear` does, so one outlier token does not coarsen the others routed with it.
 
 The fbgemm packed weights live outside the state dict; ``state_dict()`` stores them as plain tensors
 (``<p>_int8`` int8 ``[E, out, in]`` and ``<p>_scale`` float64 ``[E, out]``, ``<p>`` the replaced module's
@@ -33,15 +35,18 @@ from slimkit.engines.quantization.experts import (
     saved_experts,
 )
 from slimkit.engines.quantization.int8.linear import SATURATION_SAFE, choose_path, quantize_weight, use_fbgemm
+from slimkit.engines.quantization.int8.per_token import token_scales
 from slimkit.errors import ConfigError
 
 
 class Int8Experts(QuantizedExperts):
     """Experts with int8 per-expert, per-channel weights run by fbgemm (see the module doc)."""
 
-    def __init__(self, layout: ExpertsLayout, act_fn: Callable, saturation_safe: bool = False) -> None:
+    def __init__(self, layout: ExpertsLayout, act_fn: Callable, saturation_safe: bool = False,
+                 per_token: bool = False) -> None:
         super().__init__(layout, act_fn)
         self.saturation_safe = bool(saturation_safe)
+        self.per_token = bool(per_token)  # one activation scale per routed token, else one per call
         #: re-quantize the loaded weights pair-safe after a load (a 127-level save on a saturating CPU)
         self.requantize_on_load = False
         self._packed: dict[str, list[Any]] = {FIRST: [None] * layout.num_experts, DOWN: [None] * layout.num_experts}
@@ -70,8 +75,11 @@ class Int8Experts(QuantizedExperts):
         packed = self._packed[which][expert]
         if packed is None:
             raise ConfigError(f"Int8Experts: expert {expert} {which} has no weights; load a state dict or quantize.")
-        y = torch.ops.quantized.linear_dynamic(x.float().contiguous(), packed, reduce_range=False)
-        return y.to(x.dtype)
+        flat = x.float().contiguous()
+        if not self.per_token or flat.shape[0] < 2:  # one token: the call's scale is already its own
+            return torch.ops.quantized.linear_dynamic(flat, packed, reduce_range=False).to(x.dtype)
+        scale = token_scales(flat)
+        return torch.ops.quantized.linear_dynamic(flat / scale, packed, reduce_range=False).mul_(scale).to(x.dtype)
 
     def macs_label(self) -> str:
         """int8 activations times int8 weights."""
@@ -80,7 +88,8 @@ class Int8Experts(QuantizedExperts):
     def extra_repr(self) -> str:
         """Experts, widths and weight recipe in ``print(model)``."""
         weights = "pair-safe" if self.saturation_safe else "127 levels"
-        return f"{super().extra_repr()}, activation_bits=8, weights={weights}"
+        scales = "per_token" if self.per_token else "per_call"
+        return f"{super().extra_repr()}, activation_bits=8, activation_scales={scales}, weights={weights}"
 
     # ------------------------------------------------------------------------------------------- state dict
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
@@ -121,7 +130,7 @@ class Int8Experts(QuantizedExperts):
                                       error_msgs)
 
     def __deepcopy__(self, memo: dict) -> Int8Experts:
-        new = Int8Experts(self.layout, copy.deepcopy(self.act_fn, memo), self.saturation_safe)
+        new = Int8Experts(self.layout, copy.deepcopy(self.act_fn, memo), self.saturation_safe, self.per_token)
         new.requantize_on_load = self.requantize_on_load
         new.train(self.training)
         for which in (FIRST, DOWN):
@@ -134,25 +143,30 @@ class Int8Experts(QuantizedExperts):
     # ------------------------------------------------------------------------------------------- replay
     def spec(self) -> dict[str, Any]:
         """JSON-able description from which :meth:`from_spec` rebuilds an empty module."""
-        return {**layout_spec(self.layout), "saturation_safe": self.saturation_safe}
+        return {**layout_spec(self.layout), "saturation_safe": self.saturation_safe, "per_token": self.per_token}
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], act_fn: Callable) -> Int8Experts:
         """An empty module for a strict state-dict load; re-quantizes pair-safe on load where this CPU needs it."""
-        module = cls(layout_from_spec(spec), act_fn, bool(spec.get("saturation_safe", False)))
+        # saves made before per-token scales ran per call
+        module = cls(layout_from_spec(spec), act_fn, bool(spec.get("saturation_safe", False)),
+                     bool(spec.get("per_token", False)))
         module.requantize_on_load = not module.saturation_safe and choose_path() == SATURATION_SAFE
         return module
 
 
 @torch.no_grad()
-def quantize_experts_int8(model: nn.Module, names: list[str], saturation_safe: bool | None = None) -> dict[str, dict]:
+def quantize_experts_int8(model: nn.Module, names: list[str], saturation_safe: bool | None = None,
+                          per_token: bool = False) -> dict[str, dict]:
     """Swap the named experts modules for :class:`Int8Experts` in place; returns their replay specs.
 
-    ``saturation_safe`` None follows :func:`~.linear.choose_path` (pair-safe weights where this CPU saturates).
+    ``saturation_safe`` None follows :func:`~.linear.choose_path` (pair-safe weights where this CPU saturates);
+    ``per_token`` gives each routed token its own activation scale.
     """
     use_fbgemm()
     safe = choose_path(saturation_safe) == SATURATION_SAFE
-    return {name: replace_experts(model, name, lambda module, layout: Int8Experts(layout, module.act_fn, safe),
+    return {name: replace_experts(model, name,
+                                  lambda module, layout: Int8Experts(layout, module.act_fn, safe, per_token),
                                   lambda w: (quantize_weight(w, safe),)) for name in names}
 
 

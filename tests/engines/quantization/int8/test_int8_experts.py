@@ -99,3 +99,27 @@ def test_call_macs_is_int8():
     quantize_experts_int8(model, [name])
     x, index, weights = _routing(3)
     assert model.get_submodule(name).call_macs((x, index, weights), None) == ("int8", 6 * (96 * 64 + 64 * 48))
+
+
+def test_per_token_scales_keep_small_tokens_routed_with_an_outlier():
+    model = tiny_moe("mixtral")
+    name, original = next(iter(experts_of(model).items()))
+    x, index, weights = _routing(8)
+    x[0] *= 300.0  # one outlier token: with one scale per call the others' codes collapse
+    with torch.no_grad():
+        exact = original(x, index, weights)
+    errors = {}
+    for per_token in (False, True):
+        quantized = tiny_moe("mixtral")
+        specs = quantize_experts_int8(quantized, [name], saturation_safe=True, per_token=per_token)
+        assert specs[name]["per_token"] is per_token
+        module = quantized.get_submodule(name)
+        with torch.no_grad():
+            errors[per_token] = float((module(x, index, weights) - exact)[1:].norm() / exact[1:].norm())
+        assert f"activation_scales={'per_token' if per_token else 'per_call'}" in repr(module)
+        fresh = tiny_moe("mixtral", seed=4)  # the spec replays the scales; the weights load exactly
+        replay_int8_experts(fresh, specs)
+        load_flat_state_dict(fresh, flatten_state_dict(quantized))
+        with torch.no_grad():
+            assert torch.equal(fresh.get_submodule(name)(x, index, weights), module(x, index, weights))
+    assert errors[True] < 0.05 < errors[False]
