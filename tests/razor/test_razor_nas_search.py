@@ -112,7 +112,7 @@ def test_bad_settings_are_named(spos):
         loop(spos, constraints_range=dict(flops=(5, 1)))
     with pytest.raises(ConfigError, match="must not exceed num_candidates"):
         loop(spos, num_mutation=6, num_crossover=6)
-    with pytest.raises(ConfigError, match="mutate_prob must be a probability"):
+    with pytest.raises(ConfigError, match=r"mutate_prob must be a number in \[0, 1\] \(a probability\), got"):
         loop(spos, mutate_prob=1.5)
     with pytest.raises(ConfigError, match="score_key is 'top1'"):
         loop(spos, score_key="top1", max_epochs=1).run()
