@@ -19,7 +19,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from slimkit.engines.pruning.channel_units import ChannelUnit, ChannelUnits
+from slimkit.engines.pruning.channel_units import ChannelUnits
+from slimkit.engines.pruning.unit import ChannelUnit
 
 
 def temperature(step: int, max_steps: int, start: float = 1.0, end: float = 1e4, k: float = 1.0) -> float:

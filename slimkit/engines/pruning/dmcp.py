@@ -20,7 +20,8 @@ import random
 import torch
 from torch import nn
 
-from slimkit.engines.pruning.channel_units import ChannelUnit, ChannelUnits
+from slimkit.engines.pruning.channel_units import ChannelUnits
+from slimkit.engines.pruning.unit import ChannelUnit
 from slimkit.errors import ConfigError
 
 MODES = ("max", "min", "random", "direct", "expected")

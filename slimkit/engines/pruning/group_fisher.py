@@ -30,8 +30,9 @@ import torch
 from torch import nn
 from torch.nn.modules.conv import _ConvNd
 
-from slimkit.engines.pruning.channel_units import ChannelUnit, ChannelUnits
+from slimkit.engines.pruning.channel_units import ChannelUnits
 from slimkit.engines.pruning.maskers import check_round_to, lowest_indices, round_kept
+from slimkit.engines.pruning.unit import ChannelUnit
 from slimkit.engines.speedup.layers import DECONV_TYPES
 from slimkit.errors import ConfigError, check_int, check_number
 from slimkit.utils import run_model

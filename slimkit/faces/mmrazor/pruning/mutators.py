@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from slimkit.engines.pruning.channel_units import ChannelUnit, ChannelUnits
+from slimkit.engines.pruning.channel_units import ChannelUnits
+from slimkit.engines.pruning.unit import ChannelUnit
 from slimkit.errors import ConfigError, closest
 from slimkit.faces.mmrazor.builder import register_module
 
