@@ -21,10 +21,29 @@ __all__ = [
     "Hyperparameter",
     "ListHyperparameter",
     "TextHyperparameter",
+    "choice",
     "describe_allowed",
+    "integer",
     "is_legal",
+    "real",
     "to_jsonable",
 ]
+
+
+def integer(name: str, lower: int, upper: int, default: int, desc: str) -> UniformIntegerHyperparameter:
+    """An integer hyperparameter in ``[lower, upper]`` with its description."""
+    return UniformIntegerHyperparameter(name, lower, upper, default_value=default, meta={"desc": desc})
+
+
+def real(name: str, lower: float, upper: float, default: float, desc: str,
+         log: bool = False) -> UniformFloatHyperparameter:
+    """A float hyperparameter in ``[lower, upper]`` (log-scaled with ``log``) with its description."""
+    return UniformFloatHyperparameter(name, lower, upper, default_value=default, log=log, meta={"desc": desc})
+
+
+def choice(name: str, choices: list[Any], default: Any, desc: str) -> CategoricalHyperparameter:
+    """One of ``choices`` with its description."""
+    return CategoricalHyperparameter(name, choices, default_value=default, meta={"desc": desc})
 
 
 class ListHyperparameter(Constant):

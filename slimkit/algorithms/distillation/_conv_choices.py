@@ -15,8 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.algorithms.distillation._nas import example_batch, float_hp, int_hp, train_on_data
+from slimkit.algorithms.distillation._nas import example_batch, train_on_data
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import integer, real
 from slimkit.engines.nas import DiffMutableOP, NasMutator, export_subnet
 from slimkit.errors import ConfigError
 from slimkit.evaluation import count_macs
@@ -65,16 +66,16 @@ def _cost(conv: nn.Conv2d, out_hw: int) -> dict[str, float]:
 def choice_hyperparameters(arch_lr: float) -> list:
     """Training length, weight and architecture learning rates, the FLOPs penalty, batch size, seed, threads."""
     return [
-        int_hp("epochs", 1, 1000, 3, "Passes over the train data."),
-        int_hp("steps", 0, 10**7, 0, "Stop after this many steps (0: no limit)."),
-        float_hp("lr", 1e-7, 1.0, 3e-3, "Adam learning rate of the weights."),
-        float_hp("arch_lr", 1e-6, 10.0, arch_lr, "Adam learning rate of the architecture parameters alpha."),
-        float_hp("arch_weight_decay", 0.0, 1.0, 1e-3, "Weight decay of alpha."),
-        float_hp("flops_weight", 0.0, 100.0, 0.0, "Weight of the expected MACs (relative to the model's) in alpha's "
+        integer("epochs", 1, 1000, 3, "Passes over the train data."),
+        integer("steps", 0, 10**7, 0, "Stop after this many steps (0: no limit)."),
+        real("lr", 1e-7, 1.0, 3e-3, "Adam learning rate of the weights."),
+        real("arch_lr", 1e-6, 10.0, arch_lr, "Adam learning rate of the architecture parameters alpha."),
+        real("arch_weight_decay", 0.0, 1.0, 1e-3, "Weight decay of alpha."),
+        real("flops_weight", 0.0, 100.0, 0.0, "Weight of the expected MACs (relative to the model's) in alpha's "
                                                    "loss: the FLOPs budget as a penalty."),
-        int_hp("batch_size", 2, 4096, 32, "Train batch size."),
-        int_hp("seed", 0, 2**31 - 1, 0, "Seed of data shuffling and of alpha's initialisation."),
-        int_hp("num_threads", 0, 1024, 0, "CPU threads while training (0 keeps torch's setting)."),
+        integer("batch_size", 2, 4096, 32, "Train batch size."),
+        integer("seed", 0, 2**31 - 1, 0, "Seed of data shuffling and of alpha's initialisation."),
+        integer("num_threads", 0, 1024, 0, "CPU threads while training (0 keeps torch's setting)."),
     ]
 
 

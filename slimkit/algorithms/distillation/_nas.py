@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.recovery._training import validation_loss
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import integer, real
 from slimkit.engines.nas import EvolutionSearchLoop, NasMutator, SearchResult, calibrate_bn, measure_subnet
 from slimkit.errors import ConfigError, DataError
 from slimkit.evaluation import count_macs
@@ -24,25 +24,14 @@ from slimkit.training import BatchLoss, FitResult, default_loss, fit, split_batc
 from slimkit.utils import model_device, move_inputs
 
 
-def int_hp(name: str, low: int, high: int, default: int, desc: str) -> UniformIntegerHyperparameter:
-    """An integer hyperparameter in ``[low, high]`` described by ``desc``."""
-    return UniformIntegerHyperparameter(name, low, high, default_value=default, meta={"desc": desc})
-
-
-def float_hp(name: str, low: float, high: float, default: float, desc: str, log: bool = False
-             ) -> UniformFloatHyperparameter:
-    """A float hyperparameter in ``[low, high]`` (``log``: sampled on a log scale) described by ``desc``."""
-    return UniformFloatHyperparameter(name, low, high, default_value=default, log=log, meta={"desc": desc})
-
-
 def evolution_hyperparameters() -> list:
     """The evolution search's settings (``EvolutionSearchLoop``), shared by every algorithm that runs it."""
     return [
-        int_hp("num_candidates", 2, 1000, 16, "Population of each evolution epoch."),
-        int_hp("top_k", 1, 1000, 4, "Best subnets kept as parents."),
-        int_hp("max_epochs", 1, 1000, 4, "Evolution epochs."),
-        float_hp("mutate_prob", 0.0, 1.0, 0.2, "Chance that a child resamples each width of its parent."),
-        float_hp("crossover_prob", 0.0, 1.0, 0.5, "Chance that a crossover child takes each width from parent 2."),
+        integer("num_candidates", 2, 1000, 16, "Population of each evolution epoch."),
+        integer("top_k", 1, 1000, 4, "Best subnets kept as parents."),
+        integer("max_epochs", 1, 1000, 4, "Evolution epochs."),
+        real("mutate_prob", 0.0, 1.0, 0.2, "Chance that a child resamples each width of its parent."),
+        real("crossover_prob", 0.0, 1.0, 0.5, "Chance that a crossover child takes each width from parent 2."),
     ]
 
 
@@ -115,8 +104,8 @@ def check_reachable(supernet: nn.Module, example: Any, limits: dict[str, float],
 def scoring_hyperparameters() -> list:
     """How :func:`scoring` scores a candidate: BatchNorm recalibration and validation batches."""
     return [
-        int_hp("calibrate_batches", 0, 10**5, 4, "Train batches recomputing each candidate's BatchNorm statistics."),
-        int_hp("score_batches", 1, 10**5, 8, "Validation batches that score each candidate."),
+        integer("calibrate_batches", 0, 10**5, 4, "Train batches recomputing each candidate's BatchNorm statistics."),
+        integer("score_batches", 1, 10**5, 8, "Validation batches that score each candidate."),
     ]
 
 

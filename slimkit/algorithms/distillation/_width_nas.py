@@ -27,14 +27,12 @@ from slimkit.algorithms.distillation._nas import (
     check_reachable,
     constraints,
     example_batch,
-    float_hp,
     flops_limit,
-    int_hp,
     scoring_hyperparameters,
     train_on_data,
 )
 from slimkit.core.contract import SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import ConfigListHyperparameter
+from slimkit.core.hyperparameters import ConfigListHyperparameter, integer, real
 from slimkit.engines.nas import ChannelSupernet, NasMutator, export_subnet, make_searchable
 from slimkit.engines.nas.searchable import SUPPORTED_SHAPES, layer_shapes, resize_layers
 from slimkit.errors import ConfigError
@@ -70,18 +68,18 @@ def width_nas_hyperparameters() -> list:
     return [
         WidthRatios("width_ratios", (0.25, 0.5, 0.75, 1.0), meta={
             "desc": "Width choices of every searchable channel group, as fractions of its width."}),
-        int_hp("divisor", 1, 256, 1, "Round every width choice to a multiple of this (MMRazor's divisor, e.g. 8)."),
-        float_hp("flops_ratio", 0.01, 1.0, 0.5, "FLOPs budget as a fraction of the model's FLOPs."),
-        float_hp("max_flops", 0.0, 1e18, 0.0, "Absolute FLOPs budget per example (0: only flops_ratio)."),
-        int_hp("supernet_epochs", 1, 1000, 3, "Passes over the train data while training the supernet."),
-        int_hp("supernet_steps", 0, 10**7, 0, "Stop supernet training after this many steps (0: no limit)."),
-        float_hp("supernet_lr", 1e-7, 1.0, 3e-3, "Adam learning rate of the supernet training.", log=True),
-        int_hp("num_random_samples", 0, 16, 2, "Random subnets per step besides the widest and the narrowest."),
-        float_hp("temperature", 0.1, 100.0, 1.0, "Softmax temperature of the inplace distillation."),
+        integer("divisor", 1, 256, 1, "Round every width choice to a multiple of this (MMRazor's divisor, e.g. 8)."),
+        real("flops_ratio", 0.01, 1.0, 0.5, "FLOPs budget as a fraction of the model's FLOPs."),
+        real("max_flops", 0.0, 1e18, 0.0, "Absolute FLOPs budget per example (0: only flops_ratio)."),
+        integer("supernet_epochs", 1, 1000, 3, "Passes over the train data while training the supernet."),
+        integer("supernet_steps", 0, 10**7, 0, "Stop supernet training after this many steps (0: no limit)."),
+        real("supernet_lr", 1e-7, 1.0, 3e-3, "Adam learning rate of the supernet training.", log=True),
+        integer("num_random_samples", 0, 16, 2, "Random subnets per step besides the widest and the narrowest."),
+        real("temperature", 0.1, 100.0, 1.0, "Softmax temperature of the inplace distillation."),
         *scoring_hyperparameters(),
-        int_hp("batch_size", 1, 4096, 32, "Train batch size."),
-        int_hp("seed", 0, 2**31 - 1, 0, "Seed of data shuffling and of the sampled subnets."),
-        int_hp("num_threads", 0, 1024, 0, "CPU threads while training (0 keeps torch's setting)."),
+        integer("batch_size", 1, 4096, 32, "Train batch size."),
+        integer("seed", 0, 2**31 - 1, 0, "Seed of data shuffling and of the sampled subnets."),
+        integer("num_threads", 0, 1024, 0, "CPU threads while training (0 keeps torch's setting)."),
     ]
 
 

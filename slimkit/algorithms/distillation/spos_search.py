@@ -12,9 +12,7 @@ from slimkit.algorithms.distillation._nas import (
     constraints,
     evolution_hyperparameters,
     example_batch,
-    float_hp,
     flops_limit,
-    int_hp,
     scoring_hyperparameters,
     search,
     train_supernet,
@@ -27,6 +25,7 @@ from slimkit.algorithms.recovery._training import (
     train_student,
 )
 from slimkit.core.contract import SaveFn, SlimkitDistiller, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import integer, real
 from slimkit.core.registry import register
 from slimkit.engines.nas import export_subnet
 from slimkit.engines.nas.searchable import layer_shapes, make_searchable
@@ -59,17 +58,17 @@ class SposSearch(WidthNasModels, SlimkitDistiller):
         return [
             WidthRatios("width_ratios", (0.25, 0.5, 0.75, 1.0), meta={
                 "desc": "Width choices of every searchable channel group, as fractions of its width."}),
-            int_hp("supernet_epochs", 1, 1000, 3, "Passes over the train data while training the supernet."),
-            int_hp("supernet_steps", 0, 10**7, 0, "Stop supernet training after this many steps (0: no limit)."),
-            float_hp("supernet_lr", 1e-6, 1.0, 3e-3, "Adam learning rate of the supernet training."),
+            integer("supernet_epochs", 1, 1000, 3, "Passes over the train data while training the supernet."),
+            integer("supernet_steps", 0, 10**7, 0, "Stop supernet training after this many steps (0: no limit)."),
+            real("supernet_lr", 1e-6, 1.0, 3e-3, "Adam learning rate of the supernet training."),
             *evolution_hyperparameters(),
-            float_hp("flops_ratio", 0.01, 1.0, 0.5, "FLOPs limit as a fraction of the model's FLOPs."),
-            float_hp("max_flops", 0.0, 1e18, 0.0, "Absolute FLOPs limit per example (0: only flops_ratio)."),
-            float_hp("max_params", 0.0, 1e15, 0.0, "Parameter limit of the subnet (0: none)."),
+            real("flops_ratio", 0.01, 1.0, 0.5, "FLOPs limit as a fraction of the model's FLOPs."),
+            real("max_flops", 0.0, 1e18, 0.0, "Absolute FLOPs limit per example (0: only flops_ratio)."),
+            real("max_params", 0.0, 1e15, 0.0, "Parameter limit of the subnet (0: none)."),
             *scoring_hyperparameters(),
-            float_hp("logits_weight", 0.0, 100.0, 1.0, "Weight of the KL divergence to the teacher's outputs."),
-            float_hp("temperature", 0.1, 100.0, 4.0, "Softmax temperature of the output distillation."),
-            float_hp("task_weight", 0.0, 100.0, 1.0, "Weight of the task loss on the data's targets."),
+            real("logits_weight", 0.0, 100.0, 1.0, "Weight of the KL divergence to the teacher's outputs."),
+            real("temperature", 0.1, 100.0, 4.0, "Softmax temperature of the output distillation."),
+            real("task_weight", 0.0, 100.0, 1.0, "Weight of the task loss on the data's targets."),
             teacher_hyperparameter("the model handed to it"),
             *student_hyperparameters(epochs=3, lr=3e-3),
         ]

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from slimkit.algorithms.pruning._selection import choice, real
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._targets import TargetsMixin, model_targets, record_coverage
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import Hyperparameter, ListHyperparameter
+from slimkit.core.hyperparameters import Hyperparameter, ListHyperparameter, choice, real
 from slimkit.core.weights import DENSE, Target, select
 from slimkit.engines.pruning.sparsegpt import PruningStep, run_pruner
 from slimkit.engines.quantization.lowbit.quantize import LayerStatsCollector

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.pruning._selection import choice, integer
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import choice, integer
 from slimkit.data import move_batch, split_batch
 from slimkit.engines.pruning import Pruner
 from slimkit.errors import DataError

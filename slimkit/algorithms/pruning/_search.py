@@ -25,8 +25,8 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import choice, integer, real
 from slimkit.data import move_batch
 from slimkit.engines.pruning import Pruner
 from slimkit.engines.pruning.allocation import base_op_types

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Protocol
 
-from ConfigSpace import CategoricalHyperparameter, UniformFloatHyperparameter, UniformIntegerHyperparameter
+from ConfigSpace import UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.core.contract import SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import Boolean, ConfigListHyperparameter, ListHyperparameter, NameRatiosHyperparameter
+from slimkit.core.hyperparameters import (
+    Boolean,
+    ConfigListHyperparameter,
+    ListHyperparameter,
+    NameRatiosHyperparameter,
+    integer,
+    real,
+)
 from slimkit.data import split_batch
 from slimkit.engines.pruning import PruningConfigError, resolve_config_list
 from slimkit.engines.pruning.blockers import Blocker, explain, summarize
@@ -33,22 +40,6 @@ class Selecting(Protocol):
 
     def op_types(self, smash_config: SmashConfigPrefixWrapper) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
         """(what ``"default"`` expands to, the layer types the pruner accepts or None for any)."""
-
-
-def integer(name: str, lower: int, upper: int, default: int, desc: str) -> UniformIntegerHyperparameter:
-    """An integer hyperparameter in ``[lower, upper]`` with its description."""
-    return UniformIntegerHyperparameter(name, lower, upper, default_value=default, meta={"desc": desc})
-
-
-def real(name: str, lower: float, upper: float, default: float, desc: str,
-         log: bool = False) -> UniformFloatHyperparameter:
-    """A float hyperparameter in ``[lower, upper]`` (log-scaled with ``log``) with its description."""
-    return UniformFloatHyperparameter(name, lower, upper, default_value=default, log=log, meta={"desc": desc})
-
-
-def choice(name: str, choices: list[Any], default: Any, desc: str) -> CategoricalHyperparameter:
-    """One of ``choices`` with its description."""
-    return CategoricalHyperparameter(name, choices, default_value=default, meta={"desc": desc})
 
 
 def selection_hyperparameters(default_sparsity: float, speedup: bool | None) -> list:

@@ -18,9 +18,9 @@ from torch import nn
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._framework import LAYER_TYPES
 from slimkit.algorithms.pruning._search import training_hyperparameters
-from slimkit.algorithms.pruning._selection import integer, resolve_dummy_input
+from slimkit.algorithms.pruning._selection import resolve_dummy_input
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import ListHyperparameter
+from slimkit.core.hyperparameters import ListHyperparameter, integer
 from slimkit.engines.pruning.channel_units import ChannelUnits
 from slimkit.engines.speedup import apply_kept_channels
 from slimkit.errors import ConfigError

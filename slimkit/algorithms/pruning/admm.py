@@ -6,8 +6,8 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import BaseAlgoPruner, base_algo_hyperparameter, training_hyperparameters
-from slimkit.algorithms.pruning._selection import integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import integer, real
 from slimkit.core.registry import register
 from slimkit.engines.pruning import ADMMEngine, Pruner
 from slimkit.training import make_optimizer

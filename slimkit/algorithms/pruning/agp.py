@@ -6,8 +6,8 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import batch_hyperparameters, train_loader
 from slimkit.algorithms.pruning._search import BaseAlgoPruner
-from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import choice, integer, real
 from slimkit.core.registry import register
 from slimkit.engines.pruning import AGPEngine, Pruner
 from slimkit.training import fit, make_optimizer

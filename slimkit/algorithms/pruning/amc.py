@@ -14,8 +14,8 @@ from slimkit.algorithms.pruning._search import (
     make_evaluator,
     training_hyperparameters,
 )
-from slimkit.algorithms.pruning._selection import choice, integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import choice, integer, real
 from slimkit.core.registry import register
 from slimkit.engines.pruning import AMCEngine, Pruner
 

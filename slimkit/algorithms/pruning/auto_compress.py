@@ -18,8 +18,8 @@ from slimkit.algorithms.pruning._search import (
     training_hyperparameters,
     with_cap,
 )
-from slimkit.algorithms.pruning._selection import integer, real
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import integer, real
 from slimkit.core.registry import register
 from slimkit.engines.pruning import AutoCompressEngine, Pruner
 from slimkit.training import make_optimizer

@@ -6,9 +6,9 @@ from typing import Any
 
 from torch import nn
 
-from slimkit.algorithms.pruning._selection import integer, real
 from slimkit.algorithms.pruning._units import UnitPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import integer, real
 from slimkit.core.registry import register
 from slimkit.engines.pruning.channel_units import ChannelUnits
 from slimkit.engines.pruning.dcff import FilterFusion, temperature

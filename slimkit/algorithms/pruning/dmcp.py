@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from slimkit.algorithms.pruning._selection import real
 from slimkit.algorithms.pruning._units import UnitPruner
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import real
 from slimkit.core.registry import register
 from slimkit.engines.pruning.channel_units import ChannelUnits
 from slimkit.engines.pruning.dmcp import DMCPSearch, flops_loss

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner, count_zero_fraction
-from slimkit.algorithms.pruning._selection import choice, integer
 from slimkit.core.contract import SaveFn, SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import choice, integer
 from slimkit.core.registry import register
 from slimkit.engines.pruning import LevelEngine
 

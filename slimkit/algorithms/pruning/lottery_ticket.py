@@ -8,8 +8,8 @@ from torch import nn
 
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._search import BaseAlgoPruner, base_algo_hyperparameter, training_hyperparameters
-from slimkit.algorithms.pruning._selection import integer
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import integer
 from slimkit.core.registry import register
 from slimkit.engines.pruning import LotteryTicketEngine, Pruner
 from slimkit.training import fit, make_optimizer

@@ -9,8 +9,8 @@ from torch import nn
 from slimkit.algorithms.pruning._data import train_loader
 from slimkit.algorithms.pruning._framework import FrameworkPruner
 from slimkit.algorithms.pruning._search import training_hyperparameters
-from slimkit.algorithms.pruning._selection import choice, integer
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import choice, integer
 from slimkit.core.registry import register
 from slimkit.engines.nas.constraints import calibrate_bn
 from slimkit.engines.pruning import MovementEngine, Pruner

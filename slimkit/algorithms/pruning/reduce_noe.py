@@ -6,9 +6,8 @@ from typing import Any
 
 import torch
 
-from slimkit.algorithms.pruning._selection import integer
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import TextHyperparameter
+from slimkit.core.hyperparameters import TextHyperparameter, integer
 from slimkit.core.registry import register
 from slimkit.errors import ConfigError
 

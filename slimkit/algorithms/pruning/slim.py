@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from slimkit.algorithms.pruning._framework import FrameworkPruner
-from slimkit.algorithms.pruning._selection import choice
+from slimkit.core.hyperparameters import choice
 from slimkit.core.registry import register
 from slimkit.engines.pruning import SlimEngine
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from ConfigSpace import OrdinalHyperparameter
 
 from slimkit.algorithms.pruning._calibrated import CalibratedLLMPruner
-from slimkit.algorithms.pruning._selection import real
 from slimkit.algorithms.quantization import _lowbit_support as support
 from slimkit.algorithms.quantization._lowbit import clip_search_hyperparameter
 from slimkit.core.contract import SmashConfigPrefixWrapper
+from slimkit.core.hyperparameters import real
 from slimkit.core.registry import register
 from slimkit.engines.pruning.sparsegpt import sparsegpt_worker
 from slimkit.engines.quantization.lowbit.quantize import LayerStatsCollector

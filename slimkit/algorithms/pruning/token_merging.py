@@ -6,9 +6,8 @@ from typing import Any
 
 import torch
 
-from slimkit.algorithms.pruning._selection import integer
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import Boolean
+from slimkit.core.hyperparameters import Boolean, integer
 from slimkit.core.registry import register
 from slimkit.engines.token_merging import apply_token_merging, vit_layers
 
