@@ -22,6 +22,7 @@ __all__ = [
     "ListHyperparameter",
     "TextHyperparameter",
     "choice",
+    "declared_values",
     "describe_allowed",
     "integer",
     "is_legal",
@@ -44,6 +45,14 @@ def real(name: str, lower: float, upper: float, default: float, desc: str,
 def choice(name: str, choices: list[Any], default: Any, desc: str) -> CategoricalHyperparameter:
     """One of ``choices`` with its description."""
     return CategoricalHyperparameter(name, choices, default_value=default, meta={"desc": desc})
+
+
+def declared_values(hyperparameters: Sequence[Hyperparameter], config: Mapping[str, Any],
+                    names: Sequence[str]) -> dict[str, Any]:
+    """``{name: config[name]}`` for ``names``, as int or float where ``hyperparameters`` declares them so."""
+    declared = {hp.name: hp for hp in hyperparameters}
+    kinds = {UniformIntegerHyperparameter: int, UniformFloatHyperparameter: float}
+    return {n: kinds.get(type(declared[n]), lambda v: v)(config[n]) for n in names}
 
 
 class ListHyperparameter(Constant):

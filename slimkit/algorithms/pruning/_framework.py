@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ConfigSpace import UniformFloatHyperparameter, UniformIntegerHyperparameter
 from torch import nn
 
 from slimkit.algorithms.pruning._selection import (
@@ -34,7 +33,7 @@ from slimkit.algorithms.pruning._selection import (
     selection_hyperparameters,
 )
 from slimkit.core.contract import SaveFn, SlimkitPruner, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import Boolean
+from slimkit.core.hyperparameters import Boolean, declared_values
 from slimkit.engines.pruning import DependencyAwarePruner, Pruner
 from slimkit.engines.pruning.coupling import ChannelCoupling
 from slimkit.engines.speedup import ModelSpeedup, SpeedupError, UnsupportedOpError, apply_kept_channels
@@ -110,9 +109,7 @@ class FrameworkPruner(SlimkitPruner):
 
     def engine_kwargs(self, smash_config: SmashConfigPrefixWrapper) -> dict[str, Any]:
         """The :attr:`engine_args` hyperparameters, as int or float where they are declared so."""
-        declared = {hp.name: hp for hp in self.get_hyperparameters()}
-        kinds = {UniformIntegerHyperparameter: int, UniformFloatHyperparameter: float}
-        return {n: kinds.get(type(declared[n]), lambda v: v)(smash_config[n]) for n in self.engine_args}
+        return declared_values(self.get_hyperparameters(), smash_config, self.engine_args)
 
     def run_pruner(self, pruner: Pruner, model: nn.Module, smash_config: SmashConfigPrefixWrapper) -> None:
         """Compute the masks (one-shot by default; data-driven and training pruners override this); record them."""

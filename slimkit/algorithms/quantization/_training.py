@@ -22,7 +22,7 @@ from torch import nn
 
 from slimkit.algorithms.quantization._targets import record_coverage
 from slimkit.core.contract import SaveFn, SlimkitQuantizer, SmashConfigPrefixWrapper
-from slimkit.core.hyperparameters import Boolean, ListHyperparameter
+from slimkit.core.hyperparameters import Boolean, ListHyperparameter, declared_values
 from slimkit.core.selection import matches
 from slimkit.core.weights import DENSE, Target, find_targets, select
 from slimkit.engines.quantization import Quantizer, quantized_layer_specs, rebuild_quantized_layers
@@ -154,7 +154,7 @@ class FrozenQuantizer(SlimkitQuantizer):
 class TrainingQuantizer(FrozenQuantizer):
     """Base of the training-aware smash quantizers (not registered): wrap, fine-tune, freeze, replay.
 
-    A subclass sets ``algorithm_name``/``engine``/``references``, the training defaults and ``engine_options``, and
+    A subclass sets ``algorithm_name``/``engine``/``references``, the training defaults and ``engine_args``, and
     implements :meth:`quantizer_hyperparameters` and :meth:`config_list`; the training hyperparameters and
     ``_apply`` (fine-tuning, then :func:`freeze_and_record`) live here, the model check and ``replay`` in
     :class:`FrozenQuantizer`.
@@ -165,7 +165,7 @@ class TrainingQuantizer(FrozenQuantizer):
     default_epochs: ClassVar[int] = 2
     default_lr: ClassVar[float] = 1e-3
     #: hyperparameters handed to ``engine`` as the keyword arguments of the same name
-    engine_options: ClassVar[tuple[str, ...]] = ()
+    engine_args: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def quantizer_hyperparameters(self) -> list:
@@ -177,9 +177,10 @@ class TrainingQuantizer(FrozenQuantizer):
 
     def make_quantizer(self, model: nn.Module, config_list: list[dict[str, Any]], optimizer: torch.optim.Optimizer,
                        smash_config: SmashConfigPrefixWrapper) -> Quantizer:
-        """``engine`` wrapping ``model`` (its optimizer steps drive the quantizer), given the ``engine_options``."""
+        """``engine`` wrapping ``model`` (its optimizer steps drive the quantizer), given the ``engine_args``."""
         assert self.engine is not None
-        return self.engine(model, config_list, optimizer, **{k: smash_config[k] for k in self.engine_options})
+        return self.engine(model, config_list, optimizer,
+                           **declared_values(self.get_hyperparameters(), smash_config, self.engine_args))
 
     def get_hyperparameters(self) -> list:
         """The algorithm's own hyperparameters, then the shared training settings."""

@@ -38,7 +38,7 @@ class BNN(TrainingQuantizer):
     #: +0.7..+0.9 points above fp32 in 12 of 12 seeded runs where 1e-3 ended between -1.6 and +0.9
     default_lr = 3e-4
     verb = "binarizes"
-    engine_options = ("scale_weights",)
+    engine_args = ("scale_weights",)
 
     def quantizer_hyperparameters(self) -> list:
         """Weight scaling and activation binarization (the shared training settings follow)."""

@@ -31,7 +31,7 @@ class DoReFa(TrainingQuantizer):
     engine = DoReFaEngine
     references = {"Paper": "https://arxiv.org/abs/1606.06160",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
-    engine_options = ("rescale",)
+    engine_args = ("rescale",)
 
     def quantizer_hyperparameters(self) -> list:
         """Bits and rescaling (the shared training settings follow)."""

@@ -30,7 +30,7 @@ class QAT(TrainingQuantizer):
     engine = QATEngine
     references = {"Paper": "https://arxiv.org/abs/1712.05877",
                   "NNI": "https://nni.readthedocs.io/en/stable/compression/quantizer.html"}
-    engine_options = ("per_channel",)
+    engine_args = ("per_channel",)
 
     def quantizer_hyperparameters(self) -> list:
         """Bits, activations, per-channel scales, observation start (the shared training settings follow)."""
